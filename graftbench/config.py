@@ -1,0 +1,109 @@
+"""The pinned config: everything that fixes the numbers, and its fingerprint.
+
+Two runs whose fingerprints are equal are expected to produce byte-identical logits; an artifact is grafted only
+under the fingerprint it was deposited with.
+"""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+
+from .hashing import sha256_json
+
+PINNED_LIBRARIES = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "gguf", "accelerate")
+
+# Prompt layouts. The deposit text states the problem, then at once its final answer, then the solution; the
+# graft query repeats the problem and ends with the same answer cue, so a small model copies the answer
+# (DESIGN.md: 29 of 30 in this layout against 23-24 of 30 in a chat layout).
+ANSWER_CUE = "Final answer:"
+DEPOSIT_LAYOUT = "Problem: {problem}\n" + ANSWER_CUE + " {answer}\nSolution: {solution}\n\n"
+QUERY_LAYOUT = "Problem: {problem}\n" + ANSWER_CUE
+SOLVE_INSTRUCTION = "Solve the following problem. Put the final answer in \\boxed{{}}.\n\n{problem}"
+DEFAULT_CHUNK_SIZE = 256  # tokens per prefill forward; boundaries restart at each segment's start
+
+
+@dataclass(frozen=True)
+class PromptLayout:
+    """The text templates that turn problems into token streams (part of the pin)."""
+
+    solve_instruction: str = SOLVE_INSTRUCTION
+    deposit: str = DEPOSIT_LAYOUT
+    query: str = QUERY_LAYOUT
+    answer_cue: str = ANSWER_CUE
+    query_stop: str = "\n"
+
+
+@dataclass(frozen=True)
+class PinnedConfig:
+    """Everything that fixes the logits of a run.
+
+    ``chunk_size`` is in tokens: a segment (artifact, chained artifact, query) of n tokens is prefilled in
+    forwards of ``chunk_size`` tokens starting at the segment's first token, the last one shorter.
+    """
+
+    model: str
+    weights_sha256: str
+    tokenizer_sha256: str
+    dtype: str
+    device: str
+    threads: int
+    attn_implementation: str
+    chunk_size: int
+    layout: PromptLayout
+    libraries: dict[str, str] = field(default_factory=dict)
+    cpu_capability: str = ""
+    machine: str = ""
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict of every field."""
+        return asdict(self)
+
+    @property
+    def fingerprint(self) -> str:
+        """SHA-256 of the canonical JSON of every field except the model's display name."""
+        pinned = self.to_dict()
+        pinned.pop("model")
+        return sha256_json(pinned)
+
+
+def library_versions() -> dict[str, str]:
+    """Installed versions of the libraries that can change the numbers."""
+    versions = {}
+    for name in PINNED_LIBRARIES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "absent"
+    return versions
+
+
+def build_config(loaded, chunk_size: int = DEFAULT_CHUNK_SIZE, layout: PromptLayout | None = None) -> PinnedConfig:
+    """Pin the config of a :class:`graftbench.models.LoadedModel` on this machine.
+
+    Raises ``ValueError`` if ``chunk_size`` is not a positive number of tokens.
+    """
+    import torch
+
+    if chunk_size < 1:
+        raise ValueError(f"chunk size must be a positive number of tokens, got {chunk_size}")
+    device = str(next(loaded.model.parameters()).device)
+    if device.startswith("cuda"):
+        capability = torch.cuda.get_device_name()
+    else:
+        capability = torch.backends.cpu.get_cpu_capability()
+    return PinnedConfig(
+        model=loaded.spec,
+        weights_sha256=loaded.weights_sha256,
+        tokenizer_sha256=loaded.tokenizer_sha256,
+        dtype=loaded.dtype,
+        device=device,
+        threads=torch.get_num_threads(),
+        attn_implementation=str(loaded.model.config._attn_implementation),
+        chunk_size=chunk_size,
+        layout=layout or PromptLayout(),
+        libraries=library_versions(),
+        cpu_capability=capability,
+        machine=platform.machine(),
+    )

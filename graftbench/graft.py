@@ -1,0 +1,196 @@
+"""Deposit a text as a KV artifact, restore an artifact into a fresh cache at its own positions, and route.
+
+A restore rebuilds each cache layer's whole state, not only its tensors: a sliding-window layer also gets the
+number of tokens it has seen (``cumulative_length``), without which Gemma 3's logits come out off by about 30 while
+nothing raises (DESIGN.md). The exactness test is what catches a restore that forgets state.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+
+import torch
+from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+
+from . import engine
+from .config import PinnedConfig
+from .store import DTYPE_NAMES, Artifact, ArtifactError, Store, encode_artifact
+
+# Header fields that must equal the current pinned config for an artifact to be grafted.
+PINNED_HEADER_FIELDS = ("config_fingerprint", "weights_sha256", "tokenizer_sha256", "dtype", "chunk_size")
+
+
+def layer_kind(layer) -> str:
+    """``sliding`` or ``full`` for the cache layer classes graftbench can save and restore.
+
+    Raises ``TypeError`` for any other kind (e.g. a quantized or static layer), rather than guessing its state.
+    """
+    if isinstance(layer, DynamicSlidingWindowLayer):
+        return "sliding"
+    if type(layer) is DynamicLayer:
+        return "full"
+    raise TypeError(f"cache layer {type(layer).__name__} is not supported for deposit or graft")
+
+
+def capture(cache, start: int) -> tuple[list[dict], list[tuple[torch.Tensor, torch.Tensor]]]:
+    """The per-layer state to store for a segment that began at position ``start``.
+
+    Full layers keep the segment's own rows (positions ``start..end-1``); sliding layers keep their whole
+    window as it stands at the end. Returns (layer specs for the header, ``(keys, values)`` per layer).
+    """
+    specs, tensors = [], []
+    for layer in cache.layers:
+        kind = layer_kind(layer)
+        seen = layer.get_seq_length()
+        keys, values = layer.keys, layer.values
+        if kind == "full":
+            keys, values = keys[:, :, start:, :], values[:, :, start:, :]
+        specs.append({"kind": kind, "seen": int(seen), "kept": int(keys.shape[-2])})
+        tensors.append((keys.contiguous().clone(), values.contiguous().clone()))
+    return specs, tensors
+
+
+def build_artifact(
+    model, config: PinnedConfig, token_ids: list[int], meta: dict, parent: Artifact | None = None
+) -> tuple[bytes, dict]:
+    """Prefill ``token_ids`` (after ``parent``'s state when given) with the pinned chunk schedule and encode it.
+
+    ``meta`` adds fields to the header (problem key and text, answer, text hash, source). Returns
+    (safetensors bytes, header). Raises :class:`ArtifactError` if ``parent`` cannot be grafted.
+    """
+    cache = restore(model, config, parent) if parent is not None else engine.new_cache(model)
+    start = int(parent.header["positions"][1]) if parent is not None else 0
+    engine.prefill(model, cache, token_ids, config.chunk_size)
+    specs, tensors = capture(cache, start)
+    text_config = model.config.get_text_config()
+    header = {
+        **meta,
+        "config_fingerprint": config.fingerprint,
+        "weights_sha256": config.weights_sha256,
+        "tokenizer_sha256": config.tokenizer_sha256,
+        "model": config.model,
+        "dtype": config.dtype,
+        "chunk_size": config.chunk_size,
+        "positions": [start, start + len(token_ids)],
+        "parent": parent.id if parent is not None else None,
+        "layers": specs,
+        "kv_heads": int(text_config.num_key_value_heads),
+        "head_dim": int(tensors[0][0].shape[-1]),
+        "libraries": config.libraries,
+    }
+    data = encode_artifact(header, torch.tensor(token_ids, dtype=torch.long), tensors)
+    return data, header
+
+
+def check_compatible(artifact: Artifact, config: PinnedConfig, model) -> None:
+    """Refuse an artifact whose header does not match the pinned config and the model's cache layout.
+
+    Raises :class:`ArtifactError` (check ``config``) naming the first differing field.
+    """
+    header = artifact.header
+    current = {**config.to_dict(), "config_fingerprint": config.fingerprint}
+    for name in PINNED_HEADER_FIELDS:
+        if header.get(name) != current[name]:
+            raise ArtifactError(artifact.id, "config", f"{name} is {header.get(name)!r}, this run pins {current[name]!r}")
+    kinds = [layer_kind(layer) for layer in engine.new_cache(model).layers]
+    if [spec.get("kind") for spec in header["layers"]] != kinds:
+        raise ArtifactError(artifact.id, "config", "cache layer kinds differ from this model's")
+    start, end = header["positions"]
+    for spec in header["layers"]:
+        if spec["seen"] != end or (spec["kind"] == "full" and spec["kept"] != end - start):
+            raise ArtifactError(artifact.id, "config", f"layer state {spec} does not match positions {start}..{end}")
+
+
+def restore(model, config: PinnedConfig, artifact: Artifact, cache=None):
+    """Graft ``artifact`` at its own positions: into a fresh cache, or after ``cache`` for a chained artifact.
+
+    A chained artifact needs ``cache`` to hold exactly its parent's state (``seen`` equal to its start).
+    Returns the cache. Raises :class:`ArtifactError` (``config`` or ``parent``).
+    """
+    check_compatible(artifact, config, model)
+    start, end = artifact.header["positions"]
+    cache = cache if cache is not None else engine.new_cache(model)
+    if (artifact.header.get("parent") is None) != (start == 0) or cache.get_seq_length() != start:
+        raise ArtifactError(artifact.id, "parent", f"starts at {start} but the cache holds {cache.get_seq_length()}")
+    for layer, spec, (keys, values) in zip(cache.layers, artifact.header["layers"], artifact.layers):
+        _restore_layer(layer, spec, keys, values)
+    return cache
+
+
+def _restore_layer(layer, spec: dict, keys: torch.Tensor, values: torch.Tensor) -> None:
+    if not layer.is_initialized:
+        layer.lazy_initialization(keys, values)
+    if spec["kind"] == "full":
+        layer.keys = torch.cat([layer.keys, keys], dim=-2) if layer.keys.numel() else keys.clone()
+        layer.values = torch.cat([layer.values, values], dim=-2) if layer.values.numel() else values.clone()
+    else:
+        layer.keys, layer.values = keys.clone(), values.clone()
+        layer.cumulative_length = spec["seen"]
+
+
+def restore_chain(model, config: PinnedConfig, store: Store, artifact_id: str):
+    """Read ``artifact_id`` and its ancestors from ``store`` and graft them root first.
+
+    Returns (cache, list of artifacts root first). Raises :class:`ArtifactError` if any link is refused,
+    including a parent that is missing from the store (check ``parent``).
+    """
+    chain = [store.read(artifact_id)]
+    while chain[-1].header.get("parent"):
+        parent_id = chain[-1].header["parent"]
+        try:
+            chain.append(store.read(parent_id))
+        except ArtifactError as exc:
+            raise ArtifactError(artifact_id, "parent", f"parent {parent_id[:16]} refused: {exc}") from exc
+    chain.reverse()
+    cache = None
+    for link in chain:
+        cache = restore(model, config, link, cache)
+    return cache, chain
+
+
+def fresh_recompute(model, config: PinnedConfig, segments: list[list[int]], query: list[int]) -> torch.Tensor:
+    """Independent reference: a new cache, each segment prefilled with the pinned chunk schedule, then the query.
+
+    Returns the query's last-position logits ``[1, vocab]``; shares no state with any grafted cache.
+    """
+    cache = engine.new_cache(model)
+    for ids in segments:
+        engine.prefill(model, cache, ids, config.chunk_size)
+    return engine.prefill(model, cache, query, config.chunk_size)
+
+
+@dataclass(frozen=True)
+class Route:
+    """The router's choice: ``kind`` is ``exact``, ``similar`` or ``none``; ``similarity`` in [0, 1]."""
+
+    kind: str
+    artifact_id: str | None
+    similarity: float
+
+
+def route(store: Store, config_fingerprint: str, problem_key: str, normalized_text: str, min_similarity: float) -> Route:
+    """Pick the one artifact to graft for a query.
+
+    Exact match on the normalized problem text's hash first; otherwise the most similar deposited problem
+    (``difflib.SequenceMatcher`` ratio on normalized text) if its ratio reaches ``min_similarity``; otherwise none.
+    """
+    exact = store.find_exact(config_fingerprint, problem_key)
+    if exact:
+        return Route("exact", exact, 1.0)
+    best_id, best = None, 0.0
+    for artifact_id, text in store.candidates(config_fingerprint):
+        matcher = difflib.SequenceMatcher(None, normalized_text, text, autojunk=False)
+        if matcher.real_quick_ratio() < max(best, min_similarity) or matcher.quick_ratio() < max(best, min_similarity):
+            continue
+        ratio = matcher.ratio()
+        if ratio > best:
+            best_id, best = artifact_id, ratio
+    if best_id is not None and best >= min_similarity:
+        return Route("similar", best_id, best)
+    return Route("none", None, best)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``float32`` / ``bfloat16`` / ``float16`` for a torch dtype."""
+    return DTYPE_NAMES[dtype]

@@ -1,0 +1,258 @@
+"""Artifact format and the content-addressed store.
+
+An artifact is one safetensors file: ``token_ids`` (int64 ``[n]``), and per decoder layer ``layers.{i}.keys`` and
+``layers.{i}.values`` (``[1, kv_heads, kept, head_dim]`` in the pinned dtype), with a header (canonical JSON under
+the safetensors metadata key ``graftbench``). The artifact id is the SHA-256 of the file's bytes, so the same
+deposit gives the same id and one copy, and any flipped bit (payload or header) is caught on read. The header also
+carries ``payload_sha256`` over the tensors' raw bytes, for provenance.
+
+Layout on disk::
+
+    <root>/artifacts/<id>.safetensors   written to a temporary file, fsynced, then renamed into place
+    <root>/index.sqlite                  one row per artifact, inserted after its file is in place
+
+Nothing is ever unpickled: safetensors parses a JSON header and raw little-endian tensor bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import sqlite3
+import tempfile
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load as load_safetensors
+from safetensors.torch import save as save_safetensors
+
+FORMAT = "graftbench.artifact/1"
+HEADER_KEY = "graftbench"
+MAX_HEADER_BYTES = 1 << 20  # a header larger than 1 MiB is refused before it is parsed
+_ID_PATTERN = re.compile(r"^[0-9a-f]{64}$")
+DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS artifacts (
+    id TEXT PRIMARY KEY,
+    config_fingerprint TEXT NOT NULL,
+    problem_key TEXT,
+    problem_text TEXT,
+    answer TEXT,
+    n_tokens INTEGER NOT NULL,
+    parent TEXT,
+    bytes INTEGER NOT NULL,
+    source TEXT
+);
+CREATE INDEX IF NOT EXISTS by_problem ON artifacts (config_fingerprint, problem_key);
+"""
+
+
+class ArtifactError(ValueError):
+    """An artifact that is refused. ``artifact_id`` names it and ``check`` names the check that failed
+    (``id``, ``missing``, ``size``, ``hash``, ``format``, ``header``, ``tensors``, ``payload``, ``config``,
+    ``parent``)."""
+
+    def __init__(self, artifact_id: str, check: str, detail: str):
+        self.artifact_id = artifact_id
+        self.check = check
+        super().__init__(f"artifact {artifact_id[:16]}: {check} check failed: {detail}")
+
+
+@dataclass
+class Artifact:
+    """A read and checked artifact: its id, header dict, ``token_ids`` (int64 ``[n]``) and per-layer
+    ``(keys, values)`` tensors."""
+
+    id: str
+    header: dict
+    token_ids: torch.Tensor
+    layers: list[tuple[torch.Tensor, torch.Tensor]]
+
+
+def payload_sha256(token_ids: torch.Tensor, layers: list[tuple[torch.Tensor, torch.Tensor]]) -> str:
+    """SHA-256 over the raw bytes of ``token_ids`` then each layer's keys and values, in order."""
+    digest = hashlib.sha256()
+    for tensor in [token_ids, *[t for pair in layers for t in pair]]:
+        digest.update(tensor.contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def encode_artifact(header: dict, token_ids: torch.Tensor, layers: list[tuple[torch.Tensor, torch.Tensor]]) -> bytes:
+    """Serialize an artifact to safetensors bytes (deterministic: equal inputs give equal bytes).
+
+    ``header`` gets ``format`` and ``payload_sha256`` filled in.
+    """
+    header = {**header, "format": FORMAT, "payload_sha256": payload_sha256(token_ids, layers)}
+    tensors = {"token_ids": token_ids.contiguous()}
+    for i, (keys, values) in enumerate(layers):
+        tensors[f"layers.{i}.keys"] = keys.contiguous()
+        tensors[f"layers.{i}.values"] = values.contiguous()
+    return save_safetensors(tensors, metadata={HEADER_KEY: json.dumps(header, sort_keys=True, separators=(",", ":"))})
+
+
+def check_artifact_id(artifact_id: str) -> str:
+    """Return ``artifact_id`` if it is 64 lowercase hex digits; otherwise raise :class:`ArtifactError` (``id``).
+
+    This is what keeps ids like ``../x``, absolute paths or NUL bytes from ever reaching the filesystem.
+    """
+    if not isinstance(artifact_id, str) or not _ID_PATTERN.match(artifact_id):
+        raise ArtifactError(repr(artifact_id)[:40], "id", "an artifact id is 64 lowercase hex digits")
+    return artifact_id
+
+
+def _parse_header(artifact_id: str, data: bytes) -> dict:
+    if len(data) < 8:
+        raise ArtifactError(artifact_id, "format", f"file of {len(data)} bytes is shorter than a safetensors header")
+    size = int.from_bytes(data[:8], "little")
+    if size > MAX_HEADER_BYTES or size > len(data) - 8:
+        raise ArtifactError(artifact_id, "format", f"safetensors header of {size} bytes is oversized or truncated")
+    try:
+        meta = json.loads(data[8 : 8 + size]).get("__metadata__") or {}
+        header = json.loads(meta[HEADER_KEY])
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ArtifactError(artifact_id, "header", f"header is not valid graftbench JSON ({exc})") from exc
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise ArtifactError(artifact_id, "header", f"format is not {FORMAT}")
+    return header
+
+
+def decode_artifact(artifact_id: str, data: bytes) -> Artifact:
+    """Parse and check artifact bytes whose SHA-256 must equal ``artifact_id``.
+
+    Checks, in order: the id hash, the header, the tensor set and shapes against the header, the payload hash.
+    Raises :class:`ArtifactError` naming the failed check; never returns a partial artifact.
+    """
+    if hashlib.sha256(data).hexdigest() != artifact_id:
+        raise ArtifactError(artifact_id, "hash", "SHA-256 of the file does not equal its id (corrupt or edited)")
+    header = _parse_header(artifact_id, data)
+    try:
+        tensors = load_safetensors(data)
+    except (SafetensorError, ValueError, RuntimeError) as exc:
+        raise ArtifactError(artifact_id, "format", f"safetensors payload unreadable ({exc})") from exc
+    token_ids, layers = _tensors_from(artifact_id, header, tensors)
+    if payload_sha256(token_ids, layers) != header.get("payload_sha256"):
+        raise ArtifactError(artifact_id, "payload", "payload SHA-256 does not equal the header's")
+    return Artifact(artifact_id, header, token_ids, layers)
+
+
+def _tensors_from(artifact_id: str, header: dict, tensors: dict) -> tuple[torch.Tensor, list]:
+    try:
+        specs = header["layers"]
+        start, end = header["positions"]
+        dtype = header["dtype"]
+        kv_heads, head_dim = header["kv_heads"], header["head_dim"]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ArtifactError(artifact_id, "header", f"header lacks a field ({exc})") from exc
+    expected = {"token_ids"} | {f"layers.{i}.{part}" for i in range(len(specs)) for part in ("keys", "values")}
+    if set(tensors) != expected:
+        missing, extra = sorted(expected - set(tensors)), sorted(set(tensors) - expected)
+        raise ArtifactError(artifact_id, "tensors", f"tensor set differs: missing {missing[:3]}, unexpected {extra[:3]}")
+    token_ids = tensors["token_ids"]
+    if token_ids.dtype != torch.int64 or tuple(token_ids.shape) != (end - start,):
+        raise ArtifactError(artifact_id, "tensors", f"token_ids is {token_ids.dtype} {tuple(token_ids.shape)}")
+    layers = []
+    for i, spec in enumerate(specs):
+        shape = (1, kv_heads, spec["kept"], head_dim)
+        pair = (tensors[f"layers.{i}.keys"], tensors[f"layers.{i}.values"])
+        for part, tensor in zip(("keys", "values"), pair):
+            if DTYPE_NAMES.get(tensor.dtype) != dtype or tuple(tensor.shape) != shape:
+                raise ArtifactError(
+                    artifact_id, "tensors",
+                    f"layers.{i}.{part} is {tensor.dtype} {tuple(tensor.shape)}, header says {dtype} {shape}",
+                )
+        layers.append(pair)
+    return token_ids, layers
+
+
+class Store:
+    """A folder of content-addressed artifacts with a SQLite index (safe for concurrent writers)."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        self.artifacts = self.root / "artifacts"
+        self.artifacts.mkdir(parents=True, exist_ok=True)
+        self.index_path = self.root / "index.sqlite"
+        with closing(self._connect()) as db, db:
+            db.executescript(_SCHEMA)
+
+    def _connect(self) -> sqlite3.Connection:
+        return sqlite3.connect(self.index_path, timeout=60)
+
+    def path(self, artifact_id: str) -> Path:
+        """The file of an artifact id (checked to be 64 hex digits first)."""
+        return self.artifacts / f"{check_artifact_id(artifact_id)}.safetensors"
+
+    def put(self, data: bytes, header: dict) -> str:
+        """Write artifact bytes atomically and index them; returns the artifact id (SHA-256 of ``data``).
+
+        Writing the same bytes twice keeps one copy. Raises ``OSError`` (e.g. disk full) with nothing visible.
+        """
+        artifact_id = hashlib.sha256(data).hexdigest()
+        target = self.path(artifact_id)
+        if not target.exists():
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.artifacts)
+            try:
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(data)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                os.replace(tmp, target)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        row = (
+            artifact_id, header["config_fingerprint"], header.get("problem_key"), header.get("problem_text"),
+            header.get("answer"), header["positions"][1] - header["positions"][0], header.get("parent"),
+            len(data), header.get("source"),
+        )
+        with closing(self._connect()) as db, db:
+            db.execute("INSERT OR IGNORE INTO artifacts VALUES (?,?,?,?,?,?,?,?,?)", row)
+        return artifact_id
+
+    def read(self, artifact_id: str) -> Artifact:
+        """Read and check one artifact (see :func:`decode_artifact`); raises :class:`ArtifactError`."""
+        path = self.path(artifact_id)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError as exc:
+            raise ArtifactError(artifact_id, "missing", f"no file {path}") from exc
+        return decode_artifact(artifact_id, data)
+
+    def find_exact(self, config_fingerprint: str, problem_key: str) -> str | None:
+        """The id of an artifact deposited for this normalized problem under this config, or ``None``."""
+        with closing(self._connect()) as db:
+            row = db.execute(
+                "SELECT id FROM artifacts WHERE config_fingerprint=? AND problem_key=? ORDER BY n_tokens, id LIMIT 1",
+                (config_fingerprint, problem_key),
+            ).fetchone()
+        return row[0] if row else None
+
+    def candidates(self, config_fingerprint: str) -> list[tuple[str, str]]:
+        """``(id, problem_text)`` of every top-level artifact under this config, for similarity routing."""
+        with closing(self._connect()) as db:
+            return db.execute(
+                "SELECT id, problem_text FROM artifacts WHERE config_fingerprint=? AND parent IS NULL "
+                "AND problem_text IS NOT NULL ORDER BY id",
+                (config_fingerprint,),
+            ).fetchall()
+
+    def ids(self) -> list[str]:
+        """Every indexed artifact id, sorted."""
+        with closing(self._connect()) as db:
+            return [r[0] for r in db.execute("SELECT id FROM artifacts ORDER BY id")]
+
+    def verify(self) -> list[str]:
+        """Re-hash every indexed artifact; returns one line per problem found (empty when all hold)."""
+        problems = []
+        for artifact_id in self.ids():
+            try:
+                self.read(artifact_id)
+            except ArtifactError as exc:
+                problems.append(str(exc))
+        return problems

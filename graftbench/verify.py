@@ -1,0 +1,475 @@
+"""Final-answer extraction and exact equivalence checking for AIME-style math answers.
+
+Three public functions and one result type:
+
+* :func:`extract_answer` -- pull the *last* final answer out of a model response or a
+  reference solution and return it normalized (``"\\boxed{033}"`` -> ``"33"``).
+* :func:`answers_equivalent` -- exact mathematical equality of two answer strings
+  (integers, decimals and fractions compared as exact rationals; anything else via sympy).
+* :func:`verify_answer` -- both of the above on ``cue + output``; returns a :class:`Verdict`.
+
+None of them raises, whatever the input: malformed or pathological text yields
+``Verdict(None, False)`` / ``None`` / ``False``.
+
+This module deliberately imports neither torch nor transformers, and imports sympy /
+latex2sympy2_extended lazily (only when an answer is not a plain number), so that it is
+cheap to import and usable on machines without the model stack.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+
+__all__ = ["Verdict", "extract_answer", "answers_equivalent", "verify_answer"]
+
+# Limits that keep every call fast and sympy away from pathological input.
+_MAX_BOX_SCAN = 1000  # a \boxed{...} whose closing brace is further away is not an answer
+_MAX_PHRASE_LINE = 300  # how much of the line after "final answer:" is looked at
+_MAX_SYMPY_LEN = 200  # candidates longer than this never reach sympy
+_MAX_EXPONENT = 1000  # |exponent| / factorial argument limit inside sympy expressions
+_MAX_SIMPLIFY_OPS = 80  # sympy.simplify is only tried on expressions this small
+_MAX_DIGITS = 1000  # integer literals longer than this are not parsed as numbers
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Outcome of verifying one response against an answer key.
+
+    ``extracted`` is the normalized final answer that was found (``None`` when the text has
+    no final-answer marker), ``correct`` whether it equals the key exactly.
+    """
+
+    extracted: str | None
+    correct: bool
+
+
+# --------------------------------------------------------------------------------------
+# Marker detection
+# --------------------------------------------------------------------------------------
+
+# \boxed{, \fbox{, \framebox{ (the latter with an optional [width] argument).
+_BOX_RE = re.compile(r"\\(?:boxed|fbox|framebox)\s*(?:\[[^\]\n]{0,40}\])?\s*\{")
+
+# Phrase markers. Group "tail" records whether the marker ended with ":" or "is", which
+# lets the answer sit on the following line ("The final answer is:\n\n73").
+_PHRASE_RE = re.compile(
+    r"(?:"
+    r"\bfinal\s+answer\b(?:\s+is\b)?"  # Final answer: X / final answer is X
+    r"|\banswer\s+is\b"  # The answer is X / our answer is X
+    r"|^[ \t>#*_]*answer\b(?=[ \t*_]*[:：])"  # Answer: X / **Answer:** X (line start)
+    r")"
+    r"(?P<tail>[ \t*_]*[:：]?)",
+    re.IGNORECASE | re.MULTILINE,
+)
+
+
+def _match_brace(text: str, open_idx: int, limit: int = _MAX_BOX_SCAN) -> int:
+    """Index of the ``}`` closing the ``{`` at ``open_idx``; -1 if unclosed within ``limit``."""
+    depth = 0
+    end = min(len(text), open_idx + limit)
+    i = open_idx
+    while i < end:
+        c = text[i]
+        if c == "\\":  # skip escaped characters such as \{ \}
+            i += 2
+            continue
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return -1
+
+
+def _box_candidates(text: str) -> list[tuple[int, str]]:
+    out = []
+    for m in _BOX_RE.finditer(text):
+        open_idx = m.end() - 1
+        close = _match_brace(text, open_idx)
+        if close < 0:
+            continue  # unclosed (e.g. truncated output): not a final answer
+        out.append((m.start(), text[open_idx + 1 : close]))
+    return out
+
+
+_SENTENCE_END_RE = re.compile(r"\.(?=\s|$)|;|,\s|\s\(|!\s|\?")
+_LEADING_NUMBER_RE = re.compile(
+    r"^[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s*/\s*\d+)?(?![\w.])"
+)
+_LATEX_CMD_RE = re.compile(r"\\[a-zA-Z]+")
+_WORDISH_RE = re.compile(r"[a-zA-Z]{2,}")
+_MATH_CHARS_RE = re.compile(r"^[0-9a-zA-Z\s+\-*/^_(){}\[\].,=!|<>:'%\\]+$")
+
+
+def _delimited(s: str) -> str | None:
+    """If ``s`` starts with a math delimiter ($, $$, \\(, \\[), return the enclosed text."""
+    for open_, close in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
+        if s.startswith(open_):
+            end = s.find(close, len(open_))
+            return s[len(open_) : end] if end >= 0 else s[len(open_) :]
+    return None
+
+
+def _looks_like_math(s: str) -> bool:
+    """True for short expressions without prose: no two-letter words outside LaTeX commands."""
+    if not s or not _MATH_CHARS_RE.match(s):
+        return False
+    stripped = re.sub(r"\\(?:text|mbox|mathrm|textrm)\s*\{[^{}]*\}", " ", s)
+    stripped = _LATEX_CMD_RE.sub(" ", stripped)
+    return not _WORDISH_RE.search(stripped) and bool(re.search(r"[0-9a-zA-Z]", stripped))
+
+
+def _phrase_candidate(text: str, m: re.Match[str]) -> str | None:
+    """The answer following a phrase marker, or None if what follows is not an answer."""
+    start = m.end()
+    line_end = text.find("\n", start, start + _MAX_PHRASE_LINE)
+    rest = text[start : line_end if line_end >= 0 else start + _MAX_PHRASE_LINE]
+    rest = rest.strip().lstrip("*_ \t,").strip()
+    ends_open = bool(m.group("tail").strip(" \t*_")) or m.group(0).lower().rstrip(" \t*_").endswith("is")
+    if not rest and ends_open:
+        # "The final answer is:\n\n73": look at the next non-empty line.
+        nxt = re.match(r"\s*\n[ \t]*(?:\n[ \t]*)*([^\n]{1,%d})" % _MAX_PHRASE_LINE, text[start : start + 2 * _MAX_PHRASE_LINE])
+        rest = nxt.group(1).strip().lstrip("*_ \t").strip() if nxt else ""
+    if not rest:
+        return None
+    if "\\boxed" in rest[:20] or "\\fbox" in rest[:20] or "\\framebox" in rest[:20]:
+        return None  # the box itself is a (later) marker
+    inner = _delimited(rest)
+    if inner is not None:
+        inner = inner.strip()
+        if not inner or re.search(r"\\(?:boxed|fbox|framebox)", inner):
+            return None
+        return inner if _looks_like_math(_strip_text_blocks(inner)) else None
+    chunk = rest
+    cut = _SENTENCE_END_RE.search(chunk)
+    if cut:
+        chunk = chunk[: cut.start()]
+    chunk = chunk.replace("**", "").replace("__", "").strip().rstrip(".").strip()
+    if _looks_like_math(chunk):
+        return chunk
+    num = _LEADING_NUMBER_RE.match(rest.replace("**", "").strip())
+    return num.group(0) if num else None
+
+
+def _phrase_candidates(text: str) -> list[tuple[int, str]]:
+    out = []
+    for m in _PHRASE_RE.finditer(text):
+        cand = _phrase_candidate(text, m)
+        if cand is not None:
+            out.append((m.start(), cand))
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Normalization
+# --------------------------------------------------------------------------------------
+
+_TEXT_CMD_RE = re.compile(r"\\(?:text|mbox|textrm|mathrm|textnormal|operatorname)\s*\{([^{}]*)\}")
+_UNWRAP_CMD_RE = re.compile(
+    r"\\(?:textbf|mathbf|boldsymbol|bm|textit|mathit|emph|underline|mathrm\b(?=\s*\{\s*[-+\d]))\s*\{([^{}]*)\}"
+)
+_THOUSANDS_RE = re.compile(r"^[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
+_INT_RE = re.compile(r"^[-+]?\d+$")
+_DEC_RE = re.compile(r"^[-+]?(?:\d+\.\d*|\.\d+)$")
+_SLASH_FRAC_RE = re.compile(r"^([-+]?)(\d+)\s*/\s*(\d+)$")
+_LATEX_FRAC_RE = re.compile(r"^([-+]?)\\frac\s*(?:\{\s*([-+]?\d+)\s*\}|(\d))\s*(?:\{\s*([-+]?\d+)\s*\}|(\d))$")
+
+
+def _strip_text_blocks(s: str) -> str:
+    """Remove \\text{...}-style unit annotations; unwrap them if nothing else would remain."""
+    removed = _TEXT_CMD_RE.sub(" ", s).strip()
+    if removed:
+        return removed
+    return _TEXT_CMD_RE.sub(lambda m: m.group(1), s).strip()
+
+
+def _unwrap_parens(s: str) -> str:
+    if len(s) >= 2 and s[0] == "(" and s[-1] == ")":
+        depth = 0
+        for i, c in enumerate(s):
+            depth += c == "("
+            depth -= c == ")"
+            if depth == 0 and i < len(s) - 1:
+                return s  # "(1)+(2)": the outer parentheses are not a wrapper
+        inner = s[1:-1].strip()
+        # keep tuples such as (1, 2) but unwrap thousands-separated numbers such as (1,000)
+        if "," not in inner or _THOUSANDS_RE.match(inner):
+            return inner
+    return s
+
+
+def _normalize_once(s: str) -> str:
+    s = s.strip()
+    s = s.replace("\\$", "").replace("$", "")
+    if s.startswith("\\(") and s.endswith("\\)") or s.startswith("\\[") and s.endswith("\\]"):
+        s = s[2:-2]
+    s = s.replace("**", "")
+    s = re.sub(r"\\[dt]frac", r"\\frac", s)
+    s = re.sub(r"\\(?:left|right|displaystyle|textstyle|bigl?|bigr?|Bigl?|Bigr?)(?![a-zA-Z])", "", s)
+    s = re.sub(r"\^\s*\{?\s*\\circ\s*\}?|\\circ|\\degree|°", "", s)
+    # thousands separators written in LaTeX: 1{,}000, 1\,000, 1\ 000, 1\!000, 1~000
+    s = re.sub(r"(?<=\d)(?:\{,\}|\\[,;:! ]|~)(?=\d{3}(?!\d))", lambda m: "," if m.group(0) == "{,}" else "", s)
+    s = _UNWRAP_CMD_RE.sub(lambda m: m.group(1), s)
+    s = _strip_text_blocks(s)
+    s = re.sub(r"\\[,;:! ]", " ", s)  # remaining LaTeX spacing
+    s = re.sub(r"\s+", " ", s).strip()
+    s = s.rstrip(".").strip()
+    # "x = 5", "147 \cdot 2 = 294": the value is what follows the last "=".
+    parts = re.split(r"(?<![<>!\\:])=(?!=)", s)
+    if len(parts) > 1 and parts[-1].strip():
+        s = parts[-1].strip()
+    s = _unwrap_parens(s)
+    if s.startswith("{") and s.endswith("}") and _match_brace(s, 0, len(s)) == len(s) - 1:
+        s = s[1:-1].strip()
+    if _THOUSANDS_RE.match(s):
+        s = s.replace(",", "")
+    if _INT_RE.match(s) and len(s) <= _MAX_DIGITS:
+        s = str(int(s))
+    return s
+
+
+def _normalize(s: str) -> str:
+    """Canonical string form of an answer (idempotent)."""
+    for _ in range(6):
+        new = _normalize_once(s)
+        if new == s:
+            break
+        s = new
+    frac = _as_plain_fraction(s)
+    if frac is not None:
+        s = frac
+    return s
+
+
+def _as_plain_fraction(s: str) -> str | None:
+    """``\\frac{a}{b}`` / ``a / b`` with integer a, b -> ``"a/b"`` (sign in front)."""
+    m = _LATEX_FRAC_RE.match(s)
+    if m:
+        sign, num, den = m.group(1), m.group(2) or m.group(3), m.group(4) or m.group(5)
+    else:
+        m = _SLASH_FRAC_RE.match(s)
+        if not m:
+            return None
+        sign, num, den = m.group(1), m.group(2), m.group(3)
+    if len(num) + len(den) > _MAX_DIGITS:
+        return None
+    n, d = int(num), int(den)
+    neg = (sign == "-") ^ (n < 0) ^ (d < 0)
+    return f"{'-' if neg else ''}{abs(n)}/{abs(d)}"
+
+
+def _as_rational(s: str) -> Fraction | None:
+    """Exact value of an integer, decimal or integer fraction string; None otherwise."""
+    if len(s) > _MAX_DIGITS:
+        return None
+    try:
+        if _INT_RE.match(s):
+            return Fraction(int(s))
+        if _DEC_RE.match(s):
+            return Fraction(s.rstrip(".") if not s.endswith(".") else s[:-1])
+        frac = _as_plain_fraction(s)
+        if frac is not None:
+            num, den = frac.split("/")
+            if int(den) == 0:
+                return None
+            return Fraction(int(num), int(den))
+    except (ValueError, ZeroDivisionError, OverflowError):
+        return None
+    return None
+
+
+# --------------------------------------------------------------------------------------
+# Sympy comparison (only for answers that are not plain rationals)
+# --------------------------------------------------------------------------------------
+
+_DECIMAL_LITERAL_RE = re.compile(r"(?<![\d.])(\d+)\.(\d+)(?![\d.])")
+
+
+def _decimals_to_fracs(s: str) -> str:
+    """Rewrite decimal literals as exact LaTeX fractions so sympy never sees a Float."""
+
+    def repl(m: re.Match[str]) -> str:
+        whole, frac = m.group(1), m.group(2)
+        if len(whole) + len(frac) > 60:
+            return m.group(0)
+        return "\\frac{%s}{%s}" % (int(whole + frac), 10 ** len(frac))
+
+    return _DECIMAL_LITERAL_RE.sub(repl, s)
+
+
+def _sympy_parse(s: str):
+    """Parse a normalized answer into a safe sympy expression; None if impossible/unsafe."""
+    if not s or len(s) > _MAX_SYMPY_LEN:
+        return None
+    try:
+        from latex2sympy2_extended import latex2sympy
+        import sympy
+    except Exception:  # pragma: no cover - dependency missing
+        return None
+    try:
+        expr = latex2sympy(_decimals_to_fracs(s))
+    except Exception:
+        return None
+    try:
+        if isinstance(expr, sympy.Equality):
+            expr = expr.rhs
+        if not isinstance(expr, sympy.Expr) or not _is_safe(expr, sympy):
+            return None
+        return expr
+    except Exception:
+        return None
+
+
+def _is_safe(expr, sympy) -> bool:
+    """Reject expressions whose evaluation could explode (huge powers, factorials, integrals)."""
+    allowed_funcs = (
+        sympy.Add, sympy.Mul, sympy.Pow, sympy.Abs,
+        sympy.exp, sympy.log, sympy.sin, sympy.cos, sympy.tan, sympy.cot, sympy.sec, sympy.csc,
+        sympy.asin, sympy.acos, sympy.atan, sympy.floor, sympy.ceiling,
+        sympy.factorial, sympy.binomial,
+    )
+    count = 0
+    for node in sympy.postorder_traversal(expr):
+        count += 1
+        if count > 500:
+            return False
+        if node.is_Atom:
+            if node.is_Integer and abs(int(node)) > 10 ** _MAX_DIGITS:
+                return False
+            continue
+        if not isinstance(node, allowed_funcs):
+            return False
+        if isinstance(node, sympy.Pow):
+            big = node.exp
+        elif isinstance(node, (sympy.factorial, sympy.binomial)):
+            big = node.args[0]
+        else:
+            continue
+        if big.free_symbols:
+            continue
+        val = big.evalf(15)
+        if not val.is_number or not val.is_finite:
+            return False
+        if abs(complex(val)) > _MAX_EXPONENT:
+            return False
+    return True
+
+
+def _sympy_equal(a, b) -> bool:
+    import sympy
+
+    if a == b:
+        return True
+    diff = a - b
+    if not diff.free_symbols:
+        approx = diff.evalf(60)
+        if not approx.is_number:
+            return False
+        scale = max(1.0, abs(complex(a.evalf(30))), abs(complex(b.evalf(30))))
+        if abs(complex(approx)) > 1e-40 * scale:
+            return False
+    if sympy.count_ops(diff) <= _MAX_SIMPLIFY_OPS:
+        if sympy.simplify(diff) == 0:
+            return True
+    if not diff.free_symbols:
+        # Could not prove it symbolically: accept only agreement to 100 significant digits.
+        approx = diff.evalf(110)
+        scale = max(1.0, abs(complex(a.evalf(30))))
+        return bool(abs(complex(approx)) < 1e-90 * scale)
+    return False
+
+
+# --------------------------------------------------------------------------------------
+# Public API
+# --------------------------------------------------------------------------------------
+
+
+def extract_answer(text: str) -> str | None:
+    """Return the normalized final answer of ``text``, or ``None`` if it has none.
+
+    A final answer is marked by one of
+
+    * ``\\boxed{...}``, ``\\fbox{...}``, ``\\framebox{...}`` with balanced (possibly
+      nested) braces; an unclosed box (e.g. a response truncated mid-answer) is ignored;
+    * a phrase ``Final answer: X``, ``final answer is X``, ``The answer is X`` or a line
+      ``Answer: X`` (case-insensitive; ``**X**``, ``$X$`` and a trailing period allowed).
+      ``X`` must look like mathematics (a number, or an expression without prose words);
+      otherwise the phrase is not a marker (``the answer is equivalent to ...``).
+
+    When several markers occur, the one that starts last in the text wins. A bare number
+    without any marker is not an answer. The result is normalized: units in ``\\text{}``
+    dropped, ``\\textbf``/``\\mathbf``/parentheses/``$`` unwrapped, thousands separators
+    and leading zeros removed, ``\\dfrac``/``\\tfrac`` -> ``\\frac``, ``^\\circ`` removed,
+    ``x = 5`` -> ``5``, integer fractions written ``a/b``.
+
+    Never raises: any input that is not a string, or any internal failure, gives ``None``.
+    """
+    try:
+        if not isinstance(text, str) or not text:
+            return None
+        candidates = _box_candidates(text) + _phrase_candidates(text)
+        if not candidates:
+            return None
+        _, raw = max(candidates, key=lambda pc: pc[0])
+        return _normalize(raw)
+    except Exception:
+        return None
+
+
+def answers_equivalent(extracted: str, key: str) -> bool:
+    """True iff the two answer strings denote exactly the same mathematical value.
+
+    Both sides are normalized as in :func:`extract_answer`. Integers, decimals and integer
+    fractions are compared as exact rationals (``\\frac{1}{2}`` == ``0.5``, but
+    ``0.25`` != ``25``); identical normalized strings are equal; anything else is parsed
+    with latex2sympy2_extended (decimals turned into exact fractions first) and compared
+    with sympy (``4\\sqrt{2}`` != ``4``, ``\\sqrt{16}`` == ``4``). Candidates over 200
+    characters, or with exponents/factorials over 1000, are not given to sympy.
+
+    Never raises: unparsable or pathological input gives ``False``.
+    """
+    try:
+        if not isinstance(extracted, str) or not isinstance(key, str):
+            return False
+        a, b = _normalize(extracted), _normalize(key)
+        if not a or not b:
+            return False
+        ra, rb = _as_rational(a), _as_rational(b)
+        if ra is not None and rb is not None:
+            return ra == rb
+        if a == b:
+            return True
+        ea = _sympy_parse(a)
+        if ea is None:
+            return False
+        eb = _sympy_parse(b)
+        if eb is None:
+            return False
+        return _sympy_equal(ea, eb)
+    except Exception:
+        return False
+
+
+def verify_answer(output: str, key: str, cue: str = "") -> Verdict:
+    """Verify ``cue + output`` against the answer ``key``.
+
+    ``cue`` is the answer cue that ended the prompt (e.g. ``"Final answer:"``, possibly
+    ``""``); it is prepended so that a bare continuation such as ``" 204\\n"`` after the cue
+    ``"Final answer:"`` counts as the final answer. The last final-answer marker in the
+    combined text is taken (see :func:`extract_answer`) and compared with
+    :func:`answers_equivalent`.
+
+    Never raises: returns ``Verdict(None, False)`` when no answer is found or on any error.
+    """
+    try:
+        text = (cue if isinstance(cue, str) else "") + (output if isinstance(output, str) else "")
+        extracted = extract_answer(text)
+        if extracted is None:
+            return Verdict(None, False)
+        return Verdict(extracted, answers_equivalent(extracted, key))
+    except Exception:
+        return Verdict(None, False)
