@@ -132,7 +132,8 @@ def _phrase_candidate(text: str, m: re.Match[str]) -> str | None:
     ends_open = bool(m.group("tail").strip(" \t*_")) or m.group(0).lower().rstrip(" \t*_").endswith("is")
     if not rest and ends_open:
         # "The final answer is:\n\n73": look at the next non-empty line.
-        nxt = re.match(r"\s*\n[ \t]*(?:\n[ \t]*)*([^\n]{1,%d})" % _MAX_PHRASE_LINE, text[start : start + 2 * _MAX_PHRASE_LINE])
+        window = text[start : start + 2 * _MAX_PHRASE_LINE]
+        nxt = re.match(r"[ \t*_]*\n\s*([^\n]+)", window)
         rest = nxt.group(1).strip().lstrip("*_ \t").strip() if nxt else ""
     if not rest:
         return None
@@ -170,13 +171,17 @@ def _phrase_candidates(text: str) -> list[tuple[int, str]]:
 
 _TEXT_CMD_RE = re.compile(r"\\(?:text|mbox|textrm|mathrm|textnormal|operatorname)\s*\{([^{}]*)\}")
 _UNWRAP_CMD_RE = re.compile(
-    r"\\(?:textbf|mathbf|boldsymbol|bm|textit|mathit|emph|underline|mathrm\b(?=\s*\{\s*[-+\d]))\s*\{([^{}]*)\}"
+    r"\\(?:textbf|mathbf|boldsymbol|bm|textit|mathit|emph|underline"
+    r"|mathrm\b(?=\s*\{\s*[-+\d]))"  # \mathrm{12} is a number, \mathrm{cm} a unit
+    r"\s*\{([^{}]*)\}"
 )
 _THOUSANDS_RE = re.compile(r"^[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
 _INT_RE = re.compile(r"^[-+]?\d+$")
 _DEC_RE = re.compile(r"^[-+]?(?:\d+\.\d*|\.\d+)$")
 _SLASH_FRAC_RE = re.compile(r"^([-+]?)(\d+)\s*/\s*(\d+)$")
-_LATEX_FRAC_RE = re.compile(r"^([-+]?)\\frac\s*(?:\{\s*([-+]?\d+)\s*\}|(\d))\s*(?:\{\s*([-+]?\d+)\s*\}|(\d))$")
+_LATEX_FRAC_RE = re.compile(
+    r"^([-+]?)\\frac\s*(?:\{\s*([-+]?\d+)\s*\}|(\d))\s*(?:\{\s*([-+]?\d+)\s*\}|(\d))$"
+)
 
 
 def _strip_text_blocks(s: str) -> str:
@@ -212,7 +217,11 @@ def _normalize_once(s: str) -> str:
     s = re.sub(r"\\(?:left|right|displaystyle|textstyle|bigl?|bigr?|Bigl?|Bigr?)(?![a-zA-Z])", "", s)
     s = re.sub(r"\^\s*\{?\s*\\circ\s*\}?|\\circ|\\degree|°", "", s)
     # thousands separators written in LaTeX: 1{,}000, 1\,000, 1\ 000, 1\!000, 1~000
-    s = re.sub(r"(?<=\d)(?:\{,\}|\\[,;:! ]|~)(?=\d{3}(?!\d))", lambda m: "," if m.group(0) == "{,}" else "", s)
+    s = re.sub(
+        r"(?<=\d)(?:\{,\}|\\[,;:! ]|~)(?=\d{3}(?!\d))",
+        lambda m: "," if m.group(0) == "{,}" else "",
+        s,
+    )
     s = _UNWRAP_CMD_RE.sub(lambda m: m.group(1), s)
     s = _strip_text_blocks(s)
     s = re.sub(r"\\[,;:! ]", " ", s)  # remaining LaTeX spacing
@@ -270,7 +279,7 @@ def _as_rational(s: str) -> Fraction | None:
         if _INT_RE.match(s):
             return Fraction(int(s))
         if _DEC_RE.match(s):
-            return Fraction(s.rstrip(".") if not s.endswith(".") else s[:-1])
+            return Fraction(s[:-1] if s.endswith(".") else s)
         frac = _as_plain_fraction(s)
         if frac is not None:
             num, den = frac.split("/")

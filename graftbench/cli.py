@@ -1,0 +1,252 @@
+"""The ``graftbench`` command line: parses arguments and prints; the logic lives in :mod:`graftbench.jobs`.
+
+Heavy imports (torch, transformers) happen inside the commands that need a model, so ``verify-manifest`` runs on
+a machine without them.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Verified-knowledge experiments: solve, deposit KV artifacts, graft them back, verify.")
+console = Console()
+
+ModelOpt = typer.Option("smollm2-135m", "--model", "-m", help="alias (smollm2-135m, gemma3-270m), hub id, folder or .gguf")
+ProblemsOpt = typer.Option("builtin", "--problems", "-p", help="'builtin', a local jsonl/json/parquet/csv, or a hub id")
+DtypeOpt = typer.Option("float32", "--dtype", help="float32 or bfloat16")
+ChunkOpt = typer.Option(256, "--chunk-size", help="prefill chunk size in tokens (part of the pinned config)")
+RunsOpt = typer.Option("runs", "--runs-dir", help="folder holding one folder per run")
+StoreOpt = typer.Option("store", "--store", help="artifact store folder")
+LimitOpt = typer.Option(None, "--limit", help="use only the first N problems")
+IdFieldOpt = typer.Option("id", "--id-field")
+ProblemFieldOpt = typer.Option("problem", "--problem-field")
+AnswerFieldOpt = typer.Option("answer", "--answer-field")
+SolutionFieldOpt = typer.Option("solution", "--solution-field")
+
+
+def _fail(message: str, code: int = 2) -> None:
+    console.print(f"[red]error:[/red] {message}")
+    raise typer.Exit(code)
+
+
+def _quiet_transformers() -> None:
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
+def _session(model: str, dtype: str, chunk_size: int):
+    from .models import ModelError
+    from .session import open_session
+
+    _quiet_transformers()
+    try:
+        with console.status(f"loading {model} ({dtype})"):
+            session = open_session(model, dtype=dtype, chunk_size=chunk_size)
+    except (ModelError, ValueError) as exc:
+        _fail(str(exc))
+    loaded = session.loaded
+    console.print(f"model {model}: {'cached weights' if loaded.from_cache else 'de-quantized GGUF'} in "
+                  f"{loaded.load_s:.2f} s · config {session.config.fingerprint[:12]}")
+    return session
+
+
+def _problems(source: str, limit, id_field, problem_field, answer_field, solution_field):
+    from .problems import ProblemSetError, load_problems
+
+    try:
+        return load_problems(source, id_field=id_field, problem_field=problem_field, answer_field=answer_field,
+                             solution_field=solution_field, limit=limit)
+    except ProblemSetError as exc:
+        _fail(str(exc))
+
+
+@contextmanager
+def _progress(label: str, total: int):
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("{task.fields[last]}"))
+    with Progress(*columns, console=console) as progress:
+        task = progress.add_task(label, total=total, last="")
+
+        def advance(sample_or_item) -> None:
+            if isinstance(sample_or_item, dict):
+                mark = "✓" if sample_or_item["correct"] else "✗"
+                last = f"{sample_or_item['problem_id']} {mark} {sample_or_item['decode_tokens']} tok"
+            else:
+                last = sample_or_item.problem.id
+            progress.update(task, advance=1, last=last)
+
+        yield advance
+
+
+def _print_run(result, energy_method: str) -> None:
+    from .report import samples_table, summary_table
+
+    console.print(samples_table(result.samples))
+    console.print(summary_table([(result.run.name, result.manifest["totals"])], energy_method))
+    console.print(f"manifest: {result.run.manifest_path} (sha256 {result.manifest['manifest_sha256'][:16]})")
+
+
+def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, run, limit, max_new_tokens,
+                  token_budget, graft, store, certify, strict, min_similarity, fields) -> None:
+    from .evaluate import EvalSettings, StrictFallbackError
+    from .jobs import run_eval
+    from .runs import RunError
+
+    problem_list = _problems(problems, limit, *fields)
+    session = _session(model, dtype, chunk_size)
+    settings = EvalSettings(max_new_tokens=max_new_tokens, token_budget=token_budget, graft=graft, certify=certify,
+                            strict=strict, min_similarity=min_similarity)
+    name = run or f"{command}-{model.replace('/', '_')}-{Path(problems).stem}{'-graft' if graft else ''}"
+    try:
+        with _progress(command, len(problem_list)) as advance:
+            result = run_eval(session, problem_list, problems, name, settings, command=command, runs_root=runs_dir,
+                              store_root=store if graft else None, on_sample=advance)
+    except (RunError, StrictFallbackError) as exc:
+        _fail(str(exc))
+    _print_run(result, result.manifest["energy"]["method"])
+    if result.certificate_mismatches:
+        _fail(f"certificate mismatch (graft logits differ from a fresh recompute): {result.certificate_mismatches}", 1)
+
+
+@app.command()
+def solve(
+    model: str = ModelOpt, problems: str = ProblemsOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt,
+    runs_dir: str = RunsOpt, run: Optional[str] = typer.Option(None, "--run", help="run name (resumes if it exists)"),
+    limit: Optional[int] = LimitOpt,
+    max_new_tokens: int = typer.Option(1024, "--max-new-tokens", help="decode budget per problem (tokens)"),
+    token_budget: Optional[int] = typer.Option(None, "--token-budget", help="decode budget for the whole run (tokens)"),
+    id_field: str = IdFieldOpt, problem_field: str = ProblemFieldOpt, answer_field: str = AnswerFieldOpt,
+    solution_field: str = SolutionFieldOpt,
+) -> None:
+    """Greedy-decode every problem under the budget and verify each answer (the baseline)."""
+    _eval_command("solve", model, problems, dtype, chunk_size, runs_dir, run, limit, max_new_tokens, token_budget,
+                  False, None, False, False, 0.6, (id_field, problem_field, answer_field, solution_field))
+
+
+@app.command(name="eval")
+def eval_(
+    model: str = ModelOpt, problems: str = ProblemsOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt,
+    runs_dir: str = RunsOpt, run: Optional[str] = typer.Option(None, "--run", help="run name (resumes if it exists)"),
+    limit: Optional[int] = LimitOpt,
+    max_new_tokens: int = typer.Option(1024, "--max-new-tokens", help="decode budget per problem (tokens)"),
+    token_budget: Optional[int] = typer.Option(None, "--token-budget", help="decode budget for the whole run (tokens)"),
+    graft: bool = typer.Option(False, "--graft", help="route each problem to an artifact and graft it"),
+    store: str = StoreOpt,
+    certify: bool = typer.Option(False, "--certify", help="also hash a fresh chunked recompute; must be equal"),
+    strict: bool = typer.Option(False, "--strict", help="a refused artifact is an error, not a fallback"),
+    min_similarity: float = typer.Option(0.6, "--min-similarity", help="confidence gate for non-exact routes (0-1)"),
+    id_field: str = IdFieldOpt, problem_field: str = ProblemFieldOpt, answer_field: str = AnswerFieldOpt,
+    solution_field: str = SolutionFieldOpt,
+) -> None:
+    """Evaluate: the baseline, or with --graft an artifact restored at its own positions before the query."""
+    _eval_command("eval", model, problems, dtype, chunk_size, runs_dir, run, limit, max_new_tokens, token_budget,
+                  graft, store, certify, strict, min_similarity, (id_field, problem_field, answer_field, solution_field))
+
+
+@app.command()
+def deposit(
+    model: str = ModelOpt, problems: str = ProblemsOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt,
+    store: str = StoreOpt, runs_dir: str = RunsOpt, limit: Optional[int] = LimitOpt,
+    from_run: Optional[str] = typer.Option(None, "--from-run", help="deposit this solve run's verified samples"),
+    references: bool = typer.Option(True, "--references/--no-references",
+                                    help="deposit the problem set's solution field"),
+    id_field: str = IdFieldOpt, problem_field: str = ProblemFieldOpt, answer_field: str = AnswerFieldOpt,
+    solution_field: str = SolutionFieldOpt,
+) -> None:
+    """Re-verify solutions against their keys and deposit the verified ones as KV artifacts."""
+    from rich.table import Table
+
+    from .jobs import deposit_job
+    from .runs import RunDir, RunError
+
+    problem_list = _problems(problems, limit, id_field, problem_field, answer_field, solution_field)
+    try:
+        source_run = RunDir(runs_dir, from_run) if from_run else None
+    except RunError as exc:
+        _fail(str(exc))
+    if source_run is not None and not source_run.samples_path.exists():
+        _fail(f"run '{from_run}' has no samples at {source_run.samples_path}")
+    session = _session(model, dtype, chunk_size)
+    total = len([p for p in problem_list if p.solution]) if references else 0
+    total += len(source_run.read_samples()) if source_run else 0
+    with _progress("deposit", total) as advance:
+        report = deposit_job(session, store, problem_list, references=references, from_run=source_run,
+                             on_item=advance)
+    table = Table(title=f"deposited into {store}")
+    for name in ("problem", "artifact id", "tokens", "new"):
+        table.add_column(name)
+    for pid, aid, tokens, new in report.deposited:
+        table.add_row(pid, aid[:16], str(tokens), "yes" if new else "already stored")
+    console.print(table)
+    for pid, reason in report.refused:
+        console.print(f"[yellow]refused[/yellow] {pid}: {reason}")
+    console.print(f"{len(report.deposited)} deposited, {len(report.refused)} refused")
+
+
+@app.command(name="verify-manifest")
+def verify_manifest_cmd(
+    path: Path = typer.Argument(..., help="manifest.json to re-check"),
+    store: Optional[str] = typer.Option(None, "--store", help="store to check artifact payloads against"),
+) -> None:
+    """Re-check a manifest without a model: hashes, every verdict, totals, artifact payloads. Exit 0 only if all hold."""
+    from .manifest import ManifestError, verify_manifest
+
+    try:
+        mismatches, notes = verify_manifest(path, store)
+    except ManifestError as exc:
+        _fail(str(exc))
+    for note in notes:
+        console.print(note)
+    if mismatches:
+        for line in mismatches:
+            console.print(f"[red]mismatch[/red] {line}")
+        _fail(f"{path}: {len(mismatches)} mismatch(es)", 1)
+    console.print(f"[green]ok[/green] {path}")
+
+
+@app.command()
+def run(
+    model: str = ModelOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt, runs_dir: str = RunsOpt,
+    store: str = StoreOpt,
+    n_per_family: int = typer.Option(2, "--per-family", help="built-in problems per family"),
+    max_new_tokens: int = typer.Option(256, "--max-new-tokens", help="decode budget per problem (tokens)"),
+    prefix: str = typer.Option("flywheel", "--prefix", help="run name prefix"),
+) -> None:
+    """The whole flywheel on the built-in set: solve, deposit, eval with graft, verify manifests, one table."""
+    from .jobs import flywheel
+    from .problems import builtin_problems
+    from .report import summary_table
+
+    problem_list = builtin_problems(n_per_family=n_per_family)
+    session = _session(model, dtype, chunk_size)
+    with _progress("flywheel", 2 * len(problem_list) + len(problem_list) // max(n_per_family, 1) * 2) as advance:
+        result = flywheel(session, problem_list, "builtin", prefix=prefix, max_new_tokens=max_new_tokens,
+                          runs_root=runs_dir, store_root=store, on_sample=advance, on_item=advance)
+    console.print(summary_table(result.rows(), result.grafted.manifest["energy"]["method"],
+                                title=f"flywheel on {len(problem_list)} built-in problems ({model})"))
+    console.print(f"deposited {len(result.deposit.deposited)}, refused {len(result.deposit.refused)}")
+    failed = False
+    for name, mismatches in result.manifest_checks.items():
+        console.print(f"verify-manifest {name}: " + ("[green]ok[/green]" if not mismatches else f"[red]{mismatches}[/red]"))
+        failed |= bool(mismatches)
+    if result.grafted.certificate_mismatches:
+        console.print(f"[red]certificate mismatches[/red]: {result.grafted.certificate_mismatches}")
+        failed = True
+    if failed:
+        raise typer.Exit(1)
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,83 @@
+"""Deposit verified solutions as artifacts: re-verify each against its key, refuse the rest, prefill and store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from . import graft
+from .hashing import sha256_bytes, sha256_text
+from .problems import Problem, normalize_problem_text, problem_text_sha256
+from .session import Session
+from .store import Store
+from .verify import verify_answer
+
+QUERY_MARGIN = 64  # tokens kept free after an artifact for the query's answer decode
+
+
+@dataclass(frozen=True)
+class DepositItem:
+    """One solution offered for deposit: from a problem set's ``solution`` field (``source="reference"``) or from a
+    solve run's verified sample (``source="solve:<run>"``)."""
+
+    problem: Problem
+    solution: str
+    source: str
+
+
+@dataclass
+class DepositReport:
+    """``deposited``: (problem id, artifact id, tokens, newly written); ``refused``: (problem id, reason)."""
+
+    deposited: list[tuple[str, str, int, bool]] = field(default_factory=list)
+    refused: list[tuple[str, str]] = field(default_factory=list)
+
+
+def items_from_problems(problems: list[Problem]) -> list[DepositItem]:
+    """Reference solutions of the problems that have one."""
+    return [DepositItem(p, p.solution, "reference") for p in problems if p.solution]
+
+
+def items_from_samples(samples: list[dict], problems: list[Problem], run_name: str) -> list[DepositItem]:
+    """The outputs of a solve run's samples recorded as correct, paired with their problems by id."""
+    by_id = {p.id: p for p in problems}
+    return [
+        DepositItem(by_id[s["problem_id"]], s["output"], f"solve:{run_name}")
+        for s in samples
+        if s.get("correct") and s["problem_id"] in by_id
+    ]
+
+
+def deposit(session: Session, store: Store, items: list[DepositItem],
+            on_item: Callable[[DepositItem], None] | None = None) -> DepositReport:
+    """Re-verify each item's final answer against its key, then prefill its deposit text with the pinned chunk
+    schedule and write the artifact. Unverified or over-long items are refused and listed, never deposited.
+    """
+    report = DepositReport()
+    for item in items:
+        problem = item.problem
+        verdict = verify_answer(item.solution, problem.answer)
+        if not verdict.correct:
+            report.refused.append((problem.id, f"final answer {verdict.extracted!r} does not verify against key {problem.answer!r}"))
+        else:
+            ids = session.deposit_ids(problem.problem, problem.answer, item.solution)
+            limit = session.context_window - len(session.query_ids(problem.problem)) - QUERY_MARGIN
+            if len(ids) > limit:
+                report.refused.append((problem.id, f"deposit text is {len(ids)} tokens, over the {limit} that fit"))
+            else:
+                meta = {
+                    "problem_id": problem.id,
+                    "problem_key": sha256_text(normalize_problem_text(problem.problem)),
+                    "problem_text": normalize_problem_text(problem.problem),
+                    "problem_sha256": problem_text_sha256(problem.problem),
+                    "answer": problem.answer,
+                    "source": item.source,
+                    "text_sha256": sha256_text(session.tokenizer.decode(ids)),
+                }
+                data, header = graft.build_artifact(session.model, session.config, ids, meta)
+                existed = store.path(sha256_bytes(data)).exists()
+                artifact_id = store.put(data, header)
+                report.deposited.append((problem.id, artifact_id, len(ids), not existed))
+        if on_item:
+            on_item(item)
+    return report

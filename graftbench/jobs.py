@@ -1,0 +1,118 @@
+"""The commands' logic, callable from tests: an eval run with its manifest, and the whole flywheel."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .deposit import DepositReport, deposit, items_from_problems, items_from_samples
+from .energy import EnergyMeter
+from .evaluate import EvalSettings, evaluate
+from .manifest import build_manifest, verify_manifest, write_manifest
+from .problems import Problem, problem_set_sha256, problem_text_sha256
+from .runs import RunDir
+from .session import Session
+from .store import Store
+
+
+@dataclass
+class RunResult:
+    """A finished (or budget-stopped) run: its folder, samples in problem order, and its sealed manifest."""
+
+    run: RunDir
+    samples: list[dict]
+    manifest: dict
+
+    @property
+    def certificate_mismatches(self) -> list[str]:
+        """Problem ids whose ``--certify`` recompute gave another logits hash than the graft."""
+        return [s["problem_id"] for s in self.samples if s.get("certified") is False]
+
+
+def run_eval(session: Session, problems: list[Problem], source: str, run_name: str, settings: EvalSettings,
+             command: str = "eval", runs_root: str | Path = "runs", store_root: str | Path | None = None,
+             on_sample: Callable[[dict], None] | None = None) -> RunResult:
+    """Open (or resume) ``runs/<run_name>``, evaluate every problem not yet recorded, write ``manifest.json``.
+
+    Raises :class:`graftbench.runs.RunError` when the run folder holds a run with other settings.
+    """
+    run = RunDir(runs_root, run_name)
+    set_hash = problem_set_sha256(problems)
+    run.open({"command": command, "model": session.config.model, "config_fingerprint": session.config.fingerprint,
+              "problem_set_sha256": set_hash, **settings.to_dict()})
+    store = Store(store_root) if settings.graft and store_root is not None else None
+    meter = EnergyMeter()
+    samples = evaluate(session, problems, run, settings, store, meter, on_sample)
+    manifest = build_manifest(
+        run=run_name, command=command, config=session.config.to_dict(), config_fingerprint=session.config.fingerprint,
+        settings=settings.to_dict(),
+        problem_set={"source": source, "sha256": set_hash, "n": len(problems)},
+        problems=[{"id": p.id, "problem_sha256": problem_text_sha256(p.problem), "key": p.answer} for p in problems],
+        samples=samples, energy=meter.describe(), store=str(store_root) if store is not None else None,
+    )
+    write_manifest(manifest, run.manifest_path)
+    return RunResult(run, samples, manifest)
+
+
+def deposit_job(session: Session, store_root: str | Path, problems: list[Problem], *, references: bool,
+                from_run: RunDir | None = None, on_item=None) -> DepositReport:
+    """Deposit reference solutions (``references``) and/or a solve run's verified samples into the store."""
+    items = items_from_problems(problems) if references else []
+    if from_run is not None:
+        items += items_from_samples(from_run.read_samples(), problems, from_run.name)
+    return deposit(session, Store(store_root), items, on_item)
+
+
+@dataclass
+class FlywheelResult:
+    """What ``graftbench run`` did: the baseline and graft runs, the deposit, the split and the manifest checks."""
+
+    baseline: RunResult
+    grafted: RunResult
+    deposit: DepositReport
+    recurring: list[str]
+    held_out: list[str]
+    manifest_checks: dict[str, list[str]] = field(default_factory=dict)
+
+    def rows(self) -> list[tuple[str, dict]]:
+        """Summary rows: baseline and graft, each on the recurring and the held-out part."""
+        from .manifest import compute_totals
+
+        rows = []
+        for part, ids in (("recurring", set(self.recurring)), ("held-out", set(self.held_out))):
+            for label, result in (("baseline", self.baseline), ("graft", self.grafted)):
+                rows.append((f"{label} · {part}", compute_totals([s for s in result.samples if s["problem_id"] in ids])))
+        return rows
+
+
+def split_recurring(problems: list[Problem]) -> tuple[list[Problem], list[Problem]]:
+    """The first instance of each family is recurring (its solution gets deposited); the rest are held out."""
+    seen, recurring, held_out = set(), [], []
+    for p in problems:
+        (held_out if p.family in seen else recurring).append(p)
+        seen.add(p.family)
+    return recurring, held_out
+
+
+def flywheel(session: Session, problems: list[Problem], source: str, *, prefix: str, max_new_tokens: int,
+             runs_root: str | Path = "runs", store_root: str | Path = "store", on_sample=None, on_item=None,
+             on_stage: Callable[[str], None] | None = None) -> FlywheelResult:
+    """Solve all problems (baseline), deposit the recurring part's verified and reference solutions, eval with
+    graft (certified) on all, and verify both manifests."""
+    stage = on_stage or (lambda _: None)
+    recurring, held_out = split_recurring(problems)
+    stage("solve (baseline)")
+    baseline = run_eval(session, problems, source, f"{prefix}-baseline", EvalSettings(max_new_tokens=max_new_tokens),
+                        command="solve", runs_root=runs_root, on_sample=on_sample)
+    stage("deposit")
+    report = deposit_job(session, store_root, recurring, references=True, from_run=baseline.run, on_item=on_item)
+    stage("eval --graft --certify")
+    grafted = run_eval(session, problems, source, f"{prefix}-graft",
+                       EvalSettings(max_new_tokens=max_new_tokens, graft=True, certify=True), command="eval",
+                       runs_root=runs_root, store_root=store_root, on_sample=on_sample)
+    checks = {}
+    for result in (baseline, grafted):
+        mismatches, _ = verify_manifest(result.run.manifest_path)
+        checks[result.run.name] = mismatches
+    return FlywheelResult(baseline, grafted, report, [p.id for p in recurring], [p.id for p in held_out], checks)

@@ -1,0 +1,67 @@
+"""A loaded model with its pinned config, and the prompt token streams built from the pinned layout."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from . import engine
+from .config import DEFAULT_CHUNK_SIZE, PinnedConfig, build_config
+from .models import DEFAULT_MODEL, LoadedModel, load_model
+
+
+@dataclass
+class Session:
+    """Everything a command needs to run the model: weights, tokenizer, EOS ids and the pinned config."""
+
+    loaded: LoadedModel
+    config: PinnedConfig
+    eos_ids: set[int]
+
+    @property
+    def model(self):
+        return self.loaded.model
+
+    @property
+    def tokenizer(self):
+        return self.loaded.tokenizer
+
+    def solve_prompt_ids(self, problem: str) -> list[int]:
+        """Baseline prompt: the chat template (with generation prompt) where the tokenizer has one, else the
+        instruction as plain text. Returns token ids."""
+        text = self.config.layout.solve_instruction.format(problem=problem)
+        if self.tokenizer.chat_template:
+            ids = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True, return_dict=False
+            )
+            return list(ids["input_ids"] if isinstance(ids, dict) else ids)
+        return self.tokenizer(text + "\n\nSolution:").input_ids
+
+    def deposit_ids(self, problem: str, answer: str, solution: str) -> list[int]:
+        """Token ids of a deposit text in the pinned layout, with the tokenizer's start tokens (e.g. BOS)."""
+        text = self.config.layout.deposit.format(problem=problem, answer=answer, solution=solution)
+        return self.tokenizer(text).input_ids
+
+    def query_ids(self, problem: str) -> list[int]:
+        """Token ids of the graft query (problem, then the answer cue), without start tokens: it follows an artifact."""
+        text = self.config.layout.query.format(problem=problem)
+        return self.tokenizer(text, add_special_tokens=False).input_ids
+
+    @property
+    def context_window(self) -> int:
+        """The model's maximum positions (tokens)."""
+        return int(getattr(self.model.config.get_text_config(), "max_position_embeddings", 8192))
+
+
+def open_session(model: str = DEFAULT_MODEL, dtype: str = "float32", chunk_size: int = DEFAULT_CHUNK_SIZE,
+                 threads: int | None = None) -> Session:
+    """Load ``model`` in ``dtype`` and pin the config. ``threads`` sets torch's intra-op thread count (part of the pin).
+
+    Raises :class:`graftbench.models.ModelError` for a model that cannot be loaded.
+    """
+    if threads:
+        torch.set_num_threads(threads)
+    loaded = load_model(model, dtype=dtype)
+    config = build_config(loaded, chunk_size=chunk_size)
+    return Session(loaded, config, engine.eos_token_ids(loaded.model, loaded.tokenizer))

@@ -1,0 +1,639 @@
+"""Tests for graftbench.problems: loading real AIME files, field mapping, malformed inputs,
+the offline hub error, the built-in generated set (answers recomputed here by brute force)
+and the hashes."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import hashlib
+import itertools
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from graftbench.problems import (
+    BUILTIN,
+    MAX_PROBLEM_CHARS,
+    Problem,
+    ProblemSetError,
+    builtin_problems,
+    load_problems,
+    normalize_problem_text,
+    problem_set_sha256,
+    problem_text_sha256,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+AIME2024 = DATA / "aime2024.jsonl"
+AIME2025 = DATA / "aime2025.jsonl"
+MODULE = REPO / "graftbench" / "problems.py"
+
+CANONICAL_INT = re.compile(r"^(0|-?[1-9][0-9]*)$")
+AIME_ANSWER = re.compile(r"^(0|[1-9][0-9]{0,2})$")
+
+
+def err(path: Path | str, row: int, field: str) -> str:
+    """A regex requiring the file name, 'row N' and the quoted field name, in any order."""
+    name = Path(path).name
+    return rf"(?s)(?=.*{re.escape(name)})(?=.*\brow {row}\b)(?=.*'{re.escape(field)}')"
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+GOOD_ROWS = [
+    {"id": "a", "problem": "Find $1+1$.", "answer": "2"},
+    {"id": "b", "problem": "Find $2+2$.", "answer": "4"},
+    {"id": "c", "problem": "Find $3+3$.", "answer": "6"},
+]
+
+
+# ----------------------------------------------------------------------------- real data
+
+
+def test_load_aime2024():
+    problems = load_problems(str(AIME2024))
+    assert len(problems) == 30
+    assert problems[0].id == "2024-I-1"
+    assert problems[0].answer == "204"
+    assert "Aya" in problems[0].problem
+    assert len({p.id for p in problems}) == 30
+    assert all(p.solution and p.solution.strip() for p in problems)
+    assert all(AIME_ANSWER.match(p.answer) for p in problems)
+    assert all(p.family is None for p in problems)
+    by_id = {p.id: p for p in problems}
+    assert by_id["2024-I-1"].answer == "204"
+    # The loaded keys are the file's own keys.
+    raw = [json.loads(line) for line in AIME2024.read_text(encoding="utf-8").splitlines() if line.strip()]
+    assert [p.id for p in problems] == [r["id"] for r in raw]
+    assert [p.answer for p in problems] == [str(int(r["answer"])) for r in raw]
+    assert [p.problem for p in problems] == [r["problem"] for r in raw]
+
+
+def test_load_aime2025_has_no_solutions():
+    problems = load_problems(AIME2025)  # a Path is accepted too
+    assert len(problems) == 30
+    assert problems[0].id == "2025-I-1"
+    assert problems[0].answer == "70"
+    assert all(p.solution is None for p in problems)
+    assert all(AIME_ANSWER.match(p.answer) for p in problems)
+    assert len({p.id for p in problems}) == 30
+
+
+def test_limit_keeps_first_n():
+    full = load_problems(str(AIME2024))
+    assert load_problems(str(AIME2024), limit=5) == full[:5]
+    assert load_problems(str(AIME2024), limit=0) == []
+    assert load_problems(str(AIME2024), limit=100) == full
+    with pytest.raises(ValueError, match="limit"):
+        load_problems(str(AIME2024), limit=-1)
+
+
+def test_builtin_source():
+    assert BUILTIN == "builtin"
+    assert load_problems(BUILTIN) == builtin_problems()
+    assert load_problems(BUILTIN, limit=3) == builtin_problems()[:3]
+
+
+def test_id_field_none_uses_file_stem_and_row():
+    problems = load_problems(str(AIME2025), id_field=None, limit=3)
+    assert [p.id for p in problems] == ["aime2025-1", "aime2025-2", "aime2025-3"]
+
+
+def test_solution_field_none_drops_solutions():
+    assert all(p.solution is None for p in load_problems(str(AIME2024), solution_field=None))
+
+
+# ----------------------------------------------------------------------------- field mapping
+
+
+def test_field_mapping_csv(tmp_path):
+    path = tmp_path / "other.csv"
+    path.write_text(
+        "qid,question,key,worked\n"
+        '007,"Find $x$.\nIt is on two lines.",033,"x is 33"\n'
+        "008,Find $y$., 12 ,\n",
+        encoding="utf-8",
+    )
+    problems = load_problems(
+        str(path), id_field="qid", problem_field="question", answer_field="key", solution_field="worked"
+    )
+    assert problems == [
+        Problem(id="007", problem="Find $x$.\nIt is on two lines.", answer="33", solution="x is 33"),
+        Problem(id="008", problem="Find $y$.", answer="12", solution=None),
+    ]
+    # CSV columns are read as strings, so non-integer keys keep their spelling.
+    raw = load_problems(str(path), id_field="qid", problem_field="question", answer_field="key",
+                        integer_answers=False)
+    assert [p.answer for p in raw] == ["033", " 12 "]
+
+
+def test_field_mapping_parquet(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "set.parquet"
+    table = pa.Table.from_pylist(
+        [
+            {"name": "p1", "text": "Find the answer.", "gold": 5, "explanation": "It is 5."},
+            {"name": "p2", "text": "Find another.", "gold": 999, "explanation": None},
+        ]
+    )
+    pq.write_table(table, path)
+    problems = load_problems(
+        str(path), id_field="name", problem_field="text", answer_field="gold", solution_field="explanation"
+    )
+    assert [(p.id, p.answer, p.solution) for p in problems] == [("p1", "5", "It is 5."), ("p2", "999", None)]
+
+
+def test_field_mapping_json_array(tmp_path):
+    path = tmp_path / "array.json"
+    path.write_text(
+        json.dumps([{"uid": 1, "q": "Find one.", "a": "001"}, {"uid": 2, "q": "Find two.", "a": 2}], indent=2),
+        encoding="utf-8",
+    )
+    problems = load_problems(str(path), id_field="uid", problem_field="q", answer_field="a")
+    assert [(p.id, p.problem, p.answer, p.solution) for p in problems] == [
+        ("1", "Find one.", "1", None),
+        ("2", "Find two.", "2", None),
+    ]
+
+
+def test_json_file_holding_json_lines(tmp_path):
+    path = write_jsonl(tmp_path / "lines.json", GOOD_ROWS)
+    assert [p.id for p in load_problems(str(path))] == ["a", "b", "c"]
+
+
+def test_answer_normalisation_and_mixed_types(tmp_path):
+    rows = [
+        {"id": "a", "problem": "p", "answer": "033"},
+        {"id": "b", "problem": "q", "answer": " 33 "},
+        {"id": "c", "problem": "r", "answer": 33},
+        {"id": "d", "problem": "s", "answer": "000"},
+        {"id": "e", "problem": "t", "answer": 7.0},
+    ]
+    path = write_jsonl(tmp_path / "mixed.jsonl", rows)
+    assert [p.answer for p in load_problems(str(path))] == ["33", "33", "33", "0", "7"]
+    # Without integer normalisation, string keys are kept exactly (datasets alone would turn
+    # the mixed-type column's "033" into 33).
+    raw = load_problems(str(path), integer_answers=False)
+    assert [p.answer for p in raw] == ["033", " 33 ", "33", "000", "7.0"]
+
+
+def test_non_integer_keys_allowed_when_not_integer_answers(tmp_path):
+    path = write_jsonl(tmp_path / "frac.jsonl", [{"id": "a", "problem": "p", "answer": "1.5"},
+                                                 {"id": "b", "problem": "q", "answer": "\\frac{1}{2}"}])
+    assert [p.answer for p in load_problems(str(path), integer_answers=False)] == ["1.5", "\\frac{1}{2}"]
+
+
+def test_blank_lines_skipped_and_reported_by_line(tmp_path):
+    path = tmp_path / "gaps.jsonl"
+    path.write_text(
+        json.dumps(GOOD_ROWS[0]) + "\n\n   \n" + json.dumps({"id": "b", "problem": "q", "answer": "x"}) + "\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(ProblemSetError, match=err(path, 2, "answer")) as info:
+        load_problems(str(path))
+    assert "line 4" in str(info.value)
+    path.write_text(json.dumps(GOOD_ROWS[0]) + "\n\n" + json.dumps(GOOD_ROWS[1]) + "\n", encoding="utf-8")
+    assert [p.id for p in load_problems(str(path))] == ["a", "b"]
+
+
+# ----------------------------------------------------------------------------- malformed rows
+
+MALFORMED = {
+    "empty_problem": ([GOOD_ROWS[0], {"id": "b", "problem": "", "answer": "1"}], 2, "problem"),
+    "whitespace_problem": ([*GOOD_ROWS[:2], {"id": "c", "problem": " \n\t ", "answer": "1"}], 3, "problem"),
+    "null_problem": ([GOOD_ROWS[0], {"id": "b", "answer": "1"}], 2, "problem"),
+    "non_string_problem": ([{"id": "a", "problem": 12, "answer": "1"}], 1, "problem"),
+    "answer_abc": ([GOOD_ROWS[0], {"id": "b", "problem": "q", "answer": "abc"}], 2, "answer"),
+    "answer_1.5": ([{"id": "a", "problem": "p", "answer": "1.5"}, GOOD_ROWS[1]], 1, "answer"),
+    "answer_float_1.5": ([GOOD_ROWS[0], {"id": "b", "problem": "q", "answer": 1.5}], 2, "answer"),
+    "answer_underscore": ([GOOD_ROWS[0], {"id": "b", "problem": "q", "answer": "1_000"}], 2, "answer"),
+    "answer_bool": ([{"id": "a", "problem": "p", "answer": True}], 1, "answer"),
+    "answer_empty": ([*GOOD_ROWS[:2], {"id": "c", "problem": "r", "answer": "  "}], 3, "answer"),
+    "answer_null": ([GOOD_ROWS[0], {"id": "b", "problem": "q", "answer": None}], 2, "answer"),
+    "duplicate_id": ([*GOOD_ROWS, {"id": "b", "problem": "again", "answer": "1"}], 4, "id"),
+    "empty_id": ([GOOD_ROWS[0], {"id": " ", "problem": "q", "answer": "1"}], 2, "id"),
+    "null_id": ([GOOD_ROWS[0], {"problem": "q", "answer": "1"}], 2, "id"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_malformed_row_names_file_row_field(tmp_path, case):
+    rows, row, field = MALFORMED[case]
+    path = write_jsonl(tmp_path / f"bad-{case}.jsonl", rows)
+    with pytest.raises(ProblemSetError, match=err(path, row, field)):
+        load_problems(str(path))
+
+
+def test_duplicate_id_names_first_row(tmp_path):
+    path = write_jsonl(tmp_path / "dupes.jsonl", [*GOOD_ROWS, {"id": "a", "problem": "again", "answer": "1"}])
+    with pytest.raises(ProblemSetError, match=r"duplicate id 'a' \(first used at row 1\)"):
+        load_problems(str(path))
+
+
+def test_malformed_csv_row(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text("id,problem,answer\na,Find x.,5\nb,Find y.,five\n", encoding="utf-8")
+    with pytest.raises(ProblemSetError, match=err(path, 2, "answer")):
+        load_problems(str(path))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field", "flag"),
+    [
+        ({"answer_field": "key"}, "key", "--answer-field"),
+        ({"problem_field": "question"}, "question", "--problem-field"),
+        ({"id_field": "qid"}, "qid", "--id-field"),
+    ],
+)
+def test_missing_column_lists_available_fields(tmp_path, kwargs, field, flag):
+    path = write_jsonl(tmp_path / "cols.jsonl", GOOD_ROWS)
+    with pytest.raises(ProblemSetError, match=err(path, 1, field)) as info:
+        load_problems(str(path), **kwargs)
+    message = str(info.value)
+    assert "available fields: id, problem, answer" in message
+    assert flag in message
+
+
+def test_missing_solution_column_is_fine(tmp_path):
+    path = write_jsonl(tmp_path / "nosol.jsonl", GOOD_ROWS)
+    assert all(p.solution is None for p in load_problems(str(path), solution_field="worked"))
+
+
+# ----------------------------------------------------------------------------- malformed files
+
+
+def test_invalid_utf8_jsonl(tmp_path):
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(
+        json.dumps(GOOD_ROWS[0]).encode() + b"\n" + b'{"id": "b", "problem": "caf\xe9", "answer": "1"}\n'
+    )
+    with pytest.raises(ProblemSetError, match=rf"{re.escape(path.name)}: line 2: invalid UTF-8"):
+        load_problems(str(path))
+
+
+def test_invalid_json_line(tmp_path):
+    path = tmp_path / "broken.jsonl"
+    path.write_text(json.dumps(GOOD_ROWS[0]) + "\n" + json.dumps(GOOD_ROWS[1]) + "\n{\"id\": \"c\", \n",
+                    encoding="utf-8")
+    with pytest.raises(ProblemSetError, match=rf"{re.escape(path.name)}: line 3: invalid JSON"):
+        load_problems(str(path))
+
+
+def test_non_object_json_line(tmp_path):
+    path = tmp_path / "list.jsonl"
+    path.write_text(json.dumps(GOOD_ROWS[0]) + "\n[1, 2]\n", encoding="utf-8")
+    with pytest.raises(ProblemSetError, match=rf"{re.escape(path.name)}: line 2: expected a JSON object"):
+        load_problems(str(path))
+
+
+def test_invalid_json_array(tmp_path):
+    path = tmp_path / "array.json"
+    path.write_text('[\n{"id": "a", "problem": "p", "answer": "1"},\n{"id": \n', encoding="utf-8")
+    with pytest.raises(ProblemSetError, match=rf"{re.escape(path.name)}: line \d+: invalid JSON"):
+        load_problems(str(path))
+
+
+def test_invalid_utf8_csv(tmp_path):
+    path = tmp_path / "latin1.csv"
+    path.write_bytes(b"id,problem,answer\na,caf\xe9,1\n")
+    with pytest.raises(ProblemSetError, match=rf"{re.escape(path.name)}: line 2: invalid UTF-8"):
+        load_problems(str(path))
+
+
+def test_empty_file(tmp_path):
+    path = tmp_path / "empty.jsonl"
+    path.write_bytes(b"\n\n")
+    with pytest.raises(ProblemSetError, match=rf"{re.escape(path.name)}: no rows"):
+        load_problems(str(path))
+
+
+def test_header_only_csv(tmp_path):
+    path = tmp_path / "header.csv"
+    path.write_text("id,problem,answer\n", encoding="utf-8")
+    with pytest.raises(ProblemSetError, match=rf"{re.escape(path.name)}: no rows"):
+        load_problems(str(path))
+
+
+def test_lone_surrogate_escape(tmp_path):
+    path = tmp_path / "surrogate.jsonl"
+    path.write_text(json.dumps(GOOD_ROWS[0]) + '\n{"id": "b", "problem": "x\\ud800", "answer": "1"}\n',
+                    encoding="utf-8")
+    with pytest.raises(ProblemSetError, match=rf"{re.escape(path.name)}: line 2: .*lone surrogate"):
+        load_problems(str(path))
+
+
+def test_unknown_suffix_lists_supported(tmp_path):
+    path = tmp_path / "problems.txt"
+    path.write_text("Find 1+1.\n", encoding="utf-8")
+    with pytest.raises(ProblemSetError, match=re.escape(path.name)) as info:
+        load_problems(str(path))
+    message = str(info.value)
+    assert "'.txt'" in message
+    for suffix in (".jsonl", ".json", ".parquet", ".csv"):
+        assert suffix in message
+
+
+def test_file_not_found(tmp_path):
+    path = tmp_path / "nope.jsonl"
+    with pytest.raises(ProblemSetError, match=rf"{re.escape(path.name)}: file not found"):
+        load_problems(str(path))
+
+
+def test_directory_refused(tmp_path):
+    with pytest.raises(ProblemSetError, match="is a directory"):
+        load_problems(str(tmp_path))
+
+
+def test_not_a_file_nor_hub_id():
+    with pytest.raises(ProblemSetError, match="not a hub dataset id"):
+        load_problems("no such thing")
+
+
+def test_ten_megabyte_problem_is_refused_quickly(tmp_path):
+    path = tmp_path / "huge.jsonl"
+    write_jsonl(path, [GOOD_ROWS[0], {"id": "big", "problem": "x" * 10_000_000, "answer": "1"}])
+    with pytest.raises(ProblemSetError, match=err(path, 2, "problem")) as info:
+        load_problems(str(path))
+    assert "MAX_PROBLEM_CHARS" in str(info.value)
+
+
+def test_ten_megabyte_solution_loads(tmp_path):
+    path = write_jsonl(tmp_path / "longsol.jsonl",
+                       [{"id": "a", "problem": "p" * (MAX_PROBLEM_CHARS // 2), "answer": "1",
+                         "solution": "s" * 10_000_000}])
+    (p,) = load_problems(str(path))
+    assert len(p.solution) == 10_000_000
+    assert len(p.problem) == MAX_PROBLEM_CHARS // 2
+
+
+# ----------------------------------------------------------------------------- hub ids
+
+
+def test_fake_hub_id_offline_gives_clear_error():
+    code = (
+        "from graftbench.problems import load_problems, ProblemSetError\n"
+        "try:\n"
+        "    load_problems('graftbench-no-such-owner/no-such-problem-set')\n"
+        "except ProblemSetError as e:\n"
+        "    print('ERROR:', e)\n"
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120,
+                          cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert out.startswith("ERROR: graftbench-no-such-owner/no-such-problem-set:")
+    assert "offline" in out
+    assert "local file" in out and ".jsonl" in out and ".csv" in out
+
+
+def test_missing_local_path_that_looks_like_hub_id_is_a_file_error():
+    with pytest.raises(ProblemSetError, match="file not found"):
+        load_problems("owner/problems.jsonl")
+
+
+# ----------------------------------------------------------------------------- builtin set
+
+
+def _final_answer(solution: str) -> str:
+    last = solution.strip().splitlines()[-1]
+    m = re.fullmatch(r"Final answer: (\S+)", last)
+    assert m, last
+    return m.group(1)
+
+
+def test_builtin_shape():
+    problems = builtin_problems()
+    families = {p.family for p in problems}
+    assert len(families) >= 5
+    assert families >= {"mod", "paths", "digits", "divisors", "base"}
+    for fam in families:
+        members = [p for p in problems if p.family == fam]
+        assert [p.id for p in members] == [f"{fam}-0", f"{fam}-1"]
+    for p in problems:
+        assert AIME_ANSWER.match(p.answer) and 0 <= int(p.answer) <= 999, p
+        assert p.solution is not None
+        assert _final_answer(p.solution) == p.answer, p
+        assert 3 <= len(p.solution.splitlines()) <= 8, p.solution
+        assert p.problem.strip() and p.problem.rstrip().endswith(("?", "."))
+
+
+def test_builtin_deterministic_and_seeded():
+    a = builtin_problems(3, seed=0)
+    assert a == builtin_problems(3, seed=0)
+    assert problem_set_sha256(a) == problem_set_sha256(builtin_problems(3, seed=0))
+    b = builtin_problems(3, seed=1)
+    assert problem_set_sha256(a) != problem_set_sha256(b)
+    assert [p.problem for p in a] != [p.problem for p in b]
+    # Asking for more per family only extends each family.
+    more = builtin_problems(5, seed=0)
+    for fam in {p.family for p in a}:
+        assert [p for p in a if p.family == fam] == [p for p in more if p.family == fam][:3]
+
+
+def test_builtin_default_is_stable_across_processes():
+    code = "from graftbench.problems import builtin_problems, problem_set_sha256; print(problem_set_sha256(builtin_problems()))"
+    digests = set()
+    for hashseed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": hashseed,
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                             timeout=120, check=True, cwd=REPO).stdout.strip()
+        digests.add(out)
+    assert digests == {problem_set_sha256(builtin_problems())}
+
+
+def test_builtin_distinct_within_family_and_sizes():
+    problems = builtin_problems(40, seed=3)
+    families = sorted({p.family for p in problems})
+    assert len(problems) == 40 * len(families)
+    for fam in families:
+        texts = [p.problem for p in problems if p.family == fam]
+        assert len(texts) == len(set(texts)) == 40
+    assert len({p.id for p in problems}) == len(problems)
+    assert builtin_problems(0) == []
+    with pytest.raises(ValueError):
+        builtin_problems(-1)
+
+
+# Independent brute-force answers, parsed from the problem text.
+
+
+def _brute_mod(text: str) -> int:
+    a, b, m = map(int, re.search(r"\$(\d+)\^\{(\d+)\}\$ is divided by \$(\d+)\$", text).groups())
+    r = 1
+    for _ in range(b):
+        r = r * a % m
+    return r
+
+
+def _brute_paths(text: str) -> int:
+    m, n = map(int, re.search(r"to \$\((\d+),(\d+)\)\$ consists", text).groups())
+    p, q = map(int, re.search(r"the point \$\((\d+),(\d+)\)\$", text).groups())
+    count = 0
+    for rights in itertools.combinations(range(m + n), m):
+        x = y = 0
+        visited = {(0, 0)}
+        for step in range(m + n):
+            if step in rights:
+                x += 1
+            else:
+                y += 1
+            visited.add((x, y))
+        count += (p, q) in visited
+    return count if "do not pass" not in text else math_comb_total(m, n) - count
+
+
+def math_comb_total(m: int, n: int) -> int:
+    return sum(1 for _ in itertools.combinations(range(m + n), m))
+
+
+def _brute_digits(text: str) -> int:
+    if m := re.search(r"digits of \$(\d+)!\$", text):
+        f = 1
+        for k in range(2, int(m.group(1)) + 1):
+            f *= k
+        return sum(map(int, str(f)))
+    n = int(re.search(r"from \$1\$ to \$(\d+)\$", text).group(1))
+    return sum(int(c) for k in range(1, n + 1) for c in str(k))
+
+
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def _brute_divisors(text: str) -> int:
+    n = int(re.search(r"\$(\d+)\$", text).group(1))
+    divs = _divisors(n)
+    if "perfect squares" in text:
+        return sum(1 for d in divs if int(d**0.5 + 0.5) ** 2 == d)
+    if "sum of the positive divisors" in text:
+        return sum(divs) % 1000
+    assert "How many positive divisors does" in text
+    return len(divs)
+
+
+def _brute_base(text: str) -> int:
+    numeral, base = re.search(r"\\underline\{(\d+)\}_\{(\d+)\}", text).groups()
+    value = 0
+    for c in numeral:
+        assert int(c) < int(base)
+        value = value * int(base) + int(c)
+    return value
+
+
+def _brute_gcd(text: str) -> int:
+    a, b = map(int, re.findall(r"\$(\d+)\$", text)[:2])
+    x, y = a, b
+    while y:
+        x, y = y, x % y
+    if "greatest common divisor" in text:
+        return x
+    assert "least common multiple" in text
+    return (a * b // x) % 1000
+
+
+BRUTE = {
+    "mod": _brute_mod,
+    "paths": _brute_paths,
+    "digits": _brute_digits,
+    "divisors": _brute_divisors,
+    "base": _brute_base,
+    "gcd": _brute_gcd,
+}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 7])
+def test_builtin_answers_recomputed_by_brute_force(seed):
+    problems = builtin_problems(8, seed=seed)
+    assert {p.family for p in problems} <= set(BRUTE)
+    for p in problems:
+        assert str(BRUTE[p.family](p.problem)) == p.answer, p
+
+
+def test_builtin_variants_all_appear():
+    texts = [p.problem for p in builtin_problems(40, seed=0)]
+    for phrase in ("do not pass", "pass through", "!$", "from $1$ to", "perfect squares",
+                   "sum of the positive divisors", "How many positive divisors does",
+                   "greatest common divisor", "least common multiple"):
+        assert any(phrase in t for t in texts), phrase
+
+
+# ----------------------------------------------------------------------------- hashes
+
+
+def test_problem_set_sha256_changes_with_any_key():
+    problems = load_problems(str(AIME2024))
+    digest = problem_set_sha256(problems)
+    assert re.fullmatch(r"[0-9a-f]{64}", digest)
+    assert digest == problem_set_sha256(load_problems(str(AIME2024)))
+    changed = list(problems)
+    changed[3] = dataclasses.replace(changed[3], answer=str(int(changed[3].answer) + 1))
+    assert problem_set_sha256(changed) != digest
+    assert problem_set_sha256([dataclasses.replace(problems[0], solution=None), *problems[1:]]) != digest
+    assert problem_set_sha256(problems[::-1]) != digest
+    # family is not part of the identity
+    assert problem_set_sha256([dataclasses.replace(p, family="x") for p in problems]) == digest
+    # the canonical form is the documented one
+    payload = json.dumps([[p.id, p.problem, p.answer, p.solution] for p in problems],
+                         ensure_ascii=True, separators=(",", ":"))
+    assert digest == hashlib.sha256(payload.encode()).hexdigest()
+
+
+def test_problem_text_sha256_and_normalisation():
+    text = "  Find   the\tRemainder\n when $7^{222}$ is divided by $1000$.  "
+    assert normalize_problem_text(text) == "find the remainder when $7^{222}$ is divided by $1000$."
+    assert problem_text_sha256(text) == hashlib.sha256(text.encode("utf-8")).hexdigest()
+    assert problem_text_sha256("Find x") != problem_text_sha256("find x")
+    assert problem_text_sha256("é") == hashlib.sha256("é".encode("utf-8")).hexdigest()
+
+
+@given(st.text())
+def test_normalize_is_idempotent_and_collapsed(text):
+    norm = normalize_problem_text(text)
+    assert normalize_problem_text(norm) == norm
+    assert norm == norm.strip()
+    assert "  " not in norm
+    assert not any(c.isspace() and c != " " for c in norm)
+    assert norm == norm.lower()
+
+
+# ----------------------------------------------------------------------------- no torch
+
+
+def test_module_does_not_import_torch():
+    tree = ast.parse(MODULE.read_text(encoding="utf-8"))
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module.split(".")[0])
+    assert "torch" not in imported
+    # Loaded on its own (without the package __init__), using it pulls no torch in.
+    code = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('problems_alone', {str(MODULE)!r})\n"
+        "mod = importlib.util.module_from_spec(spec); sys.modules['problems_alone'] = mod\n"
+        "spec.loader.exec_module(mod)\n"
+        "mod.builtin_problems(1)\n"
+        "print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "False"
