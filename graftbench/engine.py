@@ -45,16 +45,16 @@ def forward(model, cache: DynamicCache, ids: list[int], all_logits: bool = False
 
 
 def prefill(model, cache: DynamicCache, ids: list[int], chunk_size: int, all_logits: bool = False) -> torch.Tensor:
-    """Prefill one segment in the pinned chunk schedule; returns the logits of its last chunk (see :func:`forward`).
+    """Prefill one segment in the pinned chunk schedule.
 
+    Returns the last position's logits ``[1, vocab]``, or with ``all_logits`` every position's ``[len(ids), vocab]``.
     Raises ``ValueError`` for an empty segment.
     """
     if not ids:
         raise ValueError("cannot prefill an empty segment")
-    logits = None
-    for start, end in chunk_bounds(len(ids), chunk_size):
-        logits = forward(model, cache, ids[start:end], all_logits=all_logits and end == len(ids))
-    return logits
+    pieces = [forward(model, cache, ids[start:end], all_logits=all_logits)
+              for start, end in chunk_bounds(len(ids), chunk_size)]
+    return torch.cat(pieces) if all_logits else pieces[-1]
 
 
 def logits_sha256(logits: torch.Tensor) -> str:
