@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Verified-knowledge experiments: solve, deposit KV artifacts, graft them back, verify.")
-console = Console()
+console = Console(soft_wrap=True)
 
 ModelOpt = typer.Option("smollm2-135m", "--model", "-m", help="alias (smollm2-135m, gemma3-270m), hub id, folder or .gguf")
 ProblemsOpt = typer.Option("builtin", "--problems", "-p", help="'builtin', a local jsonl/json/parquet/csv, or a hub id")

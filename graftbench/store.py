@@ -141,14 +141,36 @@ def decode_artifact(artifact_id: str, data: bytes) -> Artifact:
     return Artifact(artifact_id, header, token_ids, layers)
 
 
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check_header_fields(artifact_id: str, header: dict) -> None:
+    positions, specs = header.get("positions"), header.get("layers")
+    problems = []
+    if not (isinstance(positions, list) and len(positions) == 2 and all(map(_is_count, positions))
+            and positions[0] <= positions[1]):
+        problems.append(f"positions {positions!r} is not [start, end] with 0 <= start <= end")
+    if header.get("dtype") not in DTYPE_NAMES.values():
+        problems.append(f"dtype {header.get('dtype')!r} is not one of {sorted(DTYPE_NAMES.values())}")
+    for name in ("kv_heads", "head_dim"):
+        if not _is_count(header.get(name)) or not header.get(name):
+            problems.append(f"{name} {header.get(name)!r} is not a positive integer")
+    if not isinstance(specs, list) or not all(
+        isinstance(spec, dict) and spec.get("kind") in ("full", "sliding")
+        and _is_count(spec.get("seen")) and _is_count(spec.get("kept")) for spec in specs
+    ):
+        problems.append("layers is not a list of {kind: full|sliding, seen: int, kept: int}")
+    if problems:
+        raise ArtifactError(artifact_id, "header", "; ".join(problems))
+
+
 def _tensors_from(artifact_id: str, header: dict, tensors: dict) -> tuple[torch.Tensor, list]:
-    try:
-        specs = header["layers"]
-        start, end = header["positions"]
-        dtype = header["dtype"]
-        kv_heads, head_dim = header["kv_heads"], header["head_dim"]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ArtifactError(artifact_id, "header", f"header lacks a field ({exc})") from exc
+    _check_header_fields(artifact_id, header)
+    specs = header["layers"]
+    start, end = header["positions"]
+    dtype = header["dtype"]
+    kv_heads, head_dim = header["kv_heads"], header["head_dim"]
     expected = {"token_ids"} | {f"layers.{i}.{part}" for i in range(len(specs)) for part in ("keys", "values")}
     if set(tensors) != expected:
         missing, extra = sorted(expected - set(tensors)), sorted(set(tensors) - expected)

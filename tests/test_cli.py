@@ -1,0 +1,84 @@
+"""The command line: verify-manifest without torch, clear errors on bad input, committed manifests re-check."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from graftbench.cli import app
+from graftbench.evaluate import EvalSettings
+from graftbench.jobs import run_eval
+from graftbench.problems import builtin_problems
+
+ROOT = Path(__file__).resolve().parents[1]
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def manifest_path(session, tmp_path_factory):
+    runs = tmp_path_factory.mktemp("runs")
+    result = run_eval(session, builtin_problems(1)[:2], "builtin", "cli", EvalSettings(max_new_tokens=4), runs_root=runs)
+    return result.run.manifest_path
+
+
+def test_verify_manifest_imports_no_torch(manifest_path):
+    code = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from graftbench.cli import app\n"
+        f"result = CliRunner().invoke(app, ['verify-manifest', {str(manifest_path)!r}])\n"
+        "print(result.output)\n"
+        "assert result.exit_code == 0, result.output\n"
+        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ok" in done.stdout
+
+
+def test_verify_manifest_exit_code_and_named_sample(manifest_path, tmp_path):
+    text = manifest_path.read_text()
+    assert runner.invoke(app, ["verify-manifest", str(manifest_path)]).exit_code == 0
+    sample_id = builtin_problems(1)[0].id
+    marker = '"output":"'
+    at = text.index(marker) + len(marker)
+    tampered = tmp_path / "tampered.json"
+    tampered.write_text(text[:at] + ("X" if text[at] != "X" else "Y") + text[at + 1:])
+    result = runner.invoke(app, ["verify-manifest", str(tampered)])
+    assert result.exit_code == 1
+    assert f"sample {sample_id}: output_sha256 does not match" in result.output
+
+
+def test_verify_manifest_on_a_non_manifest(tmp_path):
+    bad = tmp_path / "x.json"
+    bad.write_text("{not json")
+    result = runner.invoke(app, ["verify-manifest", str(bad)])
+    assert result.exit_code == 2 and "is not valid JSON" in result.output
+
+
+def test_bad_problem_file_is_named(tmp_path):
+    bad = tmp_path / "set.jsonl"
+    bad.write_text('{"id": "a", "problem": "p", "answer": "1"}\n{"id": "b", "problem": "", "answer": "2"}\n')
+    result = runner.invoke(app, ["solve", "--problems", str(bad), "--runs-dir", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "set.jsonl" in result.output and "row 2" in result.output and "problem" in result.output
+
+
+def test_bad_model_is_named(tmp_path):
+    result = runner.invoke(app, ["solve", "--model", "nope.gguf", "--limit", "1", "--runs-dir", str(tmp_path)])
+    assert result.exit_code == 2 and "GGUF file 'nope.gguf' does not exist" in result.output
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "manifests").glob("*.json")))
+def test_committed_manifests_verify(name):
+    result = runner.invoke(app, ["verify-manifest", str(ROOT / "manifests" / name)])
+    assert result.exit_code == 0, result.output
+
+
+def test_committed_aime_manifests_are_present():
+    names = {p.name for p in (ROOT / "manifests").glob("*.json")}
+    assert {"aime2024-baseline-smollm2-135m.json", "aime2024-recurring-smollm2-135m.json"} <= names
