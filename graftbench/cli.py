@@ -7,6 +7,7 @@ a machine without them.
 from __future__ import annotations
 
 import os
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
@@ -17,7 +18,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Verified-knowledge experiments: solve, deposit KV artifacts, graft them back, verify.")
-console = Console(soft_wrap=True)
+# Outside a terminal (CI logs, pipes) rich would assume 80 columns and squash the tables.
+console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 
 ModelOpt = typer.Option("smollm2-135m", "--model", "-m", help="alias (smollm2-135m, gemma3-270m), hub id, folder or .gguf")
 ProblemsOpt = typer.Option("builtin", "--problems", "-p", help="'builtin', a local jsonl/json/parquet/csv, or a hub id")
@@ -46,14 +48,14 @@ def _quiet_transformers() -> None:
     hf_logging.disable_progress_bar()
 
 
-def _session(model: str, dtype: str, chunk_size: int):
+def _session(model: str, dtype: str, chunk_size: int, threads: int | None = None):
     from .models import ModelError
     from .session import open_session
 
     _quiet_transformers()
     try:
         with console.status(f"loading {model} ({dtype})"):
-            session = open_session(model, dtype=dtype, chunk_size=chunk_size)
+            session = open_session(model, dtype=dtype, chunk_size=chunk_size, threads=threads)
     except (ModelError, ValueError) as exc:
         _fail(str(exc))
     loaded = session.loaded
@@ -88,6 +90,28 @@ def _progress(label: str, total: int):
             progress.update(task, advance=1, last=last)
 
         yield advance
+
+
+@contextmanager
+def _stage_progress(n_problems: int):
+    """A progress bar per flywheel stage; deposit counts offered solutions, the others problems."""
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("{task.fields[last]}"))
+    with Progress(*columns, console=console) as progress:
+        current = {}
+
+        def on_stage(name: str) -> None:
+            current["task"] = progress.add_task(name, total=None if name == "deposit" else n_problems, last="")
+
+        def advance(sample_or_item) -> None:
+            if isinstance(sample_or_item, dict):
+                mark = "✓" if sample_or_item["correct"] else "✗"
+                last = f"{sample_or_item['problem_id']} {mark} {sample_or_item['decode_tokens']} tok"
+            else:
+                last = sample_or_item.problem.id
+            progress.update(current["task"], advance=1, last=last)
+
+        yield advance, on_stage
 
 
 def _print_run(result, energy_method: str) -> None:
@@ -195,16 +219,117 @@ def deposit(
     console.print(f"{len(report.deposited)} deposited, {len(report.refused)} refused")
 
 
+def _exactness_tables(manifest: dict):
+    from rich.table import Table
+
+    totals = manifest["totals"]
+    pairs = Table(title=f"graft vs fresh chunked recompute ({manifest['config']['model']}, {manifest['config']['dtype']})")
+    for name in ("kind", "pairs", "byte-exact", "max |Δlogit|", "KL max", "argmax agree", "artifact tokens"):
+        pairs.add_column(name, justify="right")
+    for kind in totals["kinds"]:
+        rows = [r for r in manifest["pairs"] if r["kind"] == kind]
+        pairs.add_row(kind, str(len(rows)), str(sum(r["equal"] for r in rows)),
+                      f"{max(r['max_abs_delta'] for r in rows):.3g}", f"{max(r['kl_max'] for r in rows):.3g}",
+                      f"{min(r['argmax_agreement'] for r in rows):.1%}",
+                      f"{min(r['artifact_tokens'] for r in rows)}–{max(r['artifact_tokens'] for r in rows)}")
+    tables = [pairs]
+    if totals["controls"]:
+        ctl = Table(title="negative controls (must differ)")
+        for name in ("control", "pairs", "byte-exact", "max |Δlogit|", "mean KL", "p99 KL", "argmax agree"):
+            ctl.add_column(name, justify="right")
+        for name, row in totals["controls"].items():
+            ctl.add_row(name, str(row["pairs"]), str(row["exact_pairs"]), f"{row['max_abs_delta']:.3g}",
+                        f"{row['kl_mean']:.3g}", f"{row['kl_p99']:.3g}", f"{row['argmax_agreement']:.2%}")
+        tables.append(ctl)
+    return tables
+
+
+@app.command(name="check-exact")
+def check_exact(
+    model: str = ModelOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt, problems: str = ProblemsOpt,
+    samples: int = typer.Option(50, "--samples", help="number of (artifact, query) pairs"),
+    controls: bool = typer.Option(False, "--controls", help="also run the negative controls"),
+    control_pairs: int = typer.Option(10, "--control-pairs", help="pairs that run the controls (the first N)"),
+    write_expect: Optional[Path] = typer.Option(None, "--write-expect", help="write the manifest here as the expectation"),
+    expect: Optional[Path] = typer.Option(None, "--expect", help="replay this expectation instead of measuring"),
+    limit: Optional[int] = typer.Option(None, "--limit", help="with --expect: replay only the first N pairs"),
+    runs_dir: str = RunsOpt,
+    threads: Optional[int] = typer.Option(None, "--threads", help="torch intra-op threads (pinned; default: torch's)"),
+) -> None:
+    """Prove the graft byte-exact against a fresh chunked recompute, with negative controls, or replay an expectation."""
+    if expect is not None:
+        return _replay(expect, limit, chunk_size)
+    from .exactness import run_check_exact
+    from .manifest import write_manifest
+    from .runs import RunDir
+
+    problem_list = _problems(problems, None, "id", "problem", "answer", "solution")
+    session = _session(model, dtype, chunk_size, threads)
+    with _progress("check-exact", samples) as advance:
+        manifest = run_check_exact(session, problem_list, problems, samples, controls, control_pairs,
+                                   on_pair=lambda r: advance({"problem_id": r["id"], "correct": r["equal"],
+                                                              "decode_tokens": r["artifact_tokens"]}))
+    for table in _exactness_tables(manifest):
+        console.print(table)
+    run = RunDir(runs_dir, f"exact-{Path(model).stem}-{dtype}")
+    run.path.mkdir(parents=True, exist_ok=True)
+    write_manifest(manifest, run.path / "exactness.json")
+    if write_expect:
+        write_manifest(manifest, write_expect)
+    totals = manifest["totals"]
+    console.print(f"{totals['exact_pairs']} of {totals['pairs']} pairs byte-exact · manifest {run.path / 'exactness.json'}"
+                  + (f" · expectation {write_expect}" if write_expect else ""))
+    if totals["exact_pairs"] != totals["pairs"]:
+        _fail("some pairs are not byte-exact", 1)
+
+
+def _replay(expect: Path, limit, chunk_size: int) -> None:
+    from .exact_manifest import load_expectation
+    from .exactness import replay
+    from .manifest import ManifestError
+
+    try:
+        expected = load_expectation(expect)
+    except ManifestError as exc:
+        _fail(str(exc))
+    pin = expected["config"]
+    problem_list = _problems(expected["problem_set"]["source"], None, "id", "problem", "answer", "solution")
+    session = _session(pin["model"], pin["dtype"], pin["chunk_size"], pin["threads"])
+    total = min(limit or len(expected["pairs"]), len(expected["pairs"]))
+    with _progress("replay", total) as advance:
+        result = replay(session, expected, problem_list, limit,
+                        on_pair=lambda r: advance({"problem_id": r["id"], "correct": True, "decode_tokens": 0}))
+    if result.pin_differences:
+        _fail(f"not comparable: this machine's pin differs from {expect} in {', '.join(result.pin_differences)}", 1)
+    console.print(f"{result.compared} compared, {result.equal} equal")
+    if not result.passed:
+        _fail(f"replay of {expect} failed at {result.first_difference}", 1)
+
+
+def _schema_of(path: Path) -> str | None:
+    import json
+
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8")).get("schema")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 @app.command(name="verify-manifest")
 def verify_manifest_cmd(
     path: Path = typer.Argument(..., help="manifest.json to re-check"),
     store: Optional[str] = typer.Option(None, "--store", help="store to check artifact payloads against"),
 ) -> None:
     """Re-check a manifest without a model: hashes, every verdict, totals, artifact payloads. Exit 0 only if all hold."""
+    from .exact_manifest import SCHEMA as EXACT_SCHEMA
+    from .exact_manifest import load_expectation, verify_exactness_manifest
     from .manifest import ManifestError, verify_manifest
 
     try:
-        mismatches, notes = verify_manifest(path, store)
+        if _schema_of(path) == EXACT_SCHEMA:
+            mismatches, notes = verify_exactness_manifest(load_expectation(path)), ["exactness manifest re-checked"]
+        else:
+            mismatches, notes = verify_manifest(path, store)
     except ManifestError as exc:
         _fail(str(exc))
     for note in notes:
@@ -231,9 +356,10 @@ def run(
 
     problem_list = builtin_problems(n_per_family=n_per_family)
     session = _session(model, dtype, chunk_size)
-    with _progress("flywheel", 2 * len(problem_list) + len(problem_list) // max(n_per_family, 1) * 2) as advance:
+    with _stage_progress(len(problem_list)) as (advance, on_stage):
         result = flywheel(session, problem_list, "builtin", prefix=prefix, max_new_tokens=max_new_tokens,
-                          runs_root=runs_dir, store_root=store, on_sample=advance, on_item=advance)
+                          runs_root=runs_dir, store_root=store, on_sample=advance, on_item=advance,
+                          on_stage=on_stage)
     console.print(summary_table(result.rows(), result.grafted.manifest["energy"]["method"],
                                 title=f"flywheel on {len(problem_list)} built-in problems ({model})"))
     console.print(f"deposited {len(result.deposit.deposited)}, refused {len(result.deposit.refused)}")

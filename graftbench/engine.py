@@ -33,18 +33,24 @@ def chunk_bounds(n_tokens: int, chunk_size: int) -> list[tuple[int, int]]:
 
 
 @torch.inference_mode()
-def forward(model, cache: DynamicCache, ids: list[int], all_logits: bool = False) -> torch.Tensor:
+def forward(model, cache: DynamicCache, ids: list[int], all_logits: bool = False, offset: int = 0) -> torch.Tensor:
     """One forward of ``ids`` after what ``cache`` holds; the cache grows in place.
 
     Returns logits of shape ``[len(ids), vocab]`` when ``all_logits`` else ``[1, vocab]`` (last position),
-    in the model's dtype. Positions continue from ``cache.get_seq_length()``.
+    in the model's dtype. Positions continue from ``cache.get_seq_length()``; a non-zero ``offset`` adds that
+    many positions for RoPE only (the shifted-graft control), the attention mask still follows the cache.
     """
     input_ids = torch.tensor([ids], dtype=torch.long)
-    out = model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=0 if all_logits else 1)
+    kwargs = {}
+    if offset:
+        start = cache.get_seq_length() + offset
+        kwargs["position_ids"] = torch.arange(start, start + len(ids)).unsqueeze(0)
+    out = model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=0 if all_logits else 1, **kwargs)
     return out.logits[0]
 
 
-def prefill(model, cache: DynamicCache, ids: list[int], chunk_size: int, all_logits: bool = False) -> torch.Tensor:
+def prefill(model, cache: DynamicCache, ids: list[int], chunk_size: int, all_logits: bool = False,
+            offset: int = 0) -> torch.Tensor:
     """Prefill one segment in the pinned chunk schedule.
 
     Returns the last position's logits ``[1, vocab]``, or with ``all_logits`` every position's ``[len(ids), vocab]``.
@@ -52,7 +58,7 @@ def prefill(model, cache: DynamicCache, ids: list[int], chunk_size: int, all_log
     """
     if not ids:
         raise ValueError("cannot prefill an empty segment")
-    pieces = [forward(model, cache, ids[start:end], all_logits=all_logits)
+    pieces = [forward(model, cache, ids[start:end], all_logits=all_logits, offset=offset)
               for start, end in chunk_bounds(len(ids), chunk_size)]
     return torch.cat(pieces) if all_logits else pieces[-1]
 

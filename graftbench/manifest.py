@@ -2,14 +2,26 @@
 
 A manifest is canonical JSON (sorted keys, no whitespace): the config pin and its fingerprint, the environment,
 the problem set's hash, each problem's id, text hash and key (never its text), each sample with its output text
-and the output's SHA-256, verdicts, tokens, energy, the artifacts used with their SHA-256, the totals, and
-``manifest_sha256``: the SHA-256 of the canonical JSON of everything else.
+and the output's SHA-256, verdicts, tokens, energy, the artifacts used with their SHA-256, the totals,
+``sealed_fields`` and ``manifest_sha256``: the SHA-256 of the canonical JSON of everything else.
+
+``sealed_fields`` holds a short digest (16 hex digits of SHA-256) of every top-level section (of each key of an
+object section such as ``config``) and of every field of every problem and sample (keyed by id). It does not add
+integrity (``manifest_sha256`` is the commitment); it lets ``verify-manifest`` name *which* field changed
+(``sample mod-0: decode_tokens changed since the manifest was sealed``) instead of only saying that the manifest's
+hash no longer matches. It costs about 30 bytes per field; a single hash per sample could only name the sample.
+Its name sorts after ``samples``, so the run's own content comes first in the canonical JSON.
+
+Like any self-hash, this catches edits that are not re-sealed. A forger who recomputes every digest is caught
+only by the checks that re-derive a value: output hashes, verdicts, totals, the config fingerprint, the artifact
+list, problem hashes and keys, and artifact payloads when the store is present.
 """
 
 from __future__ import annotations
 
 import json
 import platform
+import re
 from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
@@ -18,6 +30,10 @@ from .hashing import canonical_json, sha256_file, sha256_json, sha256_text
 from .verify import verify_answer
 
 SCHEMA = "graftbench.manifest/1"
+DIGEST_CHARS = 16
+_ENTRY_SECTIONS = {"problems": ("problem", "id"), "samples": ("sample", "problem_id")}
+_UNSEALED = ("manifest_sha256", "sealed_fields")
+_ARTIFACT_ID = re.compile(r"[0-9a-f]{64}")
 
 
 class ManifestError(ValueError):
@@ -85,7 +101,39 @@ def build_manifest(*, run: str, command: str, config: dict, config_fingerprint: 
         "energy": energy,
         "totals": compute_totals(samples),
     }
+    body["sealed_fields"] = sealed_fields(body)
     return {**body, "manifest_sha256": sha256_json(body)}
+
+
+def _digest(value) -> str:
+    return sha256_json(value)[:DIGEST_CHARS]
+
+
+def _section_digest(value):
+    return {k: _digest(v) for k, v in value.items()} if isinstance(value, dict) else _digest(value)
+
+
+def _entries(manifest: dict, section: str) -> list:
+    value = manifest.get(section, [])
+    return value if isinstance(value, list) else []
+
+
+def _entry_id(entry, section: str) -> str:
+    return str(entry.get(_ENTRY_SECTIONS[section][1])) if isinstance(entry, dict) else f"<{type(entry).__name__}>"
+
+
+def sealed_fields(body: dict) -> dict:
+    """Short digests of every top-level section (``sections``; one per key for an object such as ``config``) and
+    of every field of every problem and sample (``problems`` / ``samples``, keyed by id): what lets
+    :func:`verify_manifest` name the field that changed."""
+    digests = {"sections": {k: _section_digest(v) for k, v in body.items() if k not in (*_ENTRY_SECTIONS, *_UNSEALED)}}
+    for section in _ENTRY_SECTIONS:
+        digests[section] = {
+            _entry_id(entry, section): {f: _digest(v) for f, v in entry.items()} if isinstance(entry, dict)
+            else {"": _digest(entry)}
+            for entry in _entries(body, section)
+        }
+    return digests
 
 
 def write_manifest(manifest: dict, path: str | Path) -> None:
@@ -95,31 +143,41 @@ def write_manifest(manifest: dict, path: str | Path) -> None:
     write_atomic(Path(path), canonical_json(manifest) + "\n")
 
 
-def load_manifest(path: str | Path) -> dict:
-    """Read a manifest. Raises :class:`ManifestError` naming the path when it is missing or not a manifest."""
+def load_manifest(path: str | Path, schema: str = SCHEMA) -> dict:
+    """Read a manifest of ``schema``. Raises :class:`ManifestError` naming the path when it is missing or not one."""
     try:
-        manifest = json.loads(Path(path).read_text(encoding="utf-8"))
+        manifest = json.loads(Path(path).read_text(encoding="utf-8"), parse_constant=_refuse_constant)
     except FileNotFoundError as exc:
         raise ManifestError(f"manifest '{path}' does not exist") from exc
-    except (ValueError, UnicodeDecodeError) as exc:
+    except IsADirectoryError as exc:
+        raise ManifestError(f"manifest '{path}' is a directory") from exc
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise ManifestError(f"manifest '{path}' is not valid JSON ({exc})") from exc
-    if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
-        raise ManifestError(f"manifest '{path}' is not a {SCHEMA} document")
+    if not isinstance(manifest, dict) or manifest.get("schema") != schema:
+        raise ManifestError(f"manifest '{path}' is not a {schema} document")
     return manifest
 
 
-def _check_sample(sample: dict, keys: dict[str, str]) -> list[str]:
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _check_sample(sample: dict, known: dict[str, dict]) -> list[str]:
     sid = sample.get("problem_id")
     where = f"sample {sid}"
     problems = []
-    if sid not in keys:
+    if not isinstance(sid, str) or sid not in known:
         return [f"{where}: problem_id is not among the manifest's problems"]
-    if sample.get("key") != keys[sid]:
-        problems.append(f"{where}: key {sample.get('key')!r} differs from the problem's key {keys[sid]!r}")
+    key = known[sid].get("key")
+    if sample.get("key") != key:
+        problems.append(f"{where}: key {sample.get('key')!r} differs from the problem's key {key!r}")
+    if sample.get("problem_sha256") != known[sid].get("problem_sha256"):
+        problems.append(f"{where}: problem_sha256 differs from the problem's problem_sha256")
     output = sample.get("output")
     if not isinstance(output, str) or sha256_text(output) != sample.get("output_sha256"):
         problems.append(f"{where}: output_sha256 does not match the stored output")
-    verdict = verify_answer(output if isinstance(output, str) else "", keys[sid], cue=sample.get("cue") or "")
+    verdict = verify_answer(output if isinstance(output, str) else "", key if isinstance(key, str) else "",
+                            cue=sample.get("cue") or "")
     if verdict.extracted != sample.get("extracted"):
         problems.append(f"{where}: extracted recorded {sample.get('extracted')!r}, re-extracted {verdict.extracted!r}")
     if verdict.correct != sample.get("correct"):
@@ -130,13 +188,105 @@ def _check_sample(sample: dict, keys: dict[str, str]) -> list[str]:
     return problems
 
 
+def _check_structure(manifest: dict) -> list[str]:
+    problems = []
+    for section, (label, id_field) in _ENTRY_SECTIONS.items():
+        value = manifest.get(section, [])
+        if not isinstance(value, list) or not all(isinstance(e, dict) for e in value):
+            problems.append(f"{section}: not a list of objects")
+            continue
+        ids = [_entry_id(e, section) for e in value]
+        problems += [f"{label} {i}: {id_field} appears {ids.count(i)} times" for i in sorted(set(ids)) if ids.count(i) > 1]
+    return problems
+
+
+def _changed(name: str, sealed: dict, current: dict) -> str:
+    state = "removed" if name not in current else "added" if name not in sealed else "changed"
+    return f"{name} {state} since the manifest was sealed"
+
+
+def _diff_digests(sealed, current: dict, prefix: str) -> list[str]:
+    sealed = sealed if isinstance(sealed, dict) else {}
+    names = sorted(set(sealed) | set(current))
+    return [prefix + _changed(n, sealed, current) for n in names if sealed.get(n) != current.get(n)]
+
+
+def _check_digests(manifest: dict) -> tuple[list[str], str | None]:
+    sealed = manifest.get("sealed_fields")
+    if sealed is None:
+        return [], "no sealed_fields (an older manifest): an edit shows as manifest_sha256 only"
+    if not isinstance(sealed, dict) or not all(isinstance(sealed.get(k), dict) for k in ("sections", *_ENTRY_SECTIONS)):
+        return ["sealed_fields: not a map of sections, problems and samples"], None
+    current = sealed_fields({k: v for k, v in manifest.items() if k not in _UNSEALED})
+    problems = []
+    old_sections, new_sections = sealed["sections"], current["sections"]
+    for name in sorted(set(old_sections) | set(new_sections)):
+        old, new = old_sections.get(name), new_sections.get(name)
+        if isinstance(old, dict) and isinstance(new, dict):
+            problems += _diff_digests(old, new, f"{name}.")
+        elif old != new:
+            problems.append(_changed(name, old_sections, new_sections))
+    for section, (label, _) in _ENTRY_SECTIONS.items():
+        old, new = sealed[section], current[section]
+        for entry_id in sorted(set(old) | set(new)):
+            if entry_id in old and entry_id in new:
+                problems += _diff_digests(old[entry_id], new[entry_id], f"{label} {entry_id}: ")
+            else:
+                problems.append(f"{label} {_changed(entry_id, old, new)}")
+    return problems, None
+
+
+def _recorded_artifacts(samples: list[dict]) -> list[dict]:
+    used = {s["artifact_id"]: s.get("artifact_tokens") for s in samples if s.get("artifact_id")}
+    return [{"id": a, "sha256": a, "tokens": t} for a, t in sorted(used.items())]
+
+
+def _check_derived(manifest: dict, problems_list: list[dict], samples: list[dict]) -> list[str]:
+    """Values that can be re-derived from others: the config fingerprint, the artifact list, the problem count."""
+    problems = []
+    config = manifest.get("config")
+    if isinstance(config, dict):
+        recomputed = sha256_json({k: v for k, v in config.items() if k != "model"})
+        if recomputed != manifest.get("config_fingerprint"):
+            problems.append(f"config_fingerprint: recorded {str(manifest.get('config_fingerprint'))[:16]!r}, "
+                            f"recomputed from config {recomputed[:16]!r}")
+    try:
+        artifacts = _recorded_artifacts(samples)
+    except (TypeError, AttributeError):
+        artifacts = None
+    if artifacts is not None and manifest.get("artifacts", []) != artifacts:
+        problems.append("artifacts: the list differs from the artifacts the samples used")
+    problem_set = manifest.get("problem_set")
+    if isinstance(problem_set, dict) and problem_set.get("n") != len(problems_list):
+        problems.append(f"problem_set.n: recorded {problem_set.get('n')!r}, the manifest lists {len(problems_list)}")
+    return problems
+
+
+def _check_totals(manifest: dict, samples: list[dict]) -> list[str]:
+    try:
+        totals = compute_totals(samples)
+    except (KeyError, TypeError, ValueError, OverflowError, AttributeError) as exc:
+        return [f"totals cannot be recomputed: a sample lacks a field or has a wrong type ({exc!r})"]
+    recorded = manifest.get("totals", {})
+    recorded = recorded if isinstance(recorded, dict) else {}
+    return [
+        f"totals.{name}: recorded {recorded.get(name)!r}, recomputed {totals.get(name)!r}"
+        for name in sorted(set(totals) | set(recorded), key=str) if totals.get(name) != recorded.get(name)
+    ]
+
+
 def _check_artifacts(manifest: dict, store_root: Path | None) -> tuple[list[str], str]:
     problems = []
-    listed = {a.get("id"): a for a in manifest.get("artifacts", [])}
-    for sample in manifest.get("samples", []):
-        artifact_id = sample.get("artifact_id")
-        if artifact_id and artifact_id not in listed:
-            problems.append(f"sample {sample.get('problem_id')}: artifact_id {artifact_id[:16]} is not listed in artifacts")
+    entries = manifest.get("artifacts", [])
+    entries = [a for a in entries if isinstance(a, dict)] if isinstance(entries, list) else []
+    listed = {a.get("id"): a for a in entries if isinstance(a.get("id"), str)}
+    for sample in _entries(manifest, "samples"):
+        artifact_id = sample.get("artifact_id") if isinstance(sample, dict) else None
+        if artifact_id and (not isinstance(artifact_id, str) or artifact_id not in listed):
+            problems.append(f"sample {sample.get('problem_id')}: artifact_id {str(artifact_id)[:16]} is not listed in artifacts")
+    bad = [a for a in listed if not _ARTIFACT_ID.fullmatch(a)]
+    problems += [f"artifacts: id {a[:40]!r} is not 64 lowercase hex digits (not looked up)" for a in bad]
+    listed = {a: e for a, e in listed.items() if a not in bad}
     if not listed:
         return problems, "no artifacts used"
     if store_root is None or not (store_root / "artifacts").is_dir():
@@ -151,33 +301,32 @@ def _check_artifacts(manifest: dict, store_root: Path | None) -> tuple[list[str]
 
 
 def verify_manifest(path: str | Path, store: str | Path | None = None) -> tuple[list[str], list[str]]:
-    """Re-check a manifest without a model: its own hash, every output hash, every verdict (re-extracted and
-    re-verified from the stored output and key), the totals, and artifact payloads when the store is present
-    (``store``, else the path recorded in the manifest).
+    """Re-check a manifest without a model: its own hash, the sealed field digests (naming each section, problem or
+    sample field that changed), every output hash, every verdict (re-extracted and re-verified from the stored
+    output and key), problem hashes and keys, the totals, the config fingerprint, the artifact list, and artifact
+    payloads when the store is present (``store``, else the path recorded in the manifest).
 
     Returns ``(mismatches, notes)``: it holds only when ``mismatches`` is empty. Raises :class:`ManifestError`
-    when the file is not a manifest at all.
+    when the file is not a manifest at all; any edit inside a manifest is a mismatch, never an exception.
     """
     manifest = load_manifest(path)
     mismatches, notes = [], []
     body = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
     if sha256_json(body) != manifest.get("manifest_sha256"):
         mismatches.append("manifest_sha256 does not match the manifest's content")
-    keys = {p.get("id"): p.get("key") for p in manifest.get("problems", [])}
-    samples = manifest.get("samples", [])
+    digest_problems, digest_note = _check_digests(manifest)
+    mismatches += _check_structure(manifest) + digest_problems
+    problems_list = [p for p in _entries(manifest, "problems") if isinstance(p, dict)]
+    samples = [s for s in _entries(manifest, "samples") if isinstance(s, dict)]
+    known = {p["id"]: p for p in problems_list if isinstance(p.get("id"), str)}
     for sample in samples:
-        mismatches.extend(_check_sample(sample, keys))
-    try:
-        totals = compute_totals(samples)
-    except (KeyError, TypeError) as exc:
-        mismatches.append(f"totals cannot be recomputed: a sample lacks a field ({exc})")
-        totals = {}
-    recorded = manifest.get("totals", {})
-    for name in sorted(set(totals) | set(recorded)):
-        if totals.get(name) != recorded.get(name):
-            mismatches.append(f"totals.{name}: recorded {recorded.get(name)!r}, recomputed {totals.get(name)!r}")
-    store_root = Path(store) if store else (Path(manifest["store"]) if manifest.get("store") else None)
+        mismatches.extend(_check_sample(sample, known))
+    mismatches += _check_totals(manifest, samples) + _check_derived(manifest, problems_list, samples)
+    recorded_store = manifest.get("store")
+    store_root = Path(store) if store else (Path(recorded_store) if isinstance(recorded_store, str) and recorded_store else None)
     artifact_problems, note = _check_artifacts(manifest, store_root)
     mismatches.extend(artifact_problems)
     notes.append(f"{len(samples)} samples re-verified; {note}")
+    if digest_note:
+        notes.append(digest_note)
     return mismatches, notes

@@ -326,6 +326,8 @@ def _scan_json(label: str, path: Path) -> tuple[list[dict[str, Any]], list[int] 
                 raise ProblemSetError(
                     f"{label}: line {e.lineno}: invalid JSON ({e.msg}, column {e.colno})"
                 ) from None
+            except (ValueError, RecursionError) as e:  # e.g. an integer of over 4300 digits, deep nesting
+                raise ProblemSetError(f"{label}: invalid JSON ({e})") from None
             if not isinstance(doc, list):  # pragma: no cover - '[' always parses to a list
                 raise ProblemSetError(f"{label}: expected a JSON array of objects")
             for i, item in enumerate(doc, 1):
@@ -357,6 +359,8 @@ def _scan_json(label: str, path: Path) -> tuple[list[dict[str, Any]], list[int] 
             ) from None
         except RecursionError:
             raise ProblemSetError(f"{label}: line {lineno}: invalid JSON (nested too deeply)") from None
+        except ValueError as e:  # e.g. an integer of over 4300 digits
+            raise ProblemSetError(f"{label}: line {lineno}: invalid JSON ({e})") from None
         if not isinstance(obj, dict):
             raise ProblemSetError(
                 f"{label}: line {lineno}: expected a JSON object, got {type(obj).__name__}"
@@ -384,13 +388,24 @@ def _scan_csv(label: str, path: Path) -> list[str]:
         line = data.count(b"\n", 0, e.start) + 1
         raise ProblemSetError(f"{label}: line {line}: invalid UTF-8 at byte {e.start}") from None
     reader = csv.reader(io.StringIO(text))
+    field_limit = csv.field_size_limit()
+    csv.field_size_limit(max(field_limit, len(text)))  # a long cell is checked later, with a clearer message
     try:
         header = next(reader, [])
-        has_row = any(any(cell.strip() for cell in record) for record in reader)
+        if not header or not any(h.strip() for h in header):
+            raise ProblemSetError(f"{label}: empty file (no CSV header line)")
+        has_row = False
+        for row, record in enumerate((r for r in reader if r), 1):
+            has_row = has_row or any(cell.strip() for cell in record)
+            if len(record) > len(header):
+                raise ProblemSetError(
+                    f"{label}: line {reader.line_num}: row {row} has {len(record)} fields, "
+                    f"the header names {len(header)}"
+                )
     except csv.Error as e:
         raise ProblemSetError(f"{label}: line {reader.line_num}: unreadable CSV ({e})") from None
-    if not header or not any(h.strip() for h in header):
-        raise ProblemSetError(f"{label}: empty file (no CSV header line)")
+    finally:
+        csv.field_size_limit(field_limit)
     if not has_row:
         raise ProblemSetError(f"{label}: no rows (only a header line)")
     dupes = sorted({h for h in header if header.count(h) > 1})

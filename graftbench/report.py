@@ -18,10 +18,10 @@ SUMMARY_COLUMNS = (
     ("decode tokens", "decode_tokens", None),
     ("decode tok / correct", "decode_tokens_per_correct", 1),
     ("prefill tok", "prefill_tokens", None),
-    ("prefill tok saved", "prefill_tokens_saved", None),
+    ("grafted tok", "prefill_tokens_saved", None),
     ("grafts", "grafts", None),
     ("fallbacks", "fallbacks", None),
-    ("mean TTFT s", "mean_ttft_s", 3),
+    ("TTFT s", "mean_ttft_s", 3),
     ("wall s", "wall_s", 1),
     ("energy J", "energy_j", 1),
 )

@@ -11,17 +11,20 @@ Layout on disk::
     <root>/artifacts/<id>.safetensors   written to a temporary file, fsynced, then renamed into place
     <root>/index.sqlite                  one row per artifact, inserted after its file is in place
 
+A writer killed at any point leaves at most a ``.tmp-*`` file (never an artifact name) or a complete file that is
+not yet indexed (invisible to readers, indexed by the next deposit of the same artifact). A failed write (disk
+full) raises :class:`graftbench.runs.StorageError` with the store as it was.
+
 Nothing is ever unpickled: safetensors parses a JSON header and raw little-endian tensor bytes.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
-import os
 import re
 import sqlite3
-import tempfile
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,10 +34,14 @@ from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
+from .hashing import sha256_file
+from .runs import crash_point, storage_error, write_file_atomic
+
 FORMAT = "graftbench.artifact/1"
 HEADER_KEY = "graftbench"
 MAX_HEADER_BYTES = 1 << 20  # a header larger than 1 MiB is refused before it is parsed
-_ID_PATTERN = re.compile(r"^[0-9a-f]{64}$")
+_ID_PATTERN = re.compile(r"[0-9a-f]{64}")
+_SQLITE_FULL = 13  # SQLITE_FULL: "database or disk is full"
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
 _SCHEMA = """
@@ -55,8 +62,8 @@ CREATE INDEX IF NOT EXISTS by_problem ON artifacts (config_fingerprint, problem_
 
 class ArtifactError(ValueError):
     """An artifact that is refused. ``artifact_id`` names it and ``check`` names the check that failed
-    (``id``, ``missing``, ``size``, ``hash``, ``format``, ``header``, ``tensors``, ``payload``, ``config``,
-    ``parent``)."""
+    (``id``, ``missing``, ``read``, ``size``, ``hash``, ``format``, ``header``, ``tensors``, ``payload``,
+    ``config``, ``parent``)."""
 
     def __init__(self, artifact_id: str, check: str, detail: str):
         self.artifact_id = artifact_id
@@ -101,7 +108,7 @@ def check_artifact_id(artifact_id: str) -> str:
 
     This is what keeps ids like ``../x``, absolute paths or NUL bytes from ever reaching the filesystem.
     """
-    if not isinstance(artifact_id, str) or not _ID_PATTERN.match(artifact_id):
+    if not isinstance(artifact_id, str) or not _ID_PATTERN.fullmatch(artifact_id):
         raise ArtifactError(repr(artifact_id)[:40], "id", "an artifact id is 64 lowercase hex digits")
     return artifact_id
 
@@ -115,7 +122,7 @@ def _parse_header(artifact_id: str, data: bytes) -> dict:
     try:
         meta = json.loads(data[8 : 8 + size]).get("__metadata__") or {}
         header = json.loads(meta[HEADER_KEY])
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
         raise ArtifactError(artifact_id, "header", f"header is not valid graftbench JSON ({exc})") from exc
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise ArtifactError(artifact_id, "header", f"format is not {FORMAT}")
@@ -161,6 +168,9 @@ def _check_header_fields(artifact_id: str, header: dict) -> None:
         and _is_count(spec.get("seen")) and _is_count(spec.get("kept")) for spec in specs
     ):
         problems.append("layers is not a list of {kind: full|sliding, seen: int, kept: int}")
+    parent = header.get("parent")
+    if parent is not None and not (isinstance(parent, str) and _ID_PATTERN.fullmatch(parent)):
+        problems.append(f"parent {str(parent)[:40]!r} is neither null nor an artifact id")
     if problems:
         raise ArtifactError(artifact_id, "header", "; ".join(problems))
 
@@ -213,37 +223,59 @@ class Store:
     def put(self, data: bytes, header: dict) -> str:
         """Write artifact bytes atomically and index them; returns the artifact id (SHA-256 of ``data``).
 
-        Writing the same bytes twice keeps one copy. Raises ``OSError`` (e.g. disk full) with nothing visible.
+        Writing the same bytes twice keeps one copy (a damaged copy already there is replaced). Raises
+        :class:`graftbench.runs.StorageError` (e.g. disk full) with nothing new visible in the store or the index.
         """
         artifact_id = hashlib.sha256(data).hexdigest()
         target = self.path(artifact_id)
-        if not target.exists():
-            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.artifacts)
-            try:
-                with os.fdopen(fd, "wb") as handle:
-                    handle.write(data)
-                    handle.flush()
-                    os.fsync(handle.fileno())
-                os.replace(tmp, target)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+        written = not self._holds(target, artifact_id)
+        if written:
+            write_file_atomic(target, data, f"artifact {artifact_id[:16]} to {self.artifacts}",
+                              crash="deposit-before-rename")
+        crash_point("deposit-before-index")
         row = (
             artifact_id, header["config_fingerprint"], header.get("problem_key"), header.get("problem_text"),
             header.get("answer"), header["positions"][1] - header["positions"][0], header.get("parent"),
             len(data), header.get("source"),
         )
-        with closing(self._connect()) as db, db:
-            db.execute("INSERT OR IGNORE INTO artifacts VALUES (?,?,?,?,?,?,?,?,?)", row)
+        try:
+            with closing(self._connect()) as db, db:
+                db.execute("INSERT OR IGNORE INTO artifacts VALUES (?,?,?,?,?,?,?,?,?)", row)
+        except sqlite3.Error as exc:
+            if written:
+                target.unlink(missing_ok=True)
+            full = getattr(exc, "sqlite_errorcode", None) == _SQLITE_FULL or "full" in str(exc).lower()
+            cause = OSError(errno.ENOSPC if full else errno.EIO, str(exc))
+            raise storage_error(cause, f"the index row of artifact {artifact_id[:16]} to {self.index_path}") from exc
         return artifact_id
 
+    @staticmethod
+    def _holds(target: Path, artifact_id: str) -> bool:
+        try:
+            return sha256_file(target) == artifact_id
+        except OSError:
+            return False
+
+    def _indexed_bytes(self, artifact_id: str) -> int | None:
+        with closing(self._connect()) as db:
+            row = db.execute("SELECT bytes FROM artifacts WHERE id=?", (artifact_id,)).fetchone()
+        return row[0] if row else None
+
     def read(self, artifact_id: str) -> Artifact:
-        """Read and check one artifact (see :func:`decode_artifact`); raises :class:`ArtifactError`."""
+        """Read and check one artifact (see :func:`decode_artifact`); raises :class:`ArtifactError`.
+
+        A file whose size differs from the size indexed for it is refused (``size``) before it is read.
+        """
         path = self.path(artifact_id)
         try:
+            size, indexed = path.stat().st_size, self._indexed_bytes(artifact_id)
+            if indexed is not None and size != indexed:
+                raise ArtifactError(artifact_id, "size", f"file is {size} bytes, the index says {indexed}")
             data = path.read_bytes()
         except FileNotFoundError as exc:
             raise ArtifactError(artifact_id, "missing", f"no file {path}") from exc
+        except OSError as exc:
+            raise ArtifactError(artifact_id, "read", f"cannot read {path}: {exc}") from exc
         return decode_artifact(artifact_id, data)
 
     def find_exact(self, config_fingerprint: str, problem_key: str) -> str | None:
@@ -278,3 +310,23 @@ class Store:
             except ArtifactError as exc:
                 problems.append(str(exc))
         return problems
+
+    def inventory(self) -> dict[str, list[str]]:
+        """A snapshot for crash and fault checks, each a sorted list: ``indexed`` ids, ``intact`` artifact files
+        (SHA-256 equals the name), ``damaged`` artifact files (it does not), ``orphans`` (intact files not
+        indexed: a deposit killed before its index insert), ``missing`` (indexed ids without a file),
+        ``temporaries`` (``.tmp-*`` left by a killed writer) and ``other`` names."""
+        indexed = set(self.ids())
+        intact, damaged, temporaries, other = [], [], [], []
+        for path in sorted(self.artifacts.iterdir()):
+            name = path.name.removesuffix(".safetensors")
+            if path.name.startswith(".tmp-"):
+                temporaries.append(path.name)
+            elif path.suffix != ".safetensors" or not _ID_PATTERN.fullmatch(name):
+                other.append(path.name)
+            else:
+                (intact if self._holds(path, name) else damaged).append(name)
+        files = set(intact) | set(damaged)
+        return {"indexed": sorted(indexed), "intact": intact, "damaged": damaged,
+                "orphans": sorted(set(intact) - indexed), "missing": sorted(indexed - files),
+                "temporaries": temporaries, "other": other}

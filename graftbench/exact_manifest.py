@@ -1,0 +1,104 @@
+"""Exactness manifests (``check-exact``): build, seal, verify and compare pins. Imports no torch.
+
+An exactness manifest is also the pre-registered expectation that ``check-exact --expect`` replays: it records
+the full config pin and, per pair, the token ids' hash, the artifact id and the graft's logits hash.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from .hashing import sha256_json
+from .manifest import environment, load_manifest
+
+SCHEMA = "graftbench.exactness/1"
+# Fields of the pin that may differ between two machines without changing a byte (the display name only).
+UNPINNED_FIELDS = ("model",)
+
+
+def control_table(records: list[dict]) -> dict[str, dict]:
+    """Per control, over the pairs that ran it: pairs, exact pairs, max |Δlogit|, mean of per-pair mean KL,
+    max of per-pair p99 KL (nats), mean argmax agreement (fraction)."""
+    names = sorted({name for r in records for name in r.get("controls", {})})
+    table = {}
+    for name in names:
+        rows = [r["controls"][name] for r in records if name in r.get("controls", {})]
+        table[name] = {
+            "pairs": len(rows),
+            "exact_pairs": sum(1 for row in rows if row["equal"]),
+            "max_abs_delta": max(row["max_abs_delta"] for row in rows),
+            "kl_mean": sum(row["kl_mean"] for row in rows) / len(rows),
+            "kl_p99": max(row["kl_p99"] for row in rows),
+            "argmax_agreement": sum(row["argmax_agreement"] for row in rows) / len(rows),
+        }
+    return table
+
+
+def exactness_totals(records: list[dict]) -> dict:
+    """Pairs, byte-exact pairs (graft hash equal to fresh hash), worst graft-vs-fresh figures, kinds, controls."""
+    return {
+        "pairs": len(records),
+        "exact_pairs": sum(1 for r in records if r["graft_logits_sha256"] == r["fresh_logits_sha256"]),
+        "max_abs_delta": max((r["max_abs_delta"] for r in records), default=0.0),
+        "kl_max": max((r["kl_max"] for r in records), default=0.0),
+        "min_argmax_agreement": min((r["argmax_agreement"] for r in records), default=1.0),
+        "max_artifact_tokens": max((r["artifact_tokens"] for r in records), default=0),
+        "kinds": {k: sum(1 for r in records if r["kind"] == k) for k in sorted({r["kind"] for r in records})},
+        "controls": control_table(records),
+    }
+
+
+def build_exactness_manifest(*, config: dict, config_fingerprint: str, problem_set: dict, settings: dict,
+                             records: list[dict]) -> dict:
+    """Assemble and seal (``manifest_sha256``) an exactness manifest."""
+    body = {
+        "schema": SCHEMA,
+        "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "config": config,
+        "config_fingerprint": config_fingerprint,
+        "environment": environment(),
+        "problem_set": problem_set,
+        "settings": settings,
+        "pairs": records,
+        "totals": exactness_totals(records),
+    }
+    return {**body, "manifest_sha256": sha256_json(body)}
+
+
+def verify_exactness_manifest(manifest: dict) -> list[str]:
+    """Re-check the seal and recompute the totals from the pair records; returns mismatches (empty if it holds)."""
+    mismatches = []
+    body = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
+    if sha256_json(body) != manifest.get("manifest_sha256"):
+        mismatches.append("manifest_sha256 does not match the manifest's content")
+    for record in manifest.get("pairs", []):
+        if record.get("equal") != (record.get("graft_logits_sha256") == record.get("fresh_logits_sha256")):
+            mismatches.append(f"pair {record.get('id')}: equal does not match its two logits hashes")
+    try:
+        totals = exactness_totals(manifest.get("pairs", []))
+    except (KeyError, TypeError, ZeroDivisionError) as exc:
+        return mismatches + [f"totals cannot be recomputed ({exc})"]
+    recorded = manifest.get("totals", {})
+    for name in sorted(set(totals) | set(recorded)):
+        if totals.get(name) != recorded.get(name):
+            mismatches.append(f"totals.{name}: recorded {recorded.get(name)!r}, recomputed {totals.get(name)!r}")
+    return mismatches
+
+
+def pin_differences(expected: dict, current: dict) -> list[str]:
+    """Fields of two config pins that differ (nested dicts as ``a.b``), ignoring :data:`UNPINNED_FIELDS`."""
+    differing = []
+    for name in sorted(set(expected) | set(current)):
+        if name in UNPINNED_FIELDS:
+            continue
+        a, b = expected.get(name), current.get(name)
+        if isinstance(a, dict) and isinstance(b, dict):
+            differing += [f"{name}.{sub}" for sub in pin_differences(a, b)]
+        elif a != b:
+            differing.append(name)
+    return differing
+
+
+def load_expectation(path) -> dict:
+    """Read an exactness manifest to replay; raises :class:`graftbench.manifest.ManifestError` if it is not one."""
+    return load_manifest(path, schema=SCHEMA)

@@ -1,0 +1,265 @@
+"""``check-exact``: the graft against an independent fresh chunked recompute, with negative controls.
+
+For each (artifact, query) pair built from real text, the artifact is deposited (prefilled with the pinned chunk
+schedule, serialized, parsed back), grafted into a fresh cache at its own positions, and the query's logits at
+every query position are compared with a fresh computation (new cache, same artifact tokens, same chunk schedule,
+same query). The contract (DESIGN.md) is SHA-256 equality of the raw logits bytes, hence KL 0 and argmax 100%.
+
+Negative controls, which must differ to show that the check has teeth:
+
+- ``monolithic``: one forward over artifact + query (other matmul shapes);
+- ``chunk``: the artifact prefilled with another chunk size;
+- ``shift-k``: the artifact's keys computed at positions 0..n-1 and re-rotated by RoPE to k..k+n-1, against a
+  fresh computation at k..k+n-1 (RoPE rotations compose exactly in real numbers, not in floating point);
+- ``naive-restore`` (models with sliding-window layers): kept keys and values copied back with ``update`` so the
+  layer forgets how many tokens it has seen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers.models.llama.modeling_llama import rotate_half
+
+from . import engine, graft
+from .hashing import sha256_json
+from .problems import Problem
+from .session import Session
+from .store import decode_artifact
+
+SHIFTS = (8, 128, 1024)
+SHORT_CAP = 768  # tokens: a short artifact is a problem with its solution, cut here to bound the run's time
+LONG_MIN = 2000  # tokens: a long artifact joins problems with their solutions until it reaches this
+LONG_CAP = 2400
+LONG_PIECE = 1300  # tokens per problem in a long artifact, so that it always joins two or more
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One (artifact, query) pair: ``kind`` is ``short``, ``long`` or ``cross-window`` (the artifact ends just
+    before the sliding window and the query crosses it); token id lists; the problems it was built from."""
+
+    id: str
+    kind: str
+    problems: tuple[str, ...]
+    artifact: list[int]
+    query: list[int]
+
+    @property
+    def tokens_sha256(self) -> str:
+        """SHA-256 of the canonical JSON of ``[artifact, query]`` token ids."""
+        return sha256_json([self.artifact, self.query])
+
+
+def sliding_window(session: Session) -> int | None:
+    """The model's sliding window in tokens, when it has sliding-window layers."""
+    config = session.model.config.get_text_config()
+    if any(graft.layer_kind(layer) == "sliding" for layer in engine.new_cache(session.model).layers):
+        return int(config.sliding_window)
+    return None
+
+
+def build_pairs(session: Session, problems: list[Problem], n: int) -> list[Pair]:
+    """``n`` pairs from problems with solutions: every 5th pair long (two or more problems with their solutions,
+    at least ``LONG_MIN`` tokens), every 5th (offset 3) crossing the sliding window (or 512 tokens when the model
+    has none), the rest short; odd short pairs query another problem than the artifact's.
+
+    Raises ``ValueError`` when no problem has a solution.
+    """
+    usable = [p for p in problems if p.solution]
+    if not usable:
+        raise ValueError("check-exact needs problems with a solution field (e.g. ../shared/data/aime2024.jsonl)")
+    window = sliding_window(session) or 512
+    pairs = []
+    for i in range(n):
+        first = usable[i % len(usable)]
+        deposit = session.deposit_ids(first.problem, first.answer, first.solution)
+        if i % 5 == 4:
+            used, deposit = [first], deposit[:LONG_PIECE]
+            while len(deposit) < LONG_MIN and len(used) < len(usable):
+                nxt = usable[(i + len(used)) % len(usable)]
+                used.append(nxt)
+                deposit += session.tokenizer(
+                    session.config.layout.deposit.format(problem=nxt.problem, answer=nxt.answer, solution=nxt.solution),
+                    add_special_tokens=False,
+                ).input_ids[:LONG_PIECE]
+            query = session.query_ids(usable[(i + 1) % len(usable)].problem)
+            pairs.append(Pair(f"pair-{i:03d}", "long", tuple(p.id for p in used), deposit[:LONG_CAP], query))
+        elif i % 5 == 3:
+            query = session.query_ids(first.problem + "\n" + usable[(i + 7) % len(usable)].problem)
+            cut = max(8, window - len(query) // 2)
+            pairs.append(Pair(f"pair-{i:03d}", "cross-window", (first.id,), deposit[:cut], query))
+        else:
+            asked = first if i % 2 == 0 else usable[(i + 1) % len(usable)]
+            pairs.append(Pair(f"pair-{i:03d}", "short", (first.id, asked.id), deposit[:SHORT_CAP],
+                              session.query_ids(asked.problem)))
+    return pairs
+
+
+def compare(reference: torch.Tensor, other: torch.Tensor) -> dict:
+    """Compare two ``[positions, vocab]`` logits tensors.
+
+    Returns ``equal`` (SHA-256 of raw bytes equal), ``max_abs_delta`` (logits units), ``kl`` (per-position
+    KL(reference || other) in nats, computed in float64 from log-softmax) and ``argmax_agreement`` (fraction).
+    """
+    ref, oth = reference.double(), other.double()
+    log_p, log_q = torch.log_softmax(ref, -1), torch.log_softmax(oth, -1)
+    kl = (log_p.exp() * (log_p - log_q)).sum(-1)
+    return {
+        "equal": engine.logits_sha256(reference) == engine.logits_sha256(other),
+        "max_abs_delta": float((ref - oth).abs().max()),
+        "kl": kl.tolist(),
+        "argmax_agreement": float((ref.argmax(-1) == oth.argmax(-1)).double().mean()),
+    }
+
+
+def _fresh(session: Session, artifact: list[int], query: list[int], chunk_size: int | None = None,
+           offset: int = 0) -> torch.Tensor:
+    cache = engine.new_cache(session.model)
+    engine.prefill(session.model, cache, artifact, chunk_size or session.config.chunk_size, offset=offset)
+    return engine.prefill(session.model, cache, query, session.config.chunk_size, all_logits=True, offset=offset)
+
+
+def graft_pair(session: Session, pair: Pair):
+    """Deposit the pair's artifact (bytes round trip), graft it at its own positions and run the query.
+
+    Returns (artifact id, query logits ``[len(query), vocab]``, the artifact).
+    """
+    import hashlib
+
+    data, _ = graft.build_artifact(session.model, session.config, pair.artifact, {})
+    artifact = decode_artifact(hashlib.sha256(data).hexdigest(), data)
+    cache = graft.restore(session.model, session.config, artifact)
+    logits = engine.prefill(session.model, cache, pair.query, session.config.chunk_size, all_logits=True)
+    return artifact.id, logits, artifact
+
+
+def rotate_cache(session: Session, cache, shift: int) -> None:
+    """Re-rotate every cached key by ``shift`` positions with the model's own RoPE (per layer type's base)."""
+    rotary = session.model.model.rotary_emb
+    layer_types = getattr(session.model.config.get_text_config(), "layer_types", None)
+    for i, layer in enumerate(cache.layers):
+        kwargs = {"layer_type": layer_types[i]} if layer_types else {}
+        cos, sin = rotary(layer.keys, torch.tensor([[shift]]), **kwargs)
+        cos, sin = cos[:, None], sin[:, None]
+        layer.keys = layer.keys * cos + rotate_half(layer.keys) * sin
+
+
+def controls(session: Session, pair: Pair, fresh: torch.Tensor, artifact) -> dict[str, dict]:
+    """Run every negative control on one pair; returns ``{control name: compare() result}``."""
+    model, chunk = session.model, session.config.chunk_size
+    results = {}
+    mono = engine.forward(model, engine.new_cache(model), pair.artifact + pair.query, all_logits=True)
+    results["monolithic"] = compare(fresh, mono[len(pair.artifact):])
+    other_chunk = chunk // 2 if chunk > 1 else 2
+    results[f"chunk-{other_chunk}"] = compare(fresh, _fresh(session, pair.artifact, pair.query, other_chunk))
+    for shift in SHIFTS:
+        cache = graft.restore(model, session.config, artifact)
+        rotate_cache(session, cache, shift)
+        shifted = engine.prefill(model, cache, pair.query, chunk, all_logits=True, offset=shift)
+        results[f"shift-{shift}"] = compare(_fresh(session, pair.artifact, pair.query, offset=shift), shifted)
+    if sliding_window(session):
+        cache = engine.new_cache(model)
+        for layer, (keys, values) in zip(cache.layers, artifact.layers):
+            layer.update(keys.clone(), values.clone())
+        naive = engine.prefill(model, cache, pair.query, chunk, all_logits=True)
+        results["naive-restore"] = compare(fresh, naive)
+    return results
+
+
+def check_pair(session: Session, pair: Pair, with_controls: bool) -> dict:
+    """The exactness record of one pair (JSON-ready): hashes, graft-vs-fresh figures, and controls if asked."""
+    artifact_id, grafted, artifact = graft_pair(session, pair)
+    fresh = _fresh(session, pair.artifact, pair.query)
+    result = compare(fresh, grafted)
+    record = {
+        "id": pair.id, "kind": pair.kind, "problems": list(pair.problems),
+        "artifact_tokens": len(pair.artifact), "query_tokens": len(pair.query),
+        "tokens_sha256": pair.tokens_sha256, "artifact_id": artifact_id,
+        "graft_logits_sha256": engine.logits_sha256(grafted), "fresh_logits_sha256": engine.logits_sha256(fresh),
+        **summarize([result]),
+    }
+    if with_controls:
+        record["controls"] = {name: summarize([r]) for name, r in controls(session, pair, fresh, artifact).items()}
+    return record
+
+
+def summarize(results: list[dict]) -> dict:
+    """Aggregate compare() results: all equal, max |Δlogit|, mean / p99 / max KL over all positions, argmax."""
+    kls = torch.tensor([k for r in results for k in r["kl"]], dtype=torch.float64)
+    return {
+        "equal": all(r["equal"] for r in results),
+        "max_abs_delta": max(r["max_abs_delta"] for r in results),
+        "kl_mean": float(kls.mean()),
+        "kl_p99": float(torch.quantile(kls, 0.99)),
+        "kl_max": float(kls.max()),
+        "argmax_agreement": sum(r["argmax_agreement"] for r in results) / len(results),
+    }
+
+
+def run_check_exact(session: Session, problems: list[Problem], source: str, samples: int, with_controls: bool,
+                    control_pairs: int, on_pair=None) -> dict:
+    """Check ``samples`` pairs (controls on the first ``control_pairs`` when ``with_controls``) and return the
+    sealed exactness manifest (see :mod:`graftbench.exact_manifest`)."""
+    from .exact_manifest import build_exactness_manifest
+    from .problems import problem_set_sha256
+
+    records = []
+    for i, pair in enumerate(build_pairs(session, problems, samples)):
+        records.append(check_pair(session, pair, with_controls and i < control_pairs))
+        if on_pair:
+            on_pair(records[-1])
+    return build_exactness_manifest(
+        config=session.config.to_dict(), config_fingerprint=session.config.fingerprint,
+        problem_set={"source": source, "sha256": problem_set_sha256(problems), "n": len(problems)},
+        settings={"samples": samples, "controls": with_controls, "control_pairs": control_pairs if with_controls else 0,
+                  "shifts": list(SHIFTS), "short_cap": SHORT_CAP, "long_min": LONG_MIN, "long_cap": LONG_CAP},
+        records=records,
+    )
+
+
+@dataclass
+class Replay:
+    """Outcome of replaying an expectation: pairs compared and equal, the first difference (pair id and what),
+    and the pin fields that differ (non-empty means not comparable, a failure)."""
+
+    compared: int
+    equal: int
+    first_difference: str | None
+    pin_differences: list[str]
+
+    @property
+    def passed(self) -> bool:
+        return not self.pin_differences and self.first_difference is None and self.compared == self.equal
+
+
+def replay(session: Session, expected: dict, problems: list[Problem], limit: int | None = None,
+           on_pair=None) -> Replay:
+    """Recompute the expectation's pairs (the first ``limit``) under this machine's pin; stop at the first hash
+    that differs. A pin that differs makes the replay not comparable and nothing is computed."""
+    from .exact_manifest import pin_differences
+    from .problems import problem_set_sha256
+
+    differing = pin_differences(expected["config"], session.config.to_dict())
+    if problem_set_sha256(problems) != expected["problem_set"]["sha256"]:
+        differing.append("problem_set.sha256")
+    if differing:
+        return Replay(0, 0, None, differing)
+    records = expected["pairs"][:limit] if limit else expected["pairs"]
+    pairs = build_pairs(session, problems, expected["settings"]["samples"])[: len(records)]
+    compared = equal = 0
+    for record, pair in zip(records, pairs):
+        compared += 1
+        if pair.tokens_sha256 != record["tokens_sha256"]:
+            return Replay(compared, equal, f"{record['id']}: token ids differ", [])
+        artifact_id, logits, _ = graft_pair(session, pair)
+        if artifact_id != record["artifact_id"]:
+            return Replay(compared, equal, f"{record['id']}: artifact id {artifact_id[:16]} != {record['artifact_id'][:16]}", [])
+        got = engine.logits_sha256(logits)
+        if got != record["graft_logits_sha256"]:
+            return Replay(compared, equal, f"{record['id']}: graft logits {got[:16]} != {record['graft_logits_sha256'][:16]}", [])
+        equal += 1
+        if on_pair:
+            on_pair(record)
+    return Replay(compared, equal, None, [])

@@ -1,0 +1,341 @@
+"""Faults on the default model, with nothing lost: every damaged, forged or foreign artifact is refused naming the
+artifact and the check, and eval --graft falls back recording why; deposits and solves killed with SIGKILL, two
+depositing processes at once, and a full disk leave the store and the samples files consistent.
+
+The faults come from ``benchmarks/faults.py`` (the fault-injection script applies the same catalogue).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import hashlib
+import json
+import pickle
+import re
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchmarks.faults import (
+    ARTIFACT_FAULTS,
+    SOLVE_CODE,
+    Lab,
+    complete_lines,
+    disk_full,
+    flip_bit,
+    index_full,
+    kill_when_lines,
+    put_in_subprocess,
+    reforge,
+    session_args,
+    start_python,
+    tiny_problem,
+    write_payloads,
+)
+from graftbench import graft
+from graftbench.deposit import deposit, items_from_problems
+from graftbench.evaluate import EvalSettings, StrictFallbackError, problem_key
+from graftbench.jobs import run_eval
+from graftbench.manifest import verify_manifest, write_manifest
+from graftbench.problems import load_problems, normalize_problem_text
+from graftbench.runs import RunDir, RunError, StorageError
+from graftbench.store import ArtifactError, Store
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = EvalSettings(max_new_tokens=4)
+
+
+def _id(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def faulty(session, tmp_path_factory):
+    """A store holding one faulty artifact per fault of the catalogue, each routed from its own problem."""
+    root = tmp_path_factory.mktemp("faults")
+    lab = Lab(session, Store(root / "store"))
+    cases = {}
+    for i, fault in enumerate(ARTIFACT_FAULTS):
+        problem = tiny_problem(100 + i)
+        cases[fault.name] = (problem, fault.build(lab, problem))
+    return lab, root, cases
+
+
+# ----------------------------------------------------------------------------------------- refusals
+
+
+@pytest.mark.parametrize("fault", ARTIFACT_FAULTS, ids=lambda f: f.name)
+def test_every_artifact_fault_is_refused_naming_the_artifact_and_the_check(session, faulty, fault):
+    lab, _, cases = faulty
+    _, artifact_id = cases[fault.name]
+    with pytest.raises(ArtifactError) as info:
+        graft.restore_chain(session.model, session.config, lab.store, artifact_id)
+    assert info.value.check == fault.check
+    assert info.value.artifact_id == artifact_id
+    assert str(info.value).startswith(f"artifact {artifact_id[:16]}: {fault.check} check failed: ")
+
+
+def test_eval_graft_falls_back_on_every_fault_and_records_why(session, faulty):
+    lab, root, cases = faulty
+    problems = [cases[f.name][0] for f in ARTIFACT_FAULTS]
+    result = run_eval(session, problems, "faults", "faults", EvalSettings(max_new_tokens=4, graft=True),
+                      runs_root=root / "runs", store_root=lab.store.root)
+    assert [s["problem_id"] for s in result.samples] == [p.id for p in problems]
+    for fault, sample in zip(ARTIFACT_FAULTS, result.samples):
+        artifact_id = cases[fault.name][1]
+        assert sample["route"] == "exact" and sample["mode"] == "baseline" and sample["artifact_id"] is None
+        assert sample["fallback"].startswith(f"{fault.check}: artifact {artifact_id[:16]}: {fault.check} check failed")
+        assert sample["prefill_tokens"] == len(session.solve_prompt_ids(cases[fault.name][0].problem))
+    totals = result.manifest["totals"]
+    assert totals["fallbacks"] == len(ARTIFACT_FAULTS) and totals["grafts"] == 0
+    assert verify_manifest(result.run.manifest_path)[0] == []
+    assert not (lab.store.root / "UNPICKLED").exists()
+
+
+@pytest.mark.parametrize("name", ["bit flip in the payload", "header claims another model", "chained: parent missing"])
+def test_strict_raises_instead_of_falling_back(session, faulty, name):
+    lab, root, cases = faulty
+    problem, artifact_id = cases[name]
+    check = next(f.check for f in ARTIFACT_FAULTS if f.name == name)
+    settings = EvalSettings(max_new_tokens=4, graft=True, strict=True)
+    with pytest.raises(StrictFallbackError, match=rf"problem {problem.id}: artifact {artifact_id[:16]}: {check} check"):
+        run_eval(session, [problem], "faults", f"strict-{problem.id}", settings, runs_root=root / "runs",
+                 store_root=lab.store.root)
+    assert RunDir(root / "runs", f"strict-{problem.id}").read_samples() == []
+
+
+def test_a_consistent_forgery_passes_the_header_checks_but_not_certify(session, tmp_path):
+    """Keys edited and the file re-hashed, header untouched: no header check can see it; --certify does."""
+    lab = Lab(session, Store(tmp_path / "store"))
+    problem = tiny_problem(300)
+
+    def perturb(tensors):
+        tensors["layers.5.keys"] = tensors["layers.5.keys"].clone()
+        tensors["layers.5.keys"][0, 1, 3, 7] += 0.5
+
+    forged = lab.plant(problem, lambda data: reforge(data, tensors_edit=perturb))
+    result = run_eval(session, [problem], "faults", "forged", EvalSettings(max_new_tokens=4, graft=True, certify=True),
+                      runs_root=tmp_path, store_root=lab.store.root)
+    sample = result.samples[0]
+    assert sample["mode"] == "graft" and sample["artifact_id"] == forged and sample["fallback"] is None
+    assert sample["certified"] is False and sample["certificate_sha256"] != sample["logits_sha256"]
+    assert result.certificate_mismatches == [problem.id]
+
+
+def test_the_router_never_picks_an_artifact_of_another_config(session, tmp_path):
+    store = Store(tmp_path)
+    problem = tiny_problem(301)
+    other = dataclasses.replace(session.config, threads=97)
+    store.put(*Lab(session, store).build(problem, config=other))
+    route = graft.route(store, session.config.fingerprint, problem_key(problem),
+                        normalize_problem_text(problem.problem), 0.6)
+    assert route.kind == "none" and route.artifact_id is None
+    assert graft.route(store, other.fingerprint, problem_key(problem), "", 0.6).kind == "exact"
+
+
+def test_nothing_is_ever_unpickled(session, faulty, monkeypatch):
+    lab, _, cases = faulty
+    calls = []
+    for module, name in ((pickle, "loads"), (pickle, "load"), (pickle, "Unpickler"), (torch, "load")):
+        monkeypatch.setattr(module, name, lambda *a, _name=name, **k: calls.append(_name))
+    for fault in ARTIFACT_FAULTS:
+        with pytest.raises(ArtifactError):
+            graft.restore_chain(session.model, session.config, lab.store, cases[fault.name][1])
+    cache, chain = graft.restore_chain(session.model, session.config, lab.store, lab.deposit(tiny_problem(302)))
+    assert cache.get_seq_length() == chain[0].token_ids.numel() > 0
+    assert calls == [] and not (lab.store.root / "UNPICKLED").exists()
+    source = "\n".join(p.read_text() for p in sorted((REPO / "graftbench").glob("*.py")))
+    assert not re.search(r"\bimport (c?pickle|dill|joblib|marshal)\b|\bpickle\.|torch\.load\(|np\.load\(", source)
+
+
+def test_a_damaged_copy_is_replaced_by_the_next_deposit_of_the_same_artifact(session, tmp_path):
+    lab = Lab(session, Store(tmp_path))
+    artifact_id = lab.deposit(tiny_problem(303))
+    path = lab.store.path(artifact_id)
+    path.write_bytes(flip_bit(path.read_bytes(), 12345))
+    assert lab.store.inventory()["damaged"] == [artifact_id]
+    assert lab.deposit(tiny_problem(303)) == artifact_id
+    assert lab.store.read(artifact_id).id == artifact_id and lab.store.verify() == []
+
+
+# ----------------------------------------------------------------------------------------- crashes
+
+
+@pytest.mark.parametrize("point", ["deposit-before-rename", "deposit-before-index"])
+def test_a_deposit_killed_at_any_point_leaves_nothing_visible_and_the_next_completes(session, tmp_path, point):
+    lab = Lab(session, Store(tmp_path / "store"))
+    kept = lab.deposit(tiny_problem(0))
+    problem = tiny_problem(1)
+    data, header = lab.build(problem)
+    proc = put_in_subprocess(lab.store.root, write_payloads(tmp_path / "payloads", [(data, header)]), fault=point)
+    assert proc.wait(300) == -signal.SIGKILL
+
+    inv = Store(lab.store.root).inventory()
+    assert inv["indexed"] == [kept] and inv["damaged"] == [] and inv["missing"] == [] and inv["other"] == []
+    if point == "deposit-before-rename":
+        assert inv["intact"] == [kept] and len(inv["temporaries"]) == 1 and inv["orphans"] == []
+    else:  # the file is complete but not indexed: invisible to readers until the next deposit indexes it
+        assert inv["orphans"] == [_id(data)] and inv["temporaries"] == []
+    assert lab.store.find_exact(session.config.fingerprint, problem_key(problem)) is None
+    assert lab.store.verify() == []
+
+    report = deposit(session, lab.store, items_from_problems([problem]))
+    assert [(pid, aid, new) for pid, aid, _, new in report.deposited] == [(problem.id, _id(data), point == "deposit-before-rename")]
+    assert lab.store.find_exact(session.config.fingerprint, problem_key(problem)) == _id(data)
+    assert lab.store.ids() == sorted([kept, _id(data)]) and lab.store.verify() == []
+
+
+def _interrupted_run(session, problems, runs, name, recorded):
+    class Interrupt(Exception):
+        pass
+
+    def stop(sample):
+        if len(RunDir(runs, name).read_samples()) == recorded:
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        run_eval(session, problems, "faults", name, TINY, runs_root=runs, on_sample=stop)
+
+
+@pytest.mark.parametrize("mode", ["sample-torn", "random"])
+def test_a_solve_killed_with_sigkill_loses_at_most_the_problem_in_flight(session, tmp_path, mode):
+    """Two samples recorded, then a solve process resumes and is killed: mid-write of its first sample
+    (``sample-torn``) or as soon as it has recorded one more (``random``). Resuming records each problem once
+    and keeps every line recorded before byte-identical."""
+    path = tmp_path / "set.jsonl"
+    rows = [{k: v for k, v in dataclasses.asdict(tiny_problem(i)).items() if k != "family"} for i in range(5)]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    problems, runs, name = load_problems(str(path)), tmp_path / "runs", "killed"
+    _interrupted_run(session, problems, runs, name, recorded=2)
+    samples = RunDir(runs, name).samples_path
+    prior = samples.read_bytes()
+
+    proc = start_python(SOLVE_CODE, [*session_args(session), path, runs, name, 4], None if mode == "random" else mode)
+    if mode == "random":
+        kill_when_lines(proc, samples, 3)
+    assert proc.wait(300) == -signal.SIGKILL
+    at_kill = samples.read_bytes()
+    assert at_kill.startswith(prior)
+    if mode == "sample-torn":
+        assert len(at_kill) > len(prior) and not at_kill.endswith(b"\n")
+    recorded = complete_lines(samples)
+
+    resumed = []
+    run_eval(session, problems, "faults", name, TINY, runs_root=runs, on_sample=lambda s: resumed.append(s["problem_id"]))
+    after = complete_lines(samples)
+    assert after[: len(recorded)] == recorded and samples.read_bytes().startswith(prior)
+    assert [json.loads(line)["problem_id"] for line in after] == [p.id for p in problems]
+    assert resumed == [p.id for p in problems[len(recorded):]]
+    assert verify_manifest(RunDir(runs, name).manifest_path)[0] == []
+
+
+# ----------------------------------------------------------------------------------------- concurrency
+
+
+@pytest.mark.parametrize("same", [True, False], ids=["same-artifacts", "different-artifacts"])
+def test_two_processes_depositing_at_once_leave_a_consistent_index_and_intact_payloads(session, tmp_path, same):
+    lab = Lab(session, Store(tmp_path / "store"))
+    artifacts = [lab.build(tiny_problem(10 + i)) for i in range(4)]
+    paths = write_payloads(tmp_path / "payloads", artifacts)
+    sets = (paths, paths[::-1]) if same else (paths[:2], paths[2:])
+    procs = [put_in_subprocess(lab.store.root, s, rounds=3) for s in sets]
+    reads = 0
+    while any(p.poll() is None for p in procs):
+        for artifact_id in lab.store.ids():  # whatever the index shows is complete and intact
+            assert lab.store.read(artifact_id).id == artifact_id
+            reads += 1
+    assert [p.wait() for p in procs] == [0, 0]
+    expected = sorted(_id(data) for data, _ in artifacts)
+    inv = lab.store.inventory()
+    assert inv["indexed"] == expected and inv["intact"] == expected
+    assert inv["damaged"] == inv["orphans"] == inv["missing"] == inv["temporaries"] == []
+    assert lab.store.verify() == []
+    for (data, header), problem in zip(artifacts, [tiny_problem(10 + i) for i in range(4)]):
+        assert lab.store.find_exact(session.config.fingerprint, problem_key(problem)) == _id(data)
+
+
+# ----------------------------------------------------------------------------------------- full disk
+
+
+@pytest.mark.parametrize("where", ["artifact file", "index row"])
+def test_a_full_disk_during_deposit_raises_a_clear_error_and_leaves_the_store_as_it_was(session, tmp_path, where):
+    lab = Lab(session, Store(tmp_path / "store"))
+    lab.deposit(tiny_problem(20))
+    before = lab.store.inventory()
+    full = disk_full(lab.store.artifacts, free=4096) if where == "artifact file" else index_full()
+    with full, pytest.raises(StorageError) as info:
+        deposit(session, lab.store, items_from_problems([tiny_problem(21)]))
+    error = info.value
+    assert isinstance(error, OSError) and error.errno == errno.ENOSPC
+    assert str(error).startswith("[Errno 28] cannot write ")
+    assert str(lab.store.artifacts if where == "artifact file" else lab.store.index_path) in str(error)
+    assert "nothing was kept, free some space and run again" in str(error)
+    assert lab.store.inventory() == before
+    report = deposit(session, lab.store, items_from_problems([tiny_problem(21)]))
+    assert len(report.deposited) == 1 and lab.store.verify() == []
+
+
+def test_a_full_disk_during_solve_keeps_the_samples_file_as_it_was(session, tmp_path):
+    problems = [tiny_problem(i) for i in range(3)]
+    run = RunDir(tmp_path, "full")
+    state = {}
+
+    def fill_the_disk(sample):
+        if not state:
+            state["bytes"] = run.samples_path.read_bytes()
+            state["full"] = disk_full(run.path, free=40)
+            state["disk"] = state["full"].__enter__()
+
+    try:
+        with pytest.raises(StorageError) as info:
+            run_eval(session, problems, "faults", "full", TINY, runs_root=tmp_path, on_sample=fill_the_disk)
+    finally:
+        state["full"].__exit__(None, None, None)
+    assert info.value.errno == errno.ENOSPC and state["disk"].refused == 1
+    assert f"cannot write sample '{problems[1].id}' to {run.samples_path}: No space left on device" in str(info.value)
+    assert run.samples_path.read_bytes() == state["bytes"] and state["bytes"].count(b"\n") == 1
+    assert not run.manifest_path.exists()
+    result = run_eval(session, problems, "faults", "full", TINY, runs_root=tmp_path)
+    assert [s["problem_id"] for s in result.samples] == [p.id for p in problems]
+    assert run.samples_path.read_bytes().startswith(state["bytes"])
+
+
+def test_a_full_disk_while_writing_a_manifest_keeps_the_old_one(tmp_path):
+    path = tmp_path / "manifest.json"
+    path.write_text('{"old": true}\n')
+    with disk_full(tmp_path, free=5), pytest.raises(StorageError, match=rf"cannot write {re.escape(str(path))}"):
+        write_manifest({"new": "x" * 100}, path)
+    assert path.read_text() == '{"old": true}\n' and sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json"]
+
+
+# ----------------------------------------------------------------------------------------- damaged run folders
+
+
+def test_a_damaged_samples_line_is_a_clear_error_naming_the_file_and_line(tmp_path):
+    run = RunDir(tmp_path, "r")
+    run.open({"a": 1})
+    run.append({"problem_id": "p1"})
+    run.append({"problem_id": "p2"})
+    data = run.samples_path.read_bytes()
+    run.samples_path.write_bytes(data.replace(b'"p1"', b'"p1\xff'))
+    with pytest.raises(RunError, match=rf"{re.escape(str(run.samples_path))}: line 1 is not a sample"):
+        run.read_samples()
+    run.samples_path.write_bytes(data + b"[1, 2]\n")
+    with pytest.raises(RunError, match="line 3 is not a sample"):
+        run.read_samples()
+    (run.path / "run.json").write_text("{not json")
+    with pytest.raises(RunError, match="run.json is not valid JSON"):
+        run.open({"a": 1})
+
+
+def test_outputs_with_unicode_line_separators_survive_a_resume(tmp_path):
+    """Each sample is one JSON line split on b'\\n' only: U+2028, U+0085 and form feeds inside outputs stay."""
+    run = RunDir(tmp_path, "r")
+    run.open({"a": 1})
+    odd = "a\u2028b\u2029c\x85d\x0ce\x1cf"
+    run.append({"problem_id": "p1", "output": odd})
+    run.append({"problem_id": "p2", "output": "x"})
+    assert [s.get("output") for s in RunDir(tmp_path, "r").open({"a": 1})] == [odd, "x"]
