@@ -137,7 +137,7 @@ def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, ru
         with _progress(command, len(problem_list)) as advance:
             result = run_eval(session, problem_list, problems, name, settings, command=command, runs_root=runs_dir,
                               store_root=store if graft else None, on_sample=advance)
-    except (RunError, StrictFallbackError) as exc:
+    except (RunError, StrictFallbackError, OSError) as exc:  # OSError includes StorageError (disk full)
         _fail(str(exc))
     _print_run(result, result.manifest["energy"]["method"])
     if result.certificate_mismatches:
@@ -205,9 +205,12 @@ def deposit(
     session = _session(model, dtype, chunk_size)
     total = len([p for p in problem_list if p.solution]) if references else 0
     total += len(source_run.read_samples()) if source_run else 0
-    with _progress("deposit", total) as advance:
-        report = deposit_job(session, store, problem_list, references=references, from_run=source_run,
-                             on_item=advance)
+    try:
+        with _progress("deposit", total) as advance:
+            report = deposit_job(session, store, problem_list, references=references, from_run=source_run,
+                                 on_item=advance)
+    except (RunError, OSError) as exc:  # OSError includes StorageError (disk full)
+        _fail(str(exc))
     table = Table(title=f"deposited into {store}")
     for name in ("problem", "artifact id", "tokens", "new"):
         table.add_column(name)
@@ -272,10 +275,13 @@ def check_exact(
     for table in _exactness_tables(manifest):
         console.print(table)
     run = RunDir(runs_dir, f"exact-{Path(model).stem}-{dtype}")
-    run.path.mkdir(parents=True, exist_ok=True)
-    write_manifest(manifest, run.path / "exactness.json")
-    if write_expect:
-        write_manifest(manifest, write_expect)
+    try:
+        run.path.mkdir(parents=True, exist_ok=True)
+        write_manifest(manifest, run.path / "exactness.json")
+        if write_expect:
+            write_manifest(manifest, write_expect)
+    except OSError as exc:
+        _fail(str(exc))
     totals = manifest["totals"]
     console.print(f"{totals['exact_pairs']} of {totals['pairs']} pairs byte-exact · manifest {run.path / 'exactness.json'}"
                   + (f" · expectation {write_expect}" if write_expect else ""))
@@ -341,6 +347,39 @@ def verify_manifest_cmd(
     console.print(f"[green]ok[/green] {path}")
 
 
+store_app = typer.Typer(help="Inspect and check an artifact store.", no_args_is_help=True)
+app.add_typer(store_app, name="store")
+
+
+@store_app.command("ls")
+def store_ls(store: str = StoreOpt) -> None:
+    """List the indexed artifacts: id, problem, answer, tokens, bytes, parent, source."""
+    from rich.table import Table
+
+    from .store import Store
+
+    table = Table(title=f"artifacts in {store}")
+    for name in ("id", "problem key", "answer", "tokens", "MB", "parent", "source"):
+        table.add_column(name)
+    for row in Store(store).rows():
+        table.add_row(row["id"][:16], (row["problem_key"] or "")[:12], row["answer"] or "", str(row["n_tokens"]),
+                      f"{row['bytes'] / 1e6:.1f}", (row["parent"] or "")[:12], row["source"] or "")
+    console.print(table)
+
+
+@store_app.command("verify")
+def store_verify(store: str = StoreOpt) -> None:
+    """Re-hash every indexed artifact (SHA-256 of the file against its id, header, tensors, payload); exit 1 on any failure."""
+    from .store import Store
+
+    problems = Store(store).verify()
+    for line in problems:
+        console.print(f"[red]refused[/red] {line}")
+    if problems:
+        _fail(f"{len(problems)} artifact(s) in {store} failed verification", 1)
+    console.print(f"[green]ok[/green] every artifact in {store} verifies")
+
+
 @app.command()
 def run(
     model: str = ModelOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt, runs_dir: str = RunsOpt,
@@ -356,10 +395,15 @@ def run(
 
     problem_list = builtin_problems(n_per_family=n_per_family)
     session = _session(model, dtype, chunk_size)
-    with _stage_progress(len(problem_list)) as (advance, on_stage):
-        result = flywheel(session, problem_list, "builtin", prefix=prefix, max_new_tokens=max_new_tokens,
-                          runs_root=runs_dir, store_root=store, on_sample=advance, on_item=advance,
-                          on_stage=on_stage)
+    from .runs import RunError
+
+    try:
+        with _stage_progress(len(problem_list)) as (advance, on_stage):
+            result = flywheel(session, problem_list, "builtin", prefix=prefix, max_new_tokens=max_new_tokens,
+                              runs_root=runs_dir, store_root=store, on_sample=advance, on_item=advance,
+                              on_stage=on_stage)
+    except (RunError, OSError) as exc:  # OSError includes StorageError (disk full)
+        _fail(str(exc))
     console.print(summary_table(result.rows(), result.grafted.manifest["energy"]["method"],
                                 title=f"flywheel on {len(problem_list)} built-in problems ({model})"))
     console.print(f"deposited {len(result.deposit.deposited)}, refused {len(result.deposit.refused)}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
@@ -79,7 +79,6 @@ class Decoded:
     finish_reason: str
     first_token_s: float
     decode_s: float
-    timeline: list[float] = field(default_factory=list, repr=False)
 
 
 def greedy_decode(

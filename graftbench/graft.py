@@ -15,7 +15,7 @@ from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
 from . import engine
 from .config import PinnedConfig
-from .store import DTYPE_NAMES, Artifact, ArtifactError, Store, encode_artifact
+from .store import Artifact, ArtifactError, Store, encode_artifact
 
 # Header fields that must equal the current pinned config for an artifact to be grafted.
 PINNED_HEADER_FIELDS = ("config_fingerprint", "weights_sha256", "tokenizer_sha256", "dtype", "chunk_size")
@@ -189,8 +189,3 @@ def route(store: Store, config_fingerprint: str, problem_key: str, normalized_te
     if best_id is not None and best >= min_similarity:
         return Route("similar", best_id, best)
     return Route("none", None, best)
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    """``float32`` / ``bfloat16`` / ``float16`` for a torch dtype."""
-    return DTYPE_NAMES[dtype]

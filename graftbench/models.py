@@ -183,7 +183,8 @@ def load_model(spec: str = DEFAULT_MODEL, dtype: str = "float32") -> LoadedModel
         source = resolved.path
         weights_sha = _folder_weights_sha256(Path(source)) if resolved.kind == "folder" else ""
     try:
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=DTYPES[dtype])
+        # safetensors only: a folder's pytorch_model.bin would be unpickled by torch.load
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=DTYPES[dtype], use_safetensors=True)
         tokenizer = AutoTokenizer.from_pretrained(source)
     except OSError as exc:
         raise ModelError(

@@ -296,6 +296,12 @@ class Store:
                 (config_fingerprint,),
             ).fetchall()
 
+    def rows(self) -> list[dict]:
+        """Every index row as a dict (id, config_fingerprint, problem_key, answer, n_tokens, parent, bytes, source)."""
+        with closing(self._connect()) as db:
+            db.row_factory = sqlite3.Row
+            return [dict(r) for r in db.execute("SELECT * FROM artifacts ORDER BY id")]
+
     def ids(self) -> list[str]:
         """Every indexed artifact id, sorted."""
         with closing(self._connect()) as db:
