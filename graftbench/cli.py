@@ -74,44 +74,36 @@ def _problems(source: str, limit, id_field, problem_field, answer_field, solutio
         _fail(str(exc))
 
 
+def _progress_columns():
+    return (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("{task.fields[last]}"))
+
+
+def _describe(sample_or_item) -> str:
+    """The progress line's tail: a sample's id, verdict and decode tokens, or a deposit item's problem id."""
+    if isinstance(sample_or_item, dict):
+        mark = "✓" if sample_or_item["correct"] else "✗"
+        return f"{sample_or_item['problem_id']} {mark} {sample_or_item['decode_tokens']} tok"
+    return sample_or_item.problem.id
+
+
 @contextmanager
 def _progress(label: str, total: int):
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("{task.fields[last]}"))
-    with Progress(*columns, console=console) as progress:
+    with Progress(*_progress_columns(), console=console) as progress:
         task = progress.add_task(label, total=total, last="")
-
-        def advance(sample_or_item) -> None:
-            if isinstance(sample_or_item, dict):
-                mark = "✓" if sample_or_item["correct"] else "✗"
-                last = f"{sample_or_item['problem_id']} {mark} {sample_or_item['decode_tokens']} tok"
-            else:
-                last = sample_or_item.problem.id
-            progress.update(task, advance=1, last=last)
-
-        yield advance
+        yield lambda item: progress.update(task, advance=1, last=_describe(item))
 
 
 @contextmanager
 def _stage_progress(n_problems: int):
     """A progress bar per flywheel stage; deposit counts offered solutions, the others problems."""
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("{task.fields[last]}"))
-    with Progress(*columns, console=console) as progress:
+    with Progress(*_progress_columns(), console=console) as progress:
         current = {}
 
         def on_stage(name: str) -> None:
             current["task"] = progress.add_task(name, total=None if name == "deposit" else n_problems, last="")
 
-        def advance(sample_or_item) -> None:
-            if isinstance(sample_or_item, dict):
-                mark = "✓" if sample_or_item["correct"] else "✗"
-                last = f"{sample_or_item['problem_id']} {mark} {sample_or_item['decode_tokens']} tok"
-            else:
-                last = sample_or_item.problem.id
-            progress.update(current["task"], advance=1, last=last)
-
-        yield advance, on_stage
+        yield (lambda item: progress.update(current["task"], advance=1, last=_describe(item))), on_stage
 
 
 def _print_run(result, energy_method: str) -> None:

@@ -84,7 +84,14 @@ def test_replay_under_another_pin_is_not_comparable(session, aime2024, small_man
     assert pin_differences(small_manifest["config"], {**small_manifest["config"], "model": "alias"}) == []
 
 
-@pytest.mark.parametrize("name", ["exact-smollm2-135m.json", "exact-gemma3-270m.json"])
+COMMITTED_FLOAT32 = sorted(p.name for p in (ROOT / "manifests").glob("exact-*.json") if "-bf16" not in p.name)
+
+
+def test_the_default_model_float32_expectation_is_committed():
+    assert "exact-smollm2-135m.json" in COMMITTED_FLOAT32
+
+
+@pytest.mark.parametrize("name", COMMITTED_FLOAT32)
 def test_committed_float32_expectation_replays_on_this_machine(name, aime2024):
     """The cross-machine check: 5 pairs of each committed float32 manifest recomputed here, hash for hash."""
     from graftbench.session import open_session
