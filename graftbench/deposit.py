@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from . import graft
-from .hashing import sha256_bytes, sha256_text
-from .problems import Problem, normalize_problem_text, problem_text_sha256
+from .hashing import sha256_text
+from .problems import Problem, normalize_problem_text, problem_key, problem_text_sha256
 from .session import Session
 from .store import Store
 from .verify import verify_answer
@@ -67,7 +67,7 @@ def deposit(session: Session, store: Store, items: list[DepositItem],
             else:
                 meta = {
                     "problem_id": problem.id,
-                    "problem_key": sha256_text(normalize_problem_text(problem.problem)),
+                    "problem_key": problem_key(problem),
                     "problem_text": normalize_problem_text(problem.problem),
                     "problem_sha256": problem_text_sha256(problem.problem),
                     "answer": problem.answer,
@@ -75,9 +75,8 @@ def deposit(session: Session, store: Store, items: list[DepositItem],
                     "text_sha256": sha256_text(session.tokenizer.decode(ids)),
                 }
                 data, header = graft.build_artifact(session.model, session.config, ids, meta)
-                existed = store.path(sha256_bytes(data)).exists()
-                artifact_id = store.put(data, header)
-                report.deposited.append((problem.id, artifact_id, len(ids), not existed))
+                artifact_id, written = store.write(data, header)
+                report.deposited.append((problem.id, artifact_id, len(ids), written))
         if on_item:
             on_item(item)
     return report

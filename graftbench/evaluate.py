@@ -14,7 +14,7 @@ from typing import Callable
 from . import engine, graft
 from .energy import EnergyMeter
 from .hashing import sha256_text
-from .problems import Problem, normalize_problem_text, problem_text_sha256
+from .problems import Problem, normalize_problem_text, problem_key, problem_text_sha256
 from .runs import RunDir
 from .session import Session
 from .store import ArtifactError, Store
@@ -38,11 +38,6 @@ class EvalSettings:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def problem_key(problem: Problem) -> str:
-    """SHA-256 of the normalized problem text: the exact-match routing key."""
-    return sha256_text(normalize_problem_text(problem.problem))
 
 
 def _baseline(session: Session, problem: Problem, budget: int, started: float) -> dict:

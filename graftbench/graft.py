@@ -83,8 +83,9 @@ def build_artifact(
     return data, header
 
 
-def check_compatible(artifact: Artifact, config: PinnedConfig, model) -> None:
-    """Refuse an artifact whose header does not match the pinned config and the model's cache layout.
+def check_compatible(artifact: Artifact, config: PinnedConfig, cache) -> None:
+    """Refuse an artifact whose header does not match the pinned config and the layout of ``cache`` (a cache of
+    the model it is to be grafted into).
 
     Raises :class:`ArtifactError` (check ``config``) naming the first differing field.
     """
@@ -93,7 +94,7 @@ def check_compatible(artifact: Artifact, config: PinnedConfig, model) -> None:
     for name in PINNED_HEADER_FIELDS:
         if header.get(name) != current[name]:
             raise ArtifactError(artifact.id, "config", f"{name} is {header.get(name)!r}, this run pins {current[name]!r}")
-    kinds = [layer_kind(layer) for layer in engine.new_cache(model).layers]
+    kinds = [layer_kind(layer) for layer in cache.layers]
     if [spec.get("kind") for spec in header["layers"]] != kinds:
         raise ArtifactError(artifact.id, "config", "cache layer kinds differ from this model's")
     start, end = header["positions"]
@@ -108,9 +109,9 @@ def restore(model, config: PinnedConfig, artifact: Artifact, cache=None):
     A chained artifact needs ``cache`` to hold exactly its parent's state (``seen`` equal to its start).
     Returns the cache. Raises :class:`ArtifactError` (``config`` or ``parent``).
     """
-    check_compatible(artifact, config, model)
-    start, end = artifact.header["positions"]
     cache = cache if cache is not None else engine.new_cache(model)
+    check_compatible(artifact, config, cache)
+    start, end = artifact.header["positions"]
     if (artifact.header.get("parent") is None) != (start == 0) or cache.get_seq_length() != start:
         raise ArtifactError(artifact.id, "parent", f"starts at {start} but the cache holds {cache.get_seq_length()}")
     for layer, spec, (keys, values) in zip(cache.layers, artifact.header["layers"], artifact.layers):

@@ -123,6 +123,11 @@ def problem_text_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def problem_key(problem: Problem) -> str:
+    """SHA-256 hex digest of the normalized problem text: the exact-match routing key of the store."""
+    return hashlib.sha256(normalize_problem_text(problem.problem).encode("utf-8")).hexdigest()
+
+
 # --------------------------------------------------------------------------------------
 # Loading
 # --------------------------------------------------------------------------------------

@@ -226,6 +226,10 @@ class Store:
         Writing the same bytes twice keeps one copy (a damaged copy already there is replaced). Raises
         :class:`graftbench.runs.StorageError` (e.g. disk full) with nothing new visible in the store or the index.
         """
+        return self.write(data, header)[0]
+
+    def write(self, data: bytes, header: dict) -> tuple[str, bool]:
+        """:meth:`put`, also saying whether the file was written (``False`` when an intact copy was there)."""
         artifact_id = hashlib.sha256(data).hexdigest()
         target = self.path(artifact_id)
         written = not self._holds(target, artifact_id)
@@ -247,7 +251,7 @@ class Store:
             full = getattr(exc, "sqlite_errorcode", None) == _SQLITE_FULL or "full" in str(exc).lower()
             cause = OSError(errno.ENOSPC if full else errno.EIO, str(exc))
             raise storage_error(cause, f"the index row of artifact {artifact_id[:16]} to {self.index_path}") from exc
-        return artifact_id
+        return artifact_id, written
 
     @staticmethod
     def _holds(target: Path, artifact_id: str) -> bool:
