@@ -120,27 +120,30 @@ def restore(model, config: PinnedConfig, artifact: Artifact, cache=None):
 
 
 def _restore_layer(layer, spec: dict, keys: torch.Tensor, values: torch.Tensor) -> None:
+    # The artifact's tensors are adopted, not copied: cache layers never write in place (every update is a
+    # torch.cat into a new tensor), so a restored cache cannot alter the artifact it came from.
     if not layer.is_initialized:
         layer.lazy_initialization(keys, values)
     if spec["kind"] == "full":
-        layer.keys = torch.cat([layer.keys, keys], dim=-2) if layer.keys.numel() else keys.clone()
-        layer.values = torch.cat([layer.values, values], dim=-2) if layer.values.numel() else values.clone()
+        layer.keys = torch.cat([layer.keys, keys], dim=-2) if layer.keys.numel() else keys
+        layer.values = torch.cat([layer.values, values], dim=-2) if layer.values.numel() else values
     else:
-        layer.keys, layer.values = keys.clone(), values.clone()
+        layer.keys, layer.values = keys, values
         layer.cumulative_length = spec["seen"]
 
 
-def restore_chain(model, config: PinnedConfig, store: Store, artifact_id: str):
-    """Read ``artifact_id`` and its ancestors from ``store`` and graft them root first.
+def restore_chain(model, config: PinnedConfig, store: Store, artifact_id: str, integrity: str = "xxh3_128"):
+    """Read ``artifact_id`` and its ancestors from ``store`` (checked with ``integrity``, see
+    :meth:`Store.read`) and graft them root first.
 
     Returns (cache, list of artifacts root first). Raises :class:`ArtifactError` if any link is refused,
     including a parent that is missing from the store (check ``parent``).
     """
-    chain = [store.read(artifact_id)]
+    chain = [store.read(artifact_id, integrity)]
     while chain[-1].header.get("parent"):
         parent_id = chain[-1].header["parent"]
         try:
-            chain.append(store.read(parent_id))
+            chain.append(store.read(parent_id, integrity))
         except ArtifactError as exc:
             raise ArtifactError(artifact_id, "parent", f"parent {parent_id[:16]} refused: {exc}") from exc
     chain.reverse()
@@ -174,13 +177,14 @@ def route(store: Store, config_fingerprint: str, problem_key: str, normalized_te
     """Pick the one artifact to graft for a query.
 
     Exact match on the normalized problem text's hash first; otherwise the most similar deposited problem
-    (``difflib.SequenceMatcher`` ratio on normalized text) if its ratio reaches ``min_similarity``; otherwise none.
+    (``difflib.SequenceMatcher`` ratio on normalized text) among the candidates that share a MinHash band with
+    the query (:meth:`Store.candidates`), if its ratio reaches ``min_similarity``; otherwise none.
     """
     exact = store.find_exact(config_fingerprint, problem_key)
     if exact:
         return Route("exact", exact, 1.0)
     best_id, best = None, 0.0
-    for artifact_id, text in store.candidates(config_fingerprint):
+    for artifact_id, text in store.candidates(config_fingerprint, normalized_text):
         matcher = difflib.SequenceMatcher(None, normalized_text, text, autojunk=False)
         if matcher.real_quick_ratio() < max(best, min_similarity) or matcher.quick_ratio() < max(best, min_similarity):
             continue

@@ -9,7 +9,8 @@ carries ``payload_sha256`` over the tensors' raw bytes, for provenance.
 Layout on disk::
 
     <root>/artifacts/<id>.safetensors   written to a temporary file, fsynced, then renamed into place
-    <root>/index.sqlite                  one row per artifact, inserted after its file is in place
+    <root>/index.sqlite                  one row per artifact, inserted after its file is in place, and the
+                                         router's MinHash band keys of its problem text (:mod:`graftbench.similarity`)
 
 A writer killed at any point leaves at most a ``.tmp-*`` file (never an artifact name) or a complete file that is
 not yet indexed (invisible to readers, indexed by the next deposit of the same artifact). A failed write (disk
@@ -34,6 +35,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
+from . import similarity
+from .artifact_reader import INTEGRITY_METHODS, LayoutError, ReadTiming, read_safetensors, xxh3_128_hex
 from .hashing import sha256_file
 from .runs import crash_point, storage_error, write_file_atomic
 
@@ -54,10 +57,21 @@ CREATE TABLE IF NOT EXISTS artifacts (
     n_tokens INTEGER NOT NULL,
     parent TEXT,
     bytes INTEGER NOT NULL,
-    source TEXT
+    source TEXT,
+    xxh3_128 TEXT
 );
 CREATE INDEX IF NOT EXISTS by_problem ON artifacts (config_fingerprint, problem_key);
+CREATE TABLE IF NOT EXISTS bands (
+    key INTEGER NOT NULL,
+    artifact INTEGER NOT NULL,
+    PRIMARY KEY (key, artifact)
+) WITHOUT ROWID;
 """
+_SCHEMA_VERSION = 2  # 1: no xxh3_128 column, no bands table
+_COLUMNS = ("id", "config_fingerprint", "problem_key", "problem_text", "answer", "n_tokens", "parent", "bytes",
+            "source", "xxh3_128")
+_INSERT = f"INSERT OR IGNORE INTO artifacts ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
+ROUTE_CANDIDATES = 64  # most artifacts compared with difflib per similarity lookup
 
 
 class ArtifactError(ValueError):
@@ -74,12 +88,13 @@ class ArtifactError(ValueError):
 @dataclass
 class Artifact:
     """A read and checked artifact: its id, header dict, ``token_ids`` (int64 ``[n]``) and per-layer
-    ``(keys, values)`` tensors."""
+    ``(keys, values)`` tensors; ``timing`` says how long the read took, when it came from a file."""
 
     id: str
     header: dict
     token_ids: torch.Tensor
     layers: list[tuple[torch.Tensor, torch.Tensor]]
+    timing: ReadTiming | None = None
 
 
 def payload_sha256(token_ids: torch.Tensor, layers: list[tuple[torch.Tensor, torch.Tensor]]) -> str:
@@ -121,6 +136,13 @@ def _parse_header(artifact_id: str, data: bytes) -> dict:
         raise ArtifactError(artifact_id, "format", f"safetensors header of {size} bytes is oversized or truncated")
     try:
         meta = json.loads(data[8 : 8 + size]).get("__metadata__") or {}
+    except (ValueError, TypeError, AttributeError, RecursionError) as exc:
+        raise ArtifactError(artifact_id, "header", f"header is not valid graftbench JSON ({exc})") from exc
+    return _header_from_metadata(artifact_id, meta)
+
+
+def _header_from_metadata(artifact_id: str, meta: dict) -> dict:
+    try:
         header = json.loads(meta[HEADER_KEY])
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
         raise ArtifactError(artifact_id, "header", f"header is not valid graftbench JSON ({exc})") from exc
@@ -211,7 +233,10 @@ class Store:
         self.artifacts.mkdir(parents=True, exist_ok=True)
         self.index_path = self.root / "index.sqlite"
         with closing(self._connect()) as db, db:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
             db.executescript(_SCHEMA)
+            if version < _SCHEMA_VERSION:
+                _upgrade(db)
 
     def _connect(self) -> sqlite3.Connection:
         return sqlite3.connect(self.index_path, timeout=60)
@@ -240,11 +265,11 @@ class Store:
         row = (
             artifact_id, header["config_fingerprint"], header.get("problem_key"), header.get("problem_text"),
             header.get("answer"), header["positions"][1] - header["positions"][0], header.get("parent"),
-            len(data), header.get("source"),
+            len(data), header.get("source"), xxh3_128_hex(data),
         )
         try:
             with closing(self._connect()) as db, db:
-                db.execute("INSERT OR IGNORE INTO artifacts VALUES (?,?,?,?,?,?,?,?,?)", row)
+                _index_row(db, row)
         except sqlite3.Error as exc:
             if written:
                 target.unlink(missing_ok=True)
@@ -260,27 +285,64 @@ class Store:
         except OSError:
             return False
 
-    def _indexed_bytes(self, artifact_id: str) -> int | None:
+    def _indexed(self, artifact_id: str) -> tuple[int | None, str | None]:
         with closing(self._connect()) as db:
-            row = db.execute("SELECT bytes FROM artifacts WHERE id=?", (artifact_id,)).fetchone()
-        return row[0] if row else None
+            row = db.execute("SELECT bytes, xxh3_128 FROM artifacts WHERE id=?", (artifact_id,)).fetchone()
+        return (row[0], row[1]) if row else (None, None)
 
-    def read(self, artifact_id: str) -> Artifact:
-        """Read and check one artifact (see :func:`decode_artifact`); raises :class:`ArtifactError`.
+    def read(self, artifact_id: str, integrity: str = "xxh3_128") -> Artifact:
+        """Read and check one artifact in one pass from its file (:func:`artifact_reader.read_safetensors`).
 
-        A file whose size differs from the size indexed for it is refused (``size``) before it is read.
+        Checks, in order: the size indexed for it (``size``, before reading), the whole file's hash (``hash``:
+        XXH3-128 against the digest indexed at deposit, or with ``integrity="sha256"`` or no indexed digest,
+        SHA-256 against the id), the safetensors layout (``format``), the graftbench header (``header``), the
+        tensor set, dtypes and shapes against the header (``tensors``) and, on the SHA-256 path only, the payload
+        hash against the header (``payload``). Raises :class:`ArtifactError` naming the
+        failed check (also ``missing`` and ``read``); the returned artifact's ``timing`` splits read, hash and
+        parse seconds.
         """
+        if integrity not in INTEGRITY_METHODS:
+            raise ValueError(f"integrity method {integrity!r} is not one of {INTEGRITY_METHODS}")
         path = self.path(artifact_id)
         try:
-            size, indexed = path.stat().st_size, self._indexed_bytes(artifact_id)
-            if indexed is not None and size != indexed:
-                raise ArtifactError(artifact_id, "size", f"file is {size} bytes, the index says {indexed}")
+            size = path.stat().st_size
+            indexed_bytes, indexed_xxh3 = self._indexed(artifact_id)
+            if indexed_bytes is not None and size != indexed_bytes:
+                raise ArtifactError(artifact_id, "size", f"file is {size} bytes, the index says {indexed_bytes}")
+            method = "xxh3_128" if integrity == "xxh3_128" and indexed_xxh3 else "sha256"
+            raw = read_safetensors(path, method)
+        except FileNotFoundError as exc:
+            raise ArtifactError(artifact_id, "missing", f"no file {path}") from exc
+        except OSError as exc:
+            raise ArtifactError(artifact_id, "read", f"cannot read {path}: {exc}") from exc
+        if raw.digest != (indexed_xxh3 if method == "xxh3_128" else artifact_id):
+            source = "the XXH3-128 indexed at deposit" if method == "xxh3_128" else "its id"
+            raise ArtifactError(artifact_id, "hash", f"{method} of the file does not equal {source} (corrupt or edited)")
+        if raw.layout_error is not None:
+            raise ArtifactError(artifact_id, raw.layout_error.check, str(raw.layout_error))
+        header = _header_from_metadata(artifact_id, raw.metadata)
+        token_ids, layers = _tensors_from(artifact_id, header, raw.tensors)
+        if method == "sha256" and payload_sha256(token_ids, layers) != header.get("payload_sha256"):
+            raise ArtifactError(artifact_id, "payload", "payload SHA-256 does not equal the header's")
+        return Artifact(artifact_id, header, token_ids, layers, raw.timing)
+
+    def read_provenance(self, artifact_id: str) -> Artifact:
+        """Read with the full provenance checks of :func:`decode_artifact`: SHA-256 of the file against the id
+        and SHA-256 of the payload against the header (slower than :meth:`read`; for ``store verify``)."""
+        path = self.path(artifact_id)
+        try:
             data = path.read_bytes()
         except FileNotFoundError as exc:
             raise ArtifactError(artifact_id, "missing", f"no file {path}") from exc
         except OSError as exc:
             raise ArtifactError(artifact_id, "read", f"cannot read {path}: {exc}") from exc
-        return decode_artifact(artifact_id, data)
+        indexed_bytes, indexed_xxh3 = self._indexed(artifact_id)
+        if indexed_bytes is not None and len(data) != indexed_bytes:
+            raise ArtifactError(artifact_id, "size", f"file is {len(data)} bytes, the index says {indexed_bytes}")
+        artifact = decode_artifact(artifact_id, data)
+        if indexed_xxh3 is not None and xxh3_128_hex(data) != indexed_xxh3:
+            raise ArtifactError(artifact_id, "hash", "XXH3-128 of the file does not equal the digest indexed for it")
+        return artifact
 
     def find_exact(self, config_fingerprint: str, problem_key: str) -> str | None:
         """The id of an artifact deposited for this normalized problem under this config, or ``None``."""
@@ -291,13 +353,23 @@ class Store:
             ).fetchone()
         return row[0] if row else None
 
-    def candidates(self, config_fingerprint: str) -> list[tuple[str, str]]:
-        """``(id, problem_text)`` of every top-level artifact under this config, for similarity routing."""
+    def candidates(self, config_fingerprint: str, normalized_text: str,
+                   limit: int = ROUTE_CANDIDATES) -> list[tuple[str, str]]:
+        """``(id, problem_text)`` of up to ``limit`` top-level artifacts under this config whose problem text
+        shares a MinHash band with ``normalized_text`` (most shared bands first), for similarity routing.
+
+        Reads only the index rows of the query's 20 band keys (:mod:`graftbench.similarity`), so its cost does
+        not grow with the number of artifacts stored.
+        """
+        keys = similarity.band_keys(config_fingerprint, normalized_text)
+        if not keys:
+            return []
         with closing(self._connect()) as db:
             return db.execute(
-                "SELECT id, problem_text FROM artifacts WHERE config_fingerprint=? AND parent IS NULL "
-                "AND problem_text IS NOT NULL ORDER BY id",
-                (config_fingerprint,),
+                f"SELECT a.id, a.problem_text FROM bands b JOIN artifacts a ON a.rowid = b.artifact "
+                f"WHERE b.key IN ({','.join('?' * len(keys))}) AND a.config_fingerprint = ? AND a.parent IS NULL "
+                f"GROUP BY b.artifact ORDER BY COUNT(*) DESC, a.id LIMIT ?",
+                (*keys, config_fingerprint, limit),
             ).fetchall()
 
     def rows(self) -> list[dict]:
@@ -312,11 +384,12 @@ class Store:
             return [r[0] for r in db.execute("SELECT id FROM artifacts ORDER BY id")]
 
     def verify(self) -> list[str]:
-        """Re-hash every indexed artifact; returns one line per problem found (empty when all hold)."""
+        """Re-check every indexed artifact with SHA-256 (file against id, payload against header) and its indexed
+        XXH3-128; returns one line per problem found (empty when all hold)."""
         problems = []
         for artifact_id in self.ids():
             try:
-                self.read(artifact_id)
+                self.read_provenance(artifact_id)
             except ArtifactError as exc:
                 problems.append(str(exc))
         return problems
@@ -340,3 +413,26 @@ class Store:
         return {"indexed": sorted(indexed), "intact": intact, "damaged": damaged,
                 "orphans": sorted(set(intact) - indexed), "missing": sorted(indexed - files),
                 "temporaries": temporaries, "other": other}
+
+
+def _index_row(db: sqlite3.Connection, row: tuple) -> None:
+    """Insert one artifact row and, for a top-level artifact with a problem text, its MinHash band keys."""
+    cursor = db.execute(_INSERT, row)
+    text, parent = row[_COLUMNS.index("problem_text")], row[_COLUMNS.index("parent")]
+    if cursor.rowcount and text and parent is None:
+        keys = similarity.band_keys(row[_COLUMNS.index("config_fingerprint")], text)
+        db.executemany("INSERT OR IGNORE INTO bands VALUES (?, ?)", [(key, cursor.lastrowid) for key in keys])
+
+
+def _upgrade(db: sqlite3.Connection) -> None:
+    """Bring an index written by an older graftbench up to date: add the ``xxh3_128`` column (left empty, so
+    those artifacts are checked with SHA-256 on read) and the band keys of every top-level problem text."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(artifacts)")}
+    if "xxh3_128" not in columns:
+        db.execute("ALTER TABLE artifacts ADD COLUMN xxh3_128 TEXT")
+    rows = db.execute("SELECT rowid, config_fingerprint, problem_text FROM artifacts "
+                      "WHERE parent IS NULL AND problem_text IS NOT NULL").fetchall()
+    for rowid, fingerprint, text in rows:
+        db.executemany("INSERT OR IGNORE INTO bands VALUES (?, ?)",
+                       [(key, rowid) for key in similarity.band_keys(fingerprint, text)])
+    db.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
