@@ -361,7 +361,7 @@ def store_ls(store: str = StoreOpt) -> None:
 
 @store_app.command("verify")
 def store_verify(store: str = StoreOpt) -> None:
-    """Re-hash every indexed artifact (SHA-256 of the file against its id, header, tensors, payload); exit 1 on any failure."""
+    """Re-check every indexed artifact with SHA-256 (file against id, payload against header) and its indexed XXH3-128; exit 1 on any failure."""
     from .store import Store
 
     problems = Store(store).verify()
@@ -370,6 +370,57 @@ def store_verify(store: str = StoreOpt) -> None:
     if problems:
         _fail(f"{len(problems)} artifact(s) in {store} failed verification", 1)
     console.print(f"[green]ok[/green] every artifact in {store} verifies")
+
+
+def _int_list(text: str, name: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        _fail(f"{name} must be comma-separated positive integers, got {text!r}")
+    if not values or min(values) < 1:
+        _fail(f"{name} must be comma-separated positive integers, got {text!r}")
+    return values
+
+
+@app.command()
+def bench(
+    model: str = ModelOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt,
+    problems: str = typer.Option("../shared/data/aime2024.jsonl", "--problems", "-p",
+                                 help="problems with solutions: the text the artifacts are cut from"),
+    sizes: str = typer.Option("512,2048,4096,8192", "--sizes", help="artifact sizes in tokens, comma-separated"),
+    repeats: int = typer.Option(3, "--repeats", help="timed repetitions of each prefill (medians reported)"),
+    graft_repeats: int = typer.Option(5, "--graft-repeats", help="timed repetitions of each graft"),
+    decode_tokens: int = typer.Option(128, "--decode-tokens", help="greedy tokens in the decode comparison"),
+    store_sizes: str = typer.Option("10,1000,100000", "--store-sizes", help="artifact counts for the store scale test"),
+    cold_load: bool = typer.Option(True, "--cold-load/--no-cold-load", help="also time a cold (de-quantizing) load"),
+    peer_python: Optional[Path] = typer.Option(Path(".venv-peer/bin/python"), "--peer-python",
+                                               help="a Python with llama-cpp-python for the peer row (make bench-peer-env)"),
+    out: Path = typer.Option(Path("benchmarks/results"), "--out", help="folder for the JSON, markdown and PNG"),
+    threads: Optional[int] = typer.Option(None, "--threads", help="torch intra-op threads (default: torch's)"),
+    smoke: bool = typer.Option(False, "--smoke", help="tiny sizes, one repetition, no cold load or peer: checks it runs"),
+) -> None:
+    """Measure graft against prefill (TTFT), restore throughput, decode, model load, store scale and llama.cpp."""
+    from .bench.report import markdown, write_outputs
+    from .bench.run import BenchSettings, run_bench
+
+    settings = BenchSettings(sizes=sorted(_int_list(sizes, "--sizes")), repeats=repeats, graft_repeats=graft_repeats,
+                             decode_tokens=decode_tokens, store_sizes=_int_list(store_sizes, "--store-sizes"),
+                             cold_load=cold_load, peer_python=peer_python)
+    if smoke:
+        settings = BenchSettings(sizes=[64, 160], repeats=1, graft_repeats=2, decode_tokens=8, decode_repeats=1,
+                                 store_sizes=[10, 100], cold_load=False, peer_python=None, bit_flips=8, smoke=True)
+    problem_list = _problems(problems, None, "id", "problem", "answer", "solution")
+    session = _session(model, dtype, chunk_size, threads)
+    try:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console) as progress:
+            result = run_bench(session, model, problem_list, problems, settings, progress)
+    except ValueError as exc:
+        _fail(str(exc))
+    stem = f"bench-{Path(model).stem}" + ("" if dtype == "float32" else f"-{dtype}") + ("-smoke" if smoke else "")
+    paths = write_outputs(result, out, stem)
+    console.print(markdown(result))
+    console.print("wrote " + ", ".join(str(p) for p in paths))
 
 
 @app.command()

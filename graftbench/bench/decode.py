@@ -1,0 +1,51 @@
+"""Greedy decode throughput of graftbench's engine against ``transformers``' own ``generate``, same model and prompt."""
+
+from __future__ import annotations
+
+import torch
+
+from .. import engine
+from ..session import Session
+from .stats import summary, timed
+
+
+def _engine_decode(session: Session, prompt: list[int], new_tokens: int) -> tuple[float, list[int]]:
+    cache = engine.new_cache(session.model)
+    logits = engine.prefill(session.model, cache, prompt, session.config.chunk_size)
+    decoded = engine.greedy_decode(session.model, session.tokenizer, cache, logits, new_tokens, session.eos_ids)
+    return decoded.decode_s, decoded.token_ids
+
+
+def _generate(session: Session, prompt: list[int], new_tokens: int) -> tuple[float, list[int]]:
+    input_ids = torch.tensor([prompt])
+    kwargs = {"attention_mask": torch.ones_like(input_ids), "do_sample": False, "num_beams": 1,
+              "max_new_tokens": new_tokens, "pad_token_id": session.tokenizer.eos_token_id or 0}
+    with torch.inference_mode():
+        seconds, out = timed(lambda: session.model.generate(input_ids, **kwargs))
+    return seconds, out[0, len(prompt):].tolist()
+
+
+def measure_decode(session: Session, prompt: list[int], new_tokens: int, repeats: int) -> dict:
+    """Decode tokens per second, median of ``repeats``, for both engines on ``prompt``.
+
+    graftbench: ``(tokens - 1) / decode_s``, where ``decode_s`` runs from the prompt's logits to the last token
+    (one forward per token after the first). ``generate``: ``(tokens - 1) / (t_N - t_1)``, where ``t_N`` and
+    ``t_1`` are whole ``generate`` calls for N and for 1 new token, so that its prefill cancels out.
+    Both stop at EOS; ``same_tokens`` says whether they produced the same greedy tokens.
+    """
+    ours, theirs, theirs_one = [], [], []
+    for _ in range(repeats):
+        seconds, tokens = _engine_decode(session, prompt, new_tokens)
+        ours.append((len(tokens) - 1) / seconds)
+        seconds_n, generated = _generate(session, prompt, new_tokens)
+        seconds_1, _ = _generate(session, prompt, 1)
+        theirs.append((len(generated) - 1) / (seconds_n - seconds_1))
+        theirs_one.append(seconds_1)
+    ours_s, theirs_s = summary(ours), summary(theirs)
+    return {
+        "prompt_tokens": len(prompt), "new_tokens": {"graftbench": len(tokens), "generate": len(generated)},
+        "same_tokens": tokens == generated,
+        "graftbench_tok_per_s": ours_s, "generate_tok_per_s": theirs_s,
+        "ratio": ours_s["median"] / theirs_s["median"],
+        "method": "greedy, EOS stops both; graftbench engine.greedy_decode vs model.generate(do_sample=False)",
+    }

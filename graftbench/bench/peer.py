@@ -1,0 +1,35 @@
+"""The llama.cpp peer row: ``benchmarks/peer_llama.py`` run by a separate Python that has ``llama-cpp-python``
+(``make bench-peer-env``), on the same GGUF file and the same token ids."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from pathlib import Path
+
+from ..session import Session
+from .workload import Workload
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "peer_llama.py"
+
+
+def measure_peer(session: Session, python: Path, workload: Workload, sizes: list[int], repeats: int,
+                 decode_tokens: int, threads: int) -> dict:
+    """Run the peer script; returns its JSON, or ``{"skipped": reason}`` when there is no peer Python, the model
+    is not a GGUF file, or the script fails (its stderr tail is kept)."""
+    if not python.is_file():
+        return {"skipped": f"no peer Python at {python} (make bench-peer-env builds llama-cpp-python there)"}
+    if session.loaded.resolved.kind != "gguf" or not SCRIPT.is_file():
+        return {"skipped": "the model is not a GGUF file, or benchmarks/peer_llama.py is missing"}
+    with tempfile.TemporaryDirectory(prefix="graftbench-peer-") as folder:
+        tokens = Path(folder) / "tokens.json"
+        tokens.write_text(json.dumps({"context": workload.context, "query": workload.query,
+                                      "decode_prompt": workload.decode_prompt}))
+        command = [str(python), str(SCRIPT), "--gguf", session.loaded.resolved.path, "--tokens-file", str(tokens),
+                   "--sizes", ",".join(map(str, sizes)), "--repeats", str(repeats),
+                   "--decode-tokens", str(decode_tokens), "--threads", str(threads), "--work-dir", folder]
+        done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        return {"skipped": f"peer script failed (exit {done.returncode}): {done.stderr.strip()[-400:]}"}
+    return json.loads(done.stdout)

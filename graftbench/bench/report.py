@@ -1,0 +1,162 @@
+"""The benchmark's outputs: the JSON of figures, a markdown table, and PNG plots (TTFT, restore throughput)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from ..runs import write_atomic  # noqa: E402
+
+
+def _ms(summary: dict) -> str:
+    return f"{summary['median'] * 1e3:,.1f} ({summary['min'] * 1e3:,.1f}–{summary['max'] * 1e3:,.1f})"
+
+
+def _s(summary: dict) -> str:
+    return f"{summary['median']:,.2f} ({summary['min']:,.2f}–{summary['max']:,.2f})"
+
+
+def ttft_table(result: dict) -> list[str]:
+    """Markdown rows: per artifact size, prefill and graft TTFT (median, min–max) and their ratio, both queries."""
+    q = result["workload"]["query_tokens"]
+    lines = [f"| artifact tokens | artifact MB | prefill + 1-token query, s | graft + 1-token query, ms | ratio "
+             f"| prefill + {q}-token query, s | graft + {q}-token query, ms | ratio | logits equal |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|:---:|"]
+    for row in result["ttft"]:
+        p, g = row["prefill"], row["graft"]
+        equal = "yes" if all(row["logits_equal"].values()) else "NO"
+        lines.append(f"| {row['tokens']:,} | {row['artifact_bytes'] / 1e6:,.1f} | {_s(p['ttft_query_1_s'])} "
+                     f"| {_ms(g['query_1/xxh3_128']['total_s'])} | {row['ttft_ratio']['query_1']:,.0f}× "
+                     f"| {_s(p['ttft_query_real_s'])} | {_ms(g['query_real/xxh3_128']['total_s'])} "
+                     f"| {row['ttft_ratio']['query_real']:,.0f}× | {equal} |")
+    return lines
+
+
+def graft_components_table(result: dict) -> list[str]:
+    """Markdown rows: where a graft's time goes (1-token query, XXH3-128), medians in ms, and with SHA-256."""
+    lines = ["| artifact tokens | read | XXH3-128 | parse + checks | rebuild | query forward | total "
+             "| total with SHA-256 | memory increase / artifact bytes |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for row in result["ttft"]:
+        g = row["graft"]["query_1/xxh3_128"]
+        med = {k: v["median"] * 1e3 for k, v in g.items()}
+        sha = row["graft"]["query_1/sha256"]["total_s"]["median"] * 1e3
+        lines.append(f"| {row['tokens']:,} | {med['read_s']:.1f} | {med['integrity_s']:.1f} "
+                     f"| {med['parse_s'] + med['checks_s']:.1f} | {med['rebuild_s']:.2f} | {med['query_s']:.1f} "
+                     f"| {med['total_s']:.1f} | {sha:.1f} | {row['graft_memory_ratio']:.2f}× |")
+    return lines
+
+
+def markdown(result: dict) -> str:
+    """The whole report as markdown: environment, TTFT, components, restore, decode, load, store scale, peer,
+    targets."""
+    env, r, d = result["environment"], result["restore"], result["decode"]
+    out = [f"# graftbench bench: {env['model']} ({env['dtype']})", "",
+           f"{env['date']}; {env['processor']}, {env['cpu_count']} CPUs, {env['torch_threads']} torch threads; "
+           f"chunk {env['chunk_size']}; torch {env['libraries'].get('torch')}, transformers "
+           f"{env['libraries'].get('transformers')}. Medians (min–max) of {result['settings']['repeats']} prefill "
+           f"and {result['settings']['graft_repeats']} graft repetitions; {r['raw_read_method'].split(',')[-1].strip()}."
+           + (" **Smoke run: sizes and repetitions too small for the figures to mean anything.**" if result["smoke"] else ""),
+           "", "## Time to first token", "", *ttft_table(result), "", "## Where a graft's time goes (ms)", "",
+           *graft_components_table(result), "", "## Restore throughput", "",
+           f"Artifact of {r['artifact_bytes'] / 1e6:,.1f} MB. Raw read: {r['raw_read_method']}.", "",
+           "| path | seconds, median (min–max) | GB/s |", "|---|---:|---:|"]
+    for name, row in r["seconds"].items():
+        out.append(f"| {name} | {row['median']:.4f} ({row['min']:.4f}–{row['max']:.4f}) | {row['gb_per_s']:.2f} |")
+    hashes = r["hash_in_memory_gb_per_s"]
+    out += ["", f"Restore (read + XXH3-128 + rebuild) at **{r['restore_fraction_of_raw_read']:.0%}** of the raw read. "
+            f"In memory: XXH3-128 {hashes['xxh3_128']:.1f} GB/s, SHA-256 {hashes['sha256']:.2f} GB/s. "
+            f"Cold file ({r['cold_restore']['method']}): {r['cold_restore']['seconds']:.3f} s, "
+            f"{r['cold_restore']['gb_per_s']:.2f} GB/s. Bit flips caught: {r['bit_flips']['caught']} of "
+            f"{r['bit_flips']['tried']}.", "", "## Decode throughput", "",
+            "| engine | tokens | tok/s, median (min–max) |", "|---|---:|---:|",
+            f"| graftbench | {d['new_tokens']['graftbench']} | {_s(d['graftbench_tok_per_s'])} |",
+            f"| transformers generate | {d['new_tokens']['generate']} | {_s(d['generate_tok_per_s'])} |", "",
+            f"Ratio {d['ratio']:.2f}×; same greedy tokens: {d['same_tokens']}. {d['method']}.", "",
+            "## Model load", "", "| load | imports, s | load, s | from cache |", "|---|---:|---:|---|"]
+    load = result["load"]
+    loads = ([("cold", load["cold"])] if "cold" in load else []) + [(f"warm {i + 1}", w) for i, w in enumerate(load["warm"])]
+    for label, row in loads:
+        out.append(f"| {label} | {row['import_s']:.2f} | {row['load_s']:.2f} | {row['from_cache']} |")
+    out += ["", "## Store scale", "", "| artifacts | exact lookup, ms | similar lookup, ms | none lookup, ms "
+            "| routed as expected | RSS, MB | index, MB | build, s |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for row in result["store_scale"]:
+        lk = row["lookup_s"]
+        routed = "/".join(str(row["routed_as_expected"].get(k, 0)) for k in ("exact", "similar", "none"))
+        out.append(f"| {row['artifacts']:,} | {_ms(lk['exact'])} | {_ms(lk['similar'])} | {_ms(lk['none'])} "
+                   f"| {routed} of {row['lookups_per_kind']} each | {row['rss_bytes'] / 1e6:.0f} "
+                   f"| {row['index_bytes'] / 1e6:.1f} | {row['build_s']:.1f} |")
+    out += ["", "## llama.cpp peer row", "", *peer_lines(result["peer"]), "", "## Targets (issue #4)", "",
+            "| target | goal | measured | met |", "|---|---|---|:---:|"]
+    for name, row in result["targets"].items():
+        measured = row["measured"]
+        shown = f"{measured:.3g}" if isinstance(measured, float) else json.dumps(measured)
+        out.append(f"| {name} | {row['target']} | {shown} | {'yes' if row['met'] else 'no' if row['met'] is False else '—'} |")
+    return "\n".join(out) + "\n"
+
+
+def peer_lines(peer: dict) -> list[str]:
+    """Markdown for the llama.cpp row: its TTFT by prefill and by state load, beside its state file size."""
+    if "skipped" in peer:
+        return [f"Not measured: {peer['skipped']}."]
+    lines = [f"llama-cpp-python {peer.get('llama_cpp_version')}, {peer.get('n_threads')} threads, n_ctx "
+             f"{peer.get('n_ctx')}; state file {peer.get('file_read', '')}.", "",
+             "| tokens | prefill + 1-token query, s | state load + 1-token query, ms | state save, ms | state file, MB "
+             "| logits after load equal |", "|---:|---:|---:|---:|---:|:---:|"]
+    for row in peer.get("sizes", []):
+        lines.append(f"| {row['n']:,} | {_s(row['ttft_prefill_1tok_s'])} | {_ms(row['ttft_restore_1tok_s'])} "
+                     f"| {_ms(row['save_state_s'])} | {row['state_file_bytes'] / 1e6:,.1f} "
+                     f"| {row.get('restore_logits_equal')} |")
+    decode = peer.get("decode", {})
+    if decode:
+        lines += ["", f"llama.cpp greedy decode: {decode.get('decode_tok_per_s', 0):.1f} tok/s over "
+                      f"{decode.get('decode_tokens')} tokens ({decode.get('decode_method', '')})."]
+    return lines
+
+
+def plot(result: dict, path: Path) -> None:
+    """Two panels: TTFT against artifact tokens (log-log; prefill and graft, 1-token and real query, llama.cpp
+    where measured), and restore throughput against the raw read (GB/s). Written as PNG to ``path``."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    tokens = [row["tokens"] for row in result["ttft"]]
+    q = result["workload"]["query_tokens"]
+    series = [("prefill + 1-token query", [r["prefill"]["ttft_query_1_s"]["median"] for r in result["ttft"]], "o-"),
+              (f"prefill + {q}-token query", [r["prefill"]["ttft_query_real_s"]["median"] for r in result["ttft"]], "o--"),
+              ("graft + 1-token query", [r["graft"]["query_1/xxh3_128"]["total_s"]["median"] for r in result["ttft"]], "s-"),
+              (f"graft + {q}-token query", [r["graft"]["query_real/xxh3_128"]["total_s"]["median"] for r in result["ttft"]], "s--")]
+    peer = result["peer"]
+    if "sizes" in peer:
+        series += [("llama.cpp prefill + 1 token", [r["ttft_prefill_1tok_s"]["median"] for r in peer["sizes"]], "^:"),
+                   ("llama.cpp state load + 1 token", [r["ttft_restore_1tok_s"]["median"] for r in peer["sizes"]], "v:")]
+    for label, values, style in series:
+        left.plot(tokens[: len(values)], values, style, label=label)
+    left.set(xscale="log", yscale="log", xlabel="artifact tokens", ylabel="time to first token, s (median)",
+             title=f"TTFT, {result['environment']['model']} ({result['environment']['dtype']})")
+    left.set_xticks(tokens, [f"{t:,}" for t in tokens])
+    left.grid(True, which="both", alpha=0.3)
+    left.legend(fontsize=8)
+    rows = result["restore"]["seconds"]
+    names = list(rows)
+    right.bar(names, [rows[n]["gb_per_s"] for n in names], color=["grey", "tab:blue", "tab:orange", "tab:green"])
+    right.set(ylabel="GB/s (median)", title=f"restore of {result['restore']['artifact_bytes'] / 1e6:,.0f} MB, page cache warm")
+    right.tick_params(axis="x", labelrotation=15)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_outputs(result: dict, out_dir: Path, stem: str) -> list[Path]:
+    """Write ``{stem}.json``, ``{stem}.md`` and ``{stem}-ttft.png`` under ``out_dir`` (each atomically); returns
+    the paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path, md_path, png_path = out_dir / f"{stem}.json", out_dir / f"{stem}.md", out_dir / f"{stem}-ttft.png"
+    write_atomic(json_path, json.dumps(result, indent=1, sort_keys=True) + "\n")
+    write_atomic(md_path, markdown(result))
+    tmp_png = png_path.with_suffix(".tmp.png")
+    plot(result, tmp_png)
+    tmp_png.replace(png_path)
+    return [json_path, md_path, png_path]

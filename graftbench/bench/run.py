@@ -1,0 +1,142 @@
+"""Run every benchmark section for one model, in one process, one after another (never two timed things at once)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..problems import Problem
+from ..session import Session
+from ..store import Store
+from .decode import measure_decode
+from .load import measure_load
+from .peer import measure_peer
+from .restore import measure_restore
+from .store_scale import measure_store_scale
+from .ttft import measure_size
+from .workload import build_workload
+
+FORMAT = "graftbench.bench/1"
+
+
+@dataclass
+class BenchSettings:
+    """What to measure. Sizes in tokens; repeats are timed repetitions (medians reported)."""
+
+    sizes: list[int] = field(default_factory=lambda: [512, 2048, 4096, 8192])
+    repeats: int = 3
+    graft_repeats: int = 5
+    decode_tokens: int = 128
+    decode_repeats: int = 3
+    store_sizes: list[int] = field(default_factory=lambda: [10, 1000, 100_000])
+    cold_load: bool = True
+    peer_python: Path | None = Path(".venv-peer/bin/python")
+    bit_flips: int = 64
+    smoke: bool = False
+
+
+def targets(result: dict) -> dict:
+    """Each target of issue #4 with its measured value and whether it was met (``None`` when not measured)."""
+    by_tokens = {row["tokens"]: row for row in result["ttft"]}
+    rows = {}
+
+    def add(name, target, measured, met):
+        rows[name] = {"target": target, "measured": measured, "met": met}
+
+    for tokens, goal in ((4096, 60), (8192, 150)):
+        measured = by_tokens[tokens]["ttft_ratio"]["query_1"] if tokens in by_tokens else None
+        add(f"ttft_ratio_{tokens}_tokens_1_token_query", f">= {goal}x", measured,
+            None if measured is None else measured >= goal)
+    fraction = result["restore"]["restore_fraction_of_raw_read"]
+    add("restore_fraction_of_raw_read", ">= 0.5", fraction, fraction >= 0.5)
+    flips = result["restore"]["bit_flips"]
+    add("bit_flips_caught", "all", f"{flips['caught']}/{flips['tried']}", flips["caught"] == flips["tried"])
+    ratio = result["decode"]["ratio"]
+    add("decode_ratio_vs_generate", ">= 1.0x", ratio, ratio >= 1.0)
+    warm = min(row["load_s"] for row in result["load"]["warm"])
+    add("warm_load_s", "<= 2 s", warm, warm <= 2.0)
+    memory = max(row["graft_memory_ratio"] for row in result["ttft"])
+    add("graft_memory_over_artifact_bytes", "<= 1.5x", memory, memory <= 1.5)
+    scale = result["store_scale"]
+    if len(scale) >= 2:
+        slowest = max(scale[-1]["lookup_s"][k]["median"] / scale[0]["lookup_s"][k]["median"] for k in scale[0]["lookup_s"])
+        growth = scale[-1]["rss_bytes"] - scale[0]["rss_bytes"]
+        add("store_lookup_growth", "flat: <= 2x slower and <= 16 MiB more resident from fewest to most artifacts",
+            {"lookup_ratio": slowest, "rss_growth_bytes": growth}, slowest <= 2.0 and growth <= 16 << 20)
+    return rows
+
+
+def environment(session: Session) -> dict:
+    """Machine, libraries and pinned config the figures were measured with."""
+    return {"machine": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "python": platform.python_version(), "libraries": session.config.libraries,
+            "config_fingerprint": session.config.fingerprint, "chunk_size": session.config.chunk_size,
+            "model": session.config.model, "dtype": session.config.dtype,
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def run_bench(session: Session, model: str, problems: list[Problem], problems_source: str, settings: BenchSettings,
+              progress=None) -> dict:
+    """Measure every section for ``session``'s model; returns the result dict (see :mod:`.report`).
+
+    ``progress`` (a ``rich.progress.Progress``) gets one task per section. Raises ``ValueError`` when the
+    problems cannot give the largest artifact size.
+    """
+    workload = build_workload(session, problems, max(settings.sizes))
+    task = _tasks(progress)
+    result = {"format": FORMAT, "smoke": settings.smoke, "settings": _settings_dict(settings),
+              "environment": environment(session), "problems": problems_source,
+              "workload": {"query_problem": workload.query_problem, "query_tokens": len(workload.query),
+                           "query_lengths": workload.query_lengths, "decode_prompt_tokens": len(workload.decode_prompt)}}
+    with tempfile.TemporaryDirectory(prefix="graftbench-bench-") as folder:
+        step = task("TTFT: prefill against graft", len(settings.sizes) * (settings.repeats + 1))
+        result["ttft"] = [measure_size(session, model, Path(folder) / "ttft", workload.context[:n], workload.query,
+                                       settings.repeats, settings.graft_repeats, step) for n in settings.sizes]
+        store = Store(Path(folder) / "ttft")
+        largest = result["ttft"][-1]["artifact_id"]
+        task("restore throughput", 1)
+        result["restore"] = measure_restore(session, store, largest, max(settings.graft_repeats, 3), settings.bit_flips)
+        task("decode against transformers generate", 1)
+        result["decode"] = measure_decode(session, workload.decode_prompt, settings.decode_tokens,
+                                          settings.decode_repeats)
+        task("model load, cold and warm", 1)
+        result["load"] = measure_load(model, session.config.dtype, settings.cold_load)
+        step = task("store scale", max(settings.store_sizes))
+        result["store_scale"] = measure_store_scale(Path(folder) / "scale", settings.store_sizes, step)
+    task("llama.cpp peer row", 1)
+    result["peer"] = (measure_peer(session, settings.peer_python, workload, settings.sizes, settings.repeats,
+                                   settings.decode_tokens, torch.get_num_threads())
+                      if settings.peer_python else {"skipped": "no --peer-python given"})
+    task(None, 0)
+    result["targets"] = targets(result)
+    return result
+
+
+def _settings_dict(settings: BenchSettings) -> dict:
+    out = asdict(settings)
+    out["peer_python"] = str(settings.peer_python) if settings.peer_python else None
+    return out
+
+
+def _tasks(progress):
+    """``task(description, total)`` finishes the previous section's bar and starts one; returns its advance."""
+    state = {"task": None, "total": 0}
+
+    def task(description, total):
+        if progress is None:
+            return lambda n=1: None
+        if state["task"] is not None:
+            progress.update(state["task"], completed=state["total"])
+        if description is None:
+            return lambda n=1: None
+        state["task"], state["total"] = progress.add_task(description, total=total), total
+        return lambda n=1: progress.advance(state["task"], n)
+
+    return task

@@ -1,0 +1,115 @@
+"""Router lookup time and resident memory as the store grows (10, 1,000, 100,000 artifacts indexed).
+
+Artifacts here are small (4 tokens, one layer): the index, not the payload, is under test. Their problem texts
+are seeded random sentences, each a different problem. Every lookup runs :func:`graftbench.graft.route`, as
+``eval --graft`` does, in a fresh process per store size (so resident memory is that of a process that opened
+the store and routed, not of the one that built it).
+
+Run as ``python -m graftbench.bench.store_scale ROOT N``: prints the probe's JSON for a store of N artifacts.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from ..graft import route
+from ..problems import Problem, normalize_problem_text, problem_key
+from ..store import Store, encode_artifact
+from .stats import rss_bytes, summary
+
+FINGERPRINT = "b" * 64
+_WORDS = ("integer", "triangle", "circle", "sum", "product", "digits", "remainder", "divisible", "prime", "sequence",
+          "polynomial", "roots", "area", "perimeter", "probability", "coins", "grid", "paths", "tiles", "modulo",
+          "positive", "real", "complex", "angle", "chord", "tangent", "vertex", "edge", "graph", "color", "ways",
+          "arrange", "choose", "distinct", "ordered", "pairs", "least", "greatest", "number", "find", "let", "be",
+          "the", "of", "a", "such", "that", "is", "and", "with", "in", "on", "for", "each", "every", "some")
+LOOKUPS = 50
+
+
+def problem_text(i: int) -> str:
+    """The seeded problem text of artifact ``i`` (30 words and 4 numbers)."""
+    rng = random.Random(i)
+    words = [rng.choice(_WORDS) for _ in range(30)]
+    for _ in range(4):
+        words.insert(rng.randrange(len(words)), str(rng.randrange(10, 10**6)))
+    return " ".join(words) + "."
+
+
+def _artifact(i: int) -> tuple[bytes, dict]:
+    text = normalize_problem_text(problem_text(i))
+    header = {"config_fingerprint": FINGERPRINT, "positions": [0, 4], "dtype": "float32", "kv_heads": 1,
+              "head_dim": 4, "layers": [{"kind": "full", "seen": 4, "kept": 4}], "parent": None,
+              "problem_text": text, "problem_key": problem_key(Problem(str(i), text, "0")), "answer": "0"}
+    layer = torch.full((1, 1, 4, 4), float(i))
+    return encode_artifact(header, torch.arange(4), [(layer, layer.clone())]), header
+
+
+def grow(store: Store, start: int, end: int, on_step=lambda n: None) -> float:
+    """Deposit artifacts ``start..end-1``; returns seconds. ``on_step(n)`` after every 1,000."""
+    started = time.perf_counter()
+    for i in range(start, end):
+        store.put(*_artifact(i))
+        if (i + 1) % 1000 == 0:
+            on_step(1000)
+    on_step((end - start) % 1000)
+    return time.perf_counter() - started
+
+
+def _near(text: str) -> str:
+    """The same problem with its first number changed: routes as ``similar``."""
+    words = text.split()
+    i = next(k for k, w in enumerate(words) if w.isdigit())
+    words[i] = str(int(words[i]) + 1)
+    return " ".join(words)
+
+
+def probe(root: Path, n: int) -> dict:
+    """Open the store at ``root`` (holding ``n`` artifacts) and route ``LOOKUPS`` queries of each kind: an exact
+    hit, a near miss (similar) and an unseen problem (none). Seconds per lookup and resident memory in bytes."""
+    store = Store(root)
+    rng = random.Random(n)
+    kinds = {"exact": lambda i: problem_text(i), "similar": lambda i: _near(problem_text(i)),
+             "none": lambda i: problem_text(n + 10**7 + i)}
+    figures, routed = {}, {}
+    for kind, make in kinds.items():
+        seconds = []
+        for _ in range(LOOKUPS):
+            text = normalize_problem_text(make(rng.randrange(n)))
+            started = time.perf_counter()
+            result = route(store, FINGERPRINT, problem_key(Problem("q", text, "0")), text, 0.6)
+            seconds.append(time.perf_counter() - started)
+            routed[kind] = routed.get(kind, 0) + (result.kind == kind)
+        figures[kind] = summary(seconds)
+    index_bytes = store.index_path.stat().st_size
+    return {"artifacts": n, "lookup_s": figures, "routed_as_expected": routed, "lookups_per_kind": LOOKUPS,
+            "rss_bytes": rss_bytes(), "index_bytes": index_bytes}
+
+
+def probe_in_subprocess(root: Path, n: int) -> dict:
+    """:func:`probe` in a fresh Python process; raises ``RuntimeError`` with its stderr when it fails."""
+    done = subprocess.run([sys.executable, "-m", "graftbench.bench.store_scale", str(root), str(n)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"store scale probe failed: {done.stderr.strip()[-500:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def measure_store_scale(root: Path, sizes: list[int], on_step=lambda n: None) -> list[dict]:
+    """Grow one store through ``sizes`` (ascending artifact counts), probing at each; build seconds included."""
+    store, held, rows = Store(root), 0, []
+    for n in sorted(sizes):
+        build_s = grow(store, held, n, on_step)
+        held = n
+        rows.append({**probe_in_subprocess(root, n), "build_s": build_s})
+    return rows
+
+
+if __name__ == "__main__":
+    print(json.dumps(probe(Path(sys.argv[1]), int(sys.argv[2]))))

@@ -1,0 +1,102 @@
+"""Time to first token: a cold chunked prefill of the artifact's text plus the query, against a graft (read with
+its integrity check, cache rebuild) plus the same query. Both end in the argmax of the query's last logits."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import torch
+
+from .. import engine, graft
+from ..session import Session
+from ..store import Store
+from .memory import graft_memory
+from .stats import summary, timed
+
+
+def deposit(session: Session, store: Store, ids: list[int]) -> str:
+    """Deposit ``ids`` as a top-level artifact (untimed set-up); returns its id."""
+    data, header = graft.build_artifact(session.model, session.config, ids, {"source": "bench"})
+    return store.put(data, header)
+
+
+def _first_token(session: Session, cache, query: list[int]) -> tuple[int, str]:
+    logits = engine.prefill(session.model, cache, query, session.config.chunk_size)
+    return int(torch.argmax(logits[-1]).item()), engine.logits_sha256(logits)
+
+
+def prefill_once(session: Session, ids: list[int], queries: dict[str, list[int]]) -> dict:
+    """One cold chunked prefill of ``ids``, then each query on its own copy of the cache.
+
+    Returns seconds: ``prefill_s`` and per query name ``{name}_s`` (query forward plus argmax), and the logits
+    SHA-256 of each query's last position (``{name}_logits``). Copying the cache for the second query is untimed.
+    """
+    cache = engine.new_cache(session.model)
+    seconds, _ = timed(lambda: engine.prefill(session.model, cache, ids, session.config.chunk_size))
+    out = {"prefill_s": seconds}
+    for i, (name, query) in enumerate(queries.items()):
+        target = cache if i == len(queries) - 1 else copy.deepcopy(cache)
+        seconds, (_, digest) = timed(lambda: _first_token(session, target, query))
+        out[f"{name}_s"], out[f"{name}_logits"] = seconds, digest
+    return out
+
+
+def graft_once(session: Session, store: Store, artifact_id: str, query: list[int], integrity: str) -> dict:
+    """One graft of ``artifact_id`` and ``query``: seconds of each component and in all, and the logits SHA-256.
+
+    ``read_s`` (file to tensors), ``integrity_s`` (hash), ``parse_s`` (header), ``checks_s`` (the rest of
+    :meth:`Store.read`: size, tensor set and shapes), ``rebuild_s`` (cache layers set from the artifact),
+    ``query_s`` (query forward plus argmax), ``total_s``.
+    """
+    read_total, artifact = timed(lambda: store.read(artifact_id, integrity))
+    rebuild, cache = timed(lambda: graft.restore(session.model, session.config, artifact))
+    query_s, (_, digest) = timed(lambda: _first_token(session, cache, query))
+    t = artifact.timing
+    return {"read_s": t.read_s, "integrity_s": t.integrity_s, "parse_s": t.parse_s,
+            "checks_s": read_total - t.read_s - t.integrity_s - t.parse_s, "rebuild_s": rebuild,
+            "query_s": query_s, "total_s": read_total + rebuild + query_s, "bytes": t.bytes, "logits": digest}
+
+
+def _summaries(runs: list[dict], keys: list[str]) -> dict:
+    return {key: summary([run[key] for run in runs]) for key in keys}
+
+
+_GRAFT_KEYS = ["read_s", "integrity_s", "parse_s", "checks_s", "rebuild_s", "query_s", "total_s"]
+
+
+def measure_size(session: Session, model: str, store_root: Path, ids: list[int], query: list[int], repeats: int,
+                 graft_repeats: int, on_step=lambda: None) -> dict:
+    """Every TTFT figure for one artifact size (``len(ids)`` tokens): prefill against graft, with a 1-token
+    query and with ``query``; the graft with XXH3-128 and with SHA-256 integrity; memory; logits equality.
+
+    ``on_step`` is called after each repetition (for a progress bar).
+    """
+    store = Store(store_root)
+    queries = {"query_1": query[:1], "query_real": query}
+    prefills = []
+    for _ in range(repeats):
+        prefills.append(prefill_once(session, ids, queries))
+        on_step()
+    artifact_id = deposit(session, store, ids)
+    grafts = {(name, integrity): [graft_once(session, store, artifact_id, q, integrity) for _ in range(graft_repeats)]
+              for name, q in queries.items() for integrity in ("xxh3_128", "sha256")}
+    on_step()
+    prefill_fig = {"prefill_s": summary([p["prefill_s"] for p in prefills])}
+    for name in queries:
+        prefill_fig[f"ttft_{name}_s"] = summary([p["prefill_s"] + p[f"{name}_s"] for p in prefills])
+    graft_fig = {f"{name}/{integrity}": _summaries(runs, _GRAFT_KEYS) for (name, integrity), runs in grafts.items()}
+    ratio = {name: prefill_fig[f"ttft_{name}_s"]["median"] / graft_fig[f"{name}/xxh3_128"]["total_s"]["median"]
+             for name in queries}
+    logits_equal = {name: {runs[0]["logits"] for (n, _), runs in grafts.items() if n == name}
+                    == {p[f"{name}_logits"] for p in prefills} for name in queries}
+    artifact_bytes = store.path(artifact_id).stat().st_size
+    memory = graft_memory(store_root, artifact_id, model, session.config.dtype, session.config.chunk_size,
+                          queries["query_1"])
+    return {
+        "tokens": len(ids), "query_tokens": {"query_1": 1, "query_real": len(query)},
+        "artifact_bytes": artifact_bytes, "artifact_id": artifact_id,
+        "prefill": prefill_fig, "graft": graft_fig, "ttft_ratio": ratio, "logits_equal": logits_equal,
+        "graft_memory": memory, "graft_memory_ratio": memory["increase_bytes"] / artifact_bytes,
+        "file_read": "page cache warm (artifact written by this run)",
+    }
