@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test clean
+.PHONY: install run test clean bench bench-peer-env bench-long-context
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,24 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# The benchmark (issue #4): figures, tables and plots under benchmarks/results. Needs a quiet machine.
+bench: $(STAMP)
+	$(BIN)/graftbench bench --model smollm2-135m
+	$(BIN)/graftbench bench --model gemma3-270m
+
+# llama-cpp-python for the peer row, in its own environment (it builds llama.cpp from source: 10-20 minutes).
+PEER := .venv-peer
+$(PEER)/.installed:
+	$(PYTHON) -m venv $(PEER)
+	CMAKE_BUILD_PARALLEL_LEVEL=2 $(PEER)/bin/pip install -q llama-cpp-python==0.3.36 numpy==2.4.6 psutil==7.2.2
+	touch $@
+
+bench-peer-env: $(PEER)/.installed
+
+# A store of 1,000,000 tokens of Gemma 3 KV state (about 10 GB in store-long-context/, resumable).
+bench-long-context: $(STAMP)
+	$(BIN)/graftbench bench-long-context --model gemma3-270m --tokens 1000000
 
 clean:
 	rm -rf $(VENV)

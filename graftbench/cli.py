@@ -423,6 +423,46 @@ def bench(
     console.print("wrote " + ", ".join(str(p) for p in paths))
 
 
+@app.command(name="bench-long-context")
+def bench_long_context(
+    model: str = typer.Option("gemma3-270m", "--model", "-m", help="alias, hub id, folder or .gguf"),
+    dtype: str = DtypeOpt, chunk_size: int = ChunkOpt,
+    problems: list[str] = typer.Option(["../shared/data/aime2024.jsonl", "../shared/data/aime2025.jsonl"], "--problems",
+                                       "-p", help="problems with solutions (repeatable): the text the artifacts are cut from"),
+    tokens: int = typer.Option(1_000_000, "--tokens", help="tokens of KV state to hold in the store"),
+    artifact_tokens: int = typer.Option(4096, "--artifact-tokens", help="tokens per artifact"),
+    probes: int = typer.Option(20, "--probes", help="random artifacts reached (each warm and cold)"),
+    store: Path = typer.Option(Path("store-long-context"), "--store", help="store folder (resumable; large)"),
+    out: Path = typer.Option(Path("benchmarks/results"), "--out", help="folder for the JSON and markdown"),
+) -> None:
+    """Hold far more KV state than the window in the store and time reaching any artifact (a benchmark run)."""
+    from .bench.long_context import measure
+    from .bench.report import long_context_markdown, write_long_context
+    from .bench.workload import corpus_ids
+
+    problem_list = [p for source in problems for p in _problems(source, None, "id", "problem", "answer", "solution")]
+    session = _session(model, dtype, chunk_size)
+    try:
+        corpus = corpus_ids(session, problem_list)
+        query = session.query_ids(problem_list[0].problem)
+        with _progress_bar("depositing long-context artifacts", -(-tokens // artifact_tokens)) as advance:
+            result = measure(session, model, store, corpus, artifact_tokens, tokens, probes, query, advance)
+    except (ValueError, OSError) as exc:
+        _fail(str(exc))
+    result["problems"] = problems
+    paths = write_long_context(result, out, f"long-context-{Path(model).stem}")
+    console.print(long_context_markdown(result))
+    console.print("wrote " + ", ".join(str(p) for p in paths))
+
+
+@contextmanager
+def _progress_bar(description: str, total: int):
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console) as progress:
+        task = progress.add_task(description, total=total)
+        yield lambda: progress.advance(task)
+
+
 @app.command()
 def run(
     model: str = ModelOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt, runs_dir: str = RunsOpt,

@@ -160,3 +160,35 @@ def write_outputs(result: dict, out_dir: Path, stem: str) -> list[Path]:
     plot(result, tmp_png)
     tmp_png.replace(png_path)
     return [json_path, md_path, png_path]
+
+
+def long_context_markdown(result: dict) -> str:
+    """The long-context store run as markdown: what the store holds against the window, time to reach any
+    artifact (warm and cold file), memory."""
+    warm, cold = result["reach_warm_s"], result["reach_cold_s"]
+    lines = [f"# Long-context store: {result['model']} ({result['dtype']})", "",
+             f"{result['stored_tokens']:,} tokens of KV state in {result['artifacts']} artifacts of "
+             f"{result['artifact_tokens']:,} tokens ({result['stored_bytes'] / 1e9:.2f} GB, "
+             f"{result['bytes_per_token']:,.0f} bytes per token), beside a {result['context_window']:,}-token window; "
+             f"the free disk here would hold {result['capacity_tokens_in_free_disk']:,} tokens more. Built in "
+             f"{result['build_s'] / 60:.1f} min.", "",
+             f"Reaching a random artifact ({result['probes']} probes; route on its key, read with XXH3-128, rebuild, "
+             "1-token query), seconds:", "",
+             "| file | route | read | rebuild | query forward | total, median (min–max) |", "|---|---:|---:|---:|---:|---:|"]
+    for label, row in (("page cache warm", warm), ("evicted (posix_fadvise DONTNEED)", cold)):
+        lines.append(f"| {label} | {row['route_s']['median']:.4f} | {row['read_s']['median']:.3f} "
+                     f"| {row['rebuild_s']['median']:.4f} | {row['query_s']['median']:.3f} | {_s(row['total_s'])} |")
+    memory = result["graft_memory"]
+    lines += ["", f"Resident memory during a graft, over the loaded model at rest: +{memory['increase_bytes'] / 1e6:,.1f} MB, "
+              f"{result['graft_memory_over_artifact_bytes']:.2f}× the artifact's bytes; the rest of the store is on "
+              "disk only."]
+    return "\n".join(lines) + "\n"
+
+
+def write_long_context(result: dict, out_dir: Path, stem: str) -> list[Path]:
+    """Write ``{stem}.json`` and ``{stem}.md`` under ``out_dir`` atomically; returns the paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
+    write_atomic(json_path, json.dumps(result, indent=1, sort_keys=True) + "\n")
+    write_atomic(md_path, long_context_markdown(result))
+    return [json_path, md_path]

@@ -22,17 +22,31 @@ class Workload:
     query_problem: str
 
 
+def _with_solutions(problems: list[Problem]) -> list[Problem]:
+    usable = [p for p in problems if p.solution]
+    if not usable:
+        raise ValueError("the benchmark needs problems with a solution field (e.g. ../shared/data/aime2024.jsonl)")
+    return usable
+
+
+def corpus_ids(session: Session, problems: list[Problem]) -> list[int]:
+    """Token ids of every problem with a solution, in the deposit layout, joined (start tokens once).
+
+    Raises ``ValueError`` when no problem has a solution.
+    """
+    layout = session.config.layout.deposit
+    text = "".join(layout.format(problem=p.problem, answer=p.answer, solution=p.solution)
+                   for p in _with_solutions(problems))
+    return session.tokenizer(text).input_ids
+
+
 def build_workload(session: Session, problems: list[Problem], max_tokens: int) -> Workload:
     """Token streams for artifacts of up to ``max_tokens`` tokens from ``problems`` (those with a solution).
 
     Raises ``ValueError`` when no problem has a solution or the text cannot reach ``max_tokens`` tokens.
     """
-    usable = [p for p in problems if p.solution]
-    if not usable:
-        raise ValueError("the benchmark needs problems with a solution field (e.g. ../shared/data/aime2024.jsonl)")
-    layout = session.config.layout.deposit
-    text = "".join(layout.format(problem=p.problem, answer=p.answer, solution=p.solution) for p in usable)
-    context = session.tokenizer(text).input_ids
+    usable = _with_solutions(problems)
+    context = corpus_ids(session, usable)
     if len(context) < max_tokens:
         raise ValueError(f"the problems' text holds {len(context)} tokens, fewer than the {max_tokens} asked for")
     queries = [(len(session.query_ids(p.problem)), p) for p in usable]

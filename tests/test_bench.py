@@ -1,0 +1,139 @@
+"""``graftbench bench``: a smoke run end to end (never a timed assertion), and the pieces it is made of."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from graftbench.bench import long_context
+from graftbench.bench.peer import measure_peer
+from graftbench.bench.run import targets
+from graftbench.bench.stats import PeakRSS, summary
+from graftbench.bench.workload import build_workload, corpus_ids
+from graftbench.cli import app
+from graftbench.store import Store
+
+from .conftest import AIME2024
+
+runner = CliRunner()
+SMOLLM2_BYTES_PER_TOKEN = 30 * 2 * 3 * 64 * 4  # layers x (keys, values) x KV heads x head_dim x float32
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    result = runner.invoke(app, ["bench", "--smoke", "--problems", str(AIME2024), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out, json.loads((out / "bench-smollm2-135m-smoke.json").read_text()), result.output
+
+
+def test_smoke_run_writes_json_markdown_and_plot(smoke):
+    out, result, output = smoke
+    assert sorted(p.name for p in out.iterdir()) == [
+        "bench-smollm2-135m-smoke-ttft.png", "bench-smollm2-135m-smoke.json", "bench-smollm2-135m-smoke.md"]
+    assert (out / "bench-smollm2-135m-smoke-ttft.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    markdown = (out / "bench-smollm2-135m-smoke.md").read_text()
+    for heading in ("## Time to first token", "## Restore throughput", "## Decode throughput", "## Model load",
+                    "## Store scale", "## llama.cpp peer row", "## Targets (issue #4)"):
+        assert heading in markdown and heading in output
+    assert result["smoke"] is True and "Smoke run" in markdown
+
+
+def test_smoke_ttft_rows_record_what_they_measured(smoke):
+    _, result, _ = smoke
+    assert [row["tokens"] for row in result["ttft"]] == [64, 160]
+    query_tokens = result["workload"]["query_tokens"]
+    assert query_tokens == sorted(result["workload"]["query_lengths"])[(30 - 1) // 2]  # median-low of AIME 2024
+    for row in result["ttft"]:
+        # the grafted logits are byte-identical to the prefilled ones, for both query lengths
+        assert row["logits_equal"] == {"query_1": True, "query_real": True}
+        assert row["query_tokens"] == {"query_1": 1, "query_real": query_tokens}
+        assert row["artifact_bytes"] > row["tokens"] * SMOLLM2_BYTES_PER_TOKEN
+        assert row["artifact_bytes"] < row["tokens"] * SMOLLM2_BYTES_PER_TOKEN + 64 * 1024
+        graft = row["graft"]["query_1/xxh3_128"]
+        parts = sum(graft[k]["median"] for k in ("read_s", "integrity_s", "parse_s", "checks_s", "rebuild_s", "query_s"))
+        assert graft["total_s"]["median"] == pytest.approx(parts, rel=0.5)
+        assert row["ttft_ratio"]["query_1"] == pytest.approx(
+            row["prefill"]["ttft_query_1_s"]["median"] / graft["total_s"]["median"])
+        assert row["graft_memory"]["rss_at_rest_bytes"] > 100e6  # a loaded model
+
+
+def test_smoke_restore_store_scale_decode_and_peer(smoke):
+    _, result, _ = smoke
+    restore = result["restore"]
+    assert restore["bit_flips"]["caught"] == restore["bit_flips"]["tried"] == 8
+    assert set(restore["seconds"]) == {"raw_read", "read_xxh3_128", "read_sha256", "restore_xxh3_128"}
+    assert restore["hash_in_memory_gb_per_s"]["xxh3_128"] > restore["hash_in_memory_gb_per_s"]["sha256"]
+    assert [row["artifacts"] for row in result["store_scale"]] == [10, 100]
+    for row in result["store_scale"]:
+        assert row["routed_as_expected"] == {"exact": 50, "similar": 50, "none": 50}
+    decode = result["decode"]
+    assert decode["new_tokens"] == {"graftbench": 8, "generate": 8} and decode["same_tokens"] is True
+    assert result["load"]["warm"][0]["from_cache"] is True and "cold" not in result["load"]
+    assert result["peer"] == {"skipped": "no --peer-python given"}
+    assert result["targets"]["bit_flips_caught"] == {"target": "all", "measured": "8/8", "met": True}
+
+
+def test_bad_sizes_are_named():
+    result = runner.invoke(app, ["bench", "--sizes", "512,x"])
+    assert result.exit_code == 2 and "--sizes must be comma-separated positive integers, got '512,x'" in result.output
+
+
+def test_summary_and_peak_rss():
+    assert summary([3.0, 1.0, 2.0]) == {"median": 2.0, "min": 1.0, "max": 3.0, "n": 3}
+    with pytest.raises(ValueError, match="no measurements"):
+        summary([])
+    with PeakRSS() as peak:
+        block = torch.ones(64 << 20, dtype=torch.uint8)  # 64 MiB, touched
+        del block
+    assert peak.increase >= 60 << 20
+
+
+def test_targets_say_which_were_met():
+    result = {
+        "ttft": [{"tokens": 4096, "ttft_ratio": {"query_1": 75.0}, "graft_memory_ratio": 1.2},
+                 {"tokens": 8192, "ttft_ratio": {"query_1": 120.0}, "graft_memory_ratio": 1.6}],
+        "restore": {"restore_fraction_of_raw_read": 0.4, "bit_flips": {"tried": 64, "caught": 64}},
+        "decode": {"ratio": 1.1}, "load": {"warm": [{"load_s": 2.5}, {"load_s": 1.9}]},
+        "store_scale": [{"lookup_s": {"exact": {"median": 1e-4}}, "rss_bytes": 100 << 20},
+                        {"lookup_s": {"exact": {"median": 3e-4}}, "rss_bytes": 101 << 20}],
+    }
+    met = {name: row["met"] for name, row in targets(result).items()}
+    assert met == {"ttft_ratio_4096_tokens_1_token_query": True, "ttft_ratio_8192_tokens_1_token_query": False,
+                   "restore_fraction_of_raw_read": False, "bit_flips_caught": True, "decode_ratio_vs_generate": True,
+                   "warm_load_s": True, "graft_memory_over_artifact_bytes": False, "store_lookup_growth": False}
+
+
+def test_peer_row_without_a_peer_python_says_why(session, aime2024, tmp_path):
+    workload = build_workload(session, aime2024, 64)
+    result = measure_peer(session, tmp_path / "missing" / "python", workload, [64], 1, 4, 1)
+    assert result == {"skipped": f"no peer Python at {tmp_path / 'missing' / 'python'} "
+                                 "(make bench-peer-env builds llama-cpp-python there)"}
+
+
+def test_workload_is_real_aime_text(session, aime2024):
+    workload = build_workload(session, aime2024, 512)
+    assert len(workload.context) == 512 and workload.context == corpus_ids(session, aime2024)[:512]
+    assert "Every morning Aya goes for a $9$-kilometer-long walk" in session.tokenizer.decode(workload.context)
+    assert len(workload.query_lengths) == 30
+    with pytest.raises(ValueError, match="fewer than the 10000000 asked for"):
+        build_workload(session, aime2024, 10_000_000)
+
+
+def test_long_context_store_is_real_resumable_and_reachable(session, aime2024, tmp_path):
+    corpus = corpus_ids(session, aime2024)
+    segments = [long_context.segment(corpus, i, 40) for i in range(3)]
+    assert len({tuple(s) for s in segments}) == 3 and all(len(s) == 40 for s in segments)
+    store = Store(tmp_path)
+    ids = long_context.build(session, store, corpus, 40, 100)
+    assert len(ids) == 3 and store.ids() == sorted(ids)
+    assert [store.read(i).token_ids.tolist() for i in ids] == segments
+    files = {p.name: p.stat().st_mtime_ns for p in store.artifacts.iterdir()}
+    assert long_context.build(session, store, corpus, 40, 100) == ids  # resumed: nothing re-deposited
+    assert {p.name: p.stat().st_mtime_ns for p in store.artifacts.iterdir()} == files
+    reached = long_context.reach(session, store, 2, 40, session.query_ids("What is 1+1?")[:1])
+    assert reached["total_s"] == pytest.approx(sum(v for k, v in reached.items() if k != "total_s"))
