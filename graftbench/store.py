@@ -26,6 +26,7 @@ import hashlib
 import json
 import re
 import sqlite3
+from collections import Counter
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,7 +72,8 @@ _SCHEMA_VERSION = 2  # 1: no xxh3_128 column, no bands table
 _COLUMNS = ("id", "config_fingerprint", "problem_key", "problem_text", "answer", "n_tokens", "parent", "bytes",
             "source", "xxh3_128")
 _INSERT = f"INSERT OR IGNORE INTO artifacts ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
-ROUTE_CANDIDATES = 64  # most artifacts compared with difflib per similarity lookup
+ROUTE_CANDIDATES = 32  # most artifacts compared with difflib per similarity lookup
+BAND_ROWS = 256  # most index rows read per band key in a similarity lookup
 
 
 class ArtifactError(ValueError):
@@ -356,21 +358,29 @@ class Store:
     def candidates(self, config_fingerprint: str, normalized_text: str,
                    limit: int = ROUTE_CANDIDATES) -> list[tuple[str, str]]:
         """``(id, problem_text)`` of up to ``limit`` top-level artifacts under this config whose problem text
-        shares a MinHash band with ``normalized_text`` (most shared bands first), for similarity routing.
+        shares a MinHash band with ``normalized_text`` (most shared bands first, then id), for similarity routing.
 
-        Reads only the index rows of the query's 20 band keys (:mod:`graftbench.similarity`), so its cost does
-        not grow with the number of artifacts stored.
+        Reads at most ``BAND_ROWS`` index rows for each of the query's 20 band keys
+        (:mod:`graftbench.similarity`), so its cost is bounded whatever the store holds. A band that many
+        deposits share (a common phrase) contributes only its first ``BAND_ROWS`` rows; a near-duplicate still
+        shares most of the query's bands, including rare ones.
         """
         keys = similarity.band_keys(config_fingerprint, normalized_text)
         if not keys:
             return []
+        shared: Counter[int] = Counter()
         with closing(self._connect()) as db:
-            return db.execute(
-                f"SELECT a.id, a.problem_text FROM bands b JOIN artifacts a ON a.rowid = b.artifact "
-                f"WHERE b.key IN ({','.join('?' * len(keys))}) AND a.config_fingerprint = ? AND a.parent IS NULL "
-                f"GROUP BY b.artifact ORDER BY COUNT(*) DESC, a.id LIMIT ?",
-                (*keys, config_fingerprint, limit),
+            for key in keys:
+                shared.update(row[0] for row in db.execute(
+                    "SELECT artifact FROM bands WHERE key = ? LIMIT ?", (key, BAND_ROWS)))
+            top = sorted(shared.items(), key=lambda item: -item[1])[: limit * 4]
+            rows = db.execute(
+                f"SELECT rowid, id, problem_text FROM artifacts WHERE rowid IN ({','.join('?' * len(top))}) "
+                "AND config_fingerprint = ? AND parent IS NULL",
+                (*[rowid for rowid, _ in top], config_fingerprint),
             ).fetchall()
+        ranked = sorted(rows, key=lambda row: (-shared[row[0]], row[1]))
+        return [(artifact_id, text) for _, artifact_id, text in ranked[:limit]]
 
     def rows(self) -> list[dict]:
         """Every index row as a dict (id, config_fingerprint, problem_key, answer, n_tokens, parent, bytes, source)."""

@@ -68,7 +68,9 @@ def markdown(result: dict) -> str:
     for name, row in r["seconds"].items():
         out.append(f"| {name} | {row['median']:.4f} ({row['min']:.4f}–{row['max']:.4f}) | {row['gb_per_s']:.2f} |")
     hashes = r["hash_in_memory_gb_per_s"]
-    out += ["", f"Restore (read + XXH3-128 + rebuild) at **{r['restore_fraction_of_raw_read']:.0%}** of the raw read. "
+    out += ["", f"Restore (read + XXH3-128 + rebuild) at **{r['restore_fraction_of_raw_read']:.0%}** of the raw read into "
+            f"a warm buffer, {r['restore_fraction_of_raw_read_fresh_memory']:.0%} of a raw read into fresh memory (which "
+            "a restore must allocate: the kernel zeroes each new page before the copy). "
             f"In memory: XXH3-128 {hashes['xxh3_128']:.1f} GB/s, SHA-256 {hashes['sha256']:.2f} GB/s. "
             f"Cold file ({r['cold_restore']['method']}): {r['cold_restore']['seconds']:.3f} s, "
             f"{r['cold_restore']['gb_per_s']:.2f} GB/s. Bit flips caught: {r['bit_flips']['caught']} of "
@@ -94,7 +96,8 @@ def markdown(result: dict) -> str:
             "| target | goal | measured | met |", "|---|---|---|:---:|"]
     for name, row in result["targets"].items():
         measured = row["measured"]
-        shown = f"{measured:.3g}" if isinstance(measured, float) else json.dumps(measured)
+        shown = (f"{measured:.3g}" if isinstance(measured, float) else
+                 ", ".join(f"{k} {v:.3g}" for k, v in measured.items()) if isinstance(measured, dict) else str(measured))
         out.append(f"| {name} | {row['target']} | {shown} | {'yes' if row['met'] else 'no' if row['met'] is False else '—'} |")
     return "\n".join(out) + "\n"
 
@@ -103,11 +106,13 @@ def peer_lines(peer: dict) -> list[str]:
     """Markdown for the llama.cpp row: its TTFT by prefill and by state load, beside its state file size."""
     if "skipped" in peer:
         return [f"Not measured: {peer['skipped']}."]
+    sizes = peer.get("sizes", [])
+    file_read = sizes[0].get("file_read", "") if sizes else ""
     lines = [f"llama-cpp-python {peer.get('llama_cpp_version')}, {peer.get('n_threads')} threads, n_ctx "
-             f"{peer.get('n_ctx')}; state file {peer.get('file_read', '')}.", "",
+             f"{peer.get('n_ctx')}, KV cache in llama.cpp's default type; state file read {file_read}.", "",
              "| tokens | prefill + 1-token query, s | state load + 1-token query, ms | state save, ms | state file, MB "
              "| logits after load equal |", "|---:|---:|---:|---:|---:|:---:|"]
-    for row in peer.get("sizes", []):
+    for row in sizes:
         lines.append(f"| {row['n']:,} | {_s(row['ttft_prefill_1tok_s'])} | {_ms(row['ttft_restore_1tok_s'])} "
                      f"| {_ms(row['save_state_s'])} | {row['state_file_bytes'] / 1e6:,.1f} "
                      f"| {row.get('restore_logits_equal')} |")
@@ -141,7 +146,7 @@ def plot(result: dict, path: Path) -> None:
     left.legend(fontsize=8)
     rows = result["restore"]["seconds"]
     names = list(rows)
-    right.bar(names, [rows[n]["gb_per_s"] for n in names], color=["grey", "tab:blue", "tab:orange", "tab:green"])
+    right.bar(names, [rows[n]["gb_per_s"] for n in names], color=["grey", "silver", "tab:blue", "tab:orange", "tab:green"])
     right.set(ylabel="GB/s (median)", title=f"restore of {result['restore']['artifact_bytes'] / 1e6:,.0f} MB, page cache warm")
     right.tick_params(axis="x", labelrotation=15)
     fig.tight_layout()

@@ -1,7 +1,9 @@
 """Router lookup time and resident memory as the store grows (10, 1,000, 100,000 artifacts indexed).
 
 Artifacts here are small (4 tokens, one layer): the index, not the payload, is under test. Their problem texts
-are seeded random sentences, each a different problem. Every lookup runs :func:`graftbench.graft.route`, as
+are seeded random sequences of 30 words drawn from the vocabulary of the benchmark's problem set (AIME 2024:
+about 1,500 distinct words) with 4 numbers, each a different problem; the vocabulary is kept in the store folder
+(``vocabulary.json``) for the probe. Every lookup runs :func:`graftbench.graft.route`, as
 ``eval --graft`` does, in a fresh process per store size (so resident memory is that of a process that opened
 the store and routed, not of the one that built it).
 
@@ -31,19 +33,27 @@ _WORDS = ("integer", "triangle", "circle", "sum", "product", "digits", "remainde
           "arrange", "choose", "distinct", "ordered", "pairs", "least", "greatest", "number", "find", "let", "be",
           "the", "of", "a", "such", "that", "is", "and", "with", "in", "on", "for", "each", "every", "some")
 LOOKUPS = 50
+VOCABULARY = "vocabulary.json"
 
 
-def problem_text(i: int) -> str:
-    """The seeded problem text of artifact ``i`` (30 words and 4 numbers)."""
+def vocabulary(problems: list[Problem]) -> list[str]:
+    """Distinct alphabetic words of the problems' statements, lower-cased and sorted (the built-in list when
+    they have none)."""
+    words = {w for p in problems for w in p.problem.lower().split() if w.isalpha()}
+    return sorted(words) or list(_WORDS)
+
+
+def problem_text(i: int, words: list[str]) -> str:
+    """The seeded problem text of artifact ``i``: 30 words of ``words`` and 4 numbers."""
     rng = random.Random(i)
-    words = [rng.choice(_WORDS) for _ in range(30)]
+    words = [rng.choice(words) for _ in range(30)]
     for _ in range(4):
         words.insert(rng.randrange(len(words)), str(rng.randrange(10, 10**6)))
     return " ".join(words) + "."
 
 
-def _artifact(i: int) -> tuple[bytes, dict]:
-    text = normalize_problem_text(problem_text(i))
+def _artifact(i: int, words: list[str]) -> tuple[bytes, dict]:
+    text = normalize_problem_text(problem_text(i, words))
     header = {"config_fingerprint": FINGERPRINT, "positions": [0, 4], "dtype": "float32", "kv_heads": 1,
               "head_dim": 4, "layers": [{"kind": "full", "seen": 4, "kept": 4}], "parent": None,
               "problem_text": text, "problem_key": problem_key(Problem(str(i), text, "0")), "answer": "0"}
@@ -51,11 +61,11 @@ def _artifact(i: int) -> tuple[bytes, dict]:
     return encode_artifact(header, torch.arange(4), [(layer, layer.clone())]), header
 
 
-def grow(store: Store, start: int, end: int, on_step=lambda n: None) -> float:
+def grow(store: Store, start: int, end: int, words: list[str], on_step=lambda n: None) -> float:
     """Deposit artifacts ``start..end-1``; returns seconds. ``on_step(n)`` after every 1,000."""
     started = time.perf_counter()
     for i in range(start, end):
-        store.put(*_artifact(i))
+        store.put(*_artifact(i, words))
         if (i + 1) % 1000 == 0:
             on_step(1000)
     on_step((end - start) % 1000)
@@ -74,9 +84,10 @@ def probe(root: Path, n: int) -> dict:
     """Open the store at ``root`` (holding ``n`` artifacts) and route ``LOOKUPS`` queries of each kind: an exact
     hit, a near miss (similar) and an unseen problem (none). Seconds per lookup and resident memory in bytes."""
     store = Store(root)
+    words = json.loads((root / VOCABULARY).read_text())
     rng = random.Random(n)
-    kinds = {"exact": lambda i: problem_text(i), "similar": lambda i: _near(problem_text(i)),
-             "none": lambda i: problem_text(n + 10**7 + i)}
+    kinds = {"exact": lambda i: problem_text(i, words), "similar": lambda i: _near(problem_text(i, words)),
+             "none": lambda i: problem_text(n + 10**7 + i, words)}
     figures, routed = {}, {}
     for kind, make in kinds.items():
         seconds = []
@@ -101,11 +112,13 @@ def probe_in_subprocess(root: Path, n: int) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def measure_store_scale(root: Path, sizes: list[int], on_step=lambda n: None) -> list[dict]:
-    """Grow one store through ``sizes`` (ascending artifact counts), probing at each; build seconds included."""
+def measure_store_scale(root: Path, sizes: list[int], words: list[str], on_step=lambda n: None) -> list[dict]:
+    """Grow one store through ``sizes`` (ascending artifact counts) with texts from ``words``, probing at each;
+    build seconds included."""
     store, held, rows = Store(root), 0, []
+    (root / VOCABULARY).write_text(json.dumps(words))
     for n in sorted(sizes):
-        build_s = grow(store, held, n, on_step)
+        build_s = grow(store, held, n, words, on_step)
         held = n
         rows.append({**probe_in_subprocess(root, n), "build_s": build_s})
     return rows
