@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import subprocess
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -81,7 +82,17 @@ def environment(session: Session) -> dict:
             "python": platform.python_version(), "libraries": session.config.libraries,
             "config_fingerprint": session.config.fingerprint, "chunk_size": session.config.chunk_size,
             "model": session.config.model, "dtype": session.config.dtype,
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "graftbench_commit": _commit()}
+
+
+def _commit() -> str | None:
+    """The git commit of the graftbench checkout the figures come from (``None`` outside a git checkout)."""
+    try:
+        done = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).resolve().parents[2], timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() or None
 
 
 def run_bench(session: Session, model: str, problems: list[Problem], problems_source: str, settings: BenchSettings,

@@ -88,7 +88,7 @@ def measure_size(session: Session, model: str, store_root: Path, ids: list[int],
     graft_fig = {f"{name}/{integrity}": _summaries(runs, _GRAFT_KEYS) for (name, integrity), runs in grafts.items()}
     ratio = {name: prefill_fig[f"ttft_{name}_s"]["median"] / graft_fig[f"{name}/xxh3_128"]["total_s"]["median"]
              for name in queries}
-    logits_equal = {name: {runs[0]["logits"] for (n, _), runs in grafts.items() if n == name}
+    logits_equal = {name: {run["logits"] for (n, _), runs in grafts.items() if n == name for run in runs}
                     == {p[f"{name}_logits"] for p in prefills} for name in queries}
     artifact_bytes = store.path(artifact_id).stat().st_size
     memory = graft_memory(store_root, artifact_id, model, session.config.dtype, session.config.chunk_size,
