@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -143,6 +144,7 @@ def plot(result: dict, path: Path) -> None:
         left.plot(tokens[: len(values)], values, style, label=label)
     left.set(xscale="log", yscale="log", xlabel="artifact tokens", ylabel="time to first token, s (median)",
              title=f"TTFT, {result['environment']['model']} ({result['environment']['dtype']})")
+    left.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
     left.set_xticks(tokens, [f"{t:,}" for t in tokens])
     left.grid(True, which="both", alpha=0.3)
     left.legend(fontsize=8)
