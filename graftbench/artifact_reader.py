@@ -54,13 +54,6 @@ class ReadTiming:
     parse_s: float = 0.0
     bytes: int = 0
 
-    def add(self, other: "ReadTiming") -> None:
-        """Accumulate another read's figures into this one (a chained graft reads several files)."""
-        self.read_s += other.read_s
-        self.integrity_s += other.integrity_s
-        self.parse_s += other.parse_s
-        self.bytes += other.bytes
-
 
 @dataclass
 class RawArtifact:

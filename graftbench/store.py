@@ -37,13 +37,12 @@ from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
 from . import similarity
-from .artifact_reader import INTEGRITY_METHODS, LayoutError, ReadTiming, read_safetensors, xxh3_128_hex
+from .artifact_reader import INTEGRITY_METHODS, MAX_HEADER_BYTES, ReadTiming, read_safetensors, xxh3_128_hex
 from .hashing import sha256_file
 from .runs import crash_point, storage_error, write_file_atomic
 
 FORMAT = "graftbench.artifact/1"
 HEADER_KEY = "graftbench"
-MAX_HEADER_BYTES = 1 << 20  # a header larger than 1 MiB is refused before it is parsed
 _ID_PATTERN = re.compile(r"[0-9a-f]{64}")
 _SQLITE_FULL = 13  # SQLITE_FULL: "database or disk is full"
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
