@@ -32,3 +32,9 @@ def _keep_freed_memory() -> None:
 
 if os.environ.get("GRAFTBENCH_MALLOC", "keep") == "keep":
     _keep_freed_memory()
+
+# The instruction-set pin (graftbench/isa.py) must reach the environment before torch is imported.
+if os.environ.get("GRAFTBENCH_ISA"):
+    from .isa import apply as _apply_isa
+
+    _apply_isa(os.environ["GRAFTBENCH_ISA"])

@@ -25,8 +25,10 @@ ModelOpt = typer.Option("smollm2-135m", "--model", "-m", help="alias (smollm2-13
 ProblemsOpt = typer.Option("builtin", "--problems", "-p", help="'builtin', a local jsonl/json/parquet/csv, or a hub id")
 DtypeOpt = typer.Option("float32", "--dtype", help="float32 or bfloat16")
 ChunkOpt = typer.Option(256, "--chunk-size", help="prefill chunk size in tokens (part of the pinned config)")
-RunsOpt = typer.Option("runs", "--runs-dir", help="folder holding one folder per run")
-StoreOpt = typer.Option("store", "--store", help="artifact store folder")
+IsaOpt = typer.Option(None, "--isa", help="instruction-set pin: native (fastest) or avx2 (the portable pin: the same "
+                      "bytes on AVX-512 and AVX2 CPUs); part of the pinned config [default: native, or $GRAFTBENCH_ISA]")
+RunsOpt = typer.Option("runs", "--runs-dir", envvar="GRAFTBENCH_RUNS_DIR", help="folder holding one folder per run")
+StoreOpt = typer.Option("store", "--store", envvar="GRAFTBENCH_STORE", help="artifact store folder")
 LimitOpt = typer.Option(None, "--limit", help="use only the first N problems")
 IdFieldOpt = typer.Option("id", "--id-field")
 ProblemFieldOpt = typer.Option("problem", "--problem-field")
@@ -48,7 +50,17 @@ def _quiet_transformers() -> None:
     hf_logging.disable_progress_bar()
 
 
-def _session(model: str, dtype: str, chunk_size: int, threads: int | None = None):
+def _apply_isa(isa: str | None) -> None:
+    from .isa import IsaError, apply
+
+    try:
+        apply(isa or os.environ.get("GRAFTBENCH_ISA") or "native")
+    except IsaError as exc:
+        _fail(str(exc))
+
+
+def _session(model: str, dtype: str, chunk_size: int, threads: int | None = None, isa: str | None = None):
+    _apply_isa(isa)  # before torch is imported
     from .models import ModelError
     from .session import open_session
 
@@ -60,7 +72,8 @@ def _session(model: str, dtype: str, chunk_size: int, threads: int | None = None
         _fail(str(exc))
     loaded = session.loaded
     console.print(f"model {model}: {'cached weights' if loaded.from_cache else 'de-quantized GGUF'} in "
-                  f"{loaded.load_s:.2f} s · config {session.config.fingerprint[:12]}")
+                  f"{loaded.load_s:.2f} s · isa {session.config.isa} ({session.config.cpu_capability}) · "
+                  f"config {session.config.fingerprint[:12]}")
     return session
 
 
@@ -115,13 +128,13 @@ def _print_run(result, energy_method: str) -> None:
 
 
 def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, run, limit, max_new_tokens,
-                  token_budget, graft, store, certify, strict, min_similarity, fields) -> None:
+                  token_budget, graft, store, certify, strict, min_similarity, fields, isa) -> None:
     from .evaluate import EvalSettings, StrictFallbackError
     from .jobs import run_eval
     from .runs import RunError
 
     problem_list = _problems(problems, limit, *fields)
-    session = _session(model, dtype, chunk_size)
+    session = _session(model, dtype, chunk_size, isa=isa)
     settings = EvalSettings(max_new_tokens=max_new_tokens, token_budget=token_budget, graft=graft, certify=certify,
                             strict=strict, min_similarity=min_similarity)
     name = run or f"{command}-{model.replace('/', '_')}-{Path(problems).stem}{'-graft' if graft else ''}"
@@ -139,6 +152,7 @@ def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, ru
 @app.command()
 def solve(
     model: str = ModelOpt, problems: str = ProblemsOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt,
+    isa: Optional[str] = IsaOpt,
     runs_dir: str = RunsOpt, run: Optional[str] = typer.Option(None, "--run", help="run name (resumes if it exists)"),
     limit: Optional[int] = LimitOpt,
     max_new_tokens: int = typer.Option(1024, "--max-new-tokens", help="decode budget per problem (tokens)"),
@@ -148,12 +162,13 @@ def solve(
 ) -> None:
     """Greedy-decode every problem under the budget and verify each answer (the baseline)."""
     _eval_command("solve", model, problems, dtype, chunk_size, runs_dir, run, limit, max_new_tokens, token_budget,
-                  False, None, False, False, 0.6, (id_field, problem_field, answer_field, solution_field))
+                  False, None, False, False, 0.6, (id_field, problem_field, answer_field, solution_field), isa)
 
 
 @app.command(name="eval")
 def eval_(
     model: str = ModelOpt, problems: str = ProblemsOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt,
+    isa: Optional[str] = IsaOpt,
     runs_dir: str = RunsOpt, run: Optional[str] = typer.Option(None, "--run", help="run name (resumes if it exists)"),
     limit: Optional[int] = LimitOpt,
     max_new_tokens: int = typer.Option(1024, "--max-new-tokens", help="decode budget per problem (tokens)"),
@@ -168,12 +183,13 @@ def eval_(
 ) -> None:
     """Evaluate: the baseline, or with --graft an artifact restored at its own positions before the query."""
     _eval_command("eval", model, problems, dtype, chunk_size, runs_dir, run, limit, max_new_tokens, token_budget,
-                  graft, store, certify, strict, min_similarity, (id_field, problem_field, answer_field, solution_field))
+                  graft, store, certify, strict, min_similarity, (id_field, problem_field, answer_field, solution_field), isa)
 
 
 @app.command()
 def deposit(
     model: str = ModelOpt, problems: str = ProblemsOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt,
+    isa: Optional[str] = IsaOpt,
     store: str = StoreOpt, runs_dir: str = RunsOpt, limit: Optional[int] = LimitOpt,
     from_run: Optional[str] = typer.Option(None, "--from-run", help="deposit this solve run's verified samples"),
     references: bool = typer.Option(True, "--references/--no-references",
@@ -194,7 +210,7 @@ def deposit(
         _fail(str(exc))
     if source_run is not None and not source_run.samples_path.exists():
         _fail(f"run '{from_run}' has no samples at {source_run.samples_path}")
-    session = _session(model, dtype, chunk_size)
+    session = _session(model, dtype, chunk_size, isa=isa)
     total = len([p for p in problem_list if p.solution]) if references else 0
     total += len(source_run.read_samples()) if source_run else 0
     try:
@@ -242,24 +258,29 @@ def _exactness_tables(manifest: dict):
 @app.command(name="check-exact")
 def check_exact(
     model: str = ModelOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt, problems: str = ProblemsOpt,
+    isa: Optional[str] = typer.Option(None, "--isa", help="instruction-set pin: native or avx2 (portable); with "
+                                      "--expect the expectation's pin is adopted [default: native]"),
     samples: int = typer.Option(50, "--samples", help="number of (artifact, query) pairs"),
     controls: bool = typer.Option(False, "--controls", help="also run the negative controls"),
     control_pairs: int = typer.Option(10, "--control-pairs", help="pairs that run the controls (the first N)"),
     write_expect: Optional[Path] = typer.Option(None, "--write-expect", help="write the manifest here as the expectation"),
     expect: Optional[Path] = typer.Option(None, "--expect", help="replay this expectation instead of measuring"),
     limit: Optional[int] = typer.Option(None, "--limit", help="with --expect: replay only the first N pairs"),
+    log: Optional[Path] = typer.Option(None, "--log", help="with --expect: append the outcome and both CPUs to this "
+                                       "replay log (JSON lines, e.g. manifests/replays.jsonl)"),
     runs_dir: str = RunsOpt,
     threads: Optional[int] = typer.Option(None, "--threads", help="torch intra-op threads (pinned; default: torch's)"),
 ) -> None:
     """Prove the graft byte-exact against a fresh chunked recompute, with negative controls, or replay an expectation."""
     if expect is not None:
-        return _replay(expect, limit, chunk_size)
+        return _replay(expect, limit, isa, log)
+    _apply_isa(isa)  # before the imports below bring in torch
     from .exactness import run_check_exact
     from .manifest import write_manifest
     from .runs import RunDir
 
     problem_list = _problems(problems, None, "id", "problem", "answer", "solution")
-    session = _session(model, dtype, chunk_size, threads)
+    session = _session(model, dtype, chunk_size, threads, isa)
     with _progress("check-exact", samples) as advance:
         manifest = run_check_exact(session, problem_list, problems, samples, controls, control_pairs,
                                    on_pair=lambda r: advance({"problem_id": r["id"], "correct": r["equal"],
@@ -281,8 +302,8 @@ def check_exact(
         _fail("some pairs are not byte-exact", 1)
 
 
-def _replay(expect: Path, limit, chunk_size: int) -> None:
-    from .exact_manifest import load_expectation
+def _replay(expect: Path, limit, isa: str | None, log: Path | None) -> None:
+    from .exact_manifest import append_replay_log, load_expectation, replay_record
     from .exactness import replay
     from .manifest import ManifestError
 
@@ -291,12 +312,20 @@ def _replay(expect: Path, limit, chunk_size: int) -> None:
     except ManifestError as exc:
         _fail(str(exc))
     pin = expected["config"]
+    _apply_isa(isa or pin.get("isa", "native"))
     problem_list = _problems(expected["problem_set"]["source"], None, "id", "problem", "answer", "solution")
     session = _session(pin["model"], pin["dtype"], pin["chunk_size"], pin["threads"])
     total = min(limit or len(expected["pairs"]), len(expected["pairs"]))
     with _progress("replay", total) as advance:
         result = replay(session, expected, problem_list, limit,
                         on_pair=lambda r: advance({"problem_id": r["id"], "correct": True, "decode_tokens": 0}))
+    record = replay_record(expected, compared=result.compared, equal=result.equal,
+                           first_difference=result.first_difference, pin_differences_found=result.pin_differences)
+    console.print(f"recorded on {record['recorded_on']['cpu_model'] or '?'} ({record['recorded_on']['cpu_capability_native'] or '?'}), "
+                  f"replayed on {record['replayed_on']['cpu_model']} ({record['replayed_on']['cpu_capability_native']}) "
+                  f"under --isa {session.config.isa}")
+    if log is not None:
+        append_replay_log(log, record)
     if result.pin_differences:
         _fail(f"not comparable: this machine's pin differs from {expect} in {', '.join(result.pin_differences)}", 1)
     console.print(f"{result.compared} compared, {result.equal} equal")
@@ -316,7 +345,10 @@ def _schema_of(path: Path) -> str | None:
 @app.command(name="verify-manifest")
 def verify_manifest_cmd(
     path: Path = typer.Argument(..., help="manifest.json to re-check"),
-    store: Optional[str] = typer.Option(None, "--store", help="store to check artifact payloads against"),
+    store: Optional[str] = typer.Option(None, "--store", help="store to check artifact payloads against "
+                                        "[default: the store the manifest records]"),
+    require_artifacts: bool = typer.Option(False, "--require-artifacts",
+                                           help="an artifact the store does not hold is a mismatch, not 'not checked'"),
 ) -> None:
     """Re-check a manifest without a model: hashes, every verdict, totals, artifact payloads. Exit 0 only if all hold."""
     from .exact_manifest import SCHEMA as EXACT_SCHEMA
@@ -327,7 +359,7 @@ def verify_manifest_cmd(
         if _schema_of(path) == EXACT_SCHEMA:
             mismatches, notes = verify_exactness_manifest(load_expectation(path)), ["exactness manifest re-checked"]
         else:
-            mismatches, notes = verify_manifest(path, store)
+            mismatches, notes = verify_manifest(path, store, require_artifacts)
     except ManifestError as exc:
         _fail(str(exc))
     for note in notes:
@@ -384,7 +416,7 @@ def _int_list(text: str, name: str) -> list[int]:
 
 @app.command()
 def bench(
-    model: str = ModelOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt,
+    model: str = ModelOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt, isa: Optional[str] = IsaOpt,
     problems: str = typer.Option("../shared/data/aime2024.jsonl", "--problems", "-p",
                                  help="problems with solutions: the text the artifacts are cut from"),
     sizes: str = typer.Option("512,2048,4096,8192", "--sizes", help="artifact sizes in tokens, comma-separated"),
@@ -400,6 +432,7 @@ def bench(
     smoke: bool = typer.Option(False, "--smoke", help="tiny sizes, one repetition, no cold load or peer: checks it runs"),
 ) -> None:
     """Measure graft against prefill (TTFT), restore throughput, decode, model load, store scale and llama.cpp."""
+    _apply_isa(isa)  # before the imports below bring in torch
     from .bench.report import markdown, write_outputs
     from .bench.run import BenchSettings, run_bench
 
@@ -410,7 +443,7 @@ def bench(
         settings = BenchSettings(sizes=[64, 160], repeats=1, graft_repeats=2, decode_tokens=8, decode_repeats=1,
                                  store_sizes=[10, 100], cold_load=False, peer_python=None, bit_flips=8, smoke=True)
     problem_list = _problems(problems, None, "id", "problem", "answer", "solution")
-    session = _session(model, dtype, chunk_size, threads)
+    session = _session(model, dtype, chunk_size, threads, isa)
     try:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console) as progress:
@@ -423,10 +456,39 @@ def bench(
     console.print("wrote " + ", ".join(str(p) for p in paths))
 
 
+@app.command(name="bench-isa")
+def bench_isa(
+    model: str = ModelOpt,
+    dtypes: str = typer.Option("float32,bfloat16", "--dtypes", help="dtypes to measure, comma-separated"),
+    problems: str = typer.Option("../shared/data/aime2024.jsonl", "--problems", "-p",
+                                 help="problems with solutions: the prompt text"),
+    prompt_tokens: int = typer.Option(512, "--prompt-tokens", min=1, help="tokens prefilled (the prompt)"),
+    decode_tokens: int = typer.Option(64, "--decode-tokens", min=2, help="greedy tokens decoded after it"),
+    threads: int = typer.Option(1, "--threads", min=1, help="torch intra-op threads in each process"),
+    repeats: int = typer.Option(3, "--repeats", min=1, help="fresh processes per (pin, dtype); medians reported"),
+    out: Path = typer.Option(Path("benchmarks/results"), "--out", help="folder for the JSON and markdown"),
+) -> None:
+    """Measure what the portable pin (--isa avx2) costs against native kernels: prefill and decode tokens/s."""
+    from .bench.isa_cost import markdown, measure, write_outputs
+
+    names = [d.strip() for d in dtypes.split(",") if d.strip()]
+    if not names or any(d not in ("float32", "bfloat16") for d in names):
+        _fail(f"--dtypes must list float32 and/or bfloat16, got {dtypes!r}")
+    _problems(problems, None, "id", "problem", "answer", "solution")  # a bad problem file is named before any probe
+    try:
+        with _progress_bar("fresh processes", 2 * repeats * len(names)) as advance:
+            result = measure(model, names, problems, prompt_tokens, decode_tokens, threads, repeats, advance)
+    except RuntimeError as exc:
+        _fail(str(exc))
+    paths = write_outputs(result, out, f"isa-cost-{Path(model).stem}")
+    console.print(markdown(result))
+    console.print("wrote " + ", ".join(str(p) for p in paths))
+
+
 @app.command(name="bench-long-context")
 def bench_long_context(
     model: str = typer.Option("gemma3-270m", "--model", "-m", help="alias, hub id, folder or .gguf"),
-    dtype: str = DtypeOpt, chunk_size: int = ChunkOpt,
+    dtype: str = DtypeOpt, chunk_size: int = ChunkOpt, isa: Optional[str] = IsaOpt,
     problems: list[str] = typer.Option(["../shared/data/aime2024.jsonl", "../shared/data/aime2025.jsonl"], "--problems",
                                        "-p", help="problems with solutions (repeatable): the text the artifacts are cut from"),
     tokens: int = typer.Option(1_000_000, "--tokens", help="tokens of KV state to hold in the store"),
@@ -436,12 +498,13 @@ def bench_long_context(
     out: Path = typer.Option(Path("benchmarks/results"), "--out", help="folder for the JSON and markdown"),
 ) -> None:
     """Hold far more KV state than the window in the store and time reaching any artifact (a benchmark run)."""
+    _apply_isa(isa)  # before the imports below bring in torch
     from .bench.long_context import measure
     from .bench.report import long_context_markdown, write_long_context
     from .bench.workload import corpus_ids
 
     problem_list = [p for source in problems for p in _problems(source, None, "id", "problem", "answer", "solution")]
-    session = _session(model, dtype, chunk_size)
+    session = _session(model, dtype, chunk_size, isa=isa)
     try:
         corpus = corpus_ids(session, problem_list)
         query = session.query_ids(problem_list[0].problem)
@@ -465,7 +528,8 @@ def _progress_bar(description: str, total: int):
 
 @app.command()
 def run(
-    model: str = ModelOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt, runs_dir: str = RunsOpt,
+    model: str = ModelOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt, isa: Optional[str] = IsaOpt,
+    runs_dir: str = RunsOpt,
     store: str = StoreOpt,
     n_per_family: int = typer.Option(2, "--per-family", help="built-in problems per family"),
     max_new_tokens: int = typer.Option(256, "--max-new-tokens", help="decode budget per problem (tokens)"),
@@ -477,7 +541,7 @@ def run(
     from .report import summary_table
 
     problem_list = builtin_problems(n_per_family=n_per_family)
-    session = _session(model, dtype, chunk_size)
+    session = _session(model, dtype, chunk_size, isa=isa)
     from .runs import RunError
 
     try:

@@ -39,6 +39,8 @@ class PromptLayout:
 class PinnedConfig:
     """Everything that fixes the logits of a run.
 
+    ``isa`` is the instruction-set pin (:mod:`graftbench.isa`): ``native`` or ``avx2``; ``cpu_capability`` is
+    the capability torch's kernels run at under it (``AVX2`` on every AVX2-capable CPU under ``avx2``).
     ``chunk_size`` is in tokens: a segment (artifact, chained artifact, query) of n tokens is prefilled in
     forwards of ``chunk_size`` tokens starting at the segment's first token, the last one shorter.
     """
@@ -55,6 +57,7 @@ class PinnedConfig:
     libraries: dict[str, str] = field(default_factory=dict)
     cpu_capability: str = ""
     machine: str = ""
+    isa: str = "native"
 
     def to_dict(self) -> dict:
         """A JSON-ready dict of every field."""
@@ -86,6 +89,8 @@ def build_config(loaded, chunk_size: int = DEFAULT_CHUNK_SIZE, layout: PromptLay
     """
     import torch
 
+    from .isa import current
+
     if chunk_size < 1:
         raise ValueError(f"chunk size must be a positive number of tokens, got {chunk_size}")
     device = str(next(loaded.model.parameters()).device)
@@ -106,4 +111,5 @@ def build_config(loaded, chunk_size: int = DEFAULT_CHUNK_SIZE, layout: PromptLay
         libraries=library_versions(),
         cpu_capability=capability,
         machine=platform.machine(),
+        isa=current(),
     )

@@ -12,8 +12,9 @@ from .hashing import sha256_json
 from .manifest import environment, load_manifest
 
 SCHEMA = "graftbench.exactness/1"
-# Fields of the pin that may differ between two machines without changing a byte (the display name only).
-UNPINNED_FIELDS = ("model",)
+# Fields of the pin that may differ between two machines without changing a byte: the display name, and the
+# eval prompt layout (check-exact builds its pairs from its own pair layout, recorded in the settings).
+UNPINNED_FIELDS = ("model", "layout")
 
 
 def control_table(records: list[dict]) -> dict[str, dict]:
@@ -102,3 +103,71 @@ def pin_differences(expected: dict, current: dict) -> list[str]:
 def load_expectation(path) -> dict:
     """Read an exactness manifest to replay; raises :class:`graftbench.manifest.ManifestError` if it is not one."""
     return load_manifest(path, schema=SCHEMA)
+
+
+REPLAY_SCHEMA = "graftbench.replay/1"
+
+
+def replay_record(expected: dict, *, compared: int, equal: int, first_difference: str | None,
+                  pin_differences_found: list[str]) -> dict:
+    """One line of a replay log: which expectation (by its ``manifest_sha256``) was replayed where, under which
+    pin, and with what outcome. ``recorded_on`` and ``replayed_on`` name the CPUs (model and native capability)."""
+    from .isa import environment as cpu_environment
+
+    recorded = expected.get("environment", {})
+    return {
+        "schema": REPLAY_SCHEMA,
+        "replayed_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "expectation_sha256": expected.get("manifest_sha256"),
+        "model": expected["config"].get("model"),
+        "dtype": expected["config"].get("dtype"),
+        "isa": expected["config"].get("isa", "native"),
+        "recorded_on": {k: recorded.get(k, "") for k in ("cpu_model", "cpu_capability_native")},
+        "replayed_on": cpu_environment(),
+        "compared": compared,
+        "equal": equal,
+        "first_difference": first_difference,
+        "pin_differences": pin_differences_found,
+    }
+
+
+def append_replay_log(path, record: dict) -> None:
+    """Append one replay record as a JSON line to ``path`` (flushed and fsynced; a log, never rewritten)."""
+    import json
+    import os
+
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(record, sort_keys=True, ensure_ascii=False) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def read_replay_log(path) -> list[dict]:
+    """The records of a replay log (``[]`` when the file does not exist). Raises ``ValueError`` naming the line
+    that is not a JSON object."""
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.exists():
+        return []
+    records = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        if not isinstance(record, dict):
+            raise ValueError(f"{path} line {number}: not a JSON object")
+        records.append(record)
+    return records
+
+
+def verified_capabilities(expected: dict, records: list[dict]) -> set[str]:
+    """Native CPU capabilities on which ``expected`` is known to reproduce: the one it was recorded on, plus every
+    capability a logged replay of this very expectation (same ``manifest_sha256``) found equal on every pair."""
+    verified = {expected.get("environment", {}).get("cpu_capability_native", "")} - {""}
+    for record in records:
+        if (record.get("expectation_sha256") == expected.get("manifest_sha256") and not record.get("pin_differences")
+                and record.get("compared", 0) > 0 and record.get("compared") == record.get("equal")):
+            verified.add(record.get("replayed_on", {}).get("cpu_capability_native", ""))
+    return verified - {""}

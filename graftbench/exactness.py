@@ -36,6 +36,22 @@ LONG_PIECE = 1300  # tokens per problem in a long artifact, so that it always jo
 
 
 @dataclass(frozen=True)
+class PairLayout:
+    """The text templates ``check-exact`` builds its pairs from, its own and recorded in the exactness manifest's
+    settings, so that a change of the deposit or query layout of ``eval`` leaves committed expectations
+    comparable. ``deposit`` takes ``problem``, ``answer``, ``solution``; ``query`` takes ``problem``."""
+
+    deposit: str = "Problem: {problem}\nFinal answer: {answer}\nSolution: {solution}\n\n"
+    query: str = "Problem: {problem}\nFinal answer:"
+
+    def to_dict(self) -> dict:
+        return {"deposit": self.deposit, "query": self.query}
+
+
+PAIR_LAYOUT = PairLayout()
+
+
+@dataclass(frozen=True)
 class Pair:
     """One (artifact, query) pair: ``kind`` is ``short``, ``long`` or ``cross-window`` (the artifact ends just
     before the sliding window and the query crosses it); token id lists; the problems it was built from."""
@@ -60,40 +76,50 @@ def sliding_window(session: Session) -> int | None:
     return None
 
 
-def build_pairs(session: Session, problems: list[Problem], n: int) -> list[Pair]:
-    """``n`` pairs from problems with solutions: every 5th pair long (two or more problems with their solutions,
-    at least ``LONG_MIN`` tokens), every 5th (offset 3) crossing the sliding window (or 512 tokens when the model
-    has none), the rest short; odd short pairs query another problem than the artifact's.
+def build_pairs(session: Session, problems: list[Problem], n: int, layout: PairLayout = PAIR_LAYOUT) -> list[Pair]:
+    """``n`` distinct pairs from problems with solutions: every 5th pair long (two or more problems with their
+    solutions, at least ``LONG_MIN`` tokens), every 5th (offset 3) crossing the sliding window (or 512 tokens when
+    the model has none), the rest short; in the first pass over the problems odd short pairs query another problem
+    than the artifact's. Past ``len(problems)`` pairs the builder starts a new pass whose queries move one problem
+    further per pass, so no (artifact, query) pair repeats.
 
-    Raises ``ValueError`` when no problem has a solution.
+    Raises ``ValueError`` when no problem has a solution, or when ``n`` pairs cannot all be distinct.
     """
     usable = [p for p in problems if p.solution]
     if not usable:
         raise ValueError("check-exact needs problems with a solution field (e.g. ../shared/data/aime2024.jsonl)")
+    if n > len(usable) * max(len(usable) - 1, 1):
+        raise ValueError(f"{n} distinct pairs need more problems with solutions than {len(usable)}")
+    tokenizer = session.tokenizer
+
+    def deposit_text(problem: Problem) -> str:
+        return layout.deposit.format(problem=problem.problem, answer=problem.answer, solution=problem.solution)
+
+    def query_ids(text: str) -> list[int]:
+        return tokenizer(layout.query.format(problem=text), add_special_tokens=False).input_ids
+
     window = sliding_window(session) or 512
     pairs = []
     for i in range(n):
-        first = usable[i % len(usable)]
-        deposit = session.deposit_ids(first.problem, first.answer, first.solution)
+        first, shift = usable[i % len(usable)], i // len(usable)
+        other = lambda offset: usable[(i + offset + shift) % len(usable)]  # noqa: E731
+        deposit = tokenizer(deposit_text(first)).input_ids
         if i % 5 == 4:
             used, deposit = [first], deposit[:LONG_PIECE]
             while len(deposit) < LONG_MIN and len(used) < len(usable):
                 nxt = usable[(i + len(used)) % len(usable)]
                 used.append(nxt)
-                deposit += session.tokenizer(
-                    session.config.layout.deposit.format(problem=nxt.problem, answer=nxt.answer, solution=nxt.solution),
-                    add_special_tokens=False,
-                ).input_ids[:LONG_PIECE]
-            query = session.query_ids(usable[(i + 1) % len(usable)].problem)
-            pairs.append(Pair(f"pair-{i:03d}", "long", tuple(p.id for p in used), deposit[:LONG_CAP], query))
+                deposit += tokenizer(deposit_text(nxt), add_special_tokens=False).input_ids[:LONG_PIECE]
+            pairs.append(Pair(f"pair-{i:03d}", "long", tuple(p.id for p in used), deposit[:LONG_CAP],
+                              query_ids(other(1).problem)))
         elif i % 5 == 3:
-            query = session.query_ids(first.problem + "\n" + usable[(i + 7) % len(usable)].problem)
+            query = query_ids(first.problem + "\n" + other(7).problem)
             cut = max(8, window - len(query) // 2)
             pairs.append(Pair(f"pair-{i:03d}", "cross-window", (first.id,), deposit[:cut], query))
         else:
-            asked = first if i % 2 == 0 else usable[(i + 1) % len(usable)]
+            asked = first if i % 2 == 0 and shift == 0 else other(1)
             pairs.append(Pair(f"pair-{i:03d}", "short", (first.id, asked.id), deposit[:SHORT_CAP],
-                              session.query_ids(asked.problem)))
+                              query_ids(asked.problem)))
     return pairs
 
 
@@ -206,7 +232,7 @@ def run_check_exact(session: Session, problems: list[Problem], source: str, samp
     from .problems import problem_set_sha256
 
     records = []
-    for i, pair in enumerate(build_pairs(session, problems, samples)):
+    for i, pair in enumerate(build_pairs(session, problems, samples, PAIR_LAYOUT)):
         records.append(check_pair(session, pair, with_controls and i < control_pairs))
         if on_pair:
             on_pair(records[-1])
@@ -214,7 +240,8 @@ def run_check_exact(session: Session, problems: list[Problem], source: str, samp
         config=session.config.to_dict(), config_fingerprint=session.config.fingerprint,
         problem_set={"source": source, "sha256": problem_set_sha256(problems), "n": len(problems)},
         settings={"samples": samples, "controls": with_controls, "control_pairs": control_pairs if with_controls else 0,
-                  "shifts": list(SHIFTS), "short_cap": SHORT_CAP, "long_min": LONG_MIN, "long_cap": LONG_CAP},
+                  "shifts": list(SHIFTS), "short_cap": SHORT_CAP, "long_min": LONG_MIN, "long_cap": LONG_CAP,
+                  "pair_layout": PAIR_LAYOUT.to_dict()},
         records=records,
     )
 
@@ -236,8 +263,9 @@ class Replay:
 
 def replay(session: Session, expected: dict, problems: list[Problem], limit: int | None = None,
            on_pair=None) -> Replay:
-    """Recompute the expectation's pairs (the first ``limit``) under this machine's pin; stop at the first hash
-    that differs. A pin that differs makes the replay not comparable and nothing is computed."""
+    """Recompute the expectation's pairs (the first ``limit``) under this machine's pin, built with the pair layout
+    the expectation records; stop at the first hash that differs. A pin that differs makes the replay not
+    comparable and nothing is computed."""
     from .exact_manifest import pin_differences
     from .problems import problem_set_sha256
 
@@ -247,7 +275,9 @@ def replay(session: Session, expected: dict, problems: list[Problem], limit: int
     if differing:
         return Replay(0, 0, None, differing)
     records = expected["pairs"][:limit] if limit else expected["pairs"]
-    pairs = build_pairs(session, problems, expected["settings"]["samples"])[: len(records)]
+    layout = PairLayout(**expected["settings"]["pair_layout"]) if "pair_layout" in expected["settings"] else \
+        PairLayout(deposit=expected["config"]["layout"]["deposit"], query=expected["config"]["layout"]["query"])
+    pairs = build_pairs(session, problems, expected["settings"]["samples"], layout)[: len(records)]
     compared = equal = 0
     for record, pair in zip(records, pairs):
         compared += 1

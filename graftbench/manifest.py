@@ -72,8 +72,11 @@ def compute_totals(samples: list[dict]) -> dict:
 
 
 def environment() -> dict:
-    """Where the run happened: Python, OS, machine (no host names or user names)."""
-    return {"python": platform.python_version(), "platform": platform.platform(), "machine": platform.machine()}
+    """Where the run happened: Python, OS, machine, CPU model and native capability (no host or user names)."""
+    from .isa import environment as cpu_environment
+
+    return {"python": platform.python_version(), "platform": platform.platform(), "machine": platform.machine(),
+            **cpu_environment()}
 
 
 def build_manifest(*, run: str, command: str, config: dict, config_fingerprint: str, settings: dict,
@@ -275,7 +278,9 @@ def _check_totals(manifest: dict, samples: list[dict]) -> list[str]:
     ]
 
 
-def _check_artifacts(manifest: dict, store_root: Path | None) -> tuple[list[str], str]:
+def _check_artifacts(manifest: dict, store_root: Path | None, require: bool = False) -> tuple[list[str], str]:
+    """Artifact list and payloads. An artifact the store holds is hashed (a different payload is a mismatch); one
+    it does not hold, or no store at all, is counted as not checked, and is a mismatch only when ``require``."""
     problems = []
     entries = manifest.get("artifacts", [])
     entries = [a for a in entries if isinstance(a, dict)] if isinstance(entries, list) else []
@@ -290,21 +295,32 @@ def _check_artifacts(manifest: dict, store_root: Path | None) -> tuple[list[str]
     if not listed:
         return problems, "no artifacts used"
     if store_root is None or not (store_root / "artifacts").is_dir():
-        return problems, "artifact payloads not checked (store not present)"
+        if require:
+            problems.append(f"artifacts: {len(listed)} required but no store at {store_root or '(none recorded)'}")
+        return problems, f"{len(listed)} artifact payloads not checked (store not present)"
+    absent = checked = 0
     for artifact_id, entry in listed.items():
         path = store_root / "artifacts" / f"{artifact_id}.safetensors"
         if not path.is_file():
-            problems.append(f"artifact {artifact_id[:16]}: missing from store {store_root}")
+            absent += 1
+            if require:
+                problems.append(f"artifact {artifact_id[:16]}: absent from store {store_root}")
         elif sha256_file(path) != entry.get("sha256") or entry.get("sha256") != artifact_id:
+            checked += 1
             problems.append(f"artifact {artifact_id[:16]}: payload SHA-256 differs from the manifest")
-    return problems, f"{len(listed)} artifact payloads checked against {store_root}"
+        else:
+            checked += 1
+    note = f"{checked} artifact payloads checked against {store_root}"
+    return problems, note + (f", {absent} not checked (absent from the store)" if absent else "")
 
 
-def verify_manifest(path: str | Path, store: str | Path | None = None) -> tuple[list[str], list[str]]:
+def verify_manifest(path: str | Path, store: str | Path | None = None,
+                    require_artifacts: bool = False) -> tuple[list[str], list[str]]:
     """Re-check a manifest without a model: its own hash, the sealed field digests (naming each section, problem or
     sample field that changed), every output hash, every verdict (re-extracted and re-verified from the stored
     output and key), problem hashes and keys, the totals, the config fingerprint, the artifact list, and artifact
-    payloads when the store is present (``store``, else the path recorded in the manifest).
+    payloads when the store is present (``store``, else the path recorded in the manifest). An artifact the store
+    does not hold is reported as not checked, not as a mismatch, unless ``require_artifacts``.
 
     Returns ``(mismatches, notes)``: it holds only when ``mismatches`` is empty. Raises :class:`ManifestError`
     when the file is not a manifest at all; any edit inside a manifest is a mismatch, never an exception.
@@ -324,7 +340,7 @@ def verify_manifest(path: str | Path, store: str | Path | None = None) -> tuple[
     mismatches += _check_totals(manifest, samples) + _check_derived(manifest, problems_list, samples)
     recorded_store = manifest.get("store")
     store_root = Path(store) if store else (Path(recorded_store) if isinstance(recorded_store, str) and recorded_store else None)
-    artifact_problems, note = _check_artifacts(manifest, store_root)
+    artifact_problems, note = _check_artifacts(manifest, store_root, require_artifacts)
     mismatches.extend(artifact_problems)
     notes.append(f"{len(samples)} samples re-verified; {note}")
     if digest_note:

@@ -8,6 +8,7 @@ import torch
 
 from . import engine
 from .config import DEFAULT_CHUNK_SIZE, PinnedConfig, build_config
+from .isa import configure_torch
 from .models import DEFAULT_MODEL, LoadedModel, load_model
 
 
@@ -57,9 +58,11 @@ class Session:
 def open_session(model: str = DEFAULT_MODEL, dtype: str = "float32", chunk_size: int = DEFAULT_CHUNK_SIZE,
                  threads: int | None = None) -> Session:
     """Load ``model`` in ``dtype`` and pin the config. ``threads`` sets torch's intra-op thread count (part of the pin).
+    The instruction-set pin is the one this process was started under (:func:`graftbench.isa.apply`).
 
     Raises :class:`graftbench.models.ModelError` for a model that cannot be loaded.
     """
+    configure_torch()
     if threads:
         torch.set_num_threads(threads)
     loaded = load_model(model, dtype=dtype)

@@ -8,6 +8,7 @@ import copy
 import hashlib
 import json
 import re
+import shutil
 
 import pandas as pd
 import pytest
@@ -51,6 +52,48 @@ def test_the_graft_manifest_verifies_untouched(graft_run):
     mismatches, notes = verify_manifest(result.run.manifest_path)
     assert mismatches == []
     assert notes == [f"2 samples re-verified; 2 artifact payloads checked against {root / 'store'}"]
+
+
+def test_an_artifact_the_store_does_not_hold_is_not_checked_unless_required(graft_run, tmp_path):
+    root, result = graft_run
+    other = tmp_path / "other-store"
+    (other / "artifacts").mkdir(parents=True)  # a store, but not the one the run deposited into
+    mismatches, notes = verify_manifest(result.run.manifest_path, store=other)
+    assert mismatches == []
+    assert notes[0] == f"2 samples re-verified; 0 artifact payloads checked against {other}, 2 not checked (absent from the store)"
+    mismatches, _ = verify_manifest(result.run.manifest_path, store=other, require_artifacts=True)
+    assert len(mismatches) == 2 and all(m.endswith(f"absent from store {other}") for m in mismatches)
+    mismatches, notes = verify_manifest(result.run.manifest_path, store=tmp_path / "nowhere")
+    assert mismatches == [] and notes[0].endswith("2 artifact payloads not checked (store not present)")
+    assert verify_manifest(result.run.manifest_path, store=tmp_path / "nowhere", require_artifacts=True)[0] == [
+        f"artifacts: 2 required but no store at {tmp_path / 'nowhere'}"]
+
+
+def test_an_artifact_the_store_holds_with_other_bytes_is_a_mismatch(graft_run, tmp_path):
+    root, result = graft_run
+    held = tmp_path / "held-store"
+    shutil.copytree(root / "store", held)
+    first = sorted((held / "artifacts").glob("*.safetensors"))[0]
+    data = bytearray(first.read_bytes())
+    data[-1] ^= 1
+    first.write_bytes(bytes(data))
+    mismatches, notes = verify_manifest(result.run.manifest_path, store=held)
+    assert mismatches == [f"artifact {first.stem[:16]}: payload SHA-256 differs from the manifest"]
+    assert notes[0].endswith(f"2 artifact payloads checked against {held}")
+
+
+def test_verify_manifest_cli_tells_absent_from_different(graft_run, tmp_path):
+    from typer.testing import CliRunner
+
+    from graftbench.cli import app
+
+    root, result = graft_run
+    (tmp_path / "empty" / "artifacts").mkdir(parents=True)
+    args = ["verify-manifest", str(result.run.manifest_path), "--store", str(tmp_path / "empty")]
+    ok = CliRunner().invoke(app, args)
+    assert ok.exit_code == 0 and "2 not checked (absent from the store)" in ok.output
+    required = CliRunner().invoke(app, args + ["--require-artifacts"])
+    assert required.exit_code == 1 and "2 mismatch(es)" in required.output
 
 
 @pytest.mark.parametrize("name, edit", MANIFEST_EDITS, ids=[name for name, _ in MANIFEST_EDITS])

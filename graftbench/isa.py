@@ -1,0 +1,147 @@
+"""The instruction-set pin: which CPU kernels torch's math libraries may use, set before torch is imported.
+
+torch's CPU math picks code by instruction set in three places, and each has a documented cap:
+
+- ATen's own kernels dispatch on ``ATEN_CPU_CAPABILITY`` (``default``, ``avx2``, ``avx512``), read once at
+  the first dispatch (PyTorch docs, "CPU capability");
+- MKL's BLAS honours ``MKL_ENABLE_INSTRUCTIONS`` and its conditional numerical reproducibility mode
+  ``MKL_CBWR`` (Intel oneMKL developer guide, "Obtaining Numerically Reproducible Results": with ``AVX2,STRICT``
+  and a fixed thread count, results are the same on every processor that supports AVX2);
+- oneDNN honours ``ONEDNN_MAX_CPU_ISA`` (oneDNN docs, "CPU Dispatcher Control"); torch calls it for bfloat16
+  matrix products only on CPUs with AVX-512, so the portable pin also turns torch's oneDNN use off
+  (``torch.backends.mkldnn.enabled = False``) and bfloat16 products take ATen's own kernels on every CPU.
+
+``native`` leaves all of them alone (fastest, numbers tied to this CPU's instruction set). ``avx2`` caps every
+library at AVX2, the portable pin: the same bytes are expected on an AVX-512 machine and on an AVX2 machine.
+The library variables are read when the libraries load, so the pin is applied through the environment before
+torch is imported (:func:`apply`); a process that already imported torch under another pin is refused.
+
+This module imports no torch: ``verify-manifest`` and the manifest's environment read it on any machine.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+ENV_VAR = "GRAFTBENCH_ISA"
+ISAS = ("native", "avx2")
+CAPS: dict[str, dict[str, str]] = {
+    "native": {},
+    "avx2": {
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+        "MKL_CBWR": "AVX2,STRICT",
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+    },
+}
+CAP_VARIABLES = tuple(sorted({name for caps in CAPS.values() for name in caps}))
+# The CPU flags each pin needs (Linux /proc/cpuinfo names); AVX2 kernels are compiled with FMA.
+REQUIRED_FLAGS = {"native": (), "avx2": ("avx2", "fma")}
+
+
+class IsaError(RuntimeError):
+    """An instruction-set pin that cannot be applied: unknown name, a CPU without the instructions, or a
+    process that imported torch under another pin. The message names the pin and what to do."""
+
+
+def check_name(isa: str) -> str:
+    """Return ``isa`` if it is a known pin; raises :class:`IsaError` otherwise."""
+    if isa not in ISAS:
+        raise IsaError(f"unknown instruction-set pin {isa!r}: choose one of {', '.join(ISAS)}")
+    return isa
+
+
+def cpu_flags(cpuinfo: str | None = None) -> set[str]:
+    """The CPU feature flags of the first processor in ``/proc/cpuinfo`` (empty where it cannot be read)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return set()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags") and ":" in line:
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def native_capability(flags: set[str] | None = None) -> str:
+    """The instruction set this CPU offers, in torch's names: ``AVX512`` (AVX-512 F/BW/VL/DQ, what ATen's
+    AVX512 kernels need), ``AVX2`` (AVX2 and FMA), else ``DEFAULT``. Read from the CPU, not from torch, which
+    reports the capped capability once a pin is applied."""
+    flags = cpu_flags() if flags is None else flags
+    if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags:
+        return "AVX512"
+    if {"avx2", "fma"} <= flags:
+        return "AVX2"
+    return "DEFAULT"
+
+
+def cpu_model(cpuinfo: str | None = None) -> str:
+    """The CPU's model name from ``/proc/cpuinfo`` (``""`` where it cannot be read)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return ""
+    for line in cpuinfo.splitlines():
+        if line.startswith("model name") and ":" in line:
+            return line.split(":", 1)[1].strip()
+    return ""
+
+
+def supported(isa: str, flags: set[str] | None = None) -> bool:
+    """Whether this CPU can run the pin ``isa``."""
+    flags = cpu_flags() if flags is None else flags
+    return set(REQUIRED_FLAGS[check_name(isa)]) <= flags
+
+
+def current() -> str:
+    """The pin this process's environment carries: the one whose cap variables all hold their values (and no
+    other cap variable is set), ``native`` when none is set. Raises :class:`IsaError` for a mix."""
+    for isa in ISAS:
+        caps = CAPS[isa]
+        if all(os.environ.get(name) == value for name, value in caps.items()) and not any(
+                name in os.environ for name in CAP_VARIABLES if name not in caps):
+            return isa
+    set_vars = {name: os.environ[name] for name in CAP_VARIABLES if name in os.environ}
+    raise IsaError(f"the environment sets {set_vars}, which is neither pin ({', '.join(ISAS)}): unset them or "
+                   f"choose a pin with --isa / {ENV_VAR}")
+
+
+def apply(isa: str) -> None:
+    """Put the pin ``isa`` into this process's environment, before torch is imported.
+
+    Raises :class:`IsaError` for an unknown pin, a CPU without the pin's instructions, or a process that already
+    imported torch under another pin (start a fresh process, e.g. with ``GRAFTBENCH_ISA`` set).
+    """
+    check_name(isa)
+    if "torch" in sys.modules:
+        if current() != isa:
+            raise IsaError(f"torch is already imported in this process under --isa {current()}; the pin {isa!r} "
+                           f"must be set before torch is imported: run it in a fresh process ({ENV_VAR}={isa})")
+        return
+    if not supported(isa):
+        raise IsaError(f"--isa {isa} needs CPU flags {', '.join(REQUIRED_FLAGS[isa])}; this CPU "
+                       f"({cpu_model() or 'unknown'}) offers {native_capability()}")
+    for name in CAP_VARIABLES:
+        os.environ.pop(name, None)
+    os.environ.update(CAPS[isa])
+    os.environ[ENV_VAR] = isa
+
+
+def configure_torch() -> str:
+    """After torch is imported: apply the torch-side half of the pin this process carries; returns its name."""
+    import torch
+
+    isa = current()
+    if isa != "native":
+        torch.backends.mkldnn.enabled = False
+    return isa
+
+
+def environment() -> dict:
+    """What the manifest's environment records about the CPU: model name and native capability (not pinned:
+    under ``--isa avx2`` two CPUs of different native capability share one pin)."""
+    return {"cpu_model": cpu_model(), "cpu_capability_native": native_capability()}

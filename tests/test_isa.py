@@ -1,0 +1,70 @@
+"""The instruction-set pin: read from the CPU, applied before torch, refused when it cannot hold, and pinned."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from graftbench import isa
+from graftbench.cli import app
+
+AVX512_FLAGS = {"fma", "avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq"}
+
+
+def test_native_capability_is_read_from_cpu_flags_in_torchs_names():
+    assert isa.native_capability(AVX512_FLAGS) == "AVX512"
+    assert isa.native_capability({"fma", "avx2", "avx512f"}) == "AVX2"  # AVX-512 F alone is not ATen's AVX512
+    assert isa.native_capability({"avx2"}) == "DEFAULT"  # AVX2 kernels need FMA as well
+    assert isa.native_capability(set()) == "DEFAULT"
+    assert isa.cpu_flags("processor: 0\nflags\t\t: fpu avx2 fma\n") == {"fpu", "avx2", "fma"}
+    assert isa.cpu_model("model name\t: AMD EPYC 9B14\nflags: x\n") == "AMD EPYC 9B14"
+
+
+def test_a_cpu_without_avx2_cannot_run_the_portable_pin():
+    assert isa.supported("avx2", AVX512_FLAGS) and isa.supported("native", set())
+    assert not isa.supported("avx2", {"sse4_2", "avx"})
+    with pytest.raises(isa.IsaError, match="unknown instruction-set pin 'avx3'"):
+        isa.check_name("avx3")
+
+
+def test_the_pin_cannot_change_once_torch_is_imported(monkeypatch):
+    import torch  # noqa: F401  (this test process runs under the native pin)
+
+    for name in isa.CAP_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    assert isa.current() == "native"
+    with pytest.raises(isa.IsaError, match="must be set before torch is imported"):
+        isa.apply("avx2")
+    isa.apply("native")  # the pin it already has is fine
+
+
+def test_a_mixed_environment_is_neither_pin(monkeypatch):
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    for name in ("MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(isa.IsaError, match="neither pin"):
+        isa.current()
+
+
+@pytest.mark.skipif(not isa.supported("avx2"), reason=f"this CPU ({isa.native_capability()}) has no AVX2")
+def test_the_portable_pin_caps_every_library_in_a_fresh_process():
+    code = (
+        "import json, graftbench, torch\n"
+        "from graftbench.isa import configure_torch\n"
+        "name = configure_torch()\n"
+        "print(json.dumps([name, torch.backends.cpu.get_cpu_capability(), torch.backends.mkldnn.enabled]))\n"
+    )
+    env = {**os.environ, "GRAFTBENCH_ISA": "avx2"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == ["avx2", "AVX2", False]
+
+
+def test_an_unknown_isa_on_the_command_line_is_named():
+    result = CliRunner().invoke(app, ["solve", "--isa", "avx9", "--limit", "1"])
+    assert result.exit_code == 2 and "unknown instruction-set pin 'avx9'" in result.output
