@@ -37,10 +37,13 @@ from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
 from graftbench import graft
-from graftbench.evaluate import EvalSettings, problem_key
+from graftbench.artifact_codec import HEADER_KEY, ArtifactError, decode_header, payload_sha256
+from graftbench.artifact_ids import artifact_id_of
+from graftbench.evaluate import problem_key
+from graftbench.settings import EvalSettings
 from graftbench.hashing import sha256_text
-from graftbench.problems import Problem, normalize_problem_text, problem_text_sha256
-from graftbench.store import HEADER_KEY, ArtifactError, Store, payload_sha256
+from graftbench.problem_types import Problem, normalize_problem_text, problem_text_sha256
+from graftbench.store import Store
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -48,10 +51,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def split_artifact(data: bytes) -> tuple[dict, dict[str, torch.Tensor]]:
-    """The graftbench header and the tensors of valid artifact bytes (no checks: for building forgeries)."""
-    size = int.from_bytes(data[:8], "little")
-    header = json.loads(json.loads(data[8 : 8 + size])["__metadata__"][HEADER_KEY])
-    return header, load_safetensors(data)
+    """The graftbench header and the tensors of valid artifact bytes (no tensor checks: for building forgeries)."""
+    return decode_header(artifact_id_of(data), data), load_safetensors(data)
 
 
 def forge(header: dict, tensors: dict, reseal: bool = True, metadata: dict | None = None) -> bytes:
@@ -166,7 +167,7 @@ class Lab:
 
     def deposit(self, problem: Problem) -> str:
         """Build and store a valid artifact for ``problem``; returns its id."""
-        return self.store.put(*self.build(problem))
+        return self.store.put(self.build(problem)[0])
 
     def corrupt(self, problem: Problem, edit: Callable[[bytes], bytes]) -> str:
         """Deposit ``problem`` then rewrite its file in place with ``edit`` (the id and index row stay)."""
@@ -177,15 +178,15 @@ class Lab:
 
     def plant(self, problem: Problem, make: Callable[[bytes], bytes], config=None) -> str:
         """Store ``make(valid bytes)`` under its own hash (a forged, renamed file) with an index row that routes
-        ``problem`` to it under this session's config; returns the forged id."""
+        ``problem`` to it under this session's config (:meth:`Store.plant`); returns the forged id."""
         data, header = self.build(problem, config=config)
-        return self.store.put(make(data), {**header, "config_fingerprint": self.session.config.fingerprint})
+        return self.store.plant(make(data), {**header, "config_fingerprint": self.session.config.fingerprint})
 
     def chain(self, problem: Problem) -> tuple[str, bytes, dict]:
         """A parent artifact (stored, not routable) and a child for ``problem`` chained after it (built, not
         stored). Returns (parent id, child bytes, child header)."""
-        parent_id = self.store.put(*self.build(Problem(f"{problem.id}-p", f"Note {problem.id}.", "0", "0"),
-                                               routable=False))
+        parent_id = self.store.put(self.build(Problem(f"{problem.id}-p", f"Note {problem.id}.", "0", "0"),
+                                              routable=False)[0])
         text = f"Problem: {problem.problem}\nFinal answer: {problem.answer}\n\n"
         ids = self.session.tokenizer(text, add_special_tokens=False).input_ids
         data, header = self.build(problem, parent=self.store.read(parent_id), ids=ids)
@@ -213,16 +214,16 @@ def _chained(damage: Callable[[Lab, str], None]):
     def build(lab: Lab, problem: Problem) -> str:
         parent_id, data, header = lab.chain(problem)
         damage(lab, parent_id)
-        return lab.store.put(data, header)
+        return lab.store.put(data)
     return build
 
 
 def _parent_replaced(lab: Lab, problem: Problem) -> str:
     parent_id, data, header = lab.chain(problem)
     longer = lab.session.tokenizer(f"Another note, longer than {problem.id}'s.").input_ids
-    other = lab.store.put(*lab.build(Problem(f"{problem.id}-o", "Other.", "0", "0"), ids=longer, routable=False))
+    other = lab.store.put(lab.build(Problem(f"{problem.id}-o", "Other.", "0", "0"), ids=longer, routable=False)[0])
     assert len(longer) != lab.store.read(parent_id).token_ids.numel()
-    return lab.store.put(reforge(data, _set(parent=other)), header)
+    return lab.store.plant(reforge(data, _set(parent=other)), header)  # indexed as the original child
 
 
 def _pickled(lab: Lab, problem: Problem) -> str:
@@ -383,13 +384,13 @@ def store_consistent(root: Path) -> list[str]:
 # --------------------------------------------------------------------------------------------- subprocesses
 
 PUT_CODE = """
-import json, sys
+import sys
 from graftbench.store import Store
 store = Store(sys.argv[1])
 for _ in range(int(sys.argv[2])):
     for path in sys.argv[3:]:
-        with open(path, "rb") as data, open(path + ".json") as header:
-            store.put(data.read(), json.load(header))
+        with open(path, "rb") as data:
+            store.put(data.read())
 print("DONE", flush=True)
 """
 
@@ -402,30 +403,29 @@ print("READY", flush=True)
 
 DEPOSIT_CODE = SESSION_CODE + """
 from graftbench.deposit import deposit, items_from_problems
-from graftbench.problems import load_problems
+from graftbench.problem_loading import load_problems
 from graftbench.store import Store
 deposit(session, Store(sys.argv[5]), items_from_problems(load_problems(sys.argv[4])))
 print("DONE", flush=True)
 """
 
 SOLVE_CODE = SESSION_CODE + """
-from graftbench.evaluate import EvalSettings
+from graftbench.settings import EvalSettings
 from graftbench.jobs import run_eval
-from graftbench.problems import load_problems
+from graftbench.problem_loading import load_problems
 run_eval(session, load_problems(sys.argv[4]), "faults", sys.argv[6], EvalSettings(max_new_tokens=int(sys.argv[7])),
          runs_root=sys.argv[5])
 print("DONE", flush=True)
 """
 
 
-def write_payloads(folder: Path, artifacts: list[tuple[bytes, dict]]) -> list[Path]:
-    """Write artifact bytes (and their headers as ``<file>.json``) for a depositing subprocess."""
+def write_payloads(folder: Path, artifacts: list[bytes]) -> list[Path]:
+    """Write artifact bytes to files (named by their id's first 16 digits) for a depositing subprocess."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
-    for data, header in artifacts:
-        path = folder / sha256_hex(data)[:16]
+    for data in artifacts:
+        path = folder / artifact_id_of(data)[:16]
         path.write_bytes(data)
-        Path(f"{path}.json").write_text(json.dumps(header))
         paths.append(path)
     return paths
 
@@ -570,7 +570,8 @@ PROBLEM_SET_FAULTS: tuple[tuple[str, str, bytes, str], ...] = (
 )
 
 HUB_CODE = """
-from graftbench.problems import load_problems, ProblemSetError
+from graftbench.problem_loading import load_problems
+from graftbench.problem_types import ProblemSetError
 try:
     load_problems("graftbench-no-such-owner/no-such-problem-set")
 except ProblemSetError as exc:
@@ -703,19 +704,19 @@ class Bench:
             refused = exc.check == fault.check and exc.artifact_id == artifact_id
         sample = self.eval([problem], f"fault-{problem.id}", max_new_tokens=4, graft=True,
                            store_root=self.lab.store.root).samples[0]
-        fallback = sample["fallback"] or ""
-        fell_back = sample["mode"] == "baseline" and fallback.startswith(f"{fault.check}:") and artifact_id[:16] in fallback
+        fallback = sample.fallback or ""
+        fell_back = sample.mode == "baseline" and fallback.startswith(f"{fault.check}:") and artifact_id[:16] in fallback
         unpickled = (self.lab.store.root / "UNPICKLED").exists()
         return Outcome(refused and fell_back and not unpickled, f"fallback: {fallback[:80]}")
 
     def reader_fuzz(self, n: int = 1000) -> Outcome:
         """``n`` random mutations of a real artifact read under its id: every one must raise ArtifactError."""
-        from graftbench.store import decode_artifact
+        from graftbench.artifact_codec import decode_artifact
 
         (problem,) = self.fresh_problems(1)
         ids = self.session.deposit_ids(problem.problem, problem.answer, problem.solution)[:12]
         data, _ = self.lab.build(problem, ids=ids)
-        artifact_id = sha256_hex(data)
+        artifact_id = artifact_id_of(data)
         refused, other = 0, []
         for _ in range(n):
             mutated = mutate_artifact(data, self.rng)
@@ -772,15 +773,15 @@ class Bench:
     # ---- crashes
 
     def kill_put(self, point: str) -> Outcome:
-        """SIGKILL a depositing process at a named point of ``Store.put``; the next deposit must complete."""
+        """SIGKILL a depositing process at a named point of :meth:`Store.put`; the next deposit must complete."""
         (problem,) = self.fresh_problems(1)
-        data, header = self.lab.build(problem)
-        paths = write_payloads(self.root / "payloads", [(data, header)])
+        data, _ = self.lab.build(problem)
+        paths = write_payloads(self.root / "payloads", [data])
         code = put_in_subprocess(self.main, paths, fault=point).wait(300)
-        store, artifact_id = Store(self.main), sha256_hex(data)
+        store, artifact_id = Store(self.main), artifact_id_of(data)
         visible = artifact_id in store.ids()
         damage = store_consistent(self.main)
-        store.put(data, header)
+        store.put(data)
         completed = artifact_id in store.ids() and store.read(artifact_id).id == artifact_id
         temporaries = len(store.inventory()["temporaries"])
         return Outcome(code == -signal.SIGKILL and not visible and not damage and completed,
@@ -816,7 +817,7 @@ class Bench:
         """Record 2 of 5 samples, then a solve process resumes the run and is SIGKILLed: at a named point
         (``sample-torn``, ``sample-before-append``) or as soon as it records one more (``random``). Resuming
         must record each problem exactly once and keep every line recorded before byte-identical."""
-        from graftbench.problems import load_problems
+        from graftbench.problem_loading import load_problems
         from graftbench.runs import RunDir
 
         path = self.problems_file(self.fresh_problems(5))
@@ -852,7 +853,7 @@ class Bench:
         """Two processes put artifacts into the main store at once (the same ones in opposite orders, or
         different ones), three rounds each, while this process reads every indexed artifact."""
         problems = self.fresh_problems(6)
-        artifacts = [self.lab.build(p) for p in problems]
+        artifacts = [self.lab.build(p)[0] for p in problems]
         paths = write_payloads(self.root / "payloads", artifacts)
         sets = (paths, paths[::-1]) if same else (paths[:3], paths[3:])
         procs = [put_in_subprocess(self.main, s, rounds=3) for s in sets]
@@ -866,7 +867,7 @@ class Bench:
                     errors.append(str(exc))
         codes = [p.wait() for p in procs]
         inv = Store(self.main).inventory()
-        expected = {sha256_hex(d) for d, _ in artifacts}
+        expected = {artifact_id_of(d) for d in artifacts}
         ok = (codes == [0, 0] and expected <= set(inv["indexed"]) & set(inv["intact"])
               and inv["temporaries"] == temporaries and not errors and not store_consistent(self.main))
         return Outcome(ok, f"exits {codes}; {len(expected)} artifacts indexed and intact: "
@@ -879,7 +880,7 @@ class Bench:
         """A deposit on a full disk (``file``: the artifact write; ``index``: the SQLite insert) must raise
         StorageError (ENOSPC for the file) and leave the store as it was; with space back it completes."""
         from graftbench.deposit import deposit, items_from_problems
-        from graftbench.runs import StorageError
+        from graftbench.durable import StorageError
 
         (problem,) = self.fresh_problems(1)
         store = Store(self.main)
@@ -899,7 +900,8 @@ class Bench:
     def disk_full_solve(self) -> Outcome:
         """The disk fills after the first sample of a solve: StorageError, the samples file keeps exactly the
         first line, no manifest; with space back the run resumes and completes."""
-        from graftbench.runs import RunDir, StorageError
+        from graftbench.durable import StorageError
+        from graftbench.runs import RunDir
 
         problems = self.fresh_problems(3)
         name = "disk-full"
@@ -924,13 +926,13 @@ class Bench:
         no_manifest = not (samples.parent / "manifest.json").exists()
         result = self.eval(problems, name, max_new_tokens=4)
         ok = (error is not None and error.errno == errno.ENOSPC and unchanged and no_manifest
-              and [s["problem_id"] for s in result.samples] == [p.id for p in problems])
+              and [s.problem_id for s in result.samples] == [p.id for p in problems])
         return Outcome(ok, f"samples file unchanged: {unchanged}; error: {error}"[:150])
 
     def disk_full_manifest(self) -> Outcome:
         """Rewriting a manifest on a full disk: StorageError, the old manifest intact, no temporary file left."""
+        from graftbench.durable import StorageError
         from graftbench.manifest import write_manifest
-        from graftbench.runs import StorageError
 
         path = self.runs / "baseline" / "manifest.json"
         before, error = path.read_bytes(), None
@@ -947,7 +949,8 @@ class Bench:
 
     def bad_problem_set(self, filename: str, content: bytes, where: str) -> Outcome:
         """A bad problem-set file must raise ProblemSetError naming the file and the row (or line)."""
-        from graftbench.problems import ProblemSetError, load_problems
+        from graftbench.problem_loading import load_problems
+        from graftbench.problem_types import ProblemSetError
 
         path = self.root / "bad-sets" / filename
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -1007,13 +1010,6 @@ class Bench:
         self.run("problem set", "hub id unreachable offline", self.offline_hub_id)
         for name, edit in MANIFEST_EDITS:
             self.run("manifest", name, lambda e=edit: self.manifest_edit(e))
-
-
-def sha256_hex(data: bytes) -> str:
-    """SHA-256 hex digest of ``data`` (an artifact's id)."""
-    import hashlib
-
-    return hashlib.sha256(data).hexdigest()
 
 
 def report(rows: list[Row], seconds: float, console) -> bool:

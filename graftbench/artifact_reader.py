@@ -16,7 +16,9 @@ same pass. Two integrity methods:
     for any artifact whose index row has no XXH3 digest (an older store, or a file not yet indexed).
 
 Tensors are laid out as safetensors writes them: an 8-byte little-endian header length, a JSON table of
-``{name: {dtype, shape, data_offsets}}`` plus ``__metadata__``, then the tensors' raw bytes back to back.
+``{name: {dtype, shape, data_offsets}}`` plus ``__metadata__``, then the tensors' raw bytes back to back. This module
+is the one place that parses that header (:func:`header_length`, :func:`parse_table`, :func:`metadata_of`, and
+:func:`parse_header` for bytes held in memory) and bounds it (``MAX_HEADER_BYTES``).
 """
 
 from __future__ import annotations
@@ -111,7 +113,30 @@ def _layout(table: dict, body_bytes: int) -> list[tuple[str, torch.dtype, list[i
     return entries
 
 
-def _parse_table(header: bytes) -> dict:
+def header_length(prefix: bytes, file_bytes: int) -> int:
+    """The length in bytes of a safetensors file's JSON header, from the file's first 8 bytes ``prefix`` (a
+    little-endian unsigned integer) and the file's size ``file_bytes``; the header is bytes ``8 .. 8 + length``
+    and the tensors' bytes follow it.
+
+    Raises :class:`LayoutError` (``format``) when the file is shorter than 8 bytes, or the length is over
+    ``MAX_HEADER_BYTES`` or runs past the end of the file.
+    """
+    if len(prefix) < 8:
+        raise LayoutError("format", f"file of {file_bytes} bytes is shorter than the 8-byte safetensors header length")
+    length = int.from_bytes(prefix[:8], "little")
+    if length > MAX_HEADER_BYTES:
+        raise LayoutError("format", f"safetensors header of {length} bytes is oversized (over {MAX_HEADER_BYTES})")
+    if length > file_bytes - 8:
+        raise LayoutError("format", f"safetensors header of {length} bytes is longer than the file ({file_bytes} "
+                                    "bytes): truncated")
+    return length
+
+
+def parse_table(header: bytes) -> dict:
+    """The safetensors header's JSON object: ``{name: {dtype, shape, data_offsets}}`` and maybe ``__metadata__``.
+
+    Raises :class:`LayoutError` (``header``) when ``header`` is not JSON or not a JSON object.
+    """
     try:
         table = json.loads(header)
     except (ValueError, RecursionError) as exc:
@@ -119,6 +144,27 @@ def _parse_table(header: bytes) -> dict:
     if not isinstance(table, dict):
         raise LayoutError("header", "safetensors header is not a JSON object")
     return table
+
+
+def metadata_of(table: dict) -> dict:
+    """The ``__metadata__`` object of a parsed header table (``{}`` when absent or empty).
+
+    Raises :class:`LayoutError` (``header``) when it is something other than an object.
+    """
+    metadata = table.get("__metadata__") or {}
+    if not isinstance(metadata, dict):
+        raise LayoutError("header", "__metadata__ is not an object")
+    return metadata
+
+
+def parse_header(data: bytes) -> tuple[dict, int]:
+    """Parse the header of safetensors bytes held in memory: ``(table, header_len)``, where ``table`` is the
+    header's JSON object (:func:`parse_table`) and ``header_len`` its length in bytes, so the tensors' bytes start
+    at ``8 + header_len``. Raises :class:`LayoutError`: ``format`` for a missing, oversized or truncated header,
+    ``header`` for one that is not a JSON object. The tensor table itself is not checked here.
+    """
+    length = header_length(data[:8], len(data))
+    return parse_table(data[8 : 8 + length]), length
 
 
 class _Reader:
@@ -174,14 +220,10 @@ def read_safetensors(path: str | Path, method: str) -> RawArtifact:
     with open(path, "rb", buffering=0) as handle:
         reader = _Reader(handle, hasher, timing)
         try:
-            prefix = reader.read_bytes(8) if size >= 8 else b""
-            header_bytes = int.from_bytes(prefix, "little") if prefix else -1
-            if header_bytes < 0 or header_bytes > MAX_HEADER_BYTES or header_bytes > size - 8:
-                raise LayoutError("format", f"safetensors header of {header_bytes} bytes is missing, oversized "
-                                            f"or longer than the file ({size} bytes)")
+            header_bytes = header_length(reader.read_bytes(8) if size >= 8 else b"", size)
             header = reader.read_bytes(header_bytes)
             started = time.perf_counter()
-            table = _parse_table(header)
+            table = parse_table(header)
             entries = _layout(table, size - 8 - header_bytes)
             timing.parse_s += time.perf_counter() - started
             tensors = {}
@@ -193,7 +235,8 @@ def read_safetensors(path: str | Path, method: str) -> RawArtifact:
         except LayoutError as exc:
             reader.skip_rest()
             return RawArtifact({}, {}, hasher.hexdigest(), timing, exc)
-        metadata = table.get("__metadata__") or {}
-    if not isinstance(metadata, dict):
-        return RawArtifact({}, {}, hasher.hexdigest(), timing, LayoutError("header", "__metadata__ is not an object"))
+    try:
+        metadata = metadata_of(table)
+    except LayoutError as exc:
+        return RawArtifact({}, {}, hasher.hexdigest(), timing, exc)
     return RawArtifact(metadata, tensors, hasher.hexdigest(), timing)

@@ -16,24 +16,30 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from .settings import (DEFAULT_CHUNK_SIZE, DEFAULT_DTYPE, DEFAULT_MODEL, DEFAULT_RUNS_DIR, DEFAULT_STORE, DTYPE_NAMES,
+                       BenchSettings, EvalSettings, FlywheelSettings)
+
+EVAL, BENCH, FLYWHEEL = EvalSettings(), BenchSettings(), FlywheelSettings()
+
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Verified-knowledge experiments: solve, deposit KV artifacts, graft them back, verify.")
 # Outside a terminal (CI logs, pipes) rich would assume 80 columns and squash the tables.
 console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 
-ModelOpt = typer.Option("smollm2-135m", "--model", "-m", help="alias (smollm2-135m, gemma3-270m), hub id, folder or .gguf")
+ModelOpt = typer.Option(DEFAULT_MODEL, "--model", "-m", help="alias (smollm2-135m, gemma3-270m), hub id, folder or .gguf")
 ProblemsOpt = typer.Option("builtin", "--problems", "-p", help="'builtin', a local jsonl/json/parquet/csv, or a hub id")
-DtypeOpt = typer.Option("float32", "--dtype", help="float32 or bfloat16")
-ChunkOpt = typer.Option(256, "--chunk-size", help="prefill chunk size in tokens (part of the pinned config)")
+DtypeOpt = typer.Option(DEFAULT_DTYPE, "--dtype", help=" or ".join(DTYPE_NAMES))
+ChunkOpt = typer.Option(DEFAULT_CHUNK_SIZE, "--chunk-size", help="prefill chunk size in tokens (part of the pinned config)")
 IsaOpt = typer.Option(None, "--isa", help="instruction-set pin: native (fastest) or avx2 (the portable pin: the same "
                       "bytes on AVX-512 and AVX2 CPUs); part of the pinned config [default: native, or $GRAFTBENCH_ISA]")
-RunsOpt = typer.Option("runs", "--runs-dir", envvar="GRAFTBENCH_RUNS_DIR", help="folder holding one folder per run")
-StoreOpt = typer.Option("store", "--store", envvar="GRAFTBENCH_STORE", help="artifact store folder")
+RunsOpt = typer.Option(DEFAULT_RUNS_DIR, "--runs-dir", envvar="GRAFTBENCH_RUNS_DIR", help="folder holding one folder per run")
+StoreOpt = typer.Option(DEFAULT_STORE, "--store", envvar="GRAFTBENCH_STORE", help="artifact store folder")
 LimitOpt = typer.Option(None, "--limit", help="use only the first N problems")
-IdFieldOpt = typer.Option("id", "--id-field")
-ProblemFieldOpt = typer.Option("problem", "--problem-field")
-AnswerFieldOpt = typer.Option("answer", "--answer-field")
-SolutionFieldOpt = typer.Option("solution", "--solution-field")
+IdFieldOpt = typer.Option("id", "--id-field", help="problem set column holding each problem's id")
+ProblemFieldOpt = typer.Option("problem", "--problem-field", help="problem set column holding the problem text")
+AnswerFieldOpt = typer.Option("answer", "--answer-field", help="problem set column holding the answer key")
+SolutionFieldOpt = typer.Option("solution", "--solution-field",
+                                help="problem set column holding a worked solution (optional)")
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -78,7 +84,8 @@ def _session(model: str, dtype: str, chunk_size: int, threads: int | None = None
 
 
 def _problems(source: str, limit, id_field, problem_field, answer_field, solution_field):
-    from .problems import ProblemSetError, load_problems
+    from .problem_loading import load_problems
+    from .problem_types import ProblemSetError
 
     try:
         return load_problems(source, id_field=id_field, problem_field=problem_field, answer_field=answer_field,
@@ -93,10 +100,13 @@ def _progress_columns():
 
 
 def _describe(sample_or_item) -> str:
-    """The progress line's tail: a sample's id, verdict and decode tokens, or a deposit item's problem id."""
-    if isinstance(sample_or_item, dict):
-        mark = "✓" if sample_or_item["correct"] else "✗"
-        return f"{sample_or_item['problem_id']} {mark} {sample_or_item['decode_tokens']} tok"
+    """The progress line's tail: a sample's own label, a deposit item's problem id, or a given text."""
+    from .sample import Sample
+
+    if isinstance(sample_or_item, Sample):
+        return sample_or_item.progress_label
+    if isinstance(sample_or_item, str):
+        return sample_or_item
     return sample_or_item.problem.id
 
 
@@ -129,7 +139,7 @@ def _print_run(result, energy_method: str) -> None:
 
 def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, run, limit, max_new_tokens,
                   token_budget, graft, store, certify, strict, min_similarity, fields, isa) -> None:
-    from .evaluate import EvalSettings, StrictFallbackError
+    from .evaluate import StrictFallbackError
     from .jobs import run_eval
     from .runs import RunError
 
@@ -155,14 +165,14 @@ def solve(
     isa: Optional[str] = IsaOpt,
     runs_dir: str = RunsOpt, run: Optional[str] = typer.Option(None, "--run", help="run name (resumes if it exists)"),
     limit: Optional[int] = LimitOpt,
-    max_new_tokens: int = typer.Option(1024, "--max-new-tokens", help="decode budget per problem (tokens)"),
+    max_new_tokens: int = typer.Option(EVAL.max_new_tokens, "--max-new-tokens", help="decode budget per problem (tokens)"),
     token_budget: Optional[int] = typer.Option(None, "--token-budget", help="decode budget for the whole run (tokens)"),
     id_field: str = IdFieldOpt, problem_field: str = ProblemFieldOpt, answer_field: str = AnswerFieldOpt,
     solution_field: str = SolutionFieldOpt,
 ) -> None:
     """Greedy-decode every problem under the budget and verify each answer (the baseline)."""
     _eval_command("solve", model, problems, dtype, chunk_size, runs_dir, run, limit, max_new_tokens, token_budget,
-                  False, None, False, False, 0.6, (id_field, problem_field, answer_field, solution_field), isa)
+                  False, None, False, False, EVAL.min_similarity, (id_field, problem_field, answer_field, solution_field), isa)
 
 
 @app.command(name="eval")
@@ -171,13 +181,13 @@ def eval_(
     isa: Optional[str] = IsaOpt,
     runs_dir: str = RunsOpt, run: Optional[str] = typer.Option(None, "--run", help="run name (resumes if it exists)"),
     limit: Optional[int] = LimitOpt,
-    max_new_tokens: int = typer.Option(1024, "--max-new-tokens", help="decode budget per problem (tokens)"),
+    max_new_tokens: int = typer.Option(EVAL.max_new_tokens, "--max-new-tokens", help="decode budget per problem (tokens)"),
     token_budget: Optional[int] = typer.Option(None, "--token-budget", help="decode budget for the whole run (tokens)"),
     graft: bool = typer.Option(False, "--graft", help="route each problem to an artifact and graft it"),
     store: str = StoreOpt,
     certify: bool = typer.Option(False, "--certify", help="also hash a fresh chunked recompute; must be equal"),
     strict: bool = typer.Option(False, "--strict", help="a refused artifact is an error, not a fallback"),
-    min_similarity: float = typer.Option(0.6, "--min-similarity", help="confidence gate for non-exact routes (0-1)"),
+    min_similarity: float = typer.Option(EVAL.min_similarity, "--min-similarity", help="confidence gate for non-exact routes (0-1)"),
     id_field: str = IdFieldOpt, problem_field: str = ProblemFieldOpt, answer_field: str = AnswerFieldOpt,
     solution_field: str = SolutionFieldOpt,
 ) -> None:
@@ -198,9 +208,8 @@ def deposit(
     solution_field: str = SolutionFieldOpt,
 ) -> None:
     """Re-verify solutions against their keys and deposit the verified ones as KV artifacts."""
-    from rich.table import Table
-
     from .jobs import deposit_job
+    from .report import deposit_table
     from .runs import RunDir, RunError
 
     problem_list = _problems(problems, limit, id_field, problem_field, answer_field, solution_field)
@@ -212,47 +221,17 @@ def deposit(
         _fail(f"run '{from_run}' has no samples at {source_run.samples_path}")
     session = _session(model, dtype, chunk_size, isa=isa)
     total = len([p for p in problem_list if p.solution]) if references else 0
-    total += len(source_run.read_samples()) if source_run else 0
+    total += sum(1 for s in source_run.read_samples() if s.get("correct")) if source_run else 0
     try:
         with _progress("deposit", total) as advance:
             report = deposit_job(session, store, problem_list, references=references, from_run=source_run,
                                  on_item=advance)
     except (RunError, OSError) as exc:  # OSError includes StorageError (disk full)
         _fail(str(exc))
-    table = Table(title=f"deposited into {store}")
-    for name in ("problem", "artifact id", "tokens", "new"):
-        table.add_column(name)
-    for pid, aid, tokens, new in report.deposited:
-        table.add_row(pid, aid[:16], str(tokens), "yes" if new else "already stored")
-    console.print(table)
+    console.print(deposit_table(report, store))
     for pid, reason in report.refused:
         console.print(f"[yellow]refused[/yellow] {pid}: {reason}")
     console.print(f"{len(report.deposited)} deposited, {len(report.refused)} refused")
-
-
-def _exactness_tables(manifest: dict):
-    from rich.table import Table
-
-    totals = manifest["totals"]
-    pairs = Table(title=f"graft vs fresh chunked recompute ({manifest['config']['model']}, {manifest['config']['dtype']})")
-    for name in ("kind", "pairs", "byte-exact", "max |Δlogit|", "KL max", "argmax agree", "artifact tokens"):
-        pairs.add_column(name, justify="right")
-    for kind in totals["kinds"]:
-        rows = [r for r in manifest["pairs"] if r["kind"] == kind]
-        pairs.add_row(kind, str(len(rows)), str(sum(r["equal"] for r in rows)),
-                      f"{max(r['max_abs_delta'] for r in rows):.3g}", f"{max(r['kl_max'] for r in rows):.3g}",
-                      f"{min(r['argmax_agreement'] for r in rows):.1%}",
-                      f"{min(r['artifact_tokens'] for r in rows)}–{max(r['artifact_tokens'] for r in rows)}")
-    tables = [pairs]
-    if totals["controls"]:
-        ctl = Table(title="negative controls (must differ)")
-        for name in ("control", "pairs", "byte-exact", "max |Δlogit|", "mean KL", "p99 KL", "argmax agree"):
-            ctl.add_column(name, justify="right")
-        for name, row in totals["controls"].items():
-            ctl.add_row(name, str(row["pairs"]), str(row["exact_pairs"]), f"{row['max_abs_delta']:.3g}",
-                        f"{row['kl_mean']:.3g}", f"{row['kl_p99']:.3g}", f"{row['argmax_agreement']:.2%}")
-        tables.append(ctl)
-    return tables
 
 
 @app.command(name="check-exact")
@@ -283,9 +262,11 @@ def check_exact(
     session = _session(model, dtype, chunk_size, threads, isa)
     with _progress("check-exact", samples) as advance:
         manifest = run_check_exact(session, problem_list, problems, samples, controls, control_pairs,
-                                   on_pair=lambda r: advance({"problem_id": r["id"], "correct": r["equal"],
-                                                              "decode_tokens": r["artifact_tokens"]}))
-    for table in _exactness_tables(manifest):
+                                   on_pair=lambda r: advance(f"{r['id']} {'✓' if r['equal'] else '✗'} "
+                                                             f"{r['artifact_tokens']} artifact tokens"))
+    from .report import exactness_tables
+
+    for table in exactness_tables(manifest):
         console.print(table)
     run = RunDir(runs_dir, f"exact-{Path(model).stem}-{dtype}")
     try:
@@ -303,8 +284,7 @@ def check_exact(
 
 
 def _replay(expect: Path, limit, isa: str | None, log: Path | None) -> None:
-    from .exact_manifest import append_replay_log, load_expectation, replay_record
-    from .exactness import replay
+    from .exact_manifest import load_expectation
     from .manifest import ManifestError
 
     try:
@@ -313,19 +293,17 @@ def _replay(expect: Path, limit, isa: str | None, log: Path | None) -> None:
         _fail(str(exc))
     pin = expected["config"]
     _apply_isa(isa or pin.get("isa", "native"))
+    from .exactness import replay_and_log
+
     problem_list = _problems(expected["problem_set"]["source"], None, "id", "problem", "answer", "solution")
     session = _session(pin["model"], pin["dtype"], pin["chunk_size"], pin["threads"])
     total = min(limit or len(expected["pairs"]), len(expected["pairs"]))
     with _progress("replay", total) as advance:
-        result = replay(session, expected, problem_list, limit,
-                        on_pair=lambda r: advance({"problem_id": r["id"], "correct": True, "decode_tokens": 0}))
-    record = replay_record(expected, compared=result.compared, equal=result.equal,
-                           first_difference=result.first_difference, pin_differences_found=result.pin_differences)
-    console.print(f"recorded on {record['recorded_on']['cpu_model'] or '?'} ({record['recorded_on']['cpu_capability_native'] or '?'}), "
-                  f"replayed on {record['replayed_on']['cpu_model']} ({record['replayed_on']['cpu_capability_native']}) "
-                  f"under --isa {session.config.isa}")
-    if log is not None:
-        append_replay_log(log, record)
+        result, record = replay_and_log(session, expected, problem_list, limit, log,
+                                        on_pair=lambda r: advance(f"{r['id']} equal"))
+    recorded, here = record["recorded_on"], record["replayed_on"]
+    console.print(f"recorded on {recorded['cpu_model'] or '?'} ({recorded['cpu_capability_native'] or '?'}), replayed "
+                  f"on {here['cpu_model']} ({here['cpu_capability_native']}) under --isa {session.config.isa}")
     if result.pin_differences:
         _fail(f"not comparable: this machine's pin differs from {expect} in {', '.join(result.pin_differences)}", 1)
     console.print(f"{result.compared} compared, {result.equal} equal")
@@ -333,33 +311,20 @@ def _replay(expect: Path, limit, isa: str | None, log: Path | None) -> None:
         _fail(f"replay of {expect} failed at {result.first_difference}", 1)
 
 
-def _schema_of(path: Path) -> str | None:
-    import json
-
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8")).get("schema")
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
 @app.command(name="verify-manifest")
 def verify_manifest_cmd(
-    path: Path = typer.Argument(..., help="manifest.json to re-check"),
+    path: Path = typer.Argument(..., help="manifest.json (run or exactness manifest) to re-check"),
     store: Optional[str] = typer.Option(None, "--store", help="store to check artifact payloads against "
                                         "[default: the store the manifest records]"),
     require_artifacts: bool = typer.Option(False, "--require-artifacts",
                                            help="an artifact the store does not hold is a mismatch, not 'not checked'"),
 ) -> None:
     """Re-check a manifest without a model: hashes, every verdict, totals, artifact payloads. Exit 0 only if all hold."""
-    from .exact_manifest import SCHEMA as EXACT_SCHEMA
-    from .exact_manifest import load_expectation, verify_exactness_manifest
-    from .manifest import ManifestError, verify_manifest
+    from .manifest import ManifestError
+    from .manifest_check import check_manifest
 
     try:
-        if _schema_of(path) == EXACT_SCHEMA:
-            mismatches, notes = verify_exactness_manifest(load_expectation(path)), ["exactness manifest re-checked"]
-        else:
-            mismatches, notes = verify_manifest(path, store, require_artifacts)
+        mismatches, notes = check_manifest(path, store, require_artifacts)
     except ManifestError as exc:
         _fail(str(exc))
     for note in notes:
@@ -419,13 +384,13 @@ def bench(
     model: str = ModelOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt, isa: Optional[str] = IsaOpt,
     problems: str = typer.Option("../shared/data/aime2024.jsonl", "--problems", "-p",
                                  help="problems with solutions: the text the artifacts are cut from"),
-    sizes: str = typer.Option("512,2048,4096,8192", "--sizes", help="artifact sizes in tokens, comma-separated"),
-    repeats: int = typer.Option(3, "--repeats", help="timed repetitions of each prefill (medians reported)"),
-    graft_repeats: int = typer.Option(5, "--graft-repeats", help="timed repetitions of each graft"),
-    decode_tokens: int = typer.Option(128, "--decode-tokens", help="greedy tokens in the decode comparison"),
-    store_sizes: str = typer.Option("10,1000,100000", "--store-sizes", help="artifact counts for the store scale test"),
+    sizes: str = typer.Option(",".join(map(str, BENCH.sizes)), "--sizes", help="artifact sizes in tokens, comma-separated"),
+    repeats: int = typer.Option(BENCH.repeats, "--repeats", help="timed repetitions of each prefill (medians reported)"),
+    graft_repeats: int = typer.Option(BENCH.graft_repeats, "--graft-repeats", help="timed repetitions of each graft"),
+    decode_tokens: int = typer.Option(BENCH.decode_tokens, "--decode-tokens", help="greedy tokens in the decode comparison"),
+    store_sizes: str = typer.Option(",".join(map(str, BENCH.store_sizes)), "--store-sizes", help="artifact counts for the store scale test"),
     cold_load: bool = typer.Option(True, "--cold-load/--no-cold-load", help="also time a cold (de-quantizing) load"),
-    peer_python: Optional[Path] = typer.Option(Path(".venv-peer/bin/python"), "--peer-python",
+    peer_python: Optional[Path] = typer.Option(BENCH.peer_python, "--peer-python",
                                                help="a Python with llama-cpp-python for the peer row (make bench-peer-env)"),
     out: Path = typer.Option(Path("benchmarks/results"), "--out", help="folder for the JSON, markdown and PNG"),
     threads: Optional[int] = typer.Option(None, "--threads", help="torch intra-op threads (default: torch's)"),
@@ -434,14 +399,13 @@ def bench(
     """Measure graft against prefill (TTFT), restore throughput, decode, model load, store scale and llama.cpp."""
     _apply_isa(isa)  # before the imports below bring in torch
     from .bench.report import markdown, write_outputs
-    from .bench.run import BenchSettings, run_bench
+    from .bench.run import run_bench
 
     settings = BenchSettings(sizes=sorted(_int_list(sizes, "--sizes")), repeats=repeats, graft_repeats=graft_repeats,
                              decode_tokens=decode_tokens, store_sizes=_int_list(store_sizes, "--store-sizes"),
                              cold_load=cold_load, peer_python=peer_python)
     if smoke:
-        settings = BenchSettings(sizes=[64, 160], repeats=1, graft_repeats=2, decode_tokens=8, decode_repeats=1,
-                                 store_sizes=[10, 100], cold_load=False, peer_python=None, bit_flips=8, smoke=True)
+        settings = BenchSettings.smoke_run()
     problem_list = _problems(problems, None, "id", "problem", "answer", "solution")
     session = _session(model, dtype, chunk_size, threads, isa)
     try:
@@ -450,7 +414,7 @@ def bench(
             result = run_bench(session, model, problem_list, problems, settings, progress)
     except ValueError as exc:
         _fail(str(exc))
-    stem = f"bench-{Path(model).stem}" + ("" if dtype == "float32" else f"-{dtype}") + ("-smoke" if smoke else "")
+    stem = f"bench-{Path(model).stem}" + ("" if dtype == DEFAULT_DTYPE else f"-{dtype}") + ("-smoke" if smoke else "")
     paths = write_outputs(result, out, stem)
     console.print(markdown(result))
     console.print("wrote " + ", ".join(str(p) for p in paths))
@@ -472,7 +436,7 @@ def bench_isa(
     from .bench.isa_cost import markdown, measure, write_outputs
 
     names = [d.strip() for d in dtypes.split(",") if d.strip()]
-    if not names or any(d not in ("float32", "bfloat16") for d in names):
+    if not names or any(d not in DTYPE_NAMES for d in names):
         _fail(f"--dtypes must list float32 and/or bfloat16, got {dtypes!r}")
     _problems(problems, None, "id", "problem", "answer", "solution")  # a bad problem file is named before any probe
     try:
@@ -531,13 +495,13 @@ def run(
     model: str = ModelOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt, isa: Optional[str] = IsaOpt,
     runs_dir: str = RunsOpt,
     store: str = StoreOpt,
-    n_per_family: int = typer.Option(2, "--per-family", help="built-in problems per family"),
-    max_new_tokens: int = typer.Option(256, "--max-new-tokens", help="decode budget per problem (tokens)"),
-    prefix: str = typer.Option("flywheel", "--prefix", help="run name prefix"),
+    n_per_family: int = typer.Option(FLYWHEEL.per_family, "--per-family", help="built-in problems per family"),
+    max_new_tokens: int = typer.Option(FLYWHEEL.max_new_tokens, "--max-new-tokens", help="decode budget per problem (tokens)"),
+    prefix: str = typer.Option(FLYWHEEL.prefix, "--prefix", help="run name prefix"),
 ) -> None:
     """The whole flywheel on the built-in set: solve, deposit, eval with graft, verify manifests, one table."""
     from .jobs import flywheel
-    from .problems import builtin_problems
+    from .builtin_problems import builtin_problems
     from .report import summary_table
 
     problem_list = builtin_problems(n_per_family=n_per_family)

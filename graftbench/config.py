@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from importlib import metadata
 
 from .hashing import sha256_json
+from .settings import DEFAULT_CHUNK_SIZE
 
 PINNED_LIBRARIES = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "gguf", "accelerate")
 
@@ -21,7 +22,6 @@ ANSWER_CUE = "Final answer:"
 DEPOSIT_LAYOUT = "Problem: {problem}\n" + ANSWER_CUE + " {answer}\nSolution: {solution}\n\n"
 QUERY_LAYOUT = "Problem: {problem}\n" + ANSWER_CUE
 SOLVE_INSTRUCTION = "Solve the following problem. Put the final answer in \\boxed{{}}.\n\n{problem}"
-DEFAULT_CHUNK_SIZE = 256  # tokens per prefill forward; boundaries restart at each segment's start
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ from typing import Callable
 
 from . import graft
 from .hashing import sha256_text
-from .problems import Problem, normalize_problem_text, problem_key, problem_text_sha256
+from .problem_types import Problem, normalize_problem_text, problem_key, problem_text_sha256
+from .sample import Sample
 from .session import Session
 from .store import Store
 from .verify import verify_answer
@@ -38,14 +39,11 @@ def items_from_problems(problems: list[Problem]) -> list[DepositItem]:
     return [DepositItem(p, p.solution, "reference") for p in problems if p.solution]
 
 
-def items_from_samples(samples: list[dict], problems: list[Problem], run_name: str) -> list[DepositItem]:
+def items_from_samples(samples: list[Sample], problems: list[Problem], run_name: str) -> list[DepositItem]:
     """The outputs of a solve run's samples recorded as correct, paired with their problems by id."""
     by_id = {p.id: p for p in problems}
-    return [
-        DepositItem(by_id[s["problem_id"]], s["output"], f"solve:{run_name}")
-        for s in samples
-        if s.get("correct") and s["problem_id"] in by_id
-    ]
+    return [DepositItem(by_id[s.problem_id], s.output, f"solve:{run_name}")
+            for s in samples if s.correct and s.problem_id in by_id]
 
 
 def deposit(session: Session, store: Store, items: list[DepositItem],
@@ -74,8 +72,8 @@ def deposit(session: Session, store: Store, items: list[DepositItem],
                     "source": item.source,
                     "text_sha256": sha256_text(session.tokenizer.decode(ids)),
                 }
-                data, header = graft.build_artifact(session.model, session.config, ids, meta)
-                artifact_id, written = store.write(data, header)
+                data, _ = graft.build_artifact(session.model, session.config, ids, meta)
+                artifact_id, written = store.put_reporting(data)
                 report.deposited.append((problem.id, artifact_id, len(ids), written))
         if on_item:
             on_item(item)

@@ -2,8 +2,10 @@
 
 Methods, in order of preference:
 
-- ``nvml``: GPU board energy from NVML's total-energy counter (millijoules), when a CUDA device is used and
-  ``pynvml`` is importable.
+- ``nvml``: GPU board energy from NVML's total-energy counter (``nvmlDeviceGetTotalEnergyConsumption``,
+  millijoules since the driver loaded; Volta and newer), when the model runs on a CUDA device and ``pynvml`` (the
+  ``nvidia-ml-py`` package, extra ``gpu``) is importable. It counts the whole board, so concurrent work on the
+  same GPU is included.
 - ``rapl``: CPU package energy from Linux powercap (``/sys/class/powercap/intel-rapl:*/energy_uj``, microjoules,
   also used by AMD's RAPL driver), when readable.
 - ``estimate``: ``joules = process CPU seconds (user + system) x WATTS_PER_BUSY_CORE``. The constant is declared,
@@ -43,22 +45,46 @@ def _rapl_files() -> list[str]:
     return readable
 
 
+def _nvml_handle(device: str):
+    """The NVML handle of CUDA device ``device`` (``cuda`` or ``cuda:N``), or ``None`` where NVML or its energy
+    counter is not available (no ``pynvml``, no driver, a GPU older than Volta)."""
+    if not device.startswith("cuda"):
+        return None
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(int(device.partition(":")[2] or 0))
+        pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
+        return handle
+    except Exception:  # ImportError, or any pynvml.NVMLError: fall back to the next method
+        return None
+
+
 class EnergyMeter:
     """Reads energy in joules; call :meth:`read` before and after a piece of work and subtract.
 
-    ``method`` says how the figure is obtained. Counters that wrap are not corrected (runs here are short
+    ``device`` is where the model runs (``cpu``, ``cuda:0``): NVML is used for a CUDA device, RAPL or the estimate
+    otherwise. ``method`` says how the figure is obtained. Counters that wrap are not corrected (runs here are short
     against RAPL's wrap period of minutes to hours at these powers); a negative difference is reported as is.
     """
 
-    def __init__(self, prefer: str | None = None):
-        self._rapl = _rapl_files() if prefer in (None, "rapl") else []
-        if self._rapl:
+    def __init__(self, prefer: str | None = None, device: str = "cpu"):
+        self._nvml = _nvml_handle(device) if prefer in (None, "nvml") else None
+        self._rapl = _rapl_files() if prefer in (None, "rapl") and self._nvml is None else []
+        if self._nvml is not None:
+            self.method = EnergyMethod("nvml", f"NVML total energy of {device}")
+        elif self._rapl:
             self.method = EnergyMethod("rapl", f"Linux powercap RAPL, {len(self._rapl)} package counter(s)")
         else:
             self.method = EnergyMethod("estimate", ESTIMATE_FORMULA)
 
     def read(self) -> float:
         """Cumulative joules since an arbitrary origin."""
+        if self._nvml is not None:
+            import pynvml
+
+            return pynvml.nvmlDeviceGetTotalEnergyConsumption(self._nvml) / 1e3
         if self._rapl:
             total = 0
             for path in self._rapl:

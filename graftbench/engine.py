@@ -8,12 +8,13 @@ segment: artifact, chained artifact, query).
 
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
+
+from .hashing import tensors_sha256
 
 
 def new_cache(model) -> DynamicCache:
@@ -64,9 +65,9 @@ def prefill(model, cache: DynamicCache, ids: list[int], chunk_size: int, all_log
 
 
 def logits_sha256(logits: torch.Tensor) -> str:
-    """SHA-256 of the raw bytes of ``logits`` in their own dtype (float32: 4 bytes per value, bfloat16: 2)."""
-    raw = logits.detach().contiguous().view(torch.uint8) if logits.dtype == torch.bfloat16 else logits.detach()
-    return hashlib.sha256(raw.contiguous().numpy().tobytes()).hexdigest()
+    """SHA-256 of the raw bytes of ``logits`` (any shape) in their own dtype (float32: 4 bytes per value,
+    bfloat16: 2; :func:`graftbench.hashing.tensor_bytes`)."""
+    return tensors_sha256([logits])
 
 
 @dataclass

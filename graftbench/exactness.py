@@ -23,10 +23,11 @@ import torch
 from transformers.models.llama.modeling_llama import rotate_half
 
 from . import engine, graft
+from .artifact_codec import decode_artifact
+from .artifact_ids import artifact_id_of
 from .hashing import sha256_json
-from .problems import Problem
+from .problem_types import Problem
 from .session import Session
-from .store import decode_artifact
 
 SHIFTS = (8, 128, 1024)
 SHORT_CAP = 768  # tokens: a short artifact is a problem with its solution, cut here to bound the run's time
@@ -152,10 +153,8 @@ def graft_pair(session: Session, pair: Pair):
 
     Returns (artifact id, query logits ``[len(query), vocab]``, the artifact).
     """
-    import hashlib
-
     data, _ = graft.build_artifact(session.model, session.config, pair.artifact, {})
-    artifact = decode_artifact(hashlib.sha256(data).hexdigest(), data)
+    artifact = decode_artifact(artifact_id_of(data), data)
     cache = graft.restore(session.model, session.config, artifact)
     logits = engine.prefill(session.model, cache, pair.query, session.config.chunk_size, all_logits=True)
     return artifact.id, logits, artifact
@@ -229,7 +228,7 @@ def run_check_exact(session: Session, problems: list[Problem], source: str, samp
     """Check ``samples`` pairs (controls on the first ``control_pairs`` when ``with_controls``) and return the
     sealed exactness manifest (see :mod:`graftbench.exact_manifest`)."""
     from .exact_manifest import build_exactness_manifest
-    from .problems import problem_set_sha256
+    from .problem_types import problem_set_sha256
 
     records = []
     for i, pair in enumerate(build_pairs(session, problems, samples, PAIR_LAYOUT)):
@@ -267,7 +266,7 @@ def replay(session: Session, expected: dict, problems: list[Problem], limit: int
     the expectation records; stop at the first hash that differs. A pin that differs makes the replay not
     comparable and nothing is computed."""
     from .exact_manifest import pin_differences
-    from .problems import problem_set_sha256
+    from .problem_types import problem_set_sha256
 
     differing = pin_differences(expected["config"], session.config.to_dict())
     if problem_set_sha256(problems) != expected["problem_set"]["sha256"]:
@@ -293,3 +292,17 @@ def replay(session: Session, expected: dict, problems: list[Problem], limit: int
         if on_pair:
             on_pair(record)
     return Replay(compared, equal, None, [])
+
+
+def replay_and_log(session: Session, expected: dict, problems: list[Problem], limit: int | None = None,
+                   log=None, on_pair=None) -> tuple[Replay, dict]:
+    """:func:`replay`, then the replay record naming both CPUs (:func:`graftbench.exact_manifest.replay_record`),
+    appended to the replay log ``log`` (a path) when given. Returns ``(outcome, record)``."""
+    from .exact_manifest import append_replay_log, replay_record
+
+    result = replay(session, expected, problems, limit, on_pair)
+    record = replay_record(expected, compared=result.compared, equal=result.equal,
+                           first_difference=result.first_difference, pin_differences_found=result.pin_differences)
+    if log is not None:
+        append_replay_log(log, record)
+    return result, record

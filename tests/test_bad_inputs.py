@@ -18,13 +18,15 @@ from hypothesis import strategies as st
 
 from benchmarks.faults import MANIFEST_EDITS, Lab, flip_bit, forge, split_artifact, tiny_problem, with_header_text
 from graftbench import graft
+from graftbench.artifact_codec import ArtifactError, check_artifact_id
 from graftbench.deposit import deposit, items_from_problems
-from graftbench.evaluate import EvalSettings
+from graftbench.settings import EvalSettings
 from graftbench.jobs import run_eval
 from graftbench.manifest import ManifestError, verify_manifest, write_manifest
-from graftbench.problems import ProblemSetError, load_problems
+from graftbench.problem_loading import load_problems
+from graftbench.problem_types import ProblemSetError
 from graftbench.runs import RunDir, RunError
-from graftbench.store import ArtifactError, Store, check_artifact_id
+from graftbench.store import Store
 
 # ----------------------------------------------------------------------------------------- manifests
 
@@ -37,7 +39,7 @@ def graft_run(session, tmp_path_factory):
     deposit(session, Store(root / "store"), items_from_problems(problems))
     result = run_eval(session, problems, "builtin", "g", EvalSettings(max_new_tokens=6, graft=True, certify=True),
                       runs_root=root, store_root=root / "store")
-    assert all(s["mode"] == "graft" and s["certified"] for s in result.samples)
+    assert all(s.mode == "graft" and s.certified for s in result.samples)
     return root, result
 
 
@@ -226,8 +228,8 @@ def real_artifact(session, tmp_path_factory):
     lab = Lab(session, Store(tmp_path_factory.mktemp("fuzz-store")))
     problem = tiny_problem(400)
     ids = session.deposit_ids(problem.problem, problem.answer, problem.solution)[:12]
-    data, header = lab.build(problem, ids=ids)
-    return lab, lab.store.put(data, header), data
+    data, _ = lab.build(problem, ids=ids)
+    return lab, lab.store.put(data), data
 
 
 PINNED_FIELDS = ("positions", "dtype", "kv_heads", "head_dim", "layers", "parent", "format", "chunk_size",

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from graftbench.builtin_problems import builtin_problems
 from graftbench.cli import app
-from graftbench.evaluate import EvalSettings
+from graftbench.settings import EvalSettings
 from graftbench.jobs import run_eval
-from graftbench.problems import builtin_problems
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()

@@ -37,12 +37,16 @@ from benchmarks.faults import (
 )
 from graftbench import graft
 from graftbench.deposit import deposit, items_from_problems
-from graftbench.evaluate import EvalSettings, StrictFallbackError, problem_key
+from graftbench.evaluate import StrictFallbackError, problem_key
+from graftbench.settings import EvalSettings
 from graftbench.jobs import run_eval
 from graftbench.manifest import verify_manifest, write_manifest
-from graftbench.problems import load_problems, normalize_problem_text
-from graftbench.runs import RunDir, RunError, StorageError
-from graftbench.store import ArtifactError, Store
+from graftbench.problem_loading import load_problems
+from graftbench.problem_types import normalize_problem_text
+from graftbench.artifact_codec import ArtifactError
+from graftbench.durable import StorageError
+from graftbench.runs import RunDir, RunError
+from graftbench.store import Store
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = EvalSettings(max_new_tokens=4)
@@ -83,12 +87,12 @@ def test_eval_graft_falls_back_on_every_fault_and_records_why(session, faulty):
     problems = [cases[f.name][0] for f in ARTIFACT_FAULTS]
     result = run_eval(session, problems, "faults", "faults", EvalSettings(max_new_tokens=4, graft=True),
                       runs_root=root / "runs", store_root=lab.store.root)
-    assert [s["problem_id"] for s in result.samples] == [p.id for p in problems]
+    assert [s.problem_id for s in result.samples] == [p.id for p in problems]
     for fault, sample in zip(ARTIFACT_FAULTS, result.samples):
         artifact_id = cases[fault.name][1]
-        assert sample["route"] == "exact" and sample["mode"] == "baseline" and sample["artifact_id"] is None
-        assert sample["fallback"].startswith(f"{fault.check}: artifact {artifact_id[:16]}: {fault.check} check failed")
-        assert sample["prefill_tokens"] == len(session.solve_prompt_ids(cases[fault.name][0].problem))
+        assert sample.route == "exact" and sample.mode == "baseline" and sample.artifact_id is None
+        assert sample.fallback.startswith(f"{fault.check}: artifact {artifact_id[:16]}: {fault.check} check failed")
+        assert sample.prefill_tokens == len(session.solve_prompt_ids(cases[fault.name][0].problem))
     totals = result.manifest["totals"]
     assert totals["fallbacks"] == len(ARTIFACT_FAULTS) and totals["grafts"] == 0
     assert verify_manifest(result.run.manifest_path)[0] == []
@@ -120,8 +124,8 @@ def test_a_consistent_forgery_passes_the_header_checks_but_not_certify(session, 
     result = run_eval(session, [problem], "faults", "forged", EvalSettings(max_new_tokens=4, graft=True, certify=True),
                       runs_root=tmp_path, store_root=lab.store.root)
     sample = result.samples[0]
-    assert sample["mode"] == "graft" and sample["artifact_id"] == forged and sample["fallback"] is None
-    assert sample["certified"] is False and sample["certificate_sha256"] != sample["logits_sha256"]
+    assert sample.mode == "graft" and sample.artifact_id == forged and sample.fallback is None
+    assert sample.certified is False and sample.certificate_sha256 != sample.logits_sha256
     assert result.certificate_mismatches == [problem.id]
 
 
@@ -129,7 +133,7 @@ def test_the_router_never_picks_an_artifact_of_another_config(session, tmp_path)
     store = Store(tmp_path)
     problem = tiny_problem(301)
     other = dataclasses.replace(session.config, threads=97)
-    store.put(*Lab(session, store).build(problem, config=other))
+    store.put(Lab(session, store).build(problem, config=other)[0])
     route = graft.route(store, session.config.fingerprint, problem_key(problem),
                         normalize_problem_text(problem.problem), 0.6)
     assert route.kind == "none" and route.artifact_id is None
@@ -169,8 +173,8 @@ def test_a_deposit_killed_at_any_point_leaves_nothing_visible_and_the_next_compl
     lab = Lab(session, Store(tmp_path / "store"))
     kept = lab.deposit(tiny_problem(0))
     problem = tiny_problem(1)
-    data, header = lab.build(problem)
-    proc = put_in_subprocess(lab.store.root, write_payloads(tmp_path / "payloads", [(data, header)]), fault=point)
+    data, _ = lab.build(problem)
+    proc = put_in_subprocess(lab.store.root, write_payloads(tmp_path / "payloads", [data]), fault=point)
     assert proc.wait(300) == -signal.SIGKILL
 
     inv = Store(lab.store.root).inventory()
@@ -224,7 +228,7 @@ def test_a_solve_killed_with_sigkill_loses_at_most_the_problem_in_flight(session
     recorded = complete_lines(samples)
 
     resumed = []
-    run_eval(session, problems, "faults", name, TINY, runs_root=runs, on_sample=lambda s: resumed.append(s["problem_id"]))
+    run_eval(session, problems, "faults", name, TINY, runs_root=runs, on_sample=lambda s: resumed.append(s.problem_id))
     after = complete_lines(samples)
     assert after[: len(recorded)] == recorded and samples.read_bytes().startswith(prior)
     assert [json.loads(line)["problem_id"] for line in after] == [p.id for p in problems]
@@ -238,7 +242,7 @@ def test_a_solve_killed_with_sigkill_loses_at_most_the_problem_in_flight(session
 @pytest.mark.parametrize("same", [True, False], ids=["same-artifacts", "different-artifacts"])
 def test_two_processes_depositing_at_once_leave_a_consistent_index_and_intact_payloads(session, tmp_path, same):
     lab = Lab(session, Store(tmp_path / "store"))
-    artifacts = [lab.build(tiny_problem(10 + i)) for i in range(4)]
+    artifacts = [lab.build(tiny_problem(10 + i))[0] for i in range(4)]
     paths = write_payloads(tmp_path / "payloads", artifacts)
     sets = (paths, paths[::-1]) if same else (paths[:2], paths[2:])
     procs = [put_in_subprocess(lab.store.root, s, rounds=3) for s in sets]
@@ -248,12 +252,12 @@ def test_two_processes_depositing_at_once_leave_a_consistent_index_and_intact_pa
             assert lab.store.read(artifact_id).id == artifact_id
             reads += 1
     assert [p.wait() for p in procs] == [0, 0]
-    expected = sorted(_id(data) for data, _ in artifacts)
+    expected = sorted(_id(data) for data in artifacts)
     inv = lab.store.inventory()
     assert inv["indexed"] == expected and inv["intact"] == expected
     assert inv["damaged"] == inv["orphans"] == inv["missing"] == inv["temporaries"] == []
     assert lab.store.verify() == []
-    for (data, header), problem in zip(artifacts, [tiny_problem(10 + i) for i in range(4)]):
+    for data, problem in zip(artifacts, [tiny_problem(10 + i) for i in range(4)]):
         assert lab.store.find_exact(session.config.fingerprint, problem_key(problem)) == _id(data)
 
 
@@ -299,7 +303,7 @@ def test_a_full_disk_during_solve_keeps_the_samples_file_as_it_was(session, tmp_
     assert run.samples_path.read_bytes() == state["bytes"] and state["bytes"].count(b"\n") == 1
     assert not run.manifest_path.exists()
     result = run_eval(session, problems, "faults", "full", TINY, runs_root=tmp_path)
-    assert [s["problem_id"] for s in result.samples] == [p.id for p in problems]
+    assert [s.problem_id for s in result.samples] == [p.id for p in problems]
     assert run.samples_path.read_bytes().startswith(state["bytes"])
 
 

@@ -8,13 +8,14 @@ import pytest
 import torch
 
 from graftbench import engine, graft
-from graftbench.store import ArtifactError, Store
+from graftbench.artifact_codec import ArtifactError
+from graftbench.store import Store
 
 
 def _deposit(session, store, problem, answer=None, solution=None):
     ids = session.deposit_ids(problem.problem, answer or problem.answer, solution or problem.solution)
-    data, header = graft.build_artifact(session.model, session.config, ids, {"problem_key": problem.id})
-    return store.put(data, header), ids
+    data, _ = graft.build_artifact(session.model, session.config, ids, {"problem_key": problem.id})
+    return store.put(data), ids
 
 
 @pytest.fixture()
@@ -73,8 +74,8 @@ def test_artifact_of_another_model_is_refused(session, store, aime2024):
     other = dataclasses.replace(session.config, weights_sha256="0" * 64)
     problem = aime2024[0]
     ids = session.deposit_ids(problem.problem, problem.answer, problem.solution)[:40]
-    data, header = graft.build_artifact(session.model, other, ids, {})
-    artifact_id = store.put(data, header)
+    data, _ = graft.build_artifact(session.model, other, ids, {})
+    artifact_id = store.put(data)
     with pytest.raises(ArtifactError, match="config check failed: config_fingerprint") as info:
         graft.restore_chain(session.model, session.config, store, artifact_id)
     assert info.value.check == "config" and info.value.artifact_id == artifact_id
@@ -129,12 +130,12 @@ def test_chained_artifact_grafts_exact_and_missing_parent_is_refused(session, tm
     store = Store(tmp_path / "chain")
     first, second = aime2024[0], aime2024[1]
     ids_a = session.deposit_ids(first.problem, first.answer, first.solution)
-    data, header = graft.build_artifact(session.model, session.config, ids_a, {})
-    parent_id = store.put(data, header)
+    data, _ = graft.build_artifact(session.model, session.config, ids_a, {})
+    parent_id = store.put(data)
     ids_b = session.tokenizer(f"Problem: {second.problem}\nFinal answer: {second.answer}\n\n",
                               add_special_tokens=False).input_ids
-    data, header = graft.build_artifact(session.model, session.config, ids_b, {}, parent=store.read(parent_id))
-    child_id = store.put(data, header)
+    data, _ = graft.build_artifact(session.model, session.config, ids_b, {}, parent=store.read(parent_id))
+    child_id = store.put(data)
     assert store.read(child_id).header["positions"] == [len(ids_a), len(ids_a) + len(ids_b)]
 
     query = session.query_ids(second.problem)
@@ -151,16 +152,16 @@ def test_chained_artifact_grafts_exact_and_missing_parent_is_refused(session, tm
 
 def test_router_exact_similar_and_gated(session, store):
     from graftbench.evaluate import problem_key
-    from graftbench.problems import Problem, normalize_problem_text
+    from graftbench.problem_types import Problem, normalize_problem_text
 
     seen = Problem("a", "Find the remainder when $7^{222}$ is divided by $1000$.", "49", "7^222 ... Final answer: 49")
     artifact_id, _ = _deposit(session, store, seen)
     # _deposit keys by id; index it by the normalized text as deposit() does
-    data, header = graft.build_artifact(
+    data, _ = graft.build_artifact(
         session.model, session.config, session.deposit_ids(seen.problem, seen.answer, seen.solution),
         {"problem_key": problem_key(seen), "problem_text": normalize_problem_text(seen.problem)},
     )
-    indexed = store.put(data, header)
+    indexed = store.put(data)
     fp = session.config.fingerprint
 
     def route(p, gate=0.6):

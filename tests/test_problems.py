@@ -1,6 +1,6 @@
-"""Tests for graftbench.problems: loading real AIME files, field mapping, malformed inputs,
-the offline hub error, the built-in generated set (answers recomputed here by brute force)
-and the hashes."""
+"""Tests for the problem modules (graftbench.problem_types, .problem_sources, .problem_loading,
+.builtin_problems): loading real AIME files, field mapping, malformed inputs, the offline hub
+error, the built-in generated set (answers recomputed here by brute force) and the hashes."""
 
 from __future__ import annotations
 
@@ -19,13 +19,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from graftbench.problems import (
-    BUILTIN,
-    MAX_PROBLEM_CHARS,
+from graftbench.builtin_problems import builtin_problems
+from graftbench.hashing import canonical_json, problem_set_json
+from graftbench.problem_loading import BUILTIN, MAX_PROBLEM_CHARS, load_problems
+from graftbench.problem_types import (
     Problem,
     ProblemSetError,
-    builtin_problems,
-    load_problems,
     normalize_problem_text,
     problem_set_sha256,
     problem_text_sha256,
@@ -35,7 +34,8 @@ REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 AIME2024 = DATA / "aime2024.jsonl"
 AIME2025 = DATA / "aime2025.jsonl"
-MODULE = REPO / "graftbench" / "problems.py"
+MODULES = ["problem_types", "problem_sources", "problem_loading", "builtin_problems"]
+BASELINE_MANIFEST = REPO / "manifests" / "aime2024-baseline-smollm2-135m.json"
 
 CANONICAL_INT = re.compile(r"^(0|-?[1-9][0-9]*)$")
 AIME_ANSWER = re.compile(r"^(0|[1-9][0-9]{0,2})$")
@@ -191,6 +191,20 @@ def test_answer_normalisation_and_mixed_types(tmp_path):
     assert [p.answer for p in raw] == ["033", " 33 ", "33", "000", "7.0"]
 
 
+def test_json_keys_beyond_64_bits_are_exact(tmp_path):
+    big = 2**70 + 1  # not representable as a float or an int64
+    path = write_jsonl(tmp_path / "big.jsonl", [GOOD_ROWS[0], {"id": "b", "problem": "q", "answer": big}])
+    assert [p.answer for p in load_problems(str(path))] == ["2", str(big)]
+
+
+def test_json_columns_are_all_keys_in_order_of_first_appearance(tmp_path):
+    rows = [{"problem": "p", "id": "a", "answer": "1"}, {"id": "b", "answer": "2", "problem": "q", "solution": "s"}]
+    path = write_jsonl(tmp_path / "later.jsonl", rows)
+    assert [p.solution for p in load_problems(str(path))] == [None, "s"]
+    with pytest.raises(ProblemSetError, match="available fields: problem, id, answer, solution"):
+        load_problems(str(path), answer_field="key")
+
+
 def test_non_integer_keys_allowed_when_not_integer_answers(tmp_path):
     path = write_jsonl(tmp_path / "frac.jsonl", [{"id": "a", "problem": "p", "answer": "1.5"},
                                                  {"id": "b", "problem": "q", "answer": "\\frac{1}{2}"}])
@@ -336,6 +350,22 @@ def test_lone_surrogate_escape(tmp_path):
         load_problems(str(path))
 
 
+def test_repeated_key_in_a_json_lines_row_is_refused(tmp_path):
+    path = tmp_path / "twice.jsonl"
+    path.write_text(json.dumps(GOOD_ROWS[0]) + '\n\n{"id": "b", "problem": "q", "answer": "1", "answer": "2"}\n',
+                    encoding="utf-8")
+    with pytest.raises(ProblemSetError, match=rf"{re.escape(path.name)}: line 3: .*repeats the key 'answer'"):
+        load_problems(str(path))
+    # In a JSON array, or inside a value, a repeated key keeps its last value, as it always did.
+    path = tmp_path / "twice.json"
+    path.write_text('[{"id": "a", "problem": "p", "answer": "1"}, {"id": "b", "id": "c", "problem": "q", "answer": "1"}]',
+                    encoding="utf-8")
+    assert [p.id for p in load_problems(str(path))] == ["a", "c"]
+    path = tmp_path / "nested.jsonl"
+    path.write_text('{"id": "a", "problem": "p", "answer": "1", "meta": {"k": 1, "k": 2}}\n', encoding="utf-8")
+    assert [p.id for p in load_problems(str(path))] == ["a"]
+
+
 def test_unknown_suffix_lists_supported(tmp_path):
     path = tmp_path / "problems.txt"
     path.write_text("Find 1+1.\n", encoding="utf-8")
@@ -385,7 +415,8 @@ def test_ten_megabyte_solution_loads(tmp_path):
 
 def test_fake_hub_id_offline_gives_clear_error():
     code = (
-        "from graftbench.problems import load_problems, ProblemSetError\n"
+        "from graftbench.problem_loading import load_problems\n"
+        "from graftbench.problem_types import ProblemSetError\n"
         "try:\n"
         "    load_problems('graftbench-no-such-owner/no-such-problem-set')\n"
         "except ProblemSetError as e:\n"
@@ -447,7 +478,8 @@ def test_builtin_deterministic_and_seeded():
 
 
 def test_builtin_default_is_stable_across_processes():
-    code = "from graftbench.problems import builtin_problems, problem_set_sha256; print(problem_set_sha256(builtin_problems()))"
+    code = ("from graftbench.builtin_problems import builtin_problems; "
+            "from graftbench.problem_types import problem_set_sha256; print(problem_set_sha256(builtin_problems()))")
     digests = set()
     for hashseed in ("1", "2"):
         env = {**os.environ, "PYTHONHASHSEED": hashseed,
@@ -596,6 +628,21 @@ def test_problem_set_sha256_changes_with_any_key():
     assert digest == hashlib.sha256(payload.encode()).hexdigest()
 
 
+def test_problem_set_sha256_of_aime2024_is_the_committed_manifests():
+    """The problem-set digest convention is frozen: the committed manifests record this digest."""
+    recorded = json.loads(BASELINE_MANIFEST.read_text(encoding="utf-8"))["problem_set"]
+    assert recorded["source"] == "../shared/data/aime2024.jsonl" and recorded["n"] == 30
+    assert recorded["sha256"] == "e2ffcf162467ca411e474f2516a8f0a6f7090c5228de25099dfea45fa80a4557"
+    assert problem_set_sha256(load_problems(str(AIME2024))) == recorded["sha256"]
+
+
+def test_problem_set_json_escapes_non_ascii_unlike_canonical_json():
+    payload = [["id-é", "x", "1", None]]
+    assert problem_set_json(payload) == '[["id-\\u00e9","x","1",null]]'
+    assert canonical_json(payload) == '[["id-é","x","1",null]]'
+    assert problem_set_sha256([Problem("id-é", "x", "1")]) == hashlib.sha256(problem_set_json(payload).encode()).hexdigest()
+
+
 def test_problem_text_sha256_and_normalisation():
     text = "  Find   the\tRemainder\n when $7^{222}$ is divided by $1000$.  "
     assert normalize_problem_text(text) == "find the remainder when $7^{222}$ is divided by $1000$."
@@ -617,23 +664,39 @@ def test_normalize_is_idempotent_and_collapsed(text):
 # ----------------------------------------------------------------------------- no torch
 
 
-def test_module_does_not_import_torch():
-    tree = ast.parse(MODULE.read_text(encoding="utf-8"))
-    imported = set()
+LAYERS = {  # each problem module and the graftbench modules it may import: types at the bottom, no cycles
+    "problem_types": {"hashing"},
+    "builtin_problems": {"problem_types"},
+    "problem_sources": {"problem_types"},
+    "problem_loading": {"builtin_problems", "problem_sources", "problem_types"},
+}
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_modules_import_no_torch_and_stay_layered(name):
+    tree = ast.parse((REPO / "graftbench" / f"{name}.py").read_text(encoding="utf-8"))
+    imported, internal = set(), set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             imported |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
-            imported.add(node.module.split(".")[0])
-    assert "torch" not in imported
-    # Loaded on its own (without the package __init__), using it pulls no torch in.
+            (internal if node.level else imported).add(node.module.split(".")[0])
+    assert "torch" not in imported and "graftbench" not in imported
+    assert internal == LAYERS[name]
+
+
+def test_using_the_problem_modules_pulls_no_torch_and_json_needs_no_datasets():
     code = (
-        "import importlib.util, sys\n"
-        f"spec = importlib.util.spec_from_file_location('problems_alone', {str(MODULE)!r})\n"
-        "mod = importlib.util.module_from_spec(spec); sys.modules['problems_alone'] = mod\n"
-        "spec.loader.exec_module(mod)\n"
-        "mod.builtin_problems(1)\n"
-        "print('torch' in sys.modules)\n"
+        "import sys\n"
+        "from graftbench.builtin_problems import builtin_problems\n"
+        "from graftbench.problem_loading import load_problems\n"
+        "builtin_problems(1)\n"
+        f"load_problems({str(AIME2024)!r})\n"
+        "print('torch' in sys.modules, 'datasets' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    assert out.stdout.strip() == "False"
+    env = {k: v for k, v in os.environ.items() if k != "GRAFTBENCH_ISA"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True,
+                         env=env, cwd=REPO)
+    # A JSON Lines file is parsed once, by graftbench itself: datasets is not even imported.
+    assert out.stdout.strip() == "False False"

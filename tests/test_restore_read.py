@@ -12,8 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from graftbench import similarity
+from graftbench.artifact_codec import ArtifactError, encode_artifact
 from graftbench.artifact_reader import read_safetensors, xxh3_128_hex
-from graftbench.store import ArtifactError, Store, encode_artifact
+from graftbench.store import Store
 
 from .test_store import HEADER, VALID, _decode
 
@@ -21,7 +22,7 @@ from .test_store import HEADER, VALID, _decode
 @pytest.fixture
 def stored(tmp_path):
     store = Store(tmp_path)
-    return store, store.put(VALID, HEADER)
+    return store, store.put(VALID)
 
 
 def test_read_adopts_the_files_tensors_and_splits_its_time(stored):
@@ -104,10 +105,9 @@ def test_an_older_index_is_upgraded_and_its_artifacts_read_with_sha256(tmp_path)
         assert db.execute("PRAGMA user_version").fetchone()[0] == 2
 
 
-def _put_text(store: Store, text: str, fingerprint: str = "c" * 64, parent=None) -> str:
+def _put_text(store: Store, text: str, fingerprint: str = "c" * 64) -> str:
     header = {**HEADER, "config_fingerprint": fingerprint, "problem_text": text, "answer": text[-3:]}
-    data = encode_artifact(header, torch.arange(5), _decode(VALID).layers)
-    return store.put(data, {**header, "parent": parent})
+    return store.put(encode_artifact(header, torch.arange(5), _decode(VALID).layers))
 
 
 def test_candidates_are_the_texts_that_share_a_band(tmp_path):

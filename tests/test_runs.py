@@ -6,11 +6,13 @@ import json
 
 import pytest
 
+from graftbench.builtin_problems import builtin_problems
 from graftbench.deposit import deposit, items_from_problems
-from graftbench.evaluate import EvalSettings, StrictFallbackError
+from graftbench.evaluate import StrictFallbackError
+from graftbench.settings import EvalSettings
 from graftbench.jobs import run_eval
 from graftbench.manifest import verify_manifest, write_manifest
-from graftbench.problems import Problem, builtin_problems
+from graftbench.problem_types import Problem
 from graftbench.runs import RunDir, RunError
 from graftbench.store import Store
 
@@ -30,7 +32,7 @@ def test_interrupted_solve_resumes_without_loss_or_repeat(session, problems, tmp
     seen = []
 
     def stop_after_two(sample):
-        seen.append(sample["problem_id"])
+        seen.append(sample.problem_id)
         if len(seen) == 2:
             raise Interrupt
 
@@ -43,12 +45,12 @@ def test_interrupted_solve_resumes_without_loss_or_repeat(session, problems, tmp
     with open(run.samples_path, "ab") as handle:  # a write torn by a kill mid-line
         handle.write(b'{"problem_id": "torn')
     resumed = []
-    result = run_eval(session, problems, "builtin", "r", TINY, runs_root=tmp_path, on_sample=lambda s: resumed.append(s["problem_id"]))
+    result = run_eval(session, problems, "builtin", "r", TINY, runs_root=tmp_path, on_sample=lambda s: resumed.append(s.problem_id))
     assert resumed == [p.id for p in problems[2:]]
     lines = run.samples_path.read_bytes()
     assert lines.startswith(before)
     assert [s["problem_id"] for s in run.read_samples()] == [p.id for p in problems]
-    assert [s["problem_id"] for s in result.samples] == [p.id for p in problems]
+    assert [s.problem_id for s in result.samples] == [p.id for p in problems]
     assert verify_manifest(run.manifest_path) == ([], [f"{len(problems)} samples re-verified; no artifacts used"])
 
 
@@ -67,8 +69,8 @@ def test_run_names_that_leave_the_folder_are_refused(tmp_path, name):
 def test_token_budget_stops_the_run(session, problems, tmp_path):
     result = run_eval(session, problems, "builtin", "b", EvalSettings(max_new_tokens=6, token_budget=9),
                       runs_root=tmp_path)
-    assert [s["decode_tokens"] for s in result.samples] == [6, 3]
-    assert result.samples[1]["finish_reason"] == "budget"
+    assert [s.decode_tokens for s in result.samples] == [6, 3]
+    assert result.samples[1].finish_reason == "budget"
     assert result.manifest["totals"]["decode_tokens"] == 9
 
 
@@ -85,9 +87,9 @@ def test_graft_eval_certifies_and_a_corrupt_artifact_falls_back(session, problem
 
     result = _graft_run(session, problems[:2], tmp_path, "g")
     for sample in result.samples:
-        assert sample["mode"] == "graft" and sample["route"] == "exact"
-        assert sample["certified"] is True and sample["certificate_sha256"] == sample["logits_sha256"]
-        assert sample["prefill_tokens_saved"] > 50 and sample["finish_reason"] == "stop"
+        assert sample.mode == "graft" and sample.route == "exact"
+        assert sample.certified is True and sample.certificate_sha256 == sample.logits_sha256
+        assert sample.prefill_tokens_saved > 50 and sample.finish_reason == "stop"
     assert result.manifest["totals"]["certified"] == 2
 
     victim = report.deposited[0][1]
@@ -96,8 +98,8 @@ def test_graft_eval_certifies_and_a_corrupt_artifact_falls_back(session, problem
     store.path(victim).write_bytes(bytes(data))
     fallen = _graft_run(session, problems[:1], tmp_path, "g2")
     sample = fallen.samples[0]
-    assert sample["mode"] == "baseline" and sample["fallback"].startswith("hash:")
-    assert victim[:16] in sample["fallback"]
+    assert sample.mode == "baseline" and sample.fallback.startswith("hash:")
+    assert victim[:16] in sample.fallback
     assert fallen.manifest["totals"]["fallbacks"] == 1
     with pytest.raises(StrictFallbackError, match=victim[:16]):
         _graft_run(session, problems[:1], tmp_path, "g3", strict=True)
@@ -122,7 +124,7 @@ def test_verify_manifest_names_what_was_changed(session, problems, tmp_path):
     result = run_eval(session, problems[:2], "builtin", "m", TINY, runs_root=tmp_path)
     path = result.run.manifest_path
     assert verify_manifest(path)[0] == []
-    first = result.samples[0]["problem_id"]
+    first = result.samples[0].problem_id
 
     def flip_output_byte(m):
         text = m["samples"][0]["output"]
@@ -131,7 +133,7 @@ def test_verify_manifest_names_what_was_changed(session, problems, tmp_path):
     mismatches = _tamper(path, tmp_path / "a.json", flip_output_byte)
     assert f"sample {first}: output_sha256 does not match the stored output" in mismatches
 
-    flipped = not result.samples[1]["correct"]
+    flipped = not result.samples[1].correct
     mismatches = _tamper(path, tmp_path / "b.json", lambda m: m["samples"][1].update(correct=flipped))
     assert any(line.startswith(f"sample {problems[1].id}: correct recorded {flipped}") for line in mismatches)
 

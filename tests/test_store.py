@@ -11,7 +11,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from graftbench.store import ArtifactError, Store, decode_artifact, encode_artifact, payload_sha256
+from graftbench.artifact_codec import ArtifactError, decode_artifact, encode_artifact, payload_sha256
+from graftbench.artifact_reader import parse_header
+from graftbench.store import Store
 
 LAYERS = 3
 HEADS, DIM, TOKENS = 2, 4, 5
@@ -67,7 +69,7 @@ def test_inconsistent_artifacts_are_refused(edit, check):
 
 def test_payload_swapped_under_a_kept_header_is_refused():
     data = bytearray(VALID)
-    size = int.from_bytes(data[:8], "little")
+    _, size = parse_header(VALID)
     body = data[8 + size:]
     data[8 + size:] = body[len(body) // 2:] + body[: len(body) // 2]  # swap halves, header untouched
     with pytest.raises(ArtifactError) as info:
@@ -101,8 +103,8 @@ def test_ids_that_could_leave_the_store_are_refused(tmp_path, artifact_id):
 
 def test_store_put_is_atomic_and_deduplicated(tmp_path):
     store = Store(tmp_path)
-    first = store.put(VALID, HEADER)
-    assert store.put(VALID, HEADER) == first
+    first = store.put(VALID)
+    assert store.put(VALID) == first
     assert store.ids() == [first] and store.verify() == []
     assert sorted(p.name for p in store.artifacts.iterdir()) == [f"{first}.safetensors"]
 
@@ -111,8 +113,8 @@ def _put_many(root: str, n: int) -> None:
     store = Store(root)
     for i in range(n):
         data, header = _valid()
-        store.put(data, header)
-        store.put(encode_artifact({**header, "answer": str(i)}, torch.arange(TOKENS), _decode(data).layers), header)
+        store.put(data)
+        store.put(encode_artifact({**header, "answer": str(i)}, torch.arange(TOKENS), _decode(data).layers))
 
 
 def test_two_processes_depositing_at_once_leave_a_consistent_store(tmp_path):
@@ -148,8 +150,7 @@ def _mutate(kind, arg) -> tuple[bytes, bool]:
         return VALID[:arg], False
     if kind == "edit":
         name, value = arg
-        meta = json.loads(VALID[8: 8 + int.from_bytes(VALID[:8], "little")])["__metadata__"]
-        header = json.loads(meta["graftbench"])
+        header = json.loads(parse_header(VALID)[0]["__metadata__"]["graftbench"])
         header[name] = value
         meta_json = json.dumps(header)
         return _with_header(meta_json), True
@@ -158,8 +159,7 @@ def _mutate(kind, arg) -> tuple[bytes, bool]:
 
 
 def _with_header(header_json: str) -> bytes:
-    size = int.from_bytes(VALID[:8], "little")
-    outer = json.loads(VALID[8: 8 + size])
+    outer, size = parse_header(VALID)
     outer["__metadata__"]["graftbench"] = header_json
     raw = json.dumps(outer).encode()
     raw += b" " * (-len(raw) % 8)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 def _probe(model: str, dtype: str, prompt_tokens: int, decode_tokens: int, threads: int, problems: str) -> dict:
     from graftbench import engine
-    from graftbench.problems import load_problems
+    from graftbench.problem_loading import load_problems
     from graftbench.session import open_session
 
     session = open_session(model, dtype=dtype, threads=threads)
@@ -107,7 +107,7 @@ def markdown(result: dict) -> str:
 
 def write_outputs(result: dict, out: Path, stem: str) -> list[Path]:
     """Write ``stem.json`` and ``stem.md`` under ``out`` atomically; returns their paths."""
-    from ..runs import write_atomic
+    from ..durable import write_atomic
 
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{stem}.json", out / f"{stem}.md"]

@@ -48,9 +48,9 @@ def build(session: Session, store: Store, corpus: list[int], artifact_tokens: in
     for i in range(-(-total_tokens // artifact_tokens)):
         found = store.find_exact(fingerprint, key(i, artifact_tokens))
         if found is None:
-            data, header = graft.build_artifact(session.model, session.config, segment(corpus, i, artifact_tokens),
-                                                {"problem_key": key(i, artifact_tokens), "source": "long-context"})
-            found = store.put(data, header)
+            data, _ = graft.build_artifact(session.model, session.config, segment(corpus, i, artifact_tokens),
+                                           {"problem_key": key(i, artifact_tokens), "source": "long-context"})
+            found = store.put(data)
         ids.append(found)
         on_step()
     return ids

@@ -11,7 +11,7 @@ import matplotlib.ticker
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from ..runs import write_atomic  # noqa: E402
+from ..durable import write_atomic  # noqa: E402
 
 
 def _ms(summary: dict) -> str:

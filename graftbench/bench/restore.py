@@ -12,8 +12,9 @@ import torch
 import xxhash
 
 from .. import graft
+from ..artifact_codec import ArtifactError
 from ..session import Session
-from ..store import ArtifactError, Store
+from ..store import Store
 from .stats import gb_per_s, summary, timed
 
 RAW_READ_METHOD = ("one unbuffered readinto() of the whole file into a preallocated bytearray, "

@@ -7,13 +7,14 @@ import platform
 import subprocess
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
-from ..problems import Problem
+from ..problem_types import Problem
 from ..session import Session
+from ..settings import BenchSettings
 from ..store import Store
 from .decode import measure_decode
 from .load import measure_load
@@ -24,22 +25,6 @@ from .ttft import measure_size
 from .workload import build_workload
 
 FORMAT = "graftbench.bench/1"
-
-
-@dataclass
-class BenchSettings:
-    """What to measure. Sizes in tokens; repeats are timed repetitions (medians reported)."""
-
-    sizes: list[int] = field(default_factory=lambda: [512, 2048, 4096, 8192])
-    repeats: int = 3
-    graft_repeats: int = 5
-    decode_tokens: int = 128
-    decode_repeats: int = 3
-    store_sizes: list[int] = field(default_factory=lambda: [10, 1000, 100_000])
-    cold_load: bool = True
-    peer_python: Path | None = Path(".venv-peer/bin/python")
-    bit_flips: int = 64
-    smoke: bool = False
 
 
 def targets(result: dict) -> dict:

@@ -21,9 +21,10 @@ from pathlib import Path
 
 import torch
 
+from ..artifact_codec import encode_artifact
 from ..graft import route
-from ..problems import Problem, normalize_problem_text, problem_key
-from ..store import Store, encode_artifact
+from ..problem_types import Problem, normalize_problem_text, problem_key
+from ..store import Store
 from .stats import rss_bytes, summary
 
 FINGERPRINT = "b" * 64
@@ -52,20 +53,20 @@ def problem_text(i: int, words: list[str]) -> str:
     return " ".join(words) + "."
 
 
-def _artifact(i: int, words: list[str]) -> tuple[bytes, dict]:
+def _artifact(i: int, words: list[str]) -> bytes:
     text = normalize_problem_text(problem_text(i, words))
     header = {"config_fingerprint": FINGERPRINT, "positions": [0, 4], "dtype": "float32", "kv_heads": 1,
               "head_dim": 4, "layers": [{"kind": "full", "seen": 4, "kept": 4}], "parent": None,
               "problem_text": text, "problem_key": problem_key(Problem(str(i), text, "0")), "answer": "0"}
     layer = torch.full((1, 1, 4, 4), float(i))
-    return encode_artifact(header, torch.arange(4), [(layer, layer.clone())]), header
+    return encode_artifact(header, torch.arange(4), [(layer, layer.clone())])
 
 
 def grow(store: Store, start: int, end: int, words: list[str], on_step=lambda n: None) -> float:
     """Deposit artifacts ``start..end-1``; returns seconds. ``on_step(n)`` after every 1,000."""
     started = time.perf_counter()
     for i in range(start, end):
-        store.put(*_artifact(i, words))
+        store.put(_artifact(i, words))
         if (i + 1) % 1000 == 0:
             on_step(1000)
     on_step((end - start) % 1000)

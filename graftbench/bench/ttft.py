@@ -17,8 +17,8 @@ from .stats import summary, timed
 
 def deposit(session: Session, store: Store, ids: list[int]) -> str:
     """Deposit ``ids`` as a top-level artifact (untimed set-up); returns its id."""
-    data, header = graft.build_artifact(session.model, session.config, ids, {"source": "bench"})
-    return store.put(data, header)
+    data, _ = graft.build_artifact(session.model, session.config, ids, {"source": "bench"})
+    return store.put(data)
 
 
 def _first_token(session: Session, cache, query: list[int]) -> tuple[int, str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from ..problems import Problem
+from ..problem_types import Problem
 from ..session import Session
 
 

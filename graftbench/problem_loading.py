@@ -1,0 +1,248 @@
+"""Loading a problem set (:func:`load_problems`): choosing the source, and validating every row into a problem.
+
+Sources: ``"builtin"`` (:data:`BUILTIN`, the generated set of :mod:`graftbench.builtin_problems`); a local file
+(``.jsonl``, ``.json``, ``.parquet``, ``.csv``) or a Hugging Face hub id ``owner/name``, both read into raw rows by
+:mod:`graftbench.problem_sources` (which says how each kind of file is parsed). This module maps the fields and
+checks every row: ids, problem texts and answer keys (canonical integers for AIME). Anything wrong with a problem
+set raises :class:`~graftbench.problem_types.ProblemSetError`, whose message names the file (or hub id), the
+1-based row (or line) and the field.
+
+This module must stay importable without torch.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .builtin_problems import builtin_problems
+from .problem_sources import SUPPORTED_SUFFIXES, RawTable, is_hub_id, read_hub, read_local, suffix_list
+from .problem_types import Problem, ProblemSetError
+
+__all__ = ["BUILTIN", "MAX_PROBLEM_CHARS", "load_problems"]
+
+BUILTIN = "builtin"
+"""The source name meaning the built-in generated problem set."""
+
+MAX_PROBLEM_CHARS = 1_000_000
+"""Cap on the length of one problem statement, in characters.
+
+Real AIME statements are under 2,000 characters; a statement of a million characters is a
+broken file (or a wrong ``problem_field``), not a problem, and would only be truncated or
+blow up a model's context later. Longer statements are refused with a clear error rather
+than silently truncated. Solutions are not capped."""
+
+_INT_RE = re.compile(r"^[+-]?[0-9]+$")
+_MAX_EXACT_FLOAT = 2**53
+
+
+def load_problems(
+    source: str,
+    *,
+    id_field: str | None = "id",
+    problem_field: str = "problem",
+    answer_field: str = "answer",
+    solution_field: str | None = "solution",
+    split: str = "train",
+    integer_answers: bool = True,
+    limit: int | None = None,
+) -> list[Problem]:
+    """Load a problem set.
+
+    ``source`` (a ``str`` or a path) is one of:
+
+    * ``"builtin"`` → :func:`~graftbench.builtin_problems.builtin_problems` with its defaults
+      (field arguments ignored);
+    * a local ``.jsonl`` / ``.json`` file (a JSON array of objects, or JSON Lines: one object
+      per line, blank lines skipped), parsed once by :mod:`graftbench.problem_sources`;
+    * a local ``.parquet`` / ``.csv`` file, read with
+      ``datasets.load_dataset("parquet" | "csv", data_files=path, split="train")`` (a CSV file
+      is first checked by a pass of our own, so errors name the file and line);
+    * otherwise a hub id ``owner/name`` → ``datasets.load_dataset(source, split=split)``.
+
+    Field mapping: ``id_field``, ``problem_field``, ``answer_field`` name the columns to read
+    (``id_field=None`` makes ids ``"<file stem>-<row>"``, rows 1-based);
+    ``solution_field`` is optional (column absent, ``None`` or empty → ``solution=None``).
+
+    With ``integer_answers=True`` every key must be an integer: a Python int, an integral
+    float, or a string of ASCII digits with an optional sign and surrounding whitespace;
+    it is stored canonically (``"033"``, ``" 33 "`` and ``33`` all become ``"33"``).
+    ``"abc"``, ``"1.5"``, ``"1e3"``, ``"1_000"`` and booleans are refused. With
+    ``integer_answers=False`` string keys are kept exactly as given (numbers become ``str``).
+
+    JSON values are taken exactly as parsed (``"033"`` next to ``33`` stays ``"033"``,
+    integers of any size up to Python's 4,300 digits stay exact); the columns are the keys of
+    all rows, in order of first appearance; a key absent from a row reads as ``None``. CSV
+    columns are all read as strings (so ids like ``"007"`` survive); cells pandas reads as NA
+    (empty, ``NA``, ``null``, ...) count as missing.
+
+    Every row is validated, even past ``limit``; ``limit`` then keeps the first N problems.
+
+    Raises:
+        ProblemSetError: file not found or a directory; unsupported suffix (the message lists
+            the supported ones); invalid UTF-8, invalid JSON, a JSON Lines row repeating a key or a
+            ``\\u`` escape of a lone surrogate (file and 1-based line); no rows; a required
+            column missing (the message lists the available fields and names ``--id-field`` /
+            ``--problem-field`` / ``--answer-field``); per row (file,
+            1-based row, field): null id/problem/answer, empty or whitespace-only problem,
+            problem over :data:`MAX_PROBLEM_CHARS`, non-integer key, duplicate id, wrong
+            value type; a hub id that cannot be loaded (e.g. offline); any other failure of
+            ``datasets`` to read a parquet or CSV file.
+        ValueError: ``limit`` negative or not an int.
+    """
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ValueError(f"limit must be a non-negative int or None, got {limit!r}")
+    source = os.fspath(source)  # a pathlib.Path is accepted too
+    if source == BUILTIN:
+        problems = builtin_problems()
+        return problems if limit is None else problems[:limit]
+
+    path = Path(source).expanduser()
+    suffix = path.suffix.lower()
+    if suffix in SUPPORTED_SUFFIXES or path.exists():
+        table = read_local(source, path)
+    elif is_hub_id(source):
+        table = read_hub(source, split)
+    else:
+        raise ProblemSetError(
+            f"{source}: no such file, and not a hub dataset id of the form owner/name; "
+            f"pass {BUILTIN!r}, a hub id or a local file ({suffix_list()})"
+        )
+    problems = _rows_to_problems(
+        table,
+        id_field=id_field,
+        problem_field=problem_field,
+        answer_field=answer_field,
+        solution_field=solution_field,
+        integer_answers=integer_answers,
+    )
+    return problems if limit is None else problems[:limit]
+
+
+def _is_null(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _rows_to_problems(
+    table: RawTable,
+    *,
+    id_field: str | None,
+    problem_field: str,
+    answer_field: str,
+    solution_field: str | None,
+    integer_answers: bool,
+) -> list[Problem]:
+    label = table.label
+
+    def where(i: int, field: str) -> str:
+        line = table.lines[i - 1] if table.lines else None
+        at = f"row {i}" + (f" (line {line})" if line is not None and line != i else "")
+        return f"{label}: {at}, field {field!r}"
+
+    for field, flag in ((id_field, "--id-field"), (problem_field, "--problem-field"), (answer_field, "--answer-field")):
+        if field is not None and field not in table.columns:
+            raise ProblemSetError(
+                f"{where(1, field)}: no such field; available fields: {', '.join(table.columns) or '(none)'}. "
+                f"Use {flag} to name the right column "
+                "(--id-field/--problem-field/--answer-field map id, problem and answer)."
+            )
+
+    problems: list[Problem] = []
+    first_row_of_id: dict[str, int] = {}
+    for i, row in enumerate(table.rows, 1):
+        # id
+        if id_field is None:
+            pid = f"{table.stem}-{i}"
+        else:
+            value = row.get(id_field)
+            if _is_null(value):
+                raise ProblemSetError(f"{where(i, id_field)}: id is missing (null or NaN)")
+            if isinstance(value, bool) or not isinstance(value, (str, numbers.Integral)):
+                raise ProblemSetError(
+                    f"{where(i, id_field)}: id must be a string or an integer, got {type(value).__name__}"
+                )
+            pid = str(value).strip()
+            if not pid:
+                raise ProblemSetError(f"{where(i, id_field)}: id is empty")
+            if pid in first_row_of_id:
+                raise ProblemSetError(
+                    f"{where(i, id_field)}: duplicate id {pid!r} (first used at row {first_row_of_id[pid]})"
+                )
+            first_row_of_id[pid] = i
+        # problem
+        text = row.get(problem_field)
+        if _is_null(text):
+            raise ProblemSetError(f"{where(i, problem_field)}: problem text is missing (null or NaN)")
+        if not isinstance(text, str):
+            raise ProblemSetError(
+                f"{where(i, problem_field)}: problem text must be a string, got {type(text).__name__}"
+            )
+        if not text.strip():
+            raise ProblemSetError(f"{where(i, problem_field)}: problem text is empty or whitespace")
+        if len(text) > MAX_PROBLEM_CHARS:
+            raise ProblemSetError(
+                f"{where(i, problem_field)}: problem text has {len(text):,} characters, over the "
+                f"cap of {MAX_PROBLEM_CHARS:,} (MAX_PROBLEM_CHARS); is --problem-field right?"
+            )
+        _check_encodable(text, where(i, problem_field))
+        # answer
+        answer = _answer_key(row.get(answer_field), integer_answers, lambda: where(i, answer_field))
+        # solution
+        solution: str | None = None
+        if solution_field is not None and solution_field in table.columns:
+            sol = row.get(solution_field)
+            if not _is_null(sol):
+                if not isinstance(sol, str):
+                    raise ProblemSetError(
+                        f"{where(i, solution_field)}: solution must be a string, got {type(sol).__name__}"
+                    )
+                if sol.strip():
+                    _check_encodable(sol, where(i, solution_field))
+                    solution = sol
+        problems.append(Problem(id=pid, problem=text, answer=answer, solution=solution))
+    return problems
+
+
+def _check_encodable(text: str, where: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ProblemSetError(f"{where}: not valid Unicode (lone surrogate at character {e.start})") from None
+
+
+def _answer_key(value: Any, integer_answers: bool, where: Callable[[], str]) -> str:
+    if _is_null(value):
+        raise ProblemSetError(f"{where()}: answer is missing (null or NaN)")
+    if isinstance(value, bool):
+        raise ProblemSetError(f"{where()}: answer must be an integer, got a boolean {value!r}")
+    if integer_answers:
+        if isinstance(value, numbers.Integral):
+            return str(int(value))
+        if isinstance(value, float):
+            if math.isfinite(value) and value.is_integer() and abs(value) <= _MAX_EXACT_FLOAT:
+                return str(int(value))
+            raise ProblemSetError(
+                f"{where()}: answer {value!r} is not an integer (use integer_answers=False for non-integer keys)"
+            )
+        if isinstance(value, str):
+            s = value.strip()
+            if _INT_RE.fullmatch(s):
+                return str(int(s))
+            raise ProblemSetError(
+                f"{where()}: answer {value!r} is not an integer (use integer_answers=False for non-integer keys)"
+            )
+        raise ProblemSetError(f"{where()}: answer must be an integer, got {type(value).__name__}")
+    if isinstance(value, str):
+        if not value.strip():
+            raise ProblemSetError(f"{where()}: answer is empty")
+        return value
+    if isinstance(value, (numbers.Integral, float)):
+        return str(value)
+    raise ProblemSetError(f"{where()}: answer must be a string or a number, got {type(value).__name__}")
+
+

@@ -1,0 +1,90 @@
+"""The typed results of a solve or eval run: what one prefill-or-graft produced (:class:`Attempt`) and the sample
+recorded for one problem (:class:`Sample`).
+
+A sample is written to ``samples.jsonl`` and into the manifest as :meth:`Sample.to_json`; a resumed run reads it
+back with :meth:`Sample.from_json`. The manifest side (:mod:`graftbench.manifest`) works on that JSON, since it
+re-checks what was written, not what a process held in memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .engine import Decoded
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One problem's prompt run and decode, before verification.
+
+    ``cue`` is the answer cue the query ended with (``""`` for the baseline prompt); token counts are in tokens:
+    ``prefill_tokens`` computed for the prompt or query, ``prefill_tokens_saved`` and ``artifact_tokens`` restored
+    from the grafted chain; ``logits_sha256`` hashes the logits the decode started from. ``certify_segments`` holds
+    the chain's token ids and the query when a ``--certify`` recompute is to follow.
+    """
+
+    cue: str
+    prefill_tokens: int
+    prefill_tokens_saved: int
+    artifact_id: str | None
+    artifact_tokens: int
+    logits_sha256: str
+    decoded: Decoded
+    certify_segments: tuple[list[list[int]], list[int]] | None = None
+
+
+@dataclass(frozen=True)
+class Sample:
+    """The record of one problem in a run (the README lists the fields).
+
+    Units: tokens for ``*_tokens``; seconds for ``ttft_s``, ``wall_s`` (routing, restore or prefill and decode) and
+    ``certify_s`` (the audit recompute, timed apart); joules for ``energy_j``. ``mode`` is ``graft`` or
+    ``baseline``; ``route`` the router's kind (``exact``, ``similar``, ``none``) when grafting was asked for;
+    ``fallback`` the refusal (``<check>: <reason>``) when the routed artifact was refused.
+    """
+
+    problem_id: str
+    problem_sha256: str
+    key: str
+    mode: str
+    route: str | None
+    similarity: float | None
+    fallback: str | None
+    cue: str
+    prefill_tokens: int
+    prefill_tokens_saved: int
+    artifact_id: str | None
+    artifact_tokens: int
+    logits_sha256: str
+    output: str
+    output_sha256: str
+    extracted: str | None
+    correct: bool
+    finish_reason: str
+    decode_tokens: int
+    ttft_s: float
+    wall_s: float
+    energy_j: float
+    certificate_sha256: str | None
+    certify_s: float | None
+    certified: bool | None
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON-ready dict written to ``samples.jsonl`` and the manifest."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, record: dict[str, Any]) -> "Sample":
+        """Read a sample back; raises ``ValueError`` naming the missing or unexpected fields."""
+        names = {f.name for f in fields(cls)}
+        missing, extra = sorted(names - set(record)), sorted(set(record) - names)
+        if missing or extra:
+            raise ValueError(f"sample {record.get('problem_id')!r}: missing fields {missing}, unexpected {extra}")
+        return cls(**record)
+
+    @property
+    def progress_label(self) -> str:
+        """The progress line's tail: id, verdict and decode tokens."""
+        return f"{self.problem_id} {'✓' if self.correct else '✗'} {self.decode_tokens} tok"

@@ -1,0 +1,79 @@
+"""Energy: NVML on a CUDA device (tested with a fake ``pynvml`` where no GPU is present), RAPL or the declared
+estimate on a CPU, and the method always named."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+from graftbench.energy import ESTIMATE_FORMULA, EnergyMeter
+
+
+class FakeNVMLError(Exception):
+    pass
+
+
+def fake_pynvml(energy_mj: list[int], fail_on: str | None = None) -> types.ModuleType:
+    """A stand-in for ``pynvml`` whose total-energy counter returns the next value of ``energy_mj`` each call."""
+    module = types.ModuleType("pynvml")
+    calls = {"handles": []}
+
+    def maybe_fail(name):
+        if name == fail_on:
+            raise FakeNVMLError(name)
+
+    module.NVMLError = FakeNVMLError
+    module.nvmlInit = lambda: maybe_fail("init")
+
+    def handle(index):
+        maybe_fail("handle")
+        calls["handles"].append(index)
+        return f"gpu{index}"
+
+    def energy(handle):
+        maybe_fail("energy")
+        return energy_mj.pop(0)
+
+    module.nvmlDeviceGetHandleByIndex = handle
+    module.nvmlDeviceGetTotalEnergyConsumption = energy
+    module.calls = calls
+    return module
+
+
+def test_a_cuda_device_reads_nvml_in_joules(monkeypatch):
+    fake = fake_pynvml([1_000, 5_000, 17_500])  # the first value is the availability probe
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    meter = EnergyMeter(device="cuda:1")
+    assert fake.calls["handles"] == [1]
+    assert meter.describe() == {"method": "nvml", "detail": "NVML total energy of cuda:1", "measured": True}
+    before = meter.read()
+    assert meter.read() - before == pytest.approx(12.5)  # (17,500 - 5,000) mJ
+
+
+@pytest.mark.parametrize("fail_on", ["init", "handle", "energy"])
+def test_nvml_that_cannot_count_falls_back_to_a_named_method(monkeypatch, fail_on):
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml([1, 2], fail_on=fail_on))
+    meter = EnergyMeter(device="cuda", prefer=None)
+    assert meter.method.name in {"rapl", "estimate"}
+
+
+def test_without_pynvml_a_cuda_device_falls_back(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml raises ImportError
+    assert EnergyMeter(device="cuda:0").method.name in {"rapl", "estimate"}
+
+
+def test_a_cpu_device_never_asks_nvml(monkeypatch):
+    fake = fake_pynvml([1, 2])
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    EnergyMeter(device="cpu")
+    assert fake.calls["handles"] == []
+
+
+def test_the_estimate_declares_its_formula_and_counts_cpu_seconds():
+    meter = EnergyMeter(prefer="estimate")
+    assert meter.describe() == {"method": "estimate", "detail": ESTIMATE_FORMULA, "measured": False}
+    before = meter.read()
+    sum(i * i for i in range(2_000_000))  # some CPU time
+    assert meter.read() > before
