@@ -402,16 +402,16 @@ print("READY", flush=True)
 """
 
 DEPOSIT_CODE = SESSION_CODE + """
-from graftbench.deposit import deposit, items_from_problems
+from graftbench.deposit import deposit_items, items_from_problems
 from graftbench.problem_loading import load_problems
 from graftbench.store import Store
-deposit(session, Store(sys.argv[5]), items_from_problems(load_problems(sys.argv[4])))
+deposit_items(session, Store(sys.argv[5]), items_from_problems(load_problems(sys.argv[4])))
 print("DONE", flush=True)
 """
 
 SOLVE_CODE = SESSION_CODE + """
 from graftbench.settings import EvalSettings
-from graftbench.jobs import run_eval
+from graftbench.workflows import run_eval
 from graftbench.problem_loading import load_problems
 run_eval(session, load_problems(sys.argv[4]), "faults", sys.argv[6], EvalSettings(max_new_tokens=int(sys.argv[7])),
          runs_root=sys.argv[5])
@@ -656,7 +656,7 @@ class Bench:
 
     def eval(self, problems, name, **settings):
         """A run over ``problems`` in ``runs/`` (graft runs use the main store unless ``store_root`` is given)."""
-        from graftbench.jobs import run_eval
+        from graftbench.workflows import run_eval
 
         store_root = settings.pop("store_root", self.main)
         on_sample = settings.pop("on_sample", None)
@@ -665,9 +665,9 @@ class Bench:
 
     def setup(self) -> None:
         """Deposit the baseline problems into the main store, then a solve run and a graft eval run."""
-        from graftbench.deposit import deposit, items_from_problems
+        from graftbench.deposit import deposit_items, items_from_problems
 
-        deposit(self.session, Store(self.main), items_from_problems(self.problems))
+        deposit_items(self.session, Store(self.main), items_from_problems(self.problems))
         self.eval(self.problems, "baseline", max_new_tokens=6)
         self.eval(self.problems, "graft", max_new_tokens=6, graft=True, certify=True)
 
@@ -790,7 +790,7 @@ class Bench:
 
     def kill_deposit_randomly(self) -> Outcome:
         """SIGKILL a real ``deposit`` (model prefill, write, index) after a random delay; then deposit again."""
-        from graftbench.deposit import deposit, items_from_problems
+        from graftbench.deposit import deposit_items, items_from_problems
 
         problems = self.fresh_problems(4)
         proc = start_python(DEPOSIT_CODE, [*session_args(self.session), self.problems_file(problems), self.main])
@@ -807,7 +807,7 @@ class Bench:
         code = sigkill(proc)
         before = indexed()
         damage = store_consistent(self.main)
-        report = deposit(self.session, store, items_from_problems(problems))
+        report = deposit_items(self.session, store, items_from_problems(problems))
         after = sum(1 for k in keys if store.find_exact(self.session.config.fingerprint, k))
         ok = ready and not damage and after == 4 and not report.refused and not store_consistent(self.main)
         return Outcome(ok, f"killed {delay:.2f}s after deposit {wait_for} (exit {code}); {before} of 4 indexed at the kill; "
@@ -879,7 +879,7 @@ class Bench:
     def disk_full_deposit(self, where: str) -> Outcome:
         """A deposit on a full disk (``file``: the artifact write; ``index``: the SQLite insert) must raise
         StorageError (ENOSPC for the file) and leave the store as it was; with space back it completes."""
-        from graftbench.deposit import deposit, items_from_problems
+        from graftbench.deposit import deposit_items, items_from_problems
         from graftbench.durable import StorageError
 
         (problem,) = self.fresh_problems(1)
@@ -888,11 +888,11 @@ class Bench:
         full = disk_full(store.artifacts, free=4096) if where == "file" else index_full()
         with full:
             try:
-                deposit(self.session, store, items_from_problems([problem]))
+                deposit_items(self.session, store, items_from_problems([problem]))
             except StorageError as exc:
                 error = exc
         unchanged = store.inventory() == before
-        report = deposit(self.session, store, items_from_problems([problem]))
+        report = deposit_items(self.session, store, items_from_problems([problem]))
         ok = (error is not None and unchanged and len(report.deposited) == 1
               and (where == "index" or error.errno == errno.ENOSPC))
         return Outcome(ok, f"store unchanged: {unchanged}; error: {error}"[:150])

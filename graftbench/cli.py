@@ -1,4 +1,4 @@
-"""The ``graftbench`` command line: parses arguments and prints; the logic lives in :mod:`graftbench.jobs`.
+"""The ``graftbench`` command line: parses arguments and prints; the logic lives in :mod:`graftbench.workflows`.
 
 Heavy imports (torch, transformers) happen inside the commands that need a model, so ``verify-manifest`` runs on
 a machine without them.
@@ -130,7 +130,7 @@ def _stage_progress(n_problems: int):
 
 
 def _print_run(result, energy_method: str) -> None:
-    from .report import samples_table, summary_table
+    from .tables import samples_table, summary_table
 
     console.print(samples_table(result.samples))
     console.print(summary_table([(result.run.name, result.manifest["totals"])], energy_method))
@@ -140,7 +140,7 @@ def _print_run(result, energy_method: str) -> None:
 def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, run, limit, max_new_tokens,
                   token_budget, graft, store, certify, strict, min_similarity, fields, isa) -> None:
     from .evaluate import StrictFallbackError
-    from .jobs import run_eval
+    from .workflows import run_eval
     from .runs import RunError
 
     problem_list = _problems(problems, limit, *fields)
@@ -208,8 +208,8 @@ def deposit(
     solution_field: str = SolutionFieldOpt,
 ) -> None:
     """Re-verify solutions against their keys and deposit the verified ones as KV artifacts."""
-    from .jobs import deposit_job
-    from .report import deposit_table
+    from .workflows import deposit_job
+    from .tables import deposit_table
     from .runs import RunDir, RunError
 
     problem_list = _problems(problems, limit, id_field, problem_field, answer_field, solution_field)
@@ -264,7 +264,7 @@ def check_exact(
         manifest = run_check_exact(session, problem_list, problems, samples, controls, control_pairs,
                                    on_pair=lambda r: advance(f"{r['id']} {'✓' if r['equal'] else '✗'} "
                                                              f"{r['artifact_tokens']} artifact tokens"))
-    from .report import exactness_tables
+    from .tables import exactness_tables
 
     for table in exactness_tables(manifest):
         console.print(table)
@@ -500,9 +500,9 @@ def run(
     prefix: str = typer.Option(FLYWHEEL.prefix, "--prefix", help="run name prefix"),
 ) -> None:
     """The whole flywheel on the built-in set: solve, deposit, eval with graft, verify manifests, one table."""
-    from .jobs import flywheel
+    from .workflows import flywheel
     from .builtin_problems import builtin_problems
-    from .report import summary_table
+    from .tables import summary_table
 
     problem_list = builtin_problems(n_per_family=n_per_family)
     session = _session(model, dtype, chunk_size, isa=isa)

@@ -46,7 +46,7 @@ def items_from_samples(samples: list[Sample], problems: list[Problem], run_name:
             for s in samples if s.correct and s.problem_id in by_id]
 
 
-def deposit(session: Session, store: Store, items: list[DepositItem],
+def deposit_items(session: Session, store: Store, items: list[DepositItem],
             on_item: Callable[[DepositItem], None] | None = None) -> DepositReport:
     """Re-verify each item's final answer against its key, then prefill its deposit text with the pinned chunk
     schedule and write the artifact. Unverified or over-long items are refused and listed, never deposited.

@@ -167,39 +167,39 @@ def _refuse_constant(name: str):
 def _check_sample(sample: dict, known: dict[str, dict]) -> list[str]:
     sid = sample.get("problem_id")
     where = f"sample {sid}"
-    problems = []
+    mismatches = []
     if not isinstance(sid, str) or sid not in known:
         return [f"{where}: problem_id is not among the manifest's problems"]
     key = known[sid].get("key")
     if sample.get("key") != key:
-        problems.append(f"{where}: key {sample.get('key')!r} differs from the problem's key {key!r}")
+        mismatches.append(f"{where}: key {sample.get('key')!r} differs from the problem's key {key!r}")
     if sample.get("problem_sha256") != known[sid].get("problem_sha256"):
-        problems.append(f"{where}: problem_sha256 differs from the problem's problem_sha256")
+        mismatches.append(f"{where}: problem_sha256 differs from the problem's problem_sha256")
     output = sample.get("output")
     if not isinstance(output, str) or sha256_text(output) != sample.get("output_sha256"):
-        problems.append(f"{where}: output_sha256 does not match the stored output")
+        mismatches.append(f"{where}: output_sha256 does not match the stored output")
     verdict = verify_answer(output if isinstance(output, str) else "", key if isinstance(key, str) else "",
                             cue=sample.get("cue") or "")
     if verdict.extracted != sample.get("extracted"):
-        problems.append(f"{where}: extracted recorded {sample.get('extracted')!r}, re-extracted {verdict.extracted!r}")
+        mismatches.append(f"{where}: extracted recorded {sample.get('extracted')!r}, re-extracted {verdict.extracted!r}")
     if verdict.correct != sample.get("correct"):
-        problems.append(f"{where}: correct recorded {sample.get('correct')!r}, re-verified {verdict.correct!r}")
+        mismatches.append(f"{where}: correct recorded {sample.get('correct')!r}, re-verified {verdict.correct!r}")
     certificate = sample.get("certificate_sha256")
     if certificate is not None and sample.get("certified") != (certificate == sample.get("logits_sha256")):
-        problems.append(f"{where}: certified does not match certificate_sha256 against logits_sha256")
-    return problems
+        mismatches.append(f"{where}: certified does not match certificate_sha256 against logits_sha256")
+    return mismatches
 
 
 def _check_structure(manifest: dict) -> list[str]:
-    problems = []
+    mismatches = []
     for section, (label, id_field) in _ENTRY_SECTIONS.items():
         value = manifest.get(section, [])
         if not isinstance(value, list) or not all(isinstance(e, dict) for e in value):
-            problems.append(f"{section}: not a list of objects")
+            mismatches.append(f"{section}: not a list of objects")
             continue
         ids = [_entry_id(e, section) for e in value]
-        problems += [f"{label} {i}: {id_field} appears {ids.count(i)} times" for i in sorted(set(ids)) if ids.count(i) > 1]
-    return problems
+        mismatches += [f"{label} {i}: {id_field} appears {ids.count(i)} times" for i in sorted(set(ids)) if ids.count(i) > 1]
+    return mismatches
 
 
 def _changed(name: str, sealed: dict, current: dict) -> str:
@@ -220,22 +220,22 @@ def _check_digests(manifest: dict) -> tuple[list[str], str | None]:
     if not isinstance(sealed, dict) or not all(isinstance(sealed.get(k), dict) for k in ("sections", *_ENTRY_SECTIONS)):
         return ["sealed_fields: not a map of sections, problems and samples"], None
     current = sealed_fields({k: v for k, v in manifest.items() if k not in _UNSEALED})
-    problems = []
+    mismatches = []
     old_sections, new_sections = sealed["sections"], current["sections"]
     for name in sorted(set(old_sections) | set(new_sections)):
         old, new = old_sections.get(name), new_sections.get(name)
         if isinstance(old, dict) and isinstance(new, dict):
-            problems += _diff_digests(old, new, f"{name}.")
+            mismatches += _diff_digests(old, new, f"{name}.")
         elif old != new:
-            problems.append(_changed(name, old_sections, new_sections))
+            mismatches.append(_changed(name, old_sections, new_sections))
     for section, (label, _) in _ENTRY_SECTIONS.items():
         old, new = sealed[section], current[section]
         for entry_id in sorted(set(old) | set(new)):
             if entry_id in old and entry_id in new:
-                problems += _diff_digests(old[entry_id], new[entry_id], f"{label} {entry_id}: ")
+                mismatches += _diff_digests(old[entry_id], new[entry_id], f"{label} {entry_id}: ")
             else:
-                problems.append(f"{label} {_changed(entry_id, old, new)}")
-    return problems, None
+                mismatches.append(f"{label} {_changed(entry_id, old, new)}")
+    return mismatches, None
 
 
 def _recorded_artifacts(samples: list[dict]) -> list[dict]:
@@ -245,23 +245,23 @@ def _recorded_artifacts(samples: list[dict]) -> list[dict]:
 
 def _check_derived(manifest: dict, problems_list: list[dict], samples: list[dict]) -> list[str]:
     """Values that can be re-derived from others: the config fingerprint, the artifact list, the problem count."""
-    problems = []
+    mismatches = []
     config = manifest.get("config")
     if isinstance(config, dict):
         recomputed = sha256_json({k: v for k, v in config.items() if k != "model"})
         if recomputed != manifest.get("config_fingerprint"):
-            problems.append(f"config_fingerprint: recorded {str(manifest.get('config_fingerprint'))[:16]!r}, "
+            mismatches.append(f"config_fingerprint: recorded {str(manifest.get('config_fingerprint'))[:16]!r}, "
                             f"recomputed from config {recomputed[:16]!r}")
     try:
         artifacts = _recorded_artifacts(samples)
     except (TypeError, AttributeError):
         artifacts = None
     if artifacts is not None and manifest.get("artifacts", []) != artifacts:
-        problems.append("artifacts: the list differs from the artifacts the samples used")
+        mismatches.append("artifacts: the list differs from the artifacts the samples used")
     problem_set = manifest.get("problem_set")
     if isinstance(problem_set, dict) and problem_set.get("n") != len(problems_list):
-        problems.append(f"problem_set.n: recorded {problem_set.get('n')!r}, the manifest lists {len(problems_list)}")
-    return problems
+        mismatches.append(f"problem_set.n: recorded {problem_set.get('n')!r}, the manifest lists {len(problems_list)}")
+    return mismatches
 
 
 def _check_totals(manifest: dict, samples: list[dict]) -> list[str]:
@@ -280,37 +280,37 @@ def _check_totals(manifest: dict, samples: list[dict]) -> list[str]:
 def _check_artifacts(manifest: dict, store_root: Path | None, require: bool = False) -> tuple[list[str], str]:
     """Artifact list and payloads. An artifact the store holds is hashed (a different payload is a mismatch); one
     it does not hold, or no store at all, is counted as not checked, and is a mismatch only when ``require``."""
-    problems = []
+    mismatches = []
     entries = manifest.get("artifacts", [])
     entries = [a for a in entries if isinstance(a, dict)] if isinstance(entries, list) else []
     listed = {a.get("id"): a for a in entries if isinstance(a.get("id"), str)}
     for sample in _entries(manifest, "samples"):
         artifact_id = sample.get("artifact_id") if isinstance(sample, dict) else None
         if artifact_id and (not isinstance(artifact_id, str) or artifact_id not in listed):
-            problems.append(f"sample {sample.get('problem_id')}: artifact_id {str(artifact_id)[:16]} is not listed in artifacts")
+            mismatches.append(f"sample {sample.get('problem_id')}: artifact_id {str(artifact_id)[:16]} is not listed in artifacts")
     bad = [a for a in listed if not is_artifact_id(a)]
-    problems += [f"artifacts: id {a[:40]!r} is not 64 lowercase hex digits (not looked up)" for a in bad]
+    mismatches += [f"artifacts: id {a[:40]!r} is not 64 lowercase hex digits (not looked up)" for a in bad]
     listed = {a: e for a, e in listed.items() if a not in bad}
     if not listed:
-        return problems, "no artifacts used"
+        return mismatches, "no artifacts used"
     if store_root is None or not artifacts_dir(store_root).is_dir():
         if require:
-            problems.append(f"artifacts: {len(listed)} required but no store at {store_root or '(none recorded)'}")
-        return problems, f"{len(listed)} artifact payloads not checked (store not present)"
+            mismatches.append(f"artifacts: {len(listed)} required but no store at {store_root or '(none recorded)'}")
+        return mismatches, f"{len(listed)} artifact payloads not checked (store not present)"
     absent = checked = 0
     for artifact_id, entry in listed.items():
         path = artifact_path(store_root, artifact_id)
         if not path.is_file():
             absent += 1
             if require:
-                problems.append(f"artifact {artifact_id[:16]}: absent from store {store_root}")
+                mismatches.append(f"artifact {artifact_id[:16]}: absent from store {store_root}")
         elif sha256_file(path) != entry.get("sha256") or entry.get("sha256") != artifact_id:
             checked += 1
-            problems.append(f"artifact {artifact_id[:16]}: payload SHA-256 differs from the manifest")
+            mismatches.append(f"artifact {artifact_id[:16]}: payload SHA-256 differs from the manifest")
         else:
             checked += 1
     note = f"{checked} artifact payloads checked against {store_root}"
-    return problems, note + (f", {absent} not checked (absent from the store)" if absent else "")
+    return mismatches, note + (f", {absent} not checked (absent from the store)" if absent else "")
 
 
 def verify_manifest(path: str | Path, store: str | Path | None = None,

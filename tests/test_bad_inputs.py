@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 from benchmarks.faults import MANIFEST_EDITS, Lab, flip_bit, forge, split_artifact, tiny_problem, with_header_text
 from graftbench import graft
 from graftbench.artifact_codec import ArtifactError, check_artifact_id
-from graftbench.deposit import deposit, items_from_problems
+from graftbench.deposit import deposit_items, items_from_problems
 from graftbench.settings import EvalSettings
-from graftbench.jobs import run_eval
+from graftbench.workflows import run_eval
 from graftbench.manifest import ManifestError, verify_manifest, write_manifest
 from graftbench.problem_loading import load_problems
 from graftbench.problem_types import ProblemSetError
@@ -36,7 +36,7 @@ def graft_run(session, tmp_path_factory):
     """A certified graft eval over two deposited problems: a manifest with every kind of field filled in."""
     root = tmp_path_factory.mktemp("manifests")
     problems = [tiny_problem(i) for i in range(2)]
-    deposit(session, Store(root / "store"), items_from_problems(problems))
+    deposit_items(session, Store(root / "store"), items_from_problems(problems))
     result = run_eval(session, problems, "builtin", "g", EvalSettings(max_new_tokens=6, graft=True, certify=True),
                       runs_root=root, store_root=root / "store")
     assert all(s.mode == "graft" and s.certified for s in result.samples)

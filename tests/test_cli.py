@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from graftbench.builtin_problems import builtin_problems
 from graftbench.cli import app
 from graftbench.settings import EvalSettings
-from graftbench.jobs import run_eval
+from graftbench.workflows import run_eval
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()

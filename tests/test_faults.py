@@ -36,10 +36,10 @@ from benchmarks.faults import (
     write_payloads,
 )
 from graftbench import graft
-from graftbench.deposit import deposit, items_from_problems
+from graftbench.deposit import deposit_items, items_from_problems
 from graftbench.evaluate import StrictFallbackError, problem_key
 from graftbench.settings import EvalSettings
-from graftbench.jobs import run_eval
+from graftbench.workflows import run_eval
 from graftbench.manifest import verify_manifest, write_manifest
 from graftbench.problem_loading import load_problems
 from graftbench.problem_types import normalize_problem_text
@@ -186,7 +186,7 @@ def test_a_deposit_killed_at_any_point_leaves_nothing_visible_and_the_next_compl
     assert lab.store.find_exact(session.config.fingerprint, problem_key(problem)) is None
     assert lab.store.verify() == []
 
-    report = deposit(session, lab.store, items_from_problems([problem]))
+    report = deposit_items(session, lab.store, items_from_problems([problem]))
     assert [(pid, aid, new) for pid, aid, _, new in report.deposited] == [(problem.id, _id(data), point == "deposit-before-rename")]
     assert lab.store.find_exact(session.config.fingerprint, problem_key(problem)) == _id(data)
     assert lab.store.ids() == sorted([kept, _id(data)]) and lab.store.verify() == []
@@ -271,14 +271,14 @@ def test_a_full_disk_during_deposit_raises_a_clear_error_and_leaves_the_store_as
     before = lab.store.inventory()
     full = disk_full(lab.store.artifacts, free=4096) if where == "artifact file" else index_full()
     with full, pytest.raises(StorageError) as info:
-        deposit(session, lab.store, items_from_problems([tiny_problem(21)]))
+        deposit_items(session, lab.store, items_from_problems([tiny_problem(21)]))
     error = info.value
     assert isinstance(error, OSError) and error.errno == errno.ENOSPC
     assert str(error).startswith("[Errno 28] cannot write ")
     assert str(lab.store.artifacts if where == "artifact file" else lab.store.index_path) in str(error)
     assert "nothing was kept, free some space and run again" in str(error)
     assert lab.store.inventory() == before
-    report = deposit(session, lab.store, items_from_problems([tiny_problem(21)]))
+    report = deposit_items(session, lab.store, items_from_problems([tiny_problem(21)]))
     assert len(report.deposited) == 1 and lab.store.verify() == []
 
 

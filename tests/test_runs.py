@@ -7,10 +7,10 @@ import json
 import pytest
 
 from graftbench.builtin_problems import builtin_problems
-from graftbench.deposit import deposit, items_from_problems
+from graftbench.deposit import deposit_items, items_from_problems
 from graftbench.evaluate import StrictFallbackError
 from graftbench.settings import EvalSettings
-from graftbench.jobs import run_eval
+from graftbench.workflows import run_eval
 from graftbench.manifest import verify_manifest, write_manifest
 from graftbench.problem_types import Problem
 from graftbench.runs import RunDir, RunError
@@ -82,7 +82,7 @@ def _graft_run(session, problems, tmp_path, name, **kw):
 
 def test_graft_eval_certifies_and_a_corrupt_artifact_falls_back(session, problems, tmp_path):
     store = Store(tmp_path / "store")
-    report = deposit(session, store, items_from_problems(problems[:2]))
+    report = deposit_items(session, store, items_from_problems(problems[:2]))
     assert len(report.deposited) == 2 and not report.refused
 
     result = _graft_run(session, problems[:2], tmp_path, "g")
@@ -108,7 +108,7 @@ def test_graft_eval_certifies_and_a_corrupt_artifact_falls_back(session, problem
 def test_deposit_refuses_unverified_solutions(session, tmp_path):
     wrong = Problem("w", "What is $2+3$?", "5", "Adding, $2+3=6$. Final answer: 6")
     right = Problem("r", "What is $2+2$?", "4", "Adding gives $\\boxed{4}$.")
-    report = deposit(session, Store(tmp_path / "s"), items_from_problems([wrong, right]))
+    report = deposit_items(session, Store(tmp_path / "s"), items_from_problems([wrong, right]))
     assert [pid for pid, *_ in report.deposited] == ["r"]
     assert report.refused == [("w", "final answer '6' does not verify against key '5'")]
 

@@ -15,7 +15,7 @@ from .memory import graft_memory
 from .stats import summary, timed
 
 
-def deposit(session: Session, store: Store, ids: list[int]) -> str:
+def deposit_tokens(session: Session, store: Store, ids: list[int]) -> str:
     """Deposit ``ids`` as a top-level artifact (untimed set-up); returns its id."""
     data, _ = graft.build_artifact(session.model, session.config, ids, {"source": "bench"})
     return store.put(data)
@@ -78,7 +78,7 @@ def measure_size(session: Session, model: str, store_root: Path, ids: list[int],
     for _ in range(repeats):
         prefills.append(prefill_once(session, ids, queries))
         on_step()
-    artifact_id = deposit(session, store, ids)
+    artifact_id = deposit_tokens(session, store, ids)
     grafts = {(name, integrity): [graft_once(session, store, artifact_id, q, integrity) for _ in range(graft_repeats)]
               for name, q in queries.items() for integrity in ("xxh3_128", "sha256")}
     on_step()

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .deposit import DepositReport, deposit, items_from_problems, items_from_samples
+from .deposit import DepositReport, deposit_items, items_from_problems, items_from_samples
 from .energy import EnergyMeter
 from .evaluate import evaluate
 from .manifest import build_manifest, verify_manifest, write_manifest
@@ -63,7 +63,7 @@ def deposit_job(session: Session, store_root: str | Path, problems: list[Problem
     items = items_from_problems(problems) if references else []
     if from_run is not None:
         items += items_from_samples([Sample.from_json(s) for s in from_run.read_samples()], problems, from_run.name)
-    return deposit(session, Store(store_root), items, on_item)
+    return deposit_items(session, Store(store_root), items, on_item)
 
 
 @dataclass
