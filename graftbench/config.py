@@ -34,6 +34,20 @@ class PromptLayout:
     answer_cue: str = ANSWER_CUE
     query_stop: str = "\n"
 
+    def deposit_text(self, problem: str, answer: str, solution: str) -> str:
+        """The text a verified solution is deposited as (its KV state is the artifact)."""
+        return self.deposit.format(problem=problem, answer=answer, solution=solution)
+
+
+# Fields of the pin that do not change a byte: the model's display name (an alias and a path to the same GGUF are one
+# pin). The fingerprint leaves them out, and so do a manifest's fingerprint check and an expectation's replay.
+UNPINNED_FIELDS = ("model",)
+
+
+def pin_fingerprint(pin: dict) -> str:
+    """SHA-256 of the canonical JSON of a pin (a :meth:`PinnedConfig.to_dict`) without :data:`UNPINNED_FIELDS`."""
+    return sha256_json({k: v for k, v in pin.items() if k not in UNPINNED_FIELDS})
+
 
 @dataclass(frozen=True)
 class PinnedConfig:
@@ -65,10 +79,8 @@ class PinnedConfig:
 
     @property
     def fingerprint(self) -> str:
-        """SHA-256 of the canonical JSON of every field except the model's display name."""
-        pinned = self.to_dict()
-        pinned.pop("model")
-        return sha256_json(pinned)
+        """SHA-256 of the canonical JSON of every field except :data:`UNPINNED_FIELDS`."""
+        return pin_fingerprint(self.to_dict())
 
 
 def library_versions() -> dict[str, str]:

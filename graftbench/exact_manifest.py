@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+from .config import UNPINNED_FIELDS
 from .hashing import sha256_json
 from .manifest import environment, load_manifest
 
 SCHEMA = "graftbench.exactness/1"
-# Fields of the pin that may differ between two machines without changing a byte: the display name, and the
-# eval prompt layout (check-exact builds its pairs from its own pair layout, recorded in the settings).
-UNPINNED_FIELDS = ("model", "layout")
+# Besides the pin's own unpinned fields, a replay ignores the eval prompt layout: check-exact builds its pairs from
+# its own pair layout, recorded in the settings.
+REPLAY_UNPINNED_FIELDS = (*UNPINNED_FIELDS, "layout")
 
 
 def control_table(records: list[dict]) -> dict[str, dict]:
@@ -87,10 +88,10 @@ def verify_exactness_manifest(manifest: dict) -> list[str]:
 
 
 def pin_differences(expected: dict, current: dict) -> list[str]:
-    """Fields of two config pins that differ (nested dicts as ``a.b``), ignoring :data:`UNPINNED_FIELDS`."""
+    """Fields of two config pins that differ (nested dicts as ``a.b``), ignoring :data:`REPLAY_UNPINNED_FIELDS`."""
     differing = []
     for name in sorted(set(expected) | set(current)):
-        if name in UNPINNED_FIELDS:
+        if name in REPLAY_UNPINNED_FIELDS:
             continue
         a, b = expected.get(name), current.get(name)
         if isinstance(a, dict) and isinstance(b, dict):

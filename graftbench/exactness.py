@@ -143,9 +143,8 @@ def compare(reference: torch.Tensor, other: torch.Tensor) -> dict:
 
 def _fresh(session: Session, artifact: list[int], query: list[int], chunk_size: int | None = None,
            offset: int = 0) -> torch.Tensor:
-    cache = engine.new_cache(session.model)
-    engine.prefill(session.model, cache, artifact, chunk_size or session.config.chunk_size, offset=offset)
-    return engine.prefill(session.model, cache, query, session.config.chunk_size, all_logits=True, offset=offset)
+    return graft.fresh_recompute(session.model, session.config, [artifact], query, all_logits=True,
+                                 segment_chunk_size=chunk_size, offset=offset)
 
 
 def graft_pair(session: Session, pair: Pair):

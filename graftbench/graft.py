@@ -154,15 +154,18 @@ def restore_chain(model, config: PinnedConfig, store: Store, artifact_id: str, i
     return cache, chain
 
 
-def fresh_recompute(model, config: PinnedConfig, segments: list[list[int]], query: list[int]) -> torch.Tensor:
+def fresh_recompute(model, config: PinnedConfig, segments: list[list[int]], query: list[int], *,
+                    all_logits: bool = False, segment_chunk_size: int | None = None, offset: int = 0) -> torch.Tensor:
     """Independent reference: a new cache, each segment prefilled with the pinned chunk schedule, then the query.
 
-    Returns the query's last-position logits ``[1, vocab]``; shares no state with any grafted cache.
+    Returns the query's last-position logits ``[1, vocab]``, or every query position's ``[len(query), vocab]``
+    with ``all_logits``; shares no state with any grafted cache. ``segment_chunk_size`` prefills the segments with
+    another chunk size and ``offset`` moves every RoPE position (both for ``check-exact``'s negative controls).
     """
     cache = engine.new_cache(model)
     for ids in segments:
-        engine.prefill(model, cache, ids, config.chunk_size)
-    return engine.prefill(model, cache, query, config.chunk_size)
+        engine.prefill(model, cache, ids, segment_chunk_size or config.chunk_size, offset=offset)
+    return engine.prefill(model, cache, query, config.chunk_size, all_logits=all_logits, offset=offset)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .artifact_ids import artifact_path, artifacts_dir, is_artifact_id
+from .config import pin_fingerprint
 from .hashing import canonical_json, sha256_file, sha256_json, sha256_text
 from .verify import verify_answer
 
@@ -248,7 +249,7 @@ def _check_derived(manifest: dict, problems_list: list[dict], samples: list[dict
     mismatches = []
     config = manifest.get("config")
     if isinstance(config, dict):
-        recomputed = sha256_json({k: v for k, v in config.items() if k != "model"})
+        recomputed = pin_fingerprint(config)
         if recomputed != manifest.get("config_fingerprint"):
             mismatches.append(f"config_fingerprint: recorded {str(manifest.get('config_fingerprint'))[:16]!r}, "
                             f"recomputed from config {recomputed[:16]!r}")

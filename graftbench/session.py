@@ -42,8 +42,7 @@ class Session:
 
     def deposit_ids(self, problem: str, answer: str, solution: str) -> list[int]:
         """Token ids of a deposit text in the pinned layout, with the tokenizer's start tokens (e.g. BOS)."""
-        text = self.config.layout.deposit.format(problem=problem, answer=answer, solution=solution)
-        return self.tokenizer(text).input_ids
+        return self.tokenizer(self.config.layout.deposit_text(problem, answer, solution)).input_ids
 
     def query_ids(self, problem: str) -> list[int]:
         """Token ids of the graft query (problem, then the answer cue), without start tokens: it follows an artifact."""

@@ -34,9 +34,8 @@ def corpus_ids(session: Session, problems: list[Problem]) -> list[int]:
 
     Raises ``ValueError`` when no problem has a solution.
     """
-    layout = session.config.layout.deposit
-    text = "".join(layout.format(problem=p.problem, answer=p.answer, solution=p.solution)
-                   for p in _with_solutions(problems))
+    layout = session.config.layout
+    text = "".join(layout.deposit_text(p.problem, p.answer, p.solution) for p in _with_solutions(problems))
     return session.tokenizer(text).input_ids
 
 

@@ -1,0 +1,114 @@
+"""The benchmark commands: ``bench`` (graft against prefill and more), ``bench-isa`` (what the portable pin costs)
+and ``bench-long-context`` (a store far larger than the window)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from .cli_common import (BENCH, DEFAULT_DTYPE, DTYPE_NAMES, ChunkOpt, DtypeOpt, IsaOpt, ModelOpt, apply_isa, console,
+                         fail, int_list, load_problem_set, open_model, progress_bar)
+from .settings import BenchSettings
+
+
+def bench(
+    model: str = ModelOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt, isa: Optional[str] = IsaOpt,
+    problems: str = typer.Option("../shared/data/aime2024.jsonl", "--problems", "-p",
+                                 help="problems with solutions: the text the artifacts are cut from"),
+    sizes: str = typer.Option(",".join(map(str, BENCH.sizes)), "--sizes", help="artifact sizes in tokens, comma-separated"),
+    repeats: int = typer.Option(BENCH.repeats, "--repeats", help="timed repetitions of each prefill (medians reported)"),
+    graft_repeats: int = typer.Option(BENCH.graft_repeats, "--graft-repeats", help="timed repetitions of each graft"),
+    decode_tokens: int = typer.Option(BENCH.decode_tokens, "--decode-tokens", help="greedy tokens in the decode comparison"),
+    store_sizes: str = typer.Option(",".join(map(str, BENCH.store_sizes)), "--store-sizes", help="artifact counts for the store scale test"),
+    cold_load: bool = typer.Option(True, "--cold-load/--no-cold-load", help="also time a cold (de-quantizing) load"),
+    peer_python: Optional[Path] = typer.Option(BENCH.peer_python, "--peer-python",
+                                               help="a Python with llama-cpp-python for the peer row (make bench-peer-env)"),
+    out: Path = typer.Option(Path("benchmarks/results"), "--out", help="folder for the JSON, markdown and PNG"),
+    threads: Optional[int] = typer.Option(None, "--threads", help="torch intra-op threads (default: torch's)"),
+    smoke: bool = typer.Option(False, "--smoke", help="tiny sizes, one repetition, no cold load or peer: checks it runs"),
+) -> None:
+    """Measure graft against prefill (TTFT), restore throughput, decode, model load, store scale and llama.cpp."""
+    apply_isa(isa)  # before the imports below bring in torch
+    from .bench.report import markdown, write_outputs
+    from .bench.run import run_bench
+
+    settings = BenchSettings(sizes=sorted(int_list(sizes, "--sizes")), repeats=repeats, graft_repeats=graft_repeats,
+                             decode_tokens=decode_tokens, store_sizes=int_list(store_sizes, "--store-sizes"),
+                             cold_load=cold_load, peer_python=peer_python)
+    if smoke:
+        settings = BenchSettings.smoke_run()
+    problem_list = load_problem_set(problems, None, "id", "problem", "answer", "solution")
+    session = open_model(model, dtype, chunk_size, threads, isa)
+    try:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console) as progress:
+            result = run_bench(session, model, problem_list, problems, settings, progress)
+    except ValueError as exc:
+        fail(str(exc))
+    stem = f"bench-{Path(model).stem}" + ("" if dtype == DEFAULT_DTYPE else f"-{dtype}") + ("-smoke" if smoke else "")
+    paths = write_outputs(result, out, stem)
+    console.print(markdown(result))
+    console.print("wrote " + ", ".join(str(p) for p in paths))
+
+
+def bench_isa(
+    model: str = ModelOpt,
+    dtypes: str = typer.Option("float32,bfloat16", "--dtypes", help="dtypes to measure, comma-separated"),
+    problems: str = typer.Option("../shared/data/aime2024.jsonl", "--problems", "-p",
+                                 help="problems with solutions: the prompt text"),
+    prompt_tokens: int = typer.Option(512, "--prompt-tokens", min=1, help="tokens prefilled (the prompt)"),
+    decode_tokens: int = typer.Option(64, "--decode-tokens", min=2, help="greedy tokens decoded after it"),
+    threads: int = typer.Option(1, "--threads", min=1, help="torch intra-op threads in each process"),
+    repeats: int = typer.Option(3, "--repeats", min=1, help="fresh processes per (pin, dtype); medians reported"),
+    out: Path = typer.Option(Path("benchmarks/results"), "--out", help="folder for the JSON and markdown"),
+) -> None:
+    """Measure what the portable pin (--isa avx2) costs against native kernels: prefill and decode tokens/s."""
+    from .bench.isa_cost import markdown, measure, write_outputs
+
+    names = [d.strip() for d in dtypes.split(",") if d.strip()]
+    if not names or any(d not in DTYPE_NAMES for d in names):
+        fail(f"--dtypes must list float32 and/or bfloat16, got {dtypes!r}")
+    load_problem_set(problems, None, "id", "problem", "answer", "solution")  # a bad problem file is named before any probe
+    try:
+        with progress_bar("fresh processes", 2 * repeats * len(names)) as advance:
+            result = measure(model, names, problems, prompt_tokens, decode_tokens, threads, repeats, advance)
+    except RuntimeError as exc:
+        fail(str(exc))
+    paths = write_outputs(result, out, f"isa-cost-{Path(model).stem}")
+    console.print(markdown(result))
+    console.print("wrote " + ", ".join(str(p) for p in paths))
+
+
+def bench_long_context(
+    model: str = typer.Option("gemma3-270m", "--model", "-m", help="alias, hub id, folder or .gguf"),
+    dtype: str = DtypeOpt, chunk_size: int = ChunkOpt, isa: Optional[str] = IsaOpt,
+    problems: list[str] = typer.Option(["../shared/data/aime2024.jsonl", "../shared/data/aime2025.jsonl"], "--problems",
+                                       "-p", help="problems with solutions (repeatable): the text the artifacts are cut from"),
+    tokens: int = typer.Option(1_000_000, "--tokens", help="tokens of KV state to hold in the store"),
+    artifact_tokens: int = typer.Option(4096, "--artifact-tokens", help="tokens per artifact"),
+    probes: int = typer.Option(20, "--probes", help="random artifacts reached (each warm and cold)"),
+    store: Path = typer.Option(Path("store-long-context"), "--store", help="store folder (resumable; large)"),
+    out: Path = typer.Option(Path("benchmarks/results"), "--out", help="folder for the JSON and markdown"),
+) -> None:
+    """Hold far more KV state than the window in the store and time reaching any artifact (a benchmark run)."""
+    apply_isa(isa)  # before the imports below bring in torch
+    from .bench.long_context import measure
+    from .bench.report import long_context_markdown, write_long_context
+    from .bench.workload import corpus_ids
+
+    problem_list = [p for source in problems for p in load_problem_set(source, None, "id", "problem", "answer", "solution")]
+    session = open_model(model, dtype, chunk_size, isa=isa)
+    try:
+        corpus = corpus_ids(session, problem_list)
+        query = session.query_ids(problem_list[0].problem)
+        with progress_bar("depositing long-context artifacts", -(-tokens // artifact_tokens)) as advance:
+            result = measure(session, model, store, corpus, artifact_tokens, tokens, probes, query, advance)
+    except (ValueError, OSError) as exc:
+        fail(str(exc))
+    result["problems"] = problems
+    paths = write_long_context(result, out, f"long-context-{Path(model).stem}")
+    console.print(long_context_markdown(result))
+    console.print("wrote " + ", ".join(str(p) for p in paths))

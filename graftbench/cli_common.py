@@ -1,0 +1,143 @@
+"""What every ``graftbench`` command shares: the console, the common options, and small parse-and-print helpers
+(errors, the instruction-set pin, loading a model or a problem set, progress bars).
+
+Imports no torch: a command applies its instruction-set pin (:func:`apply_isa`) before anything imports torch.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import contextmanager
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from .settings import (DEFAULT_CHUNK_SIZE, DEFAULT_DTYPE, DEFAULT_MODEL, DEFAULT_RUNS_DIR, DEFAULT_STORE, DTYPE_NAMES,
+                       BenchSettings, EvalSettings, FlywheelSettings)
+
+EVAL, BENCH, FLYWHEEL = EvalSettings(), BenchSettings(), FlywheelSettings()
+
+# Outside a terminal (CI logs, pipes) rich would assume 80 columns and squash the tables.
+console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+
+ModelOpt = typer.Option(DEFAULT_MODEL, "--model", "-m", help="alias (smollm2-135m, gemma3-270m), hub id, folder or .gguf")
+ProblemsOpt = typer.Option("builtin", "--problems", "-p", help="'builtin', a local jsonl/json/parquet/csv, or a hub id")
+DtypeOpt = typer.Option(DEFAULT_DTYPE, "--dtype", help=" or ".join(DTYPE_NAMES))
+ChunkOpt = typer.Option(DEFAULT_CHUNK_SIZE, "--chunk-size", help="prefill chunk size in tokens (part of the pinned config)")
+IsaOpt = typer.Option(None, "--isa", help="instruction-set pin: native (fastest) or avx2 (the portable pin: the same "
+                      "bytes on AVX-512 and AVX2 CPUs); part of the pinned config [default: native, or $GRAFTBENCH_ISA]")
+RunsOpt = typer.Option(DEFAULT_RUNS_DIR, "--runs-dir", envvar="GRAFTBENCH_RUNS_DIR", help="folder holding one folder per run")
+StoreOpt = typer.Option(DEFAULT_STORE, "--store", envvar="GRAFTBENCH_STORE", help="artifact store folder")
+LimitOpt = typer.Option(None, "--limit", help="use only the first N problems")
+IdFieldOpt = typer.Option("id", "--id-field", help="problem set column holding each problem's id")
+ProblemFieldOpt = typer.Option("problem", "--problem-field", help="problem set column holding the problem text")
+AnswerFieldOpt = typer.Option("answer", "--answer-field", help="problem set column holding the answer key")
+SolutionFieldOpt = typer.Option("solution", "--solution-field",
+                                help="problem set column holding a worked solution (optional)")
+
+
+def fail(message: str, code: int = 2) -> None:
+    console.print(f"[red]error:[/red] {message}")
+    raise typer.Exit(code)
+
+
+def quiet_transformers() -> None:
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
+def apply_isa(isa: str | None) -> None:
+    from .isa import IsaError, apply
+
+    try:
+        apply(isa or os.environ.get("GRAFTBENCH_ISA") or "native")
+    except IsaError as exc:
+        fail(str(exc))
+
+
+def open_model(model: str, dtype: str, chunk_size: int, threads: int | None = None, isa: str | None = None):
+    apply_isa(isa)  # before torch is imported
+    from .models import ModelError
+    from .session import open_session
+
+    quiet_transformers()
+    try:
+        with console.status(f"loading {model} ({dtype})"):
+            session = open_session(model, dtype=dtype, chunk_size=chunk_size, threads=threads)
+    except (ModelError, ValueError) as exc:
+        fail(str(exc))
+    loaded = session.loaded
+    console.print(f"model {model}: {'cached weights' if loaded.from_cache else 'de-quantized GGUF'} in "
+                  f"{loaded.load_s:.2f} s · isa {session.config.isa} ({session.config.cpu_capability}) · "
+                  f"config {session.config.fingerprint[:12]}")
+    return session
+
+
+def load_problem_set(source: str, limit, id_field, problem_field, answer_field, solution_field):
+    from .problem_loading import load_problems
+    from .problem_types import ProblemSetError
+
+    try:
+        return load_problems(source, id_field=id_field, problem_field=problem_field, answer_field=answer_field,
+                             solution_field=solution_field, limit=limit)
+    except ProblemSetError as exc:
+        fail(str(exc))
+
+
+def progress_columns():
+    return (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("{task.fields[last]}"))
+
+
+def describe(sample_or_item) -> str:
+    """The progress line's tail: a sample's own label, a deposit item's problem id, or a given text."""
+    from .sample import Sample
+
+    if isinstance(sample_or_item, Sample):
+        return sample_or_item.progress_label
+    if isinstance(sample_or_item, str):
+        return sample_or_item
+    return sample_or_item.problem.id
+
+
+@contextmanager
+def progress(label: str, total: int):
+    with Progress(*progress_columns(), console=console) as progress:
+        task = progress.add_task(label, total=total, last="")
+        yield lambda item: progress.update(task, advance=1, last=describe(item))
+
+
+@contextmanager
+def stage_progress(n_problems: int):
+    """A progress bar per flywheel stage; deposit counts offered solutions, the others problems."""
+    with Progress(*progress_columns(), console=console) as progress:
+        current = {}
+
+        def on_stage(name: str) -> None:
+            current["task"] = progress.add_task(name, total=None if name == "deposit" else n_problems, last="")
+
+        yield (lambda item: progress.update(current["task"], advance=1, last=describe(item))), on_stage
+
+
+def int_list(text: str, name: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        fail(f"{name} must be comma-separated positive integers, got {text!r}")
+    if not values or min(values) < 1:
+        fail(f"{name} must be comma-separated positive integers, got {text!r}")
+    return values
+
+
+@contextmanager
+def progress_bar(description: str, total: int):
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console) as progress:
+        task = progress.add_task(description, total=total)
+        yield lambda: progress.advance(task)

@@ -1,0 +1,87 @@
+"""``graftbench check-exact``: measure the graft against a fresh recompute, or replay a committed expectation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .cli_common import (ChunkOpt, DtypeOpt, ModelOpt, ProblemsOpt, RunsOpt, apply_isa, console, fail,
+                         load_problem_set, open_model, progress)
+
+
+def check_exact(
+    model: str = ModelOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt, problems: str = ProblemsOpt,
+    isa: Optional[str] = typer.Option(None, "--isa", help="instruction-set pin: native or avx2 (portable); with "
+                                      "--expect the expectation's pin is adopted [default: native]"),
+    samples: int = typer.Option(50, "--samples", help="number of (artifact, query) pairs"),
+    controls: bool = typer.Option(False, "--controls", help="also run the negative controls"),
+    control_pairs: int = typer.Option(10, "--control-pairs", help="pairs that run the controls (the first N)"),
+    write_expect: Optional[Path] = typer.Option(None, "--write-expect", help="write the manifest here as the expectation"),
+    expect: Optional[Path] = typer.Option(None, "--expect", help="replay this expectation instead of measuring"),
+    limit: Optional[int] = typer.Option(None, "--limit", help="with --expect: replay only the first N pairs"),
+    log: Optional[Path] = typer.Option(None, "--log", help="with --expect: append the outcome and both CPUs to this "
+                                       "replay log (JSON lines, e.g. manifests/replays.jsonl)"),
+    runs_dir: str = RunsOpt,
+    threads: Optional[int] = typer.Option(None, "--threads", help="torch intra-op threads (pinned; default: torch's)"),
+) -> None:
+    """Prove the graft byte-exact against a fresh chunked recompute, with negative controls, or replay an expectation."""
+    if expect is not None:
+        return _replay(expect, limit, isa, log)
+    apply_isa(isa)  # before the imports below bring in torch
+    from .exactness import run_check_exact
+    from .manifest import write_manifest
+    from .runs import RunDir
+
+    problem_list = load_problem_set(problems, None, "id", "problem", "answer", "solution")
+    session = open_model(model, dtype, chunk_size, threads, isa)
+    with progress("check-exact", samples) as advance:
+        manifest = run_check_exact(session, problem_list, problems, samples, controls, control_pairs,
+                                   on_pair=lambda r: advance(f"{r['id']} {'✓' if r['equal'] else '✗'} "
+                                                             f"{r['artifact_tokens']} artifact tokens"))
+    from .tables import exactness_tables
+
+    for table in exactness_tables(manifest):
+        console.print(table)
+    run = RunDir(runs_dir, f"exact-{Path(model).stem}-{dtype}")
+    try:
+        run.path.mkdir(parents=True, exist_ok=True)
+        write_manifest(manifest, run.path / "exactness.json")
+        if write_expect:
+            write_manifest(manifest, write_expect)
+    except OSError as exc:
+        fail(str(exc))
+    totals = manifest["totals"]
+    console.print(f"{totals['exact_pairs']} of {totals['pairs']} pairs byte-exact · manifest {run.path / 'exactness.json'}"
+                  + (f" · expectation {write_expect}" if write_expect else ""))
+    if totals["exact_pairs"] != totals["pairs"]:
+        fail("some pairs are not byte-exact", 1)
+
+
+def _replay(expect: Path, limit, isa: str | None, log: Path | None) -> None:
+    from .exact_manifest import load_expectation
+    from .manifest import ManifestError
+
+    try:
+        expected = load_expectation(expect)
+    except ManifestError as exc:
+        fail(str(exc))
+    pin = expected["config"]
+    apply_isa(isa or pin.get("isa", "native"))
+    from .exactness import replay_and_log
+
+    problem_list = load_problem_set(expected["problem_set"]["source"], None, "id", "problem", "answer", "solution")
+    session = open_model(pin["model"], pin["dtype"], pin["chunk_size"], pin["threads"])
+    total = min(limit or len(expected["pairs"]), len(expected["pairs"]))
+    with progress("replay", total) as advance:
+        result, record = replay_and_log(session, expected, problem_list, limit, log,
+                                        on_pair=lambda r: advance(f"{r['id']} equal"))
+    recorded, here = record["recorded_on"], record["replayed_on"]
+    console.print(f"recorded on {recorded['cpu_model'] or '?'} ({recorded['cpu_capability_native'] or '?'}), replayed "
+                  f"on {here['cpu_model']} ({here['cpu_capability_native']}) under --isa {session.config.isa}")
+    if result.pin_differences:
+        fail(f"not comparable: this machine's pin differs from {expect} in {', '.join(result.pin_differences)}", 1)
+    console.print(f"{result.compared} compared, {result.equal} equal")
+    if not result.passed:
+        fail(f"replay of {expect} failed at {result.first_difference}", 1)
