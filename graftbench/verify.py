@@ -22,11 +22,11 @@ import re
 from dataclasses import dataclass
 from fractions import Fraction
 
+from .answer_extraction import box_candidates, match_brace, phrase_candidates, strip_text_blocks
+
 __all__ = ["Verdict", "extract_answer", "answers_equivalent", "verify_answer"]
 
 # Limits that keep every call fast and sympy away from pathological input.
-_MAX_BOX_SCAN = 1000  # a \boxed{...} whose closing brace is further away is not an answer
-_MAX_PHRASE_LINE = 300  # how much of the line after "final answer:" is looked at
 _MAX_SYMPY_LEN = 200  # candidates longer than this never reach sympy
 _MAX_EXPONENT = 1000  # |exponent| / factorial argument limit inside sympy expressions
 _MAX_SIMPLIFY_OPS = 80  # sympy.simplify is only tried on expressions this small
@@ -50,126 +50,7 @@ class Verdict:
 # --------------------------------------------------------------------------------------
 
 # \boxed{, \fbox{, \framebox{ (the latter with an optional [width] argument).
-_BOX_RE = re.compile(r"\\(?:boxed|fbox|framebox)\s*(?:\[[^\]\n]{0,40}\])?\s*\{")
 
-# Phrase markers. Group "tail" records whether the marker ended with ":" or "is", which
-# lets the answer sit on the following line ("The final answer is:\n\n73").
-_PHRASE_RE = re.compile(
-    r"(?:"
-    r"\bfinal\s+answer\b(?:\s+is\b)?"  # Final answer: X / final answer is X
-    r"|\banswer\s+is\b"  # The answer is X / our answer is X
-    r"|^[ \t>#*_]*answer\b(?=[ \t*_]*[:：])"  # Answer: X / **Answer:** X (line start)
-    r")"
-    r"(?P<tail>[ \t*_]*[:：]?)",
-    re.IGNORECASE | re.MULTILINE,
-)
-
-
-def _match_brace(text: str, open_idx: int, limit: int = _MAX_BOX_SCAN) -> int:
-    """Index of the ``}`` closing the ``{`` at ``open_idx``; -1 if unclosed within ``limit``."""
-    depth = 0
-    end = min(len(text), open_idx + limit)
-    i = open_idx
-    while i < end:
-        c = text[i]
-        if c == "\\":  # skip escaped characters such as \{ \}
-            i += 2
-            continue
-        if c == "{":
-            depth += 1
-        elif c == "}":
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
-    return -1
-
-
-def _box_candidates(text: str) -> list[tuple[int, str]]:
-    out = []
-    for m in _BOX_RE.finditer(text):
-        open_idx = m.end() - 1
-        close = _match_brace(text, open_idx)
-        if close < 0:
-            continue  # unclosed (e.g. truncated output): not a final answer
-        out.append((m.start(), text[open_idx + 1 : close]))
-    return out
-
-
-_SENTENCE_END_RE = re.compile(r"\.(?=\s|$)|;|,\s|\s\(|!\s|\?")
-_LEADING_NUMBER_RE = re.compile(
-    r"^[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s*/\s*\d+)?(?![\w.])"
-)
-_LATEX_CMD_RE = re.compile(r"\\[a-zA-Z]+")
-_WORDISH_RE = re.compile(r"[a-zA-Z]{2,}")
-_MATH_CHARS_RE = re.compile(r"^[0-9a-zA-Z\s+\-*/^_(){}\[\].,=!|<>:'%\\]+$")
-
-
-def _delimited(s: str) -> str | None:
-    """If ``s`` starts with a math delimiter ($, $$, \\(, \\[), return the enclosed text."""
-    for open_, close in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
-        if s.startswith(open_):
-            end = s.find(close, len(open_))
-            return s[len(open_) : end] if end >= 0 else s[len(open_) :]
-    return None
-
-
-def _looks_like_math(s: str) -> bool:
-    """True for short expressions without prose: no two-letter words outside LaTeX commands."""
-    if not s or not _MATH_CHARS_RE.match(s):
-        return False
-    stripped = re.sub(r"\\(?:text|mbox|mathrm|textrm)\s*\{[^{}]*\}", " ", s)
-    stripped = _LATEX_CMD_RE.sub(" ", stripped)
-    return not _WORDISH_RE.search(stripped) and bool(re.search(r"[0-9a-zA-Z]", stripped))
-
-
-def _phrase_candidate(text: str, m: re.Match[str]) -> str | None:
-    """The answer following a phrase marker, or None if what follows is not an answer."""
-    start = m.end()
-    line_end = text.find("\n", start, start + _MAX_PHRASE_LINE)
-    rest = text[start : line_end if line_end >= 0 else start + _MAX_PHRASE_LINE]
-    rest = rest.strip().lstrip("*_ \t,").strip()
-    ends_open = bool(m.group("tail").strip(" \t*_")) or m.group(0).lower().rstrip(" \t*_").endswith("is")
-    if not rest and ends_open:
-        # "The final answer is:\n\n73": look at the next non-empty line.
-        window = text[start : start + 2 * _MAX_PHRASE_LINE]
-        nxt = re.match(r"[ \t*_]*\n\s*([^\n]+)", window)
-        rest = nxt.group(1).strip().lstrip("*_ \t").strip() if nxt else ""
-    if not rest:
-        return None
-    if "\\boxed" in rest[:20] or "\\fbox" in rest[:20] or "\\framebox" in rest[:20]:
-        return None  # the box itself is a (later) marker
-    inner = _delimited(rest)
-    if inner is not None:
-        inner = inner.strip()
-        if not inner or re.search(r"\\(?:boxed|fbox|framebox)", inner):
-            return None
-        return inner if _looks_like_math(_strip_text_blocks(inner)) else None
-    chunk = rest
-    cut = _SENTENCE_END_RE.search(chunk)
-    if cut:
-        chunk = chunk[: cut.start()]
-    chunk = chunk.replace("**", "").replace("__", "").strip().rstrip(".").strip()
-    if _looks_like_math(chunk):
-        return chunk
-    num = _LEADING_NUMBER_RE.match(rest.replace("**", "").strip())
-    return num.group(0) if num else None
-
-
-def _phrase_candidates(text: str) -> list[tuple[int, str]]:
-    out = []
-    for m in _PHRASE_RE.finditer(text):
-        cand = _phrase_candidate(text, m)
-        if cand is not None:
-            out.append((m.start(), cand))
-    return out
-
-
-# --------------------------------------------------------------------------------------
-# Normalization
-# --------------------------------------------------------------------------------------
-
-_TEXT_CMD_RE = re.compile(r"\\(?:text|mbox|textrm|mathrm|textnormal|operatorname)\s*\{([^{}]*)\}")
 _UNWRAP_CMD_RE = re.compile(
     r"\\(?:textbf|mathbf|boldsymbol|bm|textit|mathit|emph|underline"
     r"|mathrm\b(?=\s*\{\s*[-+\d]))"  # \mathrm{12} is a number, \mathrm{cm} a unit
@@ -182,14 +63,6 @@ _SLASH_FRAC_RE = re.compile(r"^([-+]?)(\d+)\s*/\s*(\d+)$")
 _LATEX_FRAC_RE = re.compile(
     r"^([-+]?)\\frac\s*(?:\{\s*([-+]?\d+)\s*\}|(\d))\s*(?:\{\s*([-+]?\d+)\s*\}|(\d))$"
 )
-
-
-def _strip_text_blocks(s: str) -> str:
-    """Remove \\text{...}-style unit annotations; unwrap them if nothing else would remain."""
-    removed = _TEXT_CMD_RE.sub(" ", s).strip()
-    if removed:
-        return removed
-    return _TEXT_CMD_RE.sub(lambda m: m.group(1), s).strip()
 
 
 def _unwrap_parens(s: str) -> str:
@@ -223,7 +96,7 @@ def _normalize_once(s: str) -> str:
         s,
     )
     s = _UNWRAP_CMD_RE.sub(lambda m: m.group(1), s)
-    s = _strip_text_blocks(s)
+    s = strip_text_blocks(s)
     s = re.sub(r"\\[,;:! ]", " ", s)  # remaining LaTeX spacing
     s = re.sub(r"\s+", " ", s).strip()
     s = s.rstrip(".").strip()
@@ -232,7 +105,7 @@ def _normalize_once(s: str) -> str:
     if len(parts) > 1 and parts[-1].strip():
         s = parts[-1].strip()
     s = _unwrap_parens(s)
-    if s.startswith("{") and s.endswith("}") and _match_brace(s, 0, len(s)) == len(s) - 1:
+    if s.startswith("{") and s.endswith("}") and match_brace(s, 0, len(s)) == len(s) - 1:
         s = s[1:-1].strip()
     if _THOUSANDS_RE.match(s):
         s = s.replace(",", "")
@@ -420,7 +293,7 @@ def extract_answer(text: str) -> str | None:
     try:
         if not isinstance(text, str) or not text:
             return None
-        candidates = _box_candidates(text) + _phrase_candidates(text)
+        candidates = box_candidates(text) + phrase_candidates(text)
         if not candidates:
             return None
         _, raw = max(candidates, key=lambda pc: pc[0])
