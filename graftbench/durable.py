@@ -3,7 +3,7 @@
 Artifacts, manifests, run settings and samples are written through here, so a write either lands whole or
 leaves the old file as it was, and a failed write (disk full) surfaces as one
 :class:`StorageError` naming the file. :func:`crash_point` is the fault-injection hook that the crash tests and
-``benchmarks/faults.py`` use to kill a writer at a named point.
+``graftbench.faults`` (``benchmarks/faults.py``) use to kill a writer at a named point.
 """
 
 from __future__ import annotations

@@ -5,8 +5,6 @@ to leave their folder. Every one is refused with graftbench's own error naming w
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import re
 import shutil
 
@@ -16,17 +14,27 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from benchmarks.faults import MANIFEST_EDITS, Lab, flip_bit, forge, split_artifact, tiny_problem, with_header_text
 from graftbench import graft
 from graftbench.artifact_codec import ArtifactError, check_artifact_id
+from graftbench.artifact_ids import artifact_id_of
 from graftbench.deposit import deposit_items, items_from_problems
-from graftbench.settings import EvalSettings
-from graftbench.workflows import run_eval
+from graftbench.faults.catalogue import (
+    MANIFEST_EDITS,
+    PROBLEM_SET_FAULTS,
+    Lab,
+    escaping_artifact_entry,
+    mutate,
+    split_artifact,
+    tiny_problem,
+)
+from graftbench.faults.scenarios import apply_manifest_edit, problem_set_error, verify_edited_manifest
 from graftbench.manifest import ManifestError, verify_manifest, write_manifest
 from graftbench.problem_loading import load_problems
 from graftbench.problem_types import ProblemSetError
 from graftbench.runs import RunDir, RunError
+from graftbench.settings import EvalSettings
 from graftbench.store import Store
+from graftbench.workflows import run_eval
 
 # ----------------------------------------------------------------------------------------- manifests
 
@@ -44,9 +52,7 @@ def graft_run(session, tmp_path_factory):
 
 
 def _verify_edited(root, manifest, name="edited.json"):
-    path = root / name
-    write_manifest(manifest, path)  # re-serialized, NOT re-sealed
-    return verify_manifest(path, store=root / "store")[0]
+    return verify_edited_manifest(manifest, root / name, root / "store")  # re-serialized, NOT re-sealed
 
 
 def test_the_graft_manifest_verifies_untouched(graft_run):
@@ -101,9 +107,7 @@ def test_verify_manifest_cli_tells_absent_from_different(graft_run, tmp_path):
 @pytest.mark.parametrize("name, edit", MANIFEST_EDITS, ids=[name for name, _ in MANIFEST_EDITS])
 def test_changing_any_field_fails_verification_and_names_it(graft_run, name, edit):
     root, result = graft_run
-    manifest = copy.deepcopy(result.manifest)
-    expected = edit(manifest)
-    mismatches = _verify_edited(root, manifest)
+    expected, mismatches = apply_manifest_edit(result.manifest, edit, root / "edited.json", root / "store")
     assert any(expected in line for line in mismatches), mismatches
     assert "manifest_sha256 does not match the manifest's content" in mismatches
 
@@ -146,7 +150,7 @@ def test_an_older_manifest_without_sealed_fields_still_verifies(graft_run):
     (lambda m: m["samples"].append(copy.deepcopy(m["samples"][0])), "problem_id appears 2 times"),
     (lambda m: m["samples"][0].update(problem_id=["x"]), "problem_id is not among the manifest's problems"),
     (lambda m: m["samples"][0].update(wall_s="slow"), "totals cannot be recomputed"),
-    (lambda m: m["artifacts"].append({"id": "../../etc/passwd", "sha256": "0" * 64}), "is not 64 lowercase hex digits"),
+    (escaping_artifact_entry, "is not 64 lowercase hex digits"),
     (lambda m: m["artifacts"].append("x"), "artifacts: the list differs"),
     (lambda m: m.update(sealed_fields=[]), "sealed_fields: not a map"),
     (lambda m: m.update(store=5), "store changed"),
@@ -250,26 +254,10 @@ MUTATIONS = st.one_of(
 
 
 def _mutate(data: bytes, kind: str, arg) -> bytes | None:
-    """Mutated bytes, or None when the mutation changes nothing."""
-    header, tensors = split_artifact(data)
-    names = sorted(tensors)
-    if kind == "flip":
-        return flip_bit(data, arg % (len(data) * 8))
-    if kind == "cut":
-        return data[: arg % len(data)]
-    if kind == "edit":
-        field, value = arg
-        return None if header.get(field) == value else with_header_text(data, json.dumps({**header, field: value}))
-    if kind == "swap":
-        i, j, reseal = arg
-        tensors[f"layers.{i}.keys"], tensors[f"layers.{j}.values"] = tensors[f"layers.{j}.values"], tensors[f"layers.{i}.keys"]
-        return forge(header, tensors, reseal=reseal)
-    if kind == "drop":
-        tensors.pop(names[arg % len(names)])
-        return forge(header, tensors)
-    name, dtype = names[arg[0] % len(names)], arg[1]
-    tensors[name] = tensors[name].to(dtype)
-    return forge(header, tensors)
+    """Mutated bytes (:func:`graftbench.faults.catalogue.mutate`), or None when the mutation changes nothing."""
+    if kind == "edit" and split_artifact(data)[0].get(arg[0]) == arg[1]:
+        return None
+    return mutate(data, kind, arg)
 
 
 @settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -292,7 +280,7 @@ def test_property_mutated_real_artifacts_never_graft_nor_crash(session, real_art
         assert info.value.artifact_id == artifact_id
     finally:
         path.write_bytes(data)
-    forged_id = hashlib.sha256(mutated).hexdigest()
+    forged_id = artifact_id_of(mutated)
     forged = lab.store.path(forged_id)
     forged.write_bytes(mutated)
     try:
@@ -310,12 +298,13 @@ def test_property_mutated_real_artifacts_never_graft_nor_crash(session, real_art
 
 # ----------------------------------------------------------------------------------------- problem sets (gaps)
 
-GOOD = b'{"id": "a", "problem": "What is 1+1?", "answer": "2"}\n'
+# The problem-set files of the fault catalogue (benchmarks/faults.py tries them too), by file name.
+CATALOGUED = {filename: content for _, filename, content, _ in PROBLEM_SET_FAULTS}
 
 
 @pytest.mark.parametrize("name, content, where", [
-    ("wide.csv", b"id,problem,answer\na,p,1\nb,q,2,9\n", "line 3: row 2 has 4 fields, the header names 3"),
-    ("bigint.jsonl", GOOD + b'{"id": "b", "problem": "q", "answer": ' + b"9" * 5000 + b"}\n", "line 2: invalid JSON"),
+    ("wide.csv", CATALOGUED["wide.csv"], "line 3: row 2 has 4 fields, the header names 3"),
+    ("bigint.jsonl", CATALOGUED["bigint.jsonl"], "line 2: invalid JSON"),
     ("bigint.json", b'[{"id": "a", "problem": "q", "answer": ' + b"9" * 5000 + b"}]", "invalid JSON (Exceeds the limit"),
     ("deep.json", b"[" * 100_000 + b"]" * 100_000, "invalid JSON (maximum recursion depth"),
     ("huge.csv", b"id,problem,answer\na,p,1\nb," + b"x" * 10_000_000 + b",2\n", "row 2, field 'problem'"),
@@ -325,10 +314,9 @@ GOOD = b'{"id": "a", "problem": "What is 1+1?", "answer": "2"}\n'
         "binary-jsonl", "corrupt-parquet"])
 def test_bad_problem_files_name_the_file_and_the_row(tmp_path, name, content, where):
     path = tmp_path / name
-    path.write_bytes(content)
-    with pytest.raises(ProblemSetError) as info:
-        load_problems(str(path))
-    assert str(info.value).startswith(f"{path}: ") and where in str(info.value)
+    error = problem_set_error(path, content)
+    assert isinstance(error, ProblemSetError)
+    assert str(error).startswith(f"{path}: ") and where in str(error)
 
 
 @pytest.mark.parametrize("column, value, where", [

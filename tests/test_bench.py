@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pytest
-import torch
 from typer.testing import CliRunner
 
 from graftbench import isa

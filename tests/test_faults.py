@@ -2,14 +2,14 @@
 artifact and the check, and eval --graft falls back recording why; deposits and solves killed with SIGKILL, two
 depositing processes at once, and a full disk leave the store and the samples files consistent.
 
-The faults come from ``benchmarks/faults.py`` (the fault-injection script applies the same catalogue).
+The faults and the scenarios come from ``graftbench.faults`` (``benchmarks/faults.py`` applies the same catalogue
+and plays the same scenarios).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import errno
-import hashlib
 import json
 import pickle
 import re
@@ -19,41 +19,34 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks.faults import (
-    ARTIFACT_FAULTS,
-    SOLVE_CODE,
-    Lab,
-    complete_lines,
-    disk_full,
-    flip_bit,
-    index_full,
-    kill_when_lines,
-    put_in_subprocess,
-    reforge,
-    session_args,
-    start_python,
-    tiny_problem,
-    write_payloads,
-)
 from graftbench import graft
-from graftbench.deposit import deposit_items, items_from_problems
-from graftbench.evaluate import StrictFallbackError, problem_key
-from graftbench.settings import EvalSettings
-from graftbench.workflows import run_eval
-from graftbench.manifest import verify_manifest, write_manifest
-from graftbench.problem_loading import load_problems
-from graftbench.problem_types import normalize_problem_text
 from graftbench.artifact_codec import ArtifactError
+from graftbench.artifact_ids import artifact_id_of
+from graftbench.deposit import deposit_items, items_from_problems
 from graftbench.durable import StorageError
+from graftbench.evaluate import StrictFallbackError
+from graftbench.faults.catalogue import ARTIFACT_FAULTS, Lab, flip_bit, reforge, tiny_problem, write_problem_set
+from graftbench.faults.harness import lines_of
+from graftbench.faults.scenarios import (
+    deposit_on_a_full_disk,
+    graft_refusal,
+    kill_a_resumed_solve,
+    kill_put,
+    put_concurrently,
+    solve_on_a_full_disk,
+    write_manifest_on_a_full_disk,
+)
+from graftbench.manifest import verify_manifest
+from graftbench.problem_loading import load_problems
+from graftbench.problem_types import normalize_problem_text, problem_key
 from graftbench.runs import RunDir, RunError
+from graftbench.settings import EvalSettings
 from graftbench.store import Store
+from graftbench.workflows import run_eval
 
 REPO = Path(__file__).resolve().parents[1]
-TINY = EvalSettings(max_new_tokens=4)
 
 
-def _id(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 @pytest.fixture(scope="module")
@@ -75,11 +68,11 @@ def faulty(session, tmp_path_factory):
 def test_every_artifact_fault_is_refused_naming_the_artifact_and_the_check(session, faulty, fault):
     lab, _, cases = faulty
     _, artifact_id = cases[fault.name]
-    with pytest.raises(ArtifactError) as info:
-        graft.restore_chain(session.model, session.config, lab.store, artifact_id)
-    assert info.value.check == fault.check
-    assert info.value.artifact_id == artifact_id
-    assert str(info.value).startswith(f"artifact {artifact_id[:16]}: {fault.check} check failed: ")
+    error = graft_refusal(session, lab.store, artifact_id)
+    assert isinstance(error, ArtifactError)
+    assert error.check == fault.check
+    assert error.artifact_id == artifact_id
+    assert str(error).startswith(f"artifact {artifact_id[:16]}: {fault.check} check failed: ")
 
 
 def test_eval_graft_falls_back_on_every_fault_and_records_why(session, faulty):
@@ -174,34 +167,21 @@ def test_a_deposit_killed_at_any_point_leaves_nothing_visible_and_the_next_compl
     kept = lab.deposit(tiny_problem(0))
     problem = tiny_problem(1)
     data, _ = lab.build(problem)
-    proc = put_in_subprocess(lab.store.root, write_payloads(tmp_path / "payloads", [data]), fault=point)
-    assert proc.wait(300) == -signal.SIGKILL
+    assert kill_put(lab.store.root, data, point, tmp_path / "payloads") == -signal.SIGKILL
 
     inv = Store(lab.store.root).inventory()
     assert inv["indexed"] == [kept] and inv["damaged"] == [] and inv["missing"] == [] and inv["other"] == []
     if point == "deposit-before-rename":
         assert inv["intact"] == [kept] and len(inv["temporaries"]) == 1 and inv["orphans"] == []
     else:  # the file is complete but not indexed: invisible to readers until the next deposit indexes it
-        assert inv["orphans"] == [_id(data)] and inv["temporaries"] == []
+        assert inv["orphans"] == [artifact_id_of(data)] and inv["temporaries"] == []
     assert lab.store.find_exact(session.config.fingerprint, problem_key(problem)) is None
     assert lab.store.verify() == []
 
     report = deposit_items(session, lab.store, items_from_problems([problem]))
-    assert [(pid, aid, new) for pid, aid, _, new in report.deposited] == [(problem.id, _id(data), point == "deposit-before-rename")]
-    assert lab.store.find_exact(session.config.fingerprint, problem_key(problem)) == _id(data)
-    assert lab.store.ids() == sorted([kept, _id(data)]) and lab.store.verify() == []
-
-
-def _interrupted_run(session, problems, runs, name, recorded):
-    class Interrupt(Exception):
-        pass
-
-    def stop(sample):
-        if len(RunDir(runs, name).read_samples()) == recorded:
-            raise Interrupt
-
-    with pytest.raises(Interrupt):
-        run_eval(session, problems, "faults", name, TINY, runs_root=runs, on_sample=stop)
+    assert [(pid, aid, new) for pid, aid, _, new in report.deposited] == [(problem.id, artifact_id_of(data), point == "deposit-before-rename")]
+    assert lab.store.find_exact(session.config.fingerprint, problem_key(problem)) == artifact_id_of(data)
+    assert lab.store.ids() == sorted([kept, artifact_id_of(data)]) and lab.store.verify() == []
 
 
 @pytest.mark.parametrize("mode", ["sample-torn", "random"])
@@ -209,31 +189,22 @@ def test_a_solve_killed_with_sigkill_loses_at_most_the_problem_in_flight(session
     """Two samples recorded, then a solve process resumes and is killed: mid-write of its first sample
     (``sample-torn``) or as soon as it has recorded one more (``random``). Resuming records each problem once
     and keeps every line recorded before byte-identical."""
-    path = tmp_path / "set.jsonl"
-    rows = [{k: v for k, v in dataclasses.asdict(tiny_problem(i)).items() if k != "family"} for i in range(5)]
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    problems, runs, name = load_problems(str(path)), tmp_path / "runs", "killed"
-    _interrupted_run(session, problems, runs, name, recorded=2)
-    samples = RunDir(runs, name).samples_path
-    prior = samples.read_bytes()
-
-    proc = start_python(SOLVE_CODE, [*session_args(session), path, runs, name, 4], None if mode == "random" else mode)
-    if mode == "random":
-        kill_when_lines(proc, samples, 3)
-    assert proc.wait(300) == -signal.SIGKILL
-    at_kill = samples.read_bytes()
+    path = write_problem_set(tmp_path / "set.jsonl", [tiny_problem(i) for i in range(5)])
+    problems = load_problems(str(path))
+    solve = kill_a_resumed_solve(session, path, tmp_path / "runs", "killed", mode, recorded=2)
+    assert solve.interrupted  # the first run stopped after two samples
+    prior, at_kill = solve.prior, solve.at_kill
+    assert solve.exit_code == -signal.SIGKILL
     assert at_kill.startswith(prior)
     if mode == "sample-torn":
         assert len(at_kill) > len(prior) and not at_kill.endswith(b"\n")
-    recorded = complete_lines(samples)
+    recorded = lines_of(at_kill)
 
-    resumed = []
-    run_eval(session, problems, "faults", name, TINY, runs_root=runs, on_sample=lambda s: resumed.append(s.problem_id))
-    after = complete_lines(samples)
-    assert after[: len(recorded)] == recorded and samples.read_bytes().startswith(prior)
+    after = lines_of(solve.after)
+    assert after[: len(recorded)] == recorded and solve.after.startswith(prior)
     assert [json.loads(line)["problem_id"] for line in after] == [p.id for p in problems]
-    assert resumed == [p.id for p in problems[len(recorded):]]
-    assert verify_manifest(RunDir(runs, name).manifest_path)[0] == []
+    assert solve.resumed == [p.id for p in problems[len(recorded):]]
+    assert verify_manifest(solve.run.manifest_path)[0] == []
 
 
 # ----------------------------------------------------------------------------------------- concurrency
@@ -243,75 +214,54 @@ def test_a_solve_killed_with_sigkill_loses_at_most_the_problem_in_flight(session
 def test_two_processes_depositing_at_once_leave_a_consistent_index_and_intact_payloads(session, tmp_path, same):
     lab = Lab(session, Store(tmp_path / "store"))
     artifacts = [lab.build(tiny_problem(10 + i))[0] for i in range(4)]
-    paths = write_payloads(tmp_path / "payloads", artifacts)
-    sets = (paths, paths[::-1]) if same else (paths[:2], paths[2:])
-    procs = [put_in_subprocess(lab.store.root, s, rounds=3) for s in sets]
-    reads = 0
-    while any(p.poll() is None for p in procs):
-        for artifact_id in lab.store.ids():  # whatever the index shows is complete and intact
-            assert lab.store.read(artifact_id).id == artifact_id
-            reads += 1
-    assert [p.wait() for p in procs] == [0, 0]
-    expected = sorted(_id(data) for data in artifacts)
+    puts = put_concurrently(lab.store.root, artifacts, same, tmp_path / "payloads", rounds=3)
+    assert puts.refused == []  # whatever the index showed while they ran was complete and intact
+    assert puts.exit_codes == [0, 0]
+    expected = sorted(artifact_id_of(data) for data in artifacts)
     inv = lab.store.inventory()
     assert inv["indexed"] == expected and inv["intact"] == expected
     assert inv["damaged"] == inv["orphans"] == inv["missing"] == inv["temporaries"] == []
     assert lab.store.verify() == []
     for data, problem in zip(artifacts, [tiny_problem(10 + i) for i in range(4)]):
-        assert lab.store.find_exact(session.config.fingerprint, problem_key(problem)) == _id(data)
+        assert lab.store.find_exact(session.config.fingerprint, problem_key(problem)) == artifact_id_of(data)
 
 
 # ----------------------------------------------------------------------------------------- full disk
 
 
-@pytest.mark.parametrize("where", ["artifact file", "index row"])
+@pytest.mark.parametrize("where", ["file", "index"], ids=["artifact file", "index row"])
 def test_a_full_disk_during_deposit_raises_a_clear_error_and_leaves_the_store_as_it_was(session, tmp_path, where):
     lab = Lab(session, Store(tmp_path / "store"))
     lab.deposit(tiny_problem(20))
-    before = lab.store.inventory()
-    full = disk_full(lab.store.artifacts, free=4096) if where == "artifact file" else index_full()
-    with full, pytest.raises(StorageError) as info:
-        deposit_items(session, lab.store, items_from_problems([tiny_problem(21)]))
-    error = info.value
+    full = deposit_on_a_full_disk(session, lab.store, tiny_problem(21), where)
+    error = full.error
+    assert isinstance(error, StorageError)
     assert isinstance(error, OSError) and error.errno == errno.ENOSPC
     assert str(error).startswith("[Errno 28] cannot write ")
-    assert str(lab.store.artifacts if where == "artifact file" else lab.store.index_path) in str(error)
+    assert str(lab.store.artifacts if where == "file" else lab.store.index_path) in str(error)
     assert "nothing was kept, free some space and run again" in str(error)
-    assert lab.store.inventory() == before
-    report = deposit_items(session, lab.store, items_from_problems([tiny_problem(21)]))
-    assert len(report.deposited) == 1 and lab.store.verify() == []
+    assert full.after == full.before
+    assert len(full.retry.deposited) == 1 and lab.store.verify() == []
 
 
 def test_a_full_disk_during_solve_keeps_the_samples_file_as_it_was(session, tmp_path):
     problems = [tiny_problem(i) for i in range(3)]
-    run = RunDir(tmp_path, "full")
-    state = {}
-
-    def fill_the_disk(sample):
-        if not state:
-            state["bytes"] = run.samples_path.read_bytes()
-            state["full"] = disk_full(run.path, free=40)
-            state["disk"] = state["full"].__enter__()
-
-    try:
-        with pytest.raises(StorageError) as info:
-            run_eval(session, problems, "faults", "full", TINY, runs_root=tmp_path, on_sample=fill_the_disk)
-    finally:
-        state["full"].__exit__(None, None, None)
-    assert info.value.errno == errno.ENOSPC and state["disk"].refused == 1
-    assert f"cannot write sample '{problems[1].id}' to {run.samples_path}: No space left on device" in str(info.value)
-    assert run.samples_path.read_bytes() == state["bytes"] and state["bytes"].count(b"\n") == 1
-    assert not run.manifest_path.exists()
-    result = run_eval(session, problems, "faults", "full", TINY, runs_root=tmp_path)
-    assert [s.problem_id for s in result.samples] == [p.id for p in problems]
-    assert run.samples_path.read_bytes().startswith(state["bytes"])
+    full = solve_on_a_full_disk(session, problems, tmp_path, "full", free=40)
+    run = full.run
+    assert isinstance(full.error, StorageError)
+    assert full.error.errno == errno.ENOSPC and full.refused == 1
+    assert f"cannot write sample '{problems[1].id}' to {run.samples_path}: No space left on device" in str(full.error)
+    assert full.after_error == full.at_fill and full.at_fill.count(b"\n") == 1
+    assert not full.manifest_written
+    assert [s.problem_id for s in full.resumed.samples] == [p.id for p in problems]
+    assert run.samples_path.read_bytes().startswith(full.at_fill)
 
 
 def test_a_full_disk_while_writing_a_manifest_keeps_the_old_one(tmp_path):
     path = tmp_path / "manifest.json"
     path.write_text('{"old": true}\n')
-    with disk_full(tmp_path, free=5), pytest.raises(StorageError, match=rf"cannot write {re.escape(str(path))}"):
-        write_manifest({"new": "x" * 100}, path)
+    error = write_manifest_on_a_full_disk({"new": "x" * 100}, path, free=5)
+    assert isinstance(error, StorageError) and re.search(rf"cannot write {re.escape(str(path))}", str(error))
     assert path.read_text() == '{"old": true}\n' and sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json"]
 
 

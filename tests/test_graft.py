@@ -151,8 +151,7 @@ def test_chained_artifact_grafts_exact_and_missing_parent_is_refused(session, tm
 
 
 def test_router_exact_similar_and_gated(session, store):
-    from graftbench.evaluate import problem_key
-    from graftbench.problem_types import Problem, normalize_problem_text
+    from graftbench.problem_types import Problem, normalize_problem_text, problem_key
 
     seen = Problem("a", "Find the remainder when $7^{222}$ is divided by $1000$.", "49", "7^222 ... Final answer: 49")
     artifact_id, _ = _deposit(session, store, seen)

@@ -9,12 +9,12 @@ import pytest
 from graftbench.builtin_problems import builtin_problems
 from graftbench.deposit import deposit_items, items_from_problems
 from graftbench.evaluate import StrictFallbackError
-from graftbench.settings import EvalSettings
-from graftbench.workflows import run_eval
 from graftbench.manifest import verify_manifest, write_manifest
 from graftbench.problem_types import Problem
 from graftbench.runs import RunDir, RunError
+from graftbench.settings import EvalSettings
 from graftbench.store import Store
+from graftbench.workflows import run_eval
 
 TINY = EvalSettings(max_new_tokens=6)
 

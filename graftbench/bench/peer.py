@@ -1,5 +1,6 @@
-"""The llama.cpp peer row: ``benchmarks/peer_llama.py`` run by a separate Python that has ``llama-cpp-python``
-(``make bench-peer-env``), on the same GGUF file and the same token ids."""
+"""The llama.cpp peer row: ``peer_llama.py`` (next to this module, shipped with the package) run as a script by a
+separate Python that has ``llama-cpp-python`` (``make bench-peer-env``), on the same GGUF file and the same token
+ids. graftbench never imports that script: it needs only the standard library, numpy, psutil and llama_cpp."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 from ..session import Session
 from .workload import Workload
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "peer_llama.py"
+SCRIPT = Path(__file__).resolve().with_name("peer_llama.py")
 
 
 def measure_peer(session: Session, python: Path, workload: Workload, sizes: list[int], repeats: int,
@@ -21,7 +22,7 @@ def measure_peer(session: Session, python: Path, workload: Workload, sizes: list
     if not python.is_file():
         return {"skipped": f"no peer Python at {python} (make bench-peer-env builds llama-cpp-python there)"}
     if session.loaded.resolved.kind != "gguf" or not SCRIPT.is_file():
-        return {"skipped": "the model is not a GGUF file, or benchmarks/peer_llama.py is missing"}
+        return {"skipped": f"the model is not a GGUF file, or {SCRIPT} is missing"}
     with tempfile.TemporaryDirectory(prefix="graftbench-peer-") as folder:
         tokens = Path(folder) / "tokens.json"
         tokens.write_text(json.dumps({"context": workload.context, "query": workload.query,

@@ -1,6 +1,7 @@
 """Peer row for graftbench's benchmark: llama.cpp (llama-cpp-python) on the same GGUF and token ids.
 
-Standalone: imports only the standard library, numpy, psutil and llama_cpp (run it with .venv-peer).
+Standalone: imports only the standard library, numpy, psutil and llama_cpp (run it with .venv-peer). It lives in
+the package so that graftbench.bench.peer finds it next to itself, installed or not; graftbench never imports it.
 Prints ONE JSON object on stdout; everything else goes to stderr. All times are seconds (time.perf_counter),
 reported per size as {"median", "min", "max", "samples"} over --repeats repetitions.
 
@@ -29,9 +30,9 @@ import sys
 import tempfile
 import time
 
+import llama_cpp
 import numpy as np
 import psutil
-import llama_cpp
 
 BATCH = 256
 
