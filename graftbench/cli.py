@@ -59,8 +59,8 @@ def solve(
     isa: Optional[str] = IsaOpt,
     runs_dir: str = RunsOpt, run: Optional[str] = typer.Option(None, "--run", help="run name (resumes if it exists)"),
     limit: Optional[int] = LimitOpt,
-    max_new_tokens: int = typer.Option(EVAL.max_new_tokens, "--max-new-tokens", help="decode budget per problem (tokens)"),
-    token_budget: Optional[int] = typer.Option(None, "--token-budget", help="decode budget for the whole run (tokens)"),
+    max_new_tokens: int = typer.Option(EVAL.max_new_tokens, "--max-new-tokens", min=1, help="decode budget per problem (tokens)"),
+    token_budget: Optional[int] = typer.Option(None, "--token-budget", min=1, help="decode budget for the whole run (tokens)"),
     id_field: str = IdFieldOpt, problem_field: str = ProblemFieldOpt, answer_field: str = AnswerFieldOpt,
     solution_field: str = SolutionFieldOpt,
 ) -> None:
@@ -75,13 +75,13 @@ def eval_(
     isa: Optional[str] = IsaOpt,
     runs_dir: str = RunsOpt, run: Optional[str] = typer.Option(None, "--run", help="run name (resumes if it exists)"),
     limit: Optional[int] = LimitOpt,
-    max_new_tokens: int = typer.Option(EVAL.max_new_tokens, "--max-new-tokens", help="decode budget per problem (tokens)"),
-    token_budget: Optional[int] = typer.Option(None, "--token-budget", help="decode budget for the whole run (tokens)"),
+    max_new_tokens: int = typer.Option(EVAL.max_new_tokens, "--max-new-tokens", min=1, help="decode budget per problem (tokens)"),
+    token_budget: Optional[int] = typer.Option(None, "--token-budget", min=1, help="decode budget for the whole run (tokens)"),
     graft: bool = typer.Option(False, "--graft", help="route each problem to an artifact and graft it"),
     store: str = StoreOpt,
     certify: bool = typer.Option(False, "--certify", help="also hash a fresh chunked recompute; must be equal"),
     strict: bool = typer.Option(False, "--strict", help="a refused artifact is an error, not a fallback"),
-    min_similarity: float = typer.Option(EVAL.min_similarity, "--min-similarity", help="confidence gate for non-exact routes (0-1)"),
+    min_similarity: float = typer.Option(EVAL.min_similarity, "--min-similarity", min=0.0, max=1.0, help="confidence gate for non-exact routes (0-1)"),
     id_field: str = IdFieldOpt, problem_field: str = ProblemFieldOpt, answer_field: str = AnswerFieldOpt,
     solution_field: str = SolutionFieldOpt,
 ) -> None:
@@ -191,8 +191,8 @@ def run(
     model: str = ModelOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt, isa: Optional[str] = IsaOpt,
     runs_dir: str = RunsOpt,
     store: str = StoreOpt,
-    n_per_family: int = typer.Option(FLYWHEEL.per_family, "--per-family", help="built-in problems per family"),
-    max_new_tokens: int = typer.Option(FLYWHEEL.max_new_tokens, "--max-new-tokens", help="decode budget per problem (tokens)"),
+    n_per_family: int = typer.Option(FLYWHEEL.per_family, "--per-family", min=1, help="built-in problems per family"),
+    max_new_tokens: int = typer.Option(FLYWHEEL.max_new_tokens, "--max-new-tokens", min=1, help="decode budget per problem (tokens)"),
     prefix: str = typer.Option(FLYWHEEL.prefix, "--prefix", help="run name prefix"),
 ) -> None:
     """The whole flywheel on the built-in set: solve, deposit, eval with graft, verify manifests, one table."""

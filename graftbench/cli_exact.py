@@ -15,16 +15,16 @@ def check_exact(
     model: str = ModelOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt, problems: str = ProblemsOpt,
     isa: Optional[str] = typer.Option(None, "--isa", help="instruction-set pin: native or avx2 (portable); with "
                                       "--expect the expectation's pin is adopted [default: native]"),
-    samples: int = typer.Option(50, "--samples", help="number of (artifact, query) pairs"),
+    samples: int = typer.Option(50, "--samples", min=1, help="number of (artifact, query) pairs"),
     controls: bool = typer.Option(False, "--controls", help="also run the negative controls"),
-    control_pairs: int = typer.Option(10, "--control-pairs", help="pairs that run the controls (the first N)"),
+    control_pairs: int = typer.Option(10, "--control-pairs", min=0, help="pairs that run the controls (the first N)"),
     write_expect: Optional[Path] = typer.Option(None, "--write-expect", help="write the manifest here as the expectation"),
     expect: Optional[Path] = typer.Option(None, "--expect", help="replay this expectation instead of measuring"),
-    limit: Optional[int] = typer.Option(None, "--limit", help="with --expect: replay only the first N pairs"),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="with --expect: replay only the first N pairs"),
     log: Optional[Path] = typer.Option(None, "--log", help="with --expect: append the outcome and both CPUs to this "
                                        "replay log (JSON lines, e.g. manifests/replays.jsonl)"),
     runs_dir: str = RunsOpt,
-    threads: Optional[int] = typer.Option(None, "--threads", help="torch intra-op threads (pinned; default: torch's)"),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch intra-op threads (pinned; default: torch's)"),
 ) -> None:
     """Prove the graft byte-exact against a fresh chunked recompute, with negative controls, or replay an expectation."""
     if expect is not None:
