@@ -56,7 +56,7 @@ def bench(
 
 def bench_isa(
     model: str = ModelOpt,
-    dtypes: str = typer.Option("float32,bfloat16", "--dtypes", help="dtypes to measure, comma-separated"),
+    dtypes: str = typer.Option(",".join(DTYPE_NAMES), "--dtypes", help="dtypes to measure, comma-separated"),
     problems: str = typer.Option("../shared/data/aime2024.jsonl", "--problems", "-p",
                                  help="problems with solutions: the prompt text"),
     prompt_tokens: int = typer.Option(512, "--prompt-tokens", min=1, help="tokens prefilled (the prompt)"),
@@ -70,7 +70,7 @@ def bench_isa(
 
     names = [d.strip() for d in dtypes.split(",") if d.strip()]
     if not names or any(d not in DTYPE_NAMES for d in names):
-        fail(f"--dtypes must list float32 and/or bfloat16, got {dtypes!r}")
+        fail(f"--dtypes must list {' and/or '.join(DTYPE_NAMES)}, got {dtypes!r}")
     load_problem_set(problems, None, "id", "problem", "answer", "solution")  # a bad problem file is named before any probe
     try:
         with progress_bar("fresh processes", 2 * repeats * len(names)) as advance:

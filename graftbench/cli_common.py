@@ -53,10 +53,10 @@ def quiet_transformers() -> None:
 
 
 def apply_isa(isa: str | None) -> None:
-    from .isa import IsaError, apply
+    from .isa import ENV_VAR, IsaError, apply
 
     try:
-        apply(isa or os.environ.get("GRAFTBENCH_ISA") or "native")
+        apply(isa or os.environ.get(ENV_VAR) or "native")
     except IsaError as exc:
         fail(str(exc))
 
@@ -108,21 +108,21 @@ def describe(sample_or_item) -> str:
 
 @contextmanager
 def progress(label: str, total: int):
-    with Progress(*progress_columns(), console=console) as progress:
-        task = progress.add_task(label, total=total, last="")
-        yield lambda item: progress.update(task, advance=1, last=describe(item))
+    with Progress(*progress_columns(), console=console) as bar:
+        task = bar.add_task(label, total=total, last="")
+        yield lambda item: bar.update(task, advance=1, last=describe(item))
 
 
 @contextmanager
 def stage_progress(n_problems: int):
     """A progress bar per flywheel stage; deposit counts offered solutions, the others problems."""
-    with Progress(*progress_columns(), console=console) as progress:
+    with Progress(*progress_columns(), console=console) as bar:
         current = {}
 
         def on_stage(name: str) -> None:
-            current["task"] = progress.add_task(name, total=None if name == "deposit" else n_problems, last="")
+            current["task"] = bar.add_task(name, total=None if name == "deposit" else n_problems, last="")
 
-        yield (lambda item: progress.update(current["task"], advance=1, last=describe(item))), on_stage
+        yield (lambda item: bar.update(current["task"], advance=1, last=describe(item))), on_stage
 
 
 def int_list(text: str, name: str) -> list[int]:
@@ -138,6 +138,6 @@ def int_list(text: str, name: str) -> list[int]:
 @contextmanager
 def progress_bar(description: str, total: int):
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console) as progress:
-        task = progress.add_task(description, total=total)
-        yield lambda: progress.advance(task)
+                  console=console) as bar:
+        task = bar.add_task(description, total=total)
+        yield lambda: bar.advance(task)

@@ -9,6 +9,7 @@ leaves the old file as it was, and a failed write (disk full) surfaces as one
 from __future__ import annotations
 
 import errno
+import json
 import os
 import signal
 import tempfile
@@ -52,6 +53,33 @@ def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
+
+
+def append_json_line(path: Path, record: dict, what: str, crash: str | None = None) -> None:
+    """Append ``record`` to ``path`` as one JSON line (sorted keys, UTF-8), durably: unbuffered writes, then fsync.
+
+    A write that fails (e.g. disk full) is cut back first, so the file stays as it was, and raised as
+    :class:`StorageError` naming ``what``; a file that cannot be opened is named by its path. With ``crash``, the
+    fault-injection points ``<crash>-before-append`` and ``<crash>-torn`` (after half the line) are offered.
+    """
+    line = (json.dumps(record, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+    if crash:
+        crash_point(f"{crash}-before-append")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise storage_error(exc, f"{path}") from exc
+    try:
+        size = os.fstat(fd).st_size
+        if crash:
+            crash_point(f"{crash}-torn", lambda: write_all(fd, line[: len(line) // 2]))
+        write_all(fd, line)
+        os.fsync(fd)
+    except OSError as exc:
+        os.ftruncate(fd, size)
+        raise storage_error(exc, f"{what} to {path}") from exc
+    finally:
+        os.close(fd)
 
 
 def fsync_dir(path: Path) -> None:

@@ -46,10 +46,10 @@ def _grafted(session: Session, store: Store, problem: Problem, artifact_id: str,
     decoded = engine.greedy_decode(session.model, session.tokenizer, cache, logits, budget, session.eos_ids,
                                    stop=session.config.layout.query_stop, started=started)
     restored = sum(len(link.token_ids) for link in chain)
-    segments = [link.token_ids.tolist() for link in chain]
+    to_certify = ([link.token_ids.tolist() for link in chain], query) if certify else None
     return Attempt(cue=session.config.layout.answer_cue, prefill_tokens=len(query), prefill_tokens_saved=restored,
                    artifact_id=artifact_id, artifact_tokens=restored, logits_sha256=grafted_hash, decoded=decoded,
-                   certify_segments=(segments, query) if certify else None)
+                   certify_segments=to_certify)
 
 
 def _certificate(session: Session, segments: list[list[int]], query: list[int]) -> str:

@@ -6,10 +6,14 @@ the full config pin and, per pair, the token ids' hash, the artifact id and the 
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timezone
+from pathlib import Path
 
 from .config import UNPINNED_FIELDS
+from .durable import append_json_line
 from .hashing import sha256_json
+from .isa import environment as cpu_environment
 from .manifest import environment, load_manifest
 
 SCHEMA = "graftbench.exactness/1"
@@ -113,8 +117,6 @@ def replay_record(expected: dict, *, compared: int, equal: int, first_difference
                   pin_differences_found: list[str]) -> dict:
     """One line of a replay log: which expectation (by its ``manifest_sha256``) was replayed where, under which
     pin, and with what outcome. ``recorded_on`` and ``replayed_on`` name the CPUs (model and native capability)."""
-    from .isa import environment as cpu_environment
-
     recorded = expected.get("environment", {})
     return {
         "schema": REPLAY_SCHEMA,
@@ -133,22 +135,14 @@ def replay_record(expected: dict, *, compared: int, equal: int, first_difference
 
 
 def append_replay_log(path, record: dict) -> None:
-    """Append one replay record as a JSON line to ``path`` (flushed and fsynced; a log, never rewritten)."""
-    import json
-    import os
-
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(record, sort_keys=True, ensure_ascii=False) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
+    """Append one replay record as a JSON line to ``path`` (a log, never rewritten; see
+    :func:`graftbench.durable.append_json_line`)."""
+    append_json_line(Path(path), record, f"the replay record of {record.get('expectation_sha256', '')[:16]}")
 
 
 def read_replay_log(path) -> list[dict]:
     """The records of a replay log (``[]`` when the file does not exist). Raises ``ValueError`` naming the line
     that is not a JSON object."""
-    import json
-    from pathlib import Path
-
     path = Path(path)
     if not path.exists():
         return []

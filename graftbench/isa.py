@@ -53,17 +53,23 @@ def check_name(isa: str) -> str:
     return isa
 
 
-def cpu_flags(cpuinfo: str | None = None) -> set[str]:
-    """The CPU feature flags of the first processor in ``/proc/cpuinfo`` (empty where it cannot be read)."""
+def _cpuinfo_field(name: str, cpuinfo: str | None) -> str:
+    """The value of the first ``name : value`` line of ``/proc/cpuinfo`` (or of ``cpuinfo``), ``""`` where there
+    is none or the file cannot be read."""
     if cpuinfo is None:
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text()
         except OSError:
-            return set()
+            return ""
     for line in cpuinfo.splitlines():
-        if line.startswith("flags") and ":" in line:
-            return set(line.split(":", 1)[1].split())
-    return set()
+        if line.startswith(name) and ":" in line:
+            return line.split(":", 1)[1].strip()
+    return ""
+
+
+def cpu_flags(cpuinfo: str | None = None) -> set[str]:
+    """The CPU feature flags of the first processor in ``/proc/cpuinfo`` (empty where it cannot be read)."""
+    return set(_cpuinfo_field("flags", cpuinfo).split())
 
 
 def native_capability(flags: set[str] | None = None) -> str:
@@ -80,15 +86,7 @@ def native_capability(flags: set[str] | None = None) -> str:
 
 def cpu_model(cpuinfo: str | None = None) -> str:
     """The CPU's model name from ``/proc/cpuinfo`` (``""`` where it cannot be read)."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return ""
-    for line in cpuinfo.splitlines():
-        if line.startswith("model name") and ":" in line:
-            return line.split(":", 1)[1].strip()
-    return ""
+    return _cpuinfo_field("model name", cpuinfo)
 
 
 def supported(isa: str, flags: set[str] | None = None) -> bool:

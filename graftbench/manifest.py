@@ -28,6 +28,7 @@ from pathlib import Path
 from .artifact_ids import artifact_path, artifacts_dir, is_artifact_id
 from .config import pin_fingerprint
 from .hashing import canonical_json, sha256_file, sha256_json, sha256_text
+from .isa import environment as cpu_environment
 from .verify import verify_answer
 
 SCHEMA = "graftbench.manifest/1"
@@ -73,8 +74,6 @@ def compute_totals(samples: list[dict]) -> dict:
 
 def environment() -> dict:
     """Where the run happened: Python, OS, machine, CPU model and native capability (no host or user names)."""
-    from .isa import environment as cpu_environment
-
     return {"python": platform.python_version(), "platform": platform.platform(), "machine": platform.machine(),
             **cpu_environment()}
 
@@ -305,11 +304,10 @@ def _check_artifacts(manifest: dict, store_root: Path | None, require: bool = Fa
             absent += 1
             if require:
                 mismatches.append(f"artifact {artifact_id[:16]}: absent from store {store_root}")
-        elif sha256_file(path) != entry.get("sha256") or entry.get("sha256") != artifact_id:
-            checked += 1
+            continue
+        checked += 1
+        if sha256_file(path) != entry.get("sha256") or entry.get("sha256") != artifact_id:
             mismatches.append(f"artifact {artifact_id[:16]}: payload SHA-256 differs from the manifest")
-        else:
-            checked += 1
     note = f"{checked} artifact payloads checked against {store_root}"
     return mismatches, note + (f", {absent} not checked (absent from the store)" if absent else "")
 

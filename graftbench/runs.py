@@ -15,7 +15,7 @@ import os
 import re
 from pathlib import Path
 
-from .durable import crash_point, storage_error, write_all, write_atomic
+from .durable import append_json_line, write_atomic
 
 _RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -94,19 +94,4 @@ class RunDir:
         """Append one sample durably (unbuffered writes, then fsync). Raises
         :class:`~graftbench.durable.StorageError` (e.g. disk full) naming the file; the failed write is cut back
         first, so the file stays as it was."""
-        line = (json.dumps(sample, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
-        crash_point("sample-before-append")
-        try:
-            fd = os.open(self.samples_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise storage_error(exc, f"{self.samples_path}") from exc
-        try:
-            size = os.fstat(fd).st_size
-            crash_point("sample-torn", lambda: write_all(fd, line[: len(line) // 2]))
-            write_all(fd, line)
-            os.fsync(fd)
-        except OSError as exc:
-            os.ftruncate(fd, size)
-            raise storage_error(exc, f"sample {sample.get('problem_id')!r} to {self.samples_path}") from exc
-        finally:
-            os.close(fd)
+        append_json_line(self.samples_path, sample, f"sample {sample.get('problem_id')!r}", crash="sample")

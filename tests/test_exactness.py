@@ -141,6 +141,21 @@ def test_verified_capabilities_grow_only_with_equal_replays_of_the_same_expectat
     assert verified_capabilities(expected, [{**good, "pin_differences": ["threads"]}]) == {"AVX512"}
 
 
+def _recorded_on(expected: dict) -> str:
+    return expected["environment"].get("cpu_capability_native") or expected["config"]["cpu_capability"]
+
+
+def _cannot_run(name: str, expected: dict) -> str | None:
+    """Why this CPU cannot run the expectation's pin (a skip reason naming both capabilities), else ``None``."""
+    pin, here = expected["config"], isa.native_capability()
+    pin_isa = pin.get("isa", "native")
+    if not isa.supported(pin_isa):
+        return f"{name} is pinned to --isa {pin_isa} (recorded on {_recorded_on(expected)}); this CPU offers {here}"
+    if pin_isa == "native" and pin["cpu_capability"] != here:
+        return f"{name} is pinned to the native kernels of {pin['cpu_capability']}; this CPU is {here}"
+    return None
+
+
 def _replay_in_a_fresh_process(name: str) -> subprocess.CompletedProcess:
     """``check-exact --expect`` in a new process: the expectation's instruction-set pin must be set before torch is
     imported, and this test process imported torch under its own."""
@@ -156,10 +171,9 @@ def replays() -> dict[str, subprocess.CompletedProcess]:
     once, the lanes side by side (each replay pins its own thread count, 1 here)."""
     lanes: dict[str, list[str]] = {}
     for name in COMMITTED:
-        pin = json.loads((ROOT / "manifests" / name).read_text())["config"]
-        if isa.supported(pin.get("isa", "native")) and (pin.get("isa", "native") != "native"
-                                                        or pin["cpu_capability"] == isa.native_capability()):
-            lanes.setdefault(pin["model"], []).append(name)
+        expected = json.loads((ROOT / "manifests" / name).read_text())
+        if _cannot_run(name, expected) is None:
+            lanes.setdefault(expected["config"]["model"], []).append(name)
     with ThreadPoolExecutor(max_workers=2) as pool:
         done = pool.map(lambda names: {n: _replay_in_a_fresh_process(n) for n in names}, lanes.values())
         return {name: proc for lane in done for name, proc in lane.items()}
@@ -174,13 +188,11 @@ def test_committed_expectation_replays_on_this_machine(name, replays):
     capability with an equal replay in manifests/replays.jsonl); on another capability the outcome is a finding to
     log (``make replay-exact``), reported as an expected failure naming both CPUs, never a surprise."""
     expected = json.loads((ROOT / "manifests" / name).read_text())
-    pin = expected["config"]
-    pin_isa, here = pin.get("isa", "native"), isa.native_capability()
-    recorded_on = expected["environment"].get("cpu_capability_native") or pin["cpu_capability"]
-    if not isa.supported(pin_isa):
-        pytest.skip(f"{name} is pinned to --isa {pin_isa} (recorded on {recorded_on}); this CPU offers {here}")
-    if pin_isa == "native" and pin["cpu_capability"] != here:
-        pytest.skip(f"{name} is pinned to the native kernels of {pin['cpu_capability']}; this CPU is {here}")
+    reason = _cannot_run(name, expected)
+    if reason is not None:
+        pytest.skip(reason)
+    pin_isa, here = expected["config"].get("isa", "native"), isa.native_capability()
+    recorded_on = _recorded_on(expected)
     done = replays[name]
     output = done.stdout + done.stderr
     verified = verified_capabilities(expected, read_replay_log(REPLAY_LOG))

@@ -107,13 +107,9 @@ def markdown(result: dict) -> str:
 
 def write_outputs(result: dict, out: Path, stem: str) -> list[Path]:
     """Write ``stem.json`` and ``stem.md`` under ``out`` atomically; returns their paths."""
-    from ..durable import write_atomic
+    from .report import write_json_and_markdown  # imports matplotlib: not in the probe processes
 
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / f"{stem}.json", out / f"{stem}.md"]
-    write_atomic(paths[0], json.dumps(result, indent=2, sort_keys=True) + "\n")
-    write_atomic(paths[1], markdown(result))
-    return paths
+    return write_json_and_markdown(result, markdown(result), out, stem)
 
 
 if __name__ == "__main__":

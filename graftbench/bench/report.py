@@ -158,13 +158,21 @@ def plot(result: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def write_json_and_markdown(result: dict, text: str, out_dir: Path, stem: str) -> list[Path]:
+    """Write ``result`` as ``{stem}.json`` and ``text`` as ``{stem}.md`` under ``out_dir`` (created if needed),
+    each atomically; returns the two paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
+    write_atomic(json_path, json.dumps(result, indent=1, sort_keys=True) + "\n")
+    write_atomic(md_path, text)
+    return [json_path, md_path]
+
+
 def write_outputs(result: dict, out_dir: Path, stem: str) -> list[Path]:
     """Write ``{stem}.json``, ``{stem}.md`` and ``{stem}-ttft.png`` under ``out_dir`` (each atomically); returns
     the paths."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    json_path, md_path, png_path = out_dir / f"{stem}.json", out_dir / f"{stem}.md", out_dir / f"{stem}-ttft.png"
-    write_atomic(json_path, json.dumps(result, indent=1, sort_keys=True) + "\n")
-    write_atomic(md_path, markdown(result))
+    json_path, md_path = write_json_and_markdown(result, markdown(result), out_dir, stem)
+    png_path = out_dir / f"{stem}-ttft.png"
     tmp_png = png_path.with_suffix(".tmp.png")
     plot(result, tmp_png)
     tmp_png.replace(png_path)
@@ -196,8 +204,4 @@ def long_context_markdown(result: dict) -> str:
 
 def write_long_context(result: dict, out_dir: Path, stem: str) -> list[Path]:
     """Write ``{stem}.json`` and ``{stem}.md`` under ``out_dir`` atomically; returns the paths."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    json_path, md_path = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
-    write_atomic(json_path, json.dumps(result, indent=1, sort_keys=True) + "\n")
-    write_atomic(md_path, long_context_markdown(result))
-    return [json_path, md_path]
+    return write_json_and_markdown(result, long_context_markdown(result), out_dir, stem)
