@@ -13,11 +13,15 @@ MAX_BOX_SCAN = 1000  # characters: a \boxed{...} whose closing brace is further 
 MAX_PHRASE_LINE = 300  # characters of the line after "final answer:" that are looked at
 
 TEXT_CMD_RE = re.compile(r"\\(?:text|mbox|textrm|mathrm|textnormal|operatorname)\s*\{([^{}]*)\}")
+_UNIT_EXPONENT = r"(?:\s*\^\s*(?:\{[^{}]*\}|[0-9a-zA-Z]))?"
+TEXT_CMD_WITH_EXPONENT_RE = re.compile(TEXT_CMD_RE.pattern + _UNIT_EXPONENT)
 
 
-def strip_text_blocks(s: str) -> str:
-    """Remove \\text{...}-style unit annotations; unwrap them if nothing else would remain."""
-    removed = TEXT_CMD_RE.sub(" ", s).strip()
+def strip_text_blocks(s: str, with_exponent: bool = False) -> str:
+    """Remove \\text{...}-style unit annotations (with their exponent, ``\\text{ cm}^2``, when ``with_exponent``);
+    unwrap them if nothing else would remain."""
+    pattern = TEXT_CMD_WITH_EXPONENT_RE if with_exponent else TEXT_CMD_RE
+    removed = pattern.sub(" ", s).strip()
     if removed:
         return removed
     return TEXT_CMD_RE.sub(lambda m: m.group(1), s).strip()
@@ -58,18 +62,45 @@ def match_brace(text: str, open_idx: int, limit: int = MAX_BOX_SCAN) -> int:
     return -1
 
 
-def box_candidates(text: str) -> list[tuple[int, str]]:
+# TeX boxes the next token when no brace follows: one character (\boxed 2, \boxed7). Several characters after it
+# (\boxed 42, \boxed 2.5) are ambiguous: TeX boxes only the first, a reader sees them all.
+_BRACELESS_BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![a-zA-Z])[ \t]*([0-9a-zA-Z])(?![0-9a-zA-Z{]|[.,]\d)")
+_PLACEHOLDER_RE = re.compile(
+    r"^(?:\?*|\.{2,}|\u2026|\\[lc]?dots|\\square|\\Box|_*|(?:\\_)+"
+    r"|\\text\{(?:your|the)?(?:final)?(?:answer)?\})$",
+    re.IGNORECASE,
+)
+
+
+def is_placeholder(content: str) -> bool:
+    """True for a box that holds no answer: empty, spaces, ``?``, an ellipsis, ``\\square``, ``\\text{answer}``."""
+    squeezed = re.sub(r"\s+|\\[,;:! ]|\\q?quad(?![a-zA-Z])", "", content)
+    return bool(_PLACEHOLDER_RE.match(squeezed))
+
+
+def box_candidates(text: str, version: int = 1) -> list[tuple[int, str]]:
+    """``(position, content)`` of every closed box; under version 2 also brace-less boxes around one character,
+    and no placeholder boxes."""
     out = []
     for m in _BOX_RE.finditer(text):
         open_idx = m.end() - 1
         close = match_brace(text, open_idx)
         if close < 0:
             continue  # unclosed (e.g. truncated output): not a final answer
-        out.append((m.start(), text[open_idx + 1 : close]))
+        content = text[open_idx + 1 : close]
+        if version >= 2 and is_placeholder(content):
+            continue
+        out.append((m.start(), content))
+    if version >= 2:
+        out += [(m.start(), m.group(1)) for m in _BRACELESS_BOX_RE.finditer(text)]
     return out
 
 
 _SENTENCE_END_RE = re.compile(r"\.(?=\s|$)|;|,\s|\s\(|!\s|\?")
+# Version 2: the periods of an ellipsis ("1 + 2 + ... + 10") do not end a sentence.
+_SENTENCE_END_V2_RE = re.compile(r"(?<!\.)\.(?!\.)(?=\s|$)|;|,\s|\s\(|!\s|\?")
+_QUOTED_RE = re.compile(r"^([\"'`\u201c\u2018])(.{1,80}?)([\"'`\u201d\u2019])")
+_CONNECTOR_RE = re.compile(r"\b(?:is|equals)\b", re.IGNORECASE)
 _LEADING_NUMBER_RE = re.compile(
     r"^[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s*/\s*\d+)?(?![\w.])"
 )
@@ -87,57 +118,92 @@ def _delimited(s: str) -> str | None:
     return None
 
 
-def _looks_like_math(s: str) -> bool:
-    """True for short expressions without prose: no two-letter words outside LaTeX commands."""
+def _looks_like_math(s: str, version: int = 1) -> bool:
+    """True for short expressions without prose: no two-letter words outside LaTeX commands. Under version 2 an
+    equation ``A = B`` qualifies when B does and A is a short name (``xy = 10``: no word of three letters or more)."""
+    if version >= 2 and "=" in s:
+        left, _, right = s.rpartition("=")
+        return _looks_like_name(left) and _looks_like_math(right.strip())
     if not s or not _MATH_CHARS_RE.match(s):
         return False
-    stripped = re.sub(r"\\(?:text|mbox|mathrm|textrm)\s*\{[^{}]*\}", " ", s)
-    stripped = _LATEX_CMD_RE.sub(" ", stripped)
+    stripped = _without_commands(s)
     return not _WORDISH_RE.search(stripped) and bool(re.search(r"[0-9a-zA-Z]", stripped))
 
 
-def _phrase_candidate(text: str, m: re.Match[str]) -> str | None:
-    """The answer following a phrase marker, or None if what follows is not an answer."""
+def _without_commands(s: str) -> str:
+    stripped = re.sub(r"\\(?:text|mbox|mathrm|textrm)\s*\{[^{}]*\}", " ", s)
+    return _LATEX_CMD_RE.sub(" ", stripped)
+
+
+def _looks_like_name(s: str) -> bool:
+    return bool(s.strip()) and bool(_MATH_CHARS_RE.match(s)) and not re.search(r"[a-zA-Z]{3,}", _without_commands(s))
+
+
+def _phrase_tail(text: str, m: re.Match[str]) -> str:
+    """What follows a phrase marker on its line; the next non-empty line when the marker ends the line with
+    ``:`` or ``is`` ("The final answer is:\n\n73")."""
     start = m.end()
     line_end = text.find("\n", start, start + MAX_PHRASE_LINE)
     rest = text[start : line_end if line_end >= 0 else start + MAX_PHRASE_LINE]
     rest = rest.strip().lstrip("*_ \t,").strip()
     ends_open = bool(m.group("tail").strip(" \t*_")) or m.group(0).lower().rstrip(" \t*_").endswith("is")
     if not rest and ends_open:
-        # "The final answer is:\n\n73": look at the next non-empty line.
         window = text[start : start + 2 * MAX_PHRASE_LINE]
         nxt = re.match(r"[ \t*_]*\n\s*([^\n]+)", window)
         rest = nxt.group(1).strip().lstrip("*_ \t").strip() if nxt else ""
+    return rest
+
+
+def _math_in_delimiters(rest: str, version: int) -> str | None:
+    inner = _delimited(rest)
+    if inner is None:
+        return None
+    inner = inner.strip()
+    if not inner or re.search(r"\\(?:boxed|fbox|framebox)", inner):
+        return None
+    return inner if _looks_like_math(strip_text_blocks(inner), version) else None
+
+
+def _sentence_value(sentence: str) -> str | None:
+    """Version 2: the value after the last "is" / "equals" of a sentence ("The largest $n$ is 34" -> "34")."""
+    connectors = list(_CONNECTOR_RE.finditer(sentence))
+    if not connectors:
+        return None
+    value = sentence[connectors[-1].end():].strip()
+    if _delimited(value) is not None:
+        return _math_in_delimiters(value, 2)
+    return value if _looks_like_math(value) else None
+
+
+def _phrase_candidate(text: str, m: re.Match[str], version: int) -> str | None:
+    """The answer following a phrase marker, or None if what follows is not an answer."""
+    rest = _phrase_tail(text, m)
     if not rest:
         return None
     if "\\boxed" in rest[:20] or "\\fbox" in rest[:20] or "\\framebox" in rest[:20]:
         return None  # the box itself is a (later) marker
-    inner = _delimited(rest)
-    if inner is not None:
-        inner = inner.strip()
-        if not inner or re.search(r"\\(?:boxed|fbox|framebox)", inner):
-            return None
-        return inner if _looks_like_math(strip_text_blocks(inner)) else None
-    chunk = rest
-    cut = _SENTENCE_END_RE.search(chunk)
-    if cut:
-        chunk = chunk[: cut.start()]
+    quoted = _QUOTED_RE.match(rest) if version >= 2 else None
+    if quoted and _looks_like_math(quoted.group(2).strip()):
+        return quoted.group(2).strip()
+    if _delimited(rest) is not None:
+        return _math_in_delimiters(rest, version)
+    cut = (_SENTENCE_END_V2_RE if version >= 2 else _SENTENCE_END_RE).search(rest)
+    chunk = rest[: cut.start()] if cut else rest
     chunk = chunk.replace("**", "").replace("__", "").strip().rstrip(".").strip()
-    if _looks_like_math(chunk):
+    if _looks_like_math(chunk, version):
         return chunk
     num = _LEADING_NUMBER_RE.match(rest.replace("**", "").strip())
-    return num.group(0) if num else None
+    if num:
+        return num.group(0)
+    return _sentence_value(chunk) if version >= 2 else None
 
 
-def phrase_candidates(text: str) -> list[tuple[int, str]]:
+def phrase_candidates(text: str, version: int = 1) -> list[tuple[int, str]]:
+    """``(position, answer)`` after every phrase marker ("Final answer: X", "the answer is X", a line
+    "Answer: X") whose answer looks like mathematics, under the rules of verifier ``version``."""
     out = []
     for m in _PHRASE_RE.finditer(text):
-        cand = _phrase_candidate(text, m)
+        cand = _phrase_candidate(text, m, version)
         if cand is not None:
             out.append((m.start(), cand))
     return out
-
-
-# --------------------------------------------------------------------------------------
-# Normalization
-# --------------------------------------------------------------------------------------

@@ -22,15 +22,20 @@ import re
 from dataclasses import dataclass
 from fractions import Fraction
 
-from .answer_extraction import box_candidates, match_brace, phrase_candidates, strip_text_blocks
+from .answer_extraction import box_candidates, phrase_candidates
+from .answer_normalization import INT_RE, MAX_DIGITS, as_plain_fraction, normalize
 
-__all__ = ["Verdict", "extract_answer", "answers_equivalent", "verify_answer"]
+__all__ = ["VERIFIER_VERSION", "VERIFIER_VERSIONS", "Verdict", "check_version", "extract_answer",
+           "answers_equivalent", "verify_answer"]
+
+VERIFIER_VERSION = 2  # the rules new runs are scored under (see graftbench.answer_normalization.RULES_ADDED)
+VERIFIER_VERSIONS = (1, 2)  # every version whose rules this graftbench still applies
 
 # Limits that keep every call fast and sympy away from pathological input.
 _MAX_SYMPY_LEN = 200  # candidates longer than this never reach sympy
 _MAX_EXPONENT = 1000  # |exponent| / factorial argument limit inside sympy expressions
 _MAX_SIMPLIFY_OPS = 80  # sympy.simplify is only tried on expressions this small
-_MAX_DIGITS = 1000  # integer literals longer than this are not parsed as numbers
+_MAX_DIGITS = MAX_DIGITS
 
 
 @dataclass(frozen=True)
@@ -45,103 +50,16 @@ class Verdict:
     correct: bool
 
 
-# --------------------------------------------------------------------------------------
-# Marker detection
-# --------------------------------------------------------------------------------------
-
-# \boxed{, \fbox{, \framebox{ (the latter with an optional [width] argument).
-
-_UNWRAP_CMD_RE = re.compile(
-    r"\\(?:textbf|mathbf|boldsymbol|bm|textit|mathit|emph|underline"
-    r"|mathrm\b(?=\s*\{\s*[-+\d]))"  # \mathrm{12} is a number, \mathrm{cm} a unit
-    r"\s*\{([^{}]*)\}"
-)
-_THOUSANDS_RE = re.compile(r"^[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
-_INT_RE = re.compile(r"^[-+]?\d+$")
+_INT_RE = INT_RE
 _DEC_RE = re.compile(r"^[-+]?(?:\d+\.\d*|\.\d+)$")
-_SLASH_FRAC_RE = re.compile(r"^([-+]?)(\d+)\s*/\s*(\d+)$")
-_LATEX_FRAC_RE = re.compile(
-    r"^([-+]?)\\frac\s*(?:\{\s*([-+]?\d+)\s*\}|(\d))\s*(?:\{\s*([-+]?\d+)\s*\}|(\d))$"
-)
 
 
-def _unwrap_parens(s: str) -> str:
-    if len(s) >= 2 and s[0] == "(" and s[-1] == ")":
-        depth = 0
-        for i, c in enumerate(s):
-            depth += c == "("
-            depth -= c == ")"
-            if depth == 0 and i < len(s) - 1:
-                return s  # "(1)+(2)": the outer parentheses are not a wrapper
-        inner = s[1:-1].strip()
-        # keep tuples such as (1, 2) but unwrap thousands-separated numbers such as (1,000)
-        if "," not in inner or _THOUSANDS_RE.match(inner):
-            return inner
-    return s
-
-
-def _normalize_once(s: str) -> str:
-    s = s.strip()
-    s = s.replace("\\$", "").replace("$", "")
-    if s.startswith("\\(") and s.endswith("\\)") or s.startswith("\\[") and s.endswith("\\]"):
-        s = s[2:-2]
-    s = s.replace("**", "")
-    s = re.sub(r"\\[dt]frac", r"\\frac", s)
-    s = re.sub(r"\\(?:left|right|displaystyle|textstyle|bigl?|bigr?|Bigl?|Bigr?)(?![a-zA-Z])", "", s)
-    s = re.sub(r"\^\s*\{?\s*\\circ\s*\}?|\\circ|\\degree|°", "", s)
-    # thousands separators written in LaTeX: 1{,}000, 1\,000, 1\ 000, 1\!000, 1~000
-    s = re.sub(
-        r"(?<=\d)(?:\{,\}|\\[,;:! ]|~)(?=\d{3}(?!\d))",
-        lambda m: "," if m.group(0) == "{,}" else "",
-        s,
-    )
-    s = _UNWRAP_CMD_RE.sub(lambda m: m.group(1), s)
-    s = strip_text_blocks(s)
-    s = re.sub(r"\\[,;:! ]", " ", s)  # remaining LaTeX spacing
-    s = re.sub(r"\s+", " ", s).strip()
-    s = s.rstrip(".").strip()
-    # "x = 5", "147 \cdot 2 = 294": the value is what follows the last "=".
-    parts = re.split(r"(?<![<>!\\:])=(?!=)", s)
-    if len(parts) > 1 and parts[-1].strip():
-        s = parts[-1].strip()
-    s = _unwrap_parens(s)
-    if s.startswith("{") and s.endswith("}") and match_brace(s, 0, len(s)) == len(s) - 1:
-        s = s[1:-1].strip()
-    if _THOUSANDS_RE.match(s):
-        s = s.replace(",", "")
-    if _INT_RE.match(s) and len(s) <= _MAX_DIGITS:
-        s = str(int(s))
-    return s
-
-
-def _normalize(s: str) -> str:
-    """Canonical string form of an answer (idempotent)."""
-    for _ in range(6):
-        new = _normalize_once(s)
-        if new == s:
-            break
-        s = new
-    frac = _as_plain_fraction(s)
-    if frac is not None:
-        s = frac
-    return s
-
-
-def _as_plain_fraction(s: str) -> str | None:
-    """``\\frac{a}{b}`` / ``a / b`` with integer a, b -> ``"a/b"`` (sign in front)."""
-    m = _LATEX_FRAC_RE.match(s)
-    if m:
-        sign, num, den = m.group(1), m.group(2) or m.group(3), m.group(4) or m.group(5)
-    else:
-        m = _SLASH_FRAC_RE.match(s)
-        if not m:
-            return None
-        sign, num, den = m.group(1), m.group(2), m.group(3)
-    if len(num) + len(den) > _MAX_DIGITS:
-        return None
-    n, d = int(num), int(den)
-    neg = (sign == "-") ^ (n < 0) ^ (d < 0)
-    return f"{'-' if neg else ''}{abs(n)}/{abs(d)}"
+def check_version(version: int) -> int:
+    """``version`` itself when this graftbench knows its rules; raises ``ValueError`` naming the known ones."""
+    if isinstance(version, bool) or version not in VERIFIER_VERSIONS:
+        known = ", ".join(map(str, VERIFIER_VERSIONS))
+        raise ValueError(f"verifier version {version!r} is not known to this graftbench (it knows {known})")
+    return version
 
 
 def _as_rational(s: str) -> Fraction | None:
@@ -153,7 +71,7 @@ def _as_rational(s: str) -> Fraction | None:
             return Fraction(int(s))
         if _DEC_RE.match(s):
             return Fraction(s[:-1] if s.endswith(".") else s)
-        frac = _as_plain_fraction(s)
+        frac = as_plain_fraction(s)
         if frac is not None:
             num, den = frac.split("/")
             if int(den) == 0:
@@ -183,7 +101,7 @@ def _decimals_to_fracs(s: str) -> str:
     return _DECIMAL_LITERAL_RE.sub(repl, s)
 
 
-def _sympy_parse(s: str):
+def _sympy_parse(s: str, version: int):
     """Parse a normalized answer into a safe sympy expression; None if impossible/unsafe."""
     if not s or len(s) > _MAX_SYMPY_LEN:
         return None
@@ -198,6 +116,8 @@ def _sympy_parse(s: str):
         return None
     try:
         if isinstance(expr, sympy.Equality):
+            if version >= 2:
+                return None  # an equation left whole by normalization is not a value
             expr = expr.rhs
         if not isinstance(expr, sympy.Expr) or not _is_safe(expr, sympy):
             return None
@@ -270,8 +190,9 @@ def _sympy_equal(a, b) -> bool:
 # --------------------------------------------------------------------------------------
 
 
-def extract_answer(text: str) -> str | None:
-    """Return the normalized final answer of ``text``, or ``None`` if it has none.
+def extract_answer(text: str, version: int = VERIFIER_VERSION) -> str | None:
+    """Return the normalized final answer of ``text`` under the rules of verifier ``version``, or ``None`` if it
+    has none.
 
     A final answer is marked by one of
 
@@ -286,38 +207,43 @@ def extract_answer(text: str) -> str | None:
     without any marker is not an answer. The result is normalized: units in ``\\text{}``
     dropped, ``\\textbf``/``\\mathbf``/parentheses/``$`` unwrapped, thousands separators
     and leading zeros removed, ``\\dfrac``/``\\tfrac`` -> ``\\frac``, ``^\\circ`` removed,
-    ``x = 5`` -> ``5``, integer fractions written ``a/b``.
+    ``x = 5`` -> ``5``, integer fractions written ``a/b``. Version 2 adds the rules of
+    :data:`graftbench.answer_normalization.RULES_ADDED` (placeholder boxes skipped, ``2x + 3 = 7`` gives ``None``).
 
-    Never raises: any input that is not a string, or any internal failure, gives ``None``.
+    Never raises on any text: input that is not a string, or any internal failure, gives ``None``. Raises
+    ``ValueError`` only for a ``version`` this graftbench does not know (:func:`check_version`).
     """
+    check_version(version)
     try:
         if not isinstance(text, str) or not text:
             return None
-        candidates = box_candidates(text) + phrase_candidates(text)
+        candidates = box_candidates(text, version) + phrase_candidates(text, version)
         if not candidates:
             return None
         _, raw = max(candidates, key=lambda pc: pc[0])
-        return _normalize(raw)
+        return normalize(raw, version)
     except Exception:
         return None
 
 
-def answers_equivalent(extracted: str, key: str) -> bool:
+def answers_equivalent(extracted: str, key: str, version: int = VERIFIER_VERSION) -> bool:
     """True iff the two answer strings denote exactly the same mathematical value.
 
-    Both sides are normalized as in :func:`extract_answer`. Integers, decimals and integer
-    fractions are compared as exact rationals (``\\frac{1}{2}`` == ``0.5``, but
+    Both sides are normalized as in :func:`extract_answer` (the key by the same rules as the response). Integers,
+    decimals and integer fractions are compared as exact rationals (``\\frac{1}{2}`` == ``0.5``, but
     ``0.25`` != ``25``); identical normalized strings are equal; anything else is parsed
     with latex2sympy2_extended (decimals turned into exact fractions first) and compared
     with sympy (``4\\sqrt{2}`` != ``4``, ``\\sqrt{16}`` == ``4``). Candidates over 200
     characters, or with exponents/factorials over 1000, are not given to sympy.
 
-    Never raises: unparsable or pathological input gives ``False``.
+    Never raises on any text: unparsable or pathological input gives ``False``. Raises ``ValueError`` only for an
+    unknown ``version``.
     """
+    check_version(version)
     try:
         if not isinstance(extracted, str) or not isinstance(key, str):
             return False
-        a, b = _normalize(extracted), _normalize(key)
+        a, b = normalize(extracted, version), normalize(key, version)
         if not a or not b:
             return False
         ra, rb = _as_rational(a), _as_rational(b)
@@ -325,10 +251,10 @@ def answers_equivalent(extracted: str, key: str) -> bool:
             return ra == rb
         if a == b:
             return True
-        ea = _sympy_parse(a)
+        ea = _sympy_parse(a, version)
         if ea is None:
             return False
-        eb = _sympy_parse(b)
+        eb = _sympy_parse(b, version)
         if eb is None:
             return False
         return _sympy_equal(ea, eb)
@@ -336,22 +262,25 @@ def answers_equivalent(extracted: str, key: str) -> bool:
         return False
 
 
-def verify_answer(output: str, key: str, cue: str = "") -> Verdict:
-    """Verify ``cue + output`` against the answer ``key``.
+def verify_answer(output: str, key: str, cue: str = "", version: int = VERIFIER_VERSION) -> Verdict:
+    """Verify ``cue + output`` against the answer ``key`` under the rules of verifier ``version``.
 
     ``cue`` is the answer cue that ended the prompt (e.g. ``"Final answer:"``, possibly
     ``""``); it is prepended so that a bare continuation such as ``" 204\\n"`` after the cue
     ``"Final answer:"`` counts as the final answer. The last final-answer marker in the
     combined text is taken (see :func:`extract_answer`) and compared with
-    :func:`answers_equivalent`.
+    :func:`answers_equivalent`. A manifest is re-checked under the version it records, so that a later rule
+    never turns a recorded verdict into a mismatch.
 
-    Never raises: returns ``Verdict(None, False)`` when no answer is found or on any error.
+    Never raises on any text: returns ``Verdict(None, False)`` when no answer is found or on any error. Raises
+    ``ValueError`` only for an unknown ``version``.
     """
+    check_version(version)
     try:
         text = (cue if isinstance(cue, str) else "") + (output if isinstance(output, str) else "")
-        extracted = extract_answer(text)
+        extracted = extract_answer(text, version)
         if extracted is None:
             return Verdict(None, False)
-        return Verdict(extracted, answers_equivalent(extracted, key))
+        return Verdict(extracted, answers_equivalent(extracted, key, version))
     except Exception:
         return Verdict(None, False)
