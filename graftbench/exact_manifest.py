@@ -6,7 +6,6 @@ the full config pin and, per pair, the token ids' hash, the artifact id and the 
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from .durable import append_json_line
 from .hashing import sha256_json
 from .isa import environment as cpu_environment
 from .manifest import environment, load_manifest
+from .strict_json import loads_strict
 
 SCHEMA = "graftbench.exactness/1"
 # Besides the pin's own unpinned fields, a replay ignores the eval prompt layout: check-exact builds its pairs from
@@ -141,8 +141,10 @@ def append_replay_log(path, record: dict) -> None:
 
 
 def read_replay_log(path) -> list[dict]:
-    """The records of a replay log (``[]`` when the file does not exist). Raises ``ValueError`` naming the line
-    that is not a JSON object."""
+    """The records of a replay log (``[]`` when the file does not exist), each line read with
+    :func:`graftbench.strict_json.loads_strict`. Raises ``ValueError`` naming the line that is not a JSON object
+    (:class:`~graftbench.strict_json.StrictJSONError`, a ``ValueError``, for a line that is not strict JSON: an
+    object repeating a key, ``NaN``, a lone surrogate); ``UnicodeDecodeError`` for a file that is not UTF-8."""
     path = Path(path)
     if not path.exists():
         return []
@@ -150,7 +152,7 @@ def read_replay_log(path) -> list[dict]:
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
-        record = json.loads(line)
+        record = loads_strict(line, source=f"{path} line {number}")
         if not isinstance(record, dict):
             raise ValueError(f"{path} line {number}: not a JSON object")
         records.append(record)

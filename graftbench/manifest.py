@@ -19,7 +19,6 @@ list, problem hashes and keys, and artifact payloads when the store is present.
 
 from __future__ import annotations
 
-import json
 import platform
 from collections import Counter
 from datetime import datetime, timezone
@@ -29,6 +28,7 @@ from .artifact_ids import artifact_path, artifacts_dir, is_artifact_id
 from .config import pin_fingerprint
 from .hashing import canonical_json, sha256_file, sha256_json, sha256_text
 from .isa import environment as cpu_environment
+from .strict_json import StrictJSONError, load_strict
 from .verify import verify_answer
 
 SCHEMA = "graftbench.manifest/1"
@@ -146,22 +146,23 @@ def write_manifest(manifest: dict, path: str | Path) -> None:
 
 
 def load_manifest(path: str | Path, schema: str = SCHEMA) -> dict:
-    """Read a manifest of ``schema``. Raises :class:`ManifestError` naming the path when it is missing or not one."""
+    """Read a manifest of ``schema`` with :func:`graftbench.strict_json.load_strict`.
+
+    Raises :class:`ManifestError` naming the path when it is missing, a directory, not valid JSON (``NaN`` and
+    ``Infinity`` included), JSON that parsers may read differently (an object repeating a key, a lone-surrogate
+    ``\\u`` escape, a number too large for a float: the message names the key or the place), or not a
+    ``schema`` document."""
     try:
-        manifest = json.loads(Path(path).read_text(encoding="utf-8"), parse_constant=_refuse_constant)
+        manifest = load_strict(path)
     except FileNotFoundError as exc:
         raise ManifestError(f"manifest '{path}' does not exist") from exc
     except IsADirectoryError as exc:
         raise ManifestError(f"manifest '{path}' is a directory") from exc
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise ManifestError(f"manifest '{path}' is not valid JSON ({exc})") from exc
+    except StrictJSONError as exc:
+        raise ManifestError(f"manifest '{path}' {exc.reason}") from exc
     if not isinstance(manifest, dict) or manifest.get("schema") != schema:
         raise ManifestError(f"manifest '{path}' is not a {schema} document")
     return manifest
-
-
-def _refuse_constant(name: str):
-    raise ValueError(f"{name} is not a JSON number")
 
 
 def _check_sample(sample: dict, known: dict[str, dict]) -> list[str]:

@@ -5,18 +5,20 @@ Imports no torch, so a manifest can be re-checked on a machine without a model.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from .exact_manifest import SCHEMA as EXACTNESS_SCHEMA
 from .exact_manifest import load_expectation, verify_exactness_manifest
 from .manifest import verify_manifest
+from .strict_json import StrictJSONError, load_strict
 
 
 def _schema_of(path: Path) -> str | None:
+    # The same strict reader as load_manifest: a file it refuses has no schema here, and load_manifest then
+    # names what is wrong with it.
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8")).get("schema")
-    except (OSError, ValueError, AttributeError):
+        return load_strict(path).get("schema")
+    except (OSError, StrictJSONError, AttributeError):
         return None
 
 
