@@ -17,6 +17,7 @@ import numbers
 import os
 import re
 from collections.abc import Callable
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,13 @@ blow up a model's context later. Longer statements are refused with a clear erro
 than silently truncated. Solutions are not capped."""
 
 _INT_RE = re.compile(r"^[+-]?[0-9]+$")
+_DECIMAL_RE = re.compile(r"^[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?$")  # ASCII digits only
 _MAX_EXACT_FLOAT = 2**53
+"""Every integer of magnitude up to 2**53 is a float (binary64); past it not every one is, so an integral value
+written as a float there may be a rounded one (9007199254740993 exported as a float is 9007199254740992.0), and a
+float literal there (``9007199254740993.0``) reads as another integer in every reader that parses floats as
+binary64 (pandas, JavaScript, Python's own ``json``)."""
+_INTEGER_ONLY = "answers must be integers (the command line reads integer keys only; correct the key in the file)"
 
 
 def load_problems(
@@ -69,14 +76,22 @@ def load_problems(
     (``id_field=None`` makes ids ``"<file stem>-<row>"``, rows 1-based);
     ``solution_field`` is optional (column absent, ``None`` or empty → ``solution=None``).
 
-    With ``integer_answers=True`` every key must be an integer: a Python int, an integral
-    float, or a string of ASCII digits with an optional sign and surrounding whitespace;
-    it is stored canonically (``"033"``, ``" 33 "`` and ``33`` all become ``"33"``).
-    ``"abc"``, ``"1.5"``, ``"1e3"``, ``"1_000"`` and booleans are refused. With
-    ``integer_answers=False`` string keys are kept exactly as given (numbers become ``str``).
+    With ``integer_answers=True`` every key must be an integer, the same in every format: an
+    integer (a JSON or parquet integer, or a string of ASCII digits with an optional sign and
+    surrounding whitespace, of any size), or a number written with a fraction or an exponent
+    whose value is exactly an integer of magnitude at most 2**53 (JSON ``42.0``, a parquet
+    float or decimal, CSV or JSON strings ``"42.0"``, ``"4.2e1"``). It is stored canonically
+    (``"033"``, ``" 33 "``, ``33``, ``33.0`` and ``"3.3e1"`` all become ``"33"``). Refused:
+    ``"abc"``, ``"1_000"``, booleans, a non-integral value (``42.5``, ``"42.5"``), and an
+    integral value written as a float beyond 2**53 (``9007199254740993.0``: a float there may
+    be a rounded integer, and other readers load it as 9007199254740992). With
+    ``integer_answers=False`` string keys are kept exactly as given; a number becomes ``str``
+    of its int or float, and a JSON float literal holding more digits than a float
+    (``0.10000000000000001``, ``9007199254740993.0``) is refused (quote it as a string).
 
-    JSON values are taken exactly as parsed (``"033"`` next to ``33`` stays ``"033"``,
-    integers of any size up to Python's 4,300 digits stay exact); the columns are the keys of
+    JSON values are taken exactly as parsed, float literals as :class:`decimal.Decimal` so that
+    the literal itself is checked (``"033"`` next to ``33`` stays ``"033"``, integers of any
+    size up to Python's 4,300 digits stay exact); the columns are the keys of
     all rows, in order of first appearance; a key absent from a row reads as ``None``. CSV
     columns are all read as strings (so ids like ``"007"`` survive); cells pandas reads as NA
     (empty, ``NA``, ``null``, ...) count as missing.
@@ -90,8 +105,9 @@ def load_problems(
             column missing (the message lists the available fields and names ``--id-field`` /
             ``--problem-field`` / ``--answer-field``); per row (file,
             1-based row, field): null id/problem/answer, empty or whitespace-only problem,
-            problem over :data:`MAX_PROBLEM_CHARS`, non-integer key, duplicate id, wrong
-            value type; a hub id that cannot be loaded (e.g. offline); any other failure of
+            problem over :data:`MAX_PROBLEM_CHARS`, non-integer key, an integral key written as a
+            float beyond 2**53, a JSON float literal a float cannot hold (``integer_answers=False``),
+            duplicate id, wrong value type; a hub id that cannot be loaded (e.g. offline); any other failure of
             ``datasets`` to read a parquet or CSV file.
         ValueError: ``limit`` negative or not an int.
     """
@@ -164,7 +180,7 @@ def _rows_to_problems(
                 raise ProblemSetError(f"{where(i, id_field)}: id is missing (null or NaN)")
             if isinstance(value, bool) or not isinstance(value, (str, numbers.Integral)):
                 raise ProblemSetError(
-                    f"{where(i, id_field)}: id must be a string or an integer, got {type(value).__name__}"
+                    f"{where(i, id_field)}: id must be a string or an integer, got {_type_name(value)}"
                 )
             pid = str(value).strip()
             if not pid:
@@ -180,7 +196,7 @@ def _rows_to_problems(
             raise ProblemSetError(f"{where(i, problem_field)}: problem text is missing (null or NaN)")
         if not isinstance(text, str):
             raise ProblemSetError(
-                f"{where(i, problem_field)}: problem text must be a string, got {type(text).__name__}"
+                f"{where(i, problem_field)}: problem text must be a string, got {_type_name(text)}"
             )
         if not text.strip():
             raise ProblemSetError(f"{where(i, problem_field)}: problem text is empty or whitespace")
@@ -199,7 +215,7 @@ def _rows_to_problems(
             if not _is_null(sol):
                 if not isinstance(sol, str):
                     raise ProblemSetError(
-                        f"{where(i, solution_field)}: solution must be a string, got {type(sol).__name__}"
+                        f"{where(i, solution_field)}: solution must be a string, got {_type_name(sol)}"
                     )
                 if sol.strip():
                     _check_encodable(sol, where(i, solution_field))
@@ -215,34 +231,80 @@ def _check_encodable(text: str, where: str) -> None:
         raise ProblemSetError(f"{where}: not valid Unicode (lone surrogate at character {e.start})") from None
 
 
+def _type_name(value: Any) -> str:
+    """The JSON-ish type name of ``value`` for errors: a JSON float literal (a ``Decimal`` here) is a float."""
+    return "float" if isinstance(value, Decimal) else type(value).__name__
+
+
 def _answer_key(value: Any, integer_answers: bool, where: Callable[[], str]) -> str:
     if _is_null(value):
         raise ProblemSetError(f"{where()}: answer is missing (null or NaN)")
     if isinstance(value, bool):
         raise ProblemSetError(f"{where()}: answer must be an integer, got a boolean {value!r}")
     if integer_answers:
-        if isinstance(value, numbers.Integral):
-            return str(int(value))
-        if isinstance(value, float):
-            if math.isfinite(value) and value.is_integer() and abs(value) <= _MAX_EXACT_FLOAT:
-                return str(int(value))
-            raise ProblemSetError(
-                f"{where()}: answer {value!r} is not an integer (use integer_answers=False for non-integer keys)"
-            )
-        if isinstance(value, str):
-            s = value.strip()
-            if _INT_RE.fullmatch(s):
-                return str(int(s))
-            raise ProblemSetError(
-                f"{where()}: answer {value!r} is not an integer (use integer_answers=False for non-integer keys)"
-            )
-        raise ProblemSetError(f"{where()}: answer must be an integer, got {type(value).__name__}")
+        return _integer_key(value, where)
     if isinstance(value, str):
         if not value.strip():
             raise ProblemSetError(f"{where()}: answer is empty")
         return value
+    if isinstance(value, Decimal):  # a JSON float literal: kept as before (str of its float) if a float holds it
+        as_float = float(value)
+        if not math.isfinite(as_float) or Decimal(repr(as_float)) != value:
+            raise ProblemSetError(
+                f"{where()}: answer {value} has more digits than a float holds (readers would load "
+                f"{as_float!r}); write it as a string"
+            )
+        return str(as_float)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ProblemSetError(f"{where()}: answer {value!r} is not a number")
     if isinstance(value, (numbers.Integral, float)):
         return str(value)
     raise ProblemSetError(f"{where()}: answer must be a string or a number, got {type(value).__name__}")
 
 
+def _integer_key(value: Any, where: Callable[[], str]) -> str:
+    """The canonical integer string of an integer answer, whatever the format wrote it as (see
+    :func:`load_problems`)."""
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ProblemSetError(f"{where()}: answer {value!r} is not an integer; {_INTEGER_ONLY}")
+        return _integral(Decimal(value), repr(value), where)  # Decimal(float) is the float's exact value
+    if isinstance(value, Decimal):  # a JSON float literal, or a parquet decimal
+        return _integral(value, str(value), where)
+    if isinstance(value, str):
+        s = value.strip()
+        if _INT_RE.fullmatch(s):
+            return str(int(s))
+        if _DECIMAL_RE.fullmatch(s):  # a CSV cell is always a string: "42.0" is a float export
+            try:
+                number = Decimal(s)
+            except ArithmeticError:  # decimal.InvalidOperation: an exponent beyond what Decimal holds
+                raise ProblemSetError(f"{where()}: answer {value!r} is out of range; {_INTEGER_ONLY}") from None
+            return _integral(number, repr(value), where)
+        raise ProblemSetError(f"{where()}: answer {value!r} is not an integer; {_INTEGER_ONLY}")
+    raise ProblemSetError(f"{where()}: answer must be an integer, got {type(value).__name__}")
+
+
+def _integral(number: Decimal, shown: str, where: Callable[[], str]) -> str:
+    """``number`` (written with a fraction or an exponent) as a canonical integer string, if it is exactly an
+    integer of magnitude at most :data:`_MAX_EXACT_FLOAT`; ``shown`` is how errors quote it."""
+    not_integer = ProblemSetError(f"{where()}: answer {shown} is not an integer; {_INTEGER_ONLY}")
+    if not number.is_finite() or (not number.is_zero() and number.adjusted() < 0):  # 0 < |number| < 1
+        raise not_integer
+    # adjusted() (the exponent of the leading digit) bounds the number without arithmetic on it, so a literal
+    # like 1e999999999 costs nothing; 2**53 has 16 digits.
+    if number.adjusted() >= 16 or number.copy_abs() > _MAX_EXACT_FLOAT:
+        if number.as_tuple().exponent < 0 and number != number.to_integral_value():
+            raise not_integer
+        as_float = float(number)
+        rounded = math.isfinite(as_float) and as_float != number
+        loaded = f" (readers that parse floats load {as_float:.0f})" if rounded else ""
+        raise ProblemSetError(
+            f"{where()}: answer {shown} is written as a float beyond 2**53 = {_MAX_EXACT_FLOAT}, where a float does "
+            f"not hold every integer{loaded}; write it as an integer, without a fraction or an exponent"
+        )
+    if number != number.to_integral_value():
+        raise not_integer
+    return str(int(number))

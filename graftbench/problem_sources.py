@@ -6,7 +6,9 @@ read, the 1-based line.
 
 How each kind of file is read, and how often:
 
-* JSON and JSON Lines are parsed once, here (the ``json`` module), and the parsed values are the rows.
+* JSON and JSON Lines are parsed once, here (the ``json`` module), and the parsed values are the rows; a float
+  literal is read as :class:`decimal.Decimal`, its exact value, so that :mod:`graftbench.problem_loading` can
+  check it (``9007199254740993.0`` is not read as the float 9007199254740992.0).
   ``datasets`` is no longer used for them: it typed mixed-type columns lossily (``"033"`` next to ``33`` read
   back as ``33``), so every value it read that was not a plain string had to be replaced by our own parse's,
   and its plain strings were our parse's strings.
@@ -31,6 +33,7 @@ import re
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +78,8 @@ def is_hub_id(source: str) -> bool:
 def read_local(label: str, path: Path) -> RawTable:
     """Read the local problem-set file ``path``; errors name it as ``label`` (the path as given).
 
-    JSON rows are the parsed objects; CSV and parquet rows are read by ``datasets``, CSV columns as strings.
+    JSON rows are the parsed objects (float literals as ``Decimal``); CSV and parquet rows are read by
+    ``datasets``, CSV columns as strings.
 
     Raises:
         ProblemSetError: the file is missing, a directory or of an unsupported suffix; invalid UTF-8, invalid
@@ -164,7 +168,7 @@ def _scan_json(label: str, path: Path) -> tuple[list[dict[str, Any]], list[int] 
             raise ProblemSetError(f"{label}: line {line}: invalid UTF-8 at byte {e.start}") from None
         if text.lstrip().startswith("["):
             try:
-                doc = json.loads(text)
+                doc = json.loads(text, parse_float=_decimal)
             except json.JSONDecodeError as e:
                 raise ProblemSetError(
                     f"{label}: line {e.lineno}: invalid JSON ({e.msg}, column {e.colno})"
@@ -231,15 +235,24 @@ def _loads(text: str) -> tuple[Any, str | None]:
             repeats.append((obj, next(key for i, key in enumerate(keys) if key in keys[:i])))
         return obj
 
-    value = json.loads(text, object_pairs_hook=to_dict)
+    value = json.loads(text, object_pairs_hook=to_dict, parse_float=_decimal)
     return value, next((key for obj, key in repeats if obj is value), None)
+
+
+def _decimal(literal: str) -> Decimal:
+    """A JSON float literal as its exact value; a ``ValueError`` (reported as invalid JSON, with the line) for
+    an exponent beyond what ``Decimal`` holds (``1e99999999999999999999``)."""
+    try:
+        return Decimal(literal)
+    except ArithmeticError:  # decimal.InvalidOperation
+        raise ValueError(f"the number {literal[:40]} is out of range") from None
 
 
 def _check_no_surrogates(obj: dict[str, Any], where: str) -> None:
     # A \ud800-style escape parses in Python, but the text then has no UTF-8 encoding: it could not be
     # hashed, tokenized or written to a manifest.
     try:
-        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+        json.dumps(obj, ensure_ascii=False, default=str).encode("utf-8")  # default: Decimal floats
     except UnicodeEncodeError:
         raise ProblemSetError(f"{where}: invalid JSON string (a \\u escape encodes a lone surrogate)") from None
 

@@ -8,6 +8,7 @@ deposit, exactness, manifests) only reads them and their hashes. Imports nothing
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -57,13 +58,26 @@ def problem_set_sha256(problems: Sequence[Problem]) -> str:
 
 
 def normalize_problem_text(text: str) -> str:
-    """Normalise a problem statement for exact-match routing: lowercase, every run of
-    whitespace collapsed to one space, leading/trailing whitespace stripped."""
-    return " ".join(text.lower().split())
+    """Normalise a problem statement for routing (the exact key and the similarity text): Unicode
+    NFC, lowercase, every run of whitespace collapsed to one space, leading/trailing whitespace
+    stripped.
+
+    NFC makes the key independent of how the text was encoded: ``"é"`` written precomposed
+    (U+00E9) or as ``e`` + U+0301 (NFD, as some editors and macOS file tools write it) is the
+    same text, and must route exactly. NFKC would go further and fold compatibility characters,
+    which changes mathematics: ``"x²"`` would become ``"x2"``, ``"½"`` ``"1⁄2"``, ``"ℝ"``
+    ``"R"``, so two different problems (``x²`` and ``x2``) would share a key. NFC changes no
+    character's meaning; it only chooses one of two encodings of the same character.
+    It is applied again after lowercasing, which can produce a decomposable sequence, so the
+    result is NFC and the function is idempotent."""
+    return " ".join(unicodedata.normalize("NFC", unicodedata.normalize("NFC", text).lower()).split())
 
 
 def problem_text_sha256(text: str) -> str:
     """SHA-256 hex digest of the UTF-8 encoding of the raw (un-normalised) problem text.
+
+    Not normalised, not even to NFC, on purpose: it commits to the exact text that was solved
+    (the manifests record it), and an NFD copy is different bytes, tokenized differently.
 
     Raises ``UnicodeEncodeError`` for text holding lone surrogates (``load_problems``
     refuses such text, so loaded problems always hash)."""
@@ -72,7 +86,8 @@ def problem_text_sha256(text: str) -> str:
 
 def problem_key(problem: Problem) -> str:
     """SHA-256 hex digest of the UTF-8 encoding of the normalized problem text
-    (:func:`normalize_problem_text`): the exact-match routing key of the store.
+    (:func:`normalize_problem_text`, so NFC and NFD spellings of one text share a key): the
+    exact-match routing key of the store.
 
     Raises ``UnicodeEncodeError`` for text holding lone surrogates."""
     return sha256_text(normalize_problem_text(problem.problem))

@@ -13,6 +13,8 @@ import os
 import re
 import subprocess
 import sys
+import unicodedata
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,7 @@ from graftbench.problem_types import (
     Problem,
     ProblemSetError,
     normalize_problem_text,
+    problem_key,
     problem_set_sha256,
     problem_text_sha256,
 )
@@ -195,6 +198,107 @@ def test_json_keys_beyond_64_bits_are_exact(tmp_path):
     big = 2**70 + 1  # not representable as a float or an int64
     path = write_jsonl(tmp_path / "big.jsonl", [GOOD_ROWS[0], {"id": "b", "problem": "q", "answer": big}])
     assert [p.answer for p in load_problems(str(path))] == ["2", str(big)]
+
+
+def test_integral_floats_load_as_integers_in_every_format(tmp_path):
+    # CSV cells are strings: a float export ("42.0") was refused before, with advice the CLI cannot follow.
+    csv_path = tmp_path / "floats.csv"
+    csv_path.write_text("id,problem,answer\na,p,42.0\nb,q,4.2e1\nc,r, -7.0 \nd,s,033\ne,t,0.0\n", encoding="utf-8")
+    assert [p.answer for p in load_problems(str(csv_path))] == ["42", "42", "-7", "33", "0"]
+    # JSON float literals and strings of the same spelling.
+    rows = [{"id": "a", "problem": "p", "answer": 42.0}, {"id": "b", "problem": "q", "answer": "42.0"},
+            {"id": "c", "problem": "r", "answer": "4.2e1"}]
+    json_path = write_jsonl(tmp_path / "floats.jsonl", rows)
+    json_path.write_text(json_path.read_text(encoding="utf-8").replace("42.0}", "4.20e1}", 1), encoding="utf-8")
+    assert [p.answer for p in load_problems(str(json_path))] == ["42", "42", "42"]
+    array_path = tmp_path / "floats.json"
+    array_path.write_text('[{"id": "a", "problem": "p", "answer": 1E3}, {"id": "b", "problem": "q", "answer": -0.0}]',
+                          encoding="utf-8")
+    assert [p.answer for p in load_problems(str(array_path))] == ["1000", "0"]
+    # Parquet: a float column and a decimal column.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    columns = {"float": ([42.0, 2.0**53], pa.float64(), ["42", str(2**53)]),
+               "decimal": ([Decimal("42.00"), Decimal(7)], pa.decimal128(6, 2), ["42", "7"])}
+    for name, (answers, kind, expected) in columns.items():
+        path = tmp_path / f"{name}.parquet"
+        pq.write_table(pa.table({"id": ["a", "b"], "problem": ["p", "q"], "answer": pa.array(answers, kind)}), path)
+        assert [p.answer for p in load_problems(str(path))] == expected, name
+
+
+@pytest.mark.parametrize("cell", ["42.5", "4.25e1", "0.5", "1e-3"])
+def test_non_integral_csv_answer_is_refused(tmp_path, cell):
+    path = tmp_path / "frac.csv"
+    path.write_text(f"id,problem,answer\na,p,1\nb,q,{cell}\n", encoding="utf-8")
+    with pytest.raises(ProblemSetError, match=err(path, 2, "answer")) as info:
+        load_problems(str(path))
+    assert f"answer '{cell}' is not an integer" in str(info.value)
+    assert [p.answer for p in load_problems(str(path), integer_answers=False)] == ["1", cell]
+
+
+@pytest.mark.parametrize("literal", ["9007199254740993.0", "9007199254740994.0", "1e16", "1e400",
+                                     "-9.007199254740993e15"])
+def test_integral_floats_beyond_2_53_are_refused(tmp_path, literal):
+    # 9007199254740993.0 used to load silently as 9007199254740992: the JSON float was rounded before the check.
+    path = tmp_path / "big.jsonl"
+    path.write_text(json.dumps(GOOD_ROWS[0]) + '\n{"id": "b", "problem": "q", "answer": ' + literal + "}\n",
+                    encoding="utf-8")
+    with pytest.raises(ProblemSetError, match=err(path, 2, "answer")) as info:
+        load_problems(str(path))
+    assert "written as a float beyond 2**53" in str(info.value)
+    csv_path = tmp_path / "big.csv"
+    csv_path.write_text(f"id,problem,answer\na,p,{literal}\n", encoding="utf-8")
+    with pytest.raises(ProblemSetError, match=err(csv_path, 1, "answer")):
+        load_problems(str(csv_path))
+
+
+def test_exponents_beyond_decimal_are_refused_not_a_traceback(tmp_path):
+    huge = "1e99999999999999999999"  # Decimal raises InvalidOperation (an ArithmeticError) for this literal
+    path = tmp_path / "huge.jsonl"
+    path.write_text('{"id": "a", "problem": "p", "answer": ' + huge + "}\n", encoding="utf-8")
+    with pytest.raises(ProblemSetError, match=re.escape(f"line 1: invalid JSON (the number {huge} is out of range)")):
+        load_problems(str(path))
+    csv_path = tmp_path / "huge.csv"
+    csv_path.write_text(f"id,problem,answer\na,p,{huge}\n", encoding="utf-8")
+    with pytest.raises(ProblemSetError, match=re.escape(f"answer '{huge}' is out of range")):
+        load_problems(str(csv_path))
+
+
+def test_the_edge_of_exact_floats(tmp_path):
+    path = tmp_path / "edge.jsonl"
+    path.write_text('{"id": "a", "problem": "p", "answer": 9007199254740992.0}\n'
+                    '{"id": "b", "problem": "q", "answer": -9007199254740992.0}\n'
+                    '{"id": "c", "problem": "r", "answer": 9007199254740993}\n', encoding="utf-8")
+    assert [p.answer for p in load_problems(str(path))] == [str(2**53), str(-(2**53)), str(2**53 + 1)]
+    message = ("answer 9007199254740993.0 is written as a float beyond 2**53 = 9007199254740992, where a float "
+               "does not hold every integer (readers that parse floats load 9007199254740992)")
+    path.write_text('{"id": "a", "problem": "p", "answer": 9007199254740993.0}\n', encoding="utf-8")
+    with pytest.raises(ProblemSetError, match=re.escape(message)):
+        load_problems(str(path))
+
+
+def test_non_integer_mode_refuses_float_literals_a_float_cannot_hold(tmp_path):
+    path = tmp_path / "exact.jsonl"
+    path.write_text('{"id": "a", "problem": "p", "answer": 0.1}\n{"id": "b", "problem": "q", "answer": 2.50}\n',
+                    encoding="utf-8")
+    assert [p.answer for p in load_problems(str(path), integer_answers=False)] == ["0.1", "2.5"]
+    for literal, loaded in (("0.10000000000000001", "0.1"), ("9007199254740993.0", "9007199254740992.0"),
+                            ("1e400", "inf")):
+        path.write_text('{"id": "a", "problem": "p", "answer": ' + literal + "}\n", encoding="utf-8")
+        with pytest.raises(ProblemSetError, match=err(path, 1, "answer")) as info:
+            load_problems(str(path), integer_answers=False)
+        assert f"has more digits than a float holds (readers would load {loaded})" in str(info.value)
+    path.write_text('{"id": "a", "problem": "p", "answer": Infinity}\n', encoding="utf-8")
+    with pytest.raises(ProblemSetError, match=r"answer inf is not a number"):
+        load_problems(str(path), integer_answers=False)
+
+
+def test_float_ids_are_still_refused_and_named_as_floats(tmp_path):
+    path = tmp_path / "ids.jsonl"
+    path.write_text('{"id": 1.0, "problem": "p", "answer": 1}\n', encoding="utf-8")
+    with pytest.raises(ProblemSetError, match="id must be a string or an integer, got float"):
+        load_problems(str(path))
 
 
 def test_json_columns_are_all_keys_in_order_of_first_appearance(tmp_path):
@@ -659,6 +763,39 @@ def test_normalize_is_idempotent_and_collapsed(text):
     assert "  " not in norm
     assert not any(c.isspace() and c != " " for c in norm)
     assert norm == norm.lower()
+
+
+def test_nfc_and_nfd_texts_share_the_exact_key_and_the_similarity_text():
+    nfc = "Soit $f(x) = x^2$ : trouvez la différence entre $f(3)$ et $f(2)$, dit l'élève."
+    nfd = unicodedata.normalize("NFD", nfc)
+    assert nfd != nfc and problem_text_sha256(nfd) != problem_text_sha256(nfc)  # the raw text hash stays raw
+    assert normalize_problem_text(nfd) == normalize_problem_text(nfc)
+    assert problem_key(Problem("a", nfd, "1")) == problem_key(Problem("a", nfc, "1"))
+    # NFC, not NFKC: superscripts and fractions keep their meaning.
+    assert normalize_problem_text("x² + ½") == "x² + ½"
+    assert problem_key(Problem("a", "Find x²", "1")) != problem_key(Problem("a", "Find x2", "1"))
+    assert normalize_problem_text("Ǆ\u0301 İ") == unicodedata.normalize("NFC", normalize_problem_text("Ǆ\u0301 İ"))
+
+
+def test_an_nfd_copy_routes_exactly(tmp_path):
+    from graftbench.store import Store
+
+    deposited = Problem("a", "Combien de résultats différents ? Écrivez la réponse.", "12")
+    query = Problem("b", unicodedata.normalize("NFD", deposited.problem), "12")
+    store = Store(tmp_path / "store")
+    header = {"config_fingerprint": "f" * 64, "positions": [0, 1], "problem_key": problem_key(deposited),
+              "problem_text": normalize_problem_text(deposited.problem), "answer": "12"}
+    artifact_id = store.plant(b"not an artifact: only the index row is used here", header)
+    assert store.find_exact("f" * 64, problem_key(query)) == artifact_id
+
+
+def test_nfc_leaves_the_committed_problem_keys_unchanged():
+    """The AIME files are NFC already, and the built-in set is ASCII: no key of a committed or generated problem
+    changes with the NFC step (the old normalization was lower-case and collapse only)."""
+    problems = load_problems(AIME2024) + load_problems(AIME2025) + builtin_problems(8)
+    for p in problems:
+        assert normalize_problem_text(p.problem) == " ".join(p.problem.lower().split()), p.id
+        assert unicodedata.is_normalized("NFC", p.problem), p.id
 
 
 # ----------------------------------------------------------------------------- no torch
