@@ -85,7 +85,7 @@ def run_problem(session: Session, problem: Problem, settings: EvalSettings, budg
     certify_start = time.perf_counter()
     certificate = _certificate(session, *attempt.certify_segments) if attempt.certify_segments else None
     certify_s = time.perf_counter() - certify_start if attempt.certify_segments else None
-    verdict = verify_answer(decoded.text, problem.answer, cue=attempt.cue)
+    verdict = verify_answer(decoded.text, problem.answer, cue=attempt.cue, version=settings.verifier_version)
     return Sample(
         problem_id=problem.id,
         problem_sha256=problem_text_sha256(problem.problem),

@@ -24,6 +24,19 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
+def jcs_json(obj: Any) -> bytes:
+    """Serialize ``obj`` with the JSON Canonicalization Scheme (RFC 8785, the ``rfc8785`` package): UTF-8 bytes, keys
+    sorted by UTF-16 code units, numbers in ECMAScript form (``1e-7``, ``100``), so that a checker in any language
+    can reproduce them. The convention of ``graftbench.manifest/2`` manifests.
+
+    Raises ``rfc8785.CanonicalizationError`` (a ``ValueError``) for a value JSON cannot carry exactly: an integer
+    of magnitude 2**53 or more, NaN or infinity; ``UnicodeEncodeError`` for a lone surrogate.
+    """
+    import rfc8785
+
+    return rfc8785.dumps(obj)
+
+
 def sha256_bytes(data: bytes) -> str:
     """SHA-256 hex digest (64 characters) of ``data``."""
     return hashlib.sha256(data).hexdigest()

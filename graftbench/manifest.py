@@ -1,9 +1,11 @@
 """Write and verify run manifests. Imports no torch and needs no model.
 
-A manifest is canonical JSON (sorted keys, no whitespace): the config pin and its fingerprint, the environment,
-the problem set's hash, each problem's id, text hash and key (never its text), each sample with its output text
-and the output's SHA-256, verdicts, tokens, energy, the artifacts used with their SHA-256, the totals,
-``sealed_fields`` and ``manifest_sha256``: the SHA-256 of the canonical JSON of everything else.
+A manifest (schema ``graftbench.manifest/2``) is written as RFC 8785 canonical JSON; one of schema ``/1`` was sealed
+over :func:`graftbench.hashing.canonical_json` and is still checked that way. It holds the config pin and its
+fingerprint, the environment, the settings (with the verifier version its samples were scored under), the problem
+set's hash, each problem's id, text hash and key (never its text), each sample with its output text and the
+output's SHA-256, verdicts, tokens, energy, the artifacts used with their SHA-256, the totals, ``sealed_fields``
+and ``manifest_sha256``: the SHA-256 of the canonical bytes of everything else.
 
 ``sealed_fields`` holds a short digest (16 hex digits of SHA-256) of every top-level section (of each key of an
 object section such as ``config``) and of every field of every problem and sample (keyed by id). It does not add
@@ -26,12 +28,14 @@ from pathlib import Path
 
 from .artifact_ids import artifact_path, artifacts_dir, is_artifact_id
 from .config import pin_fingerprint
-from .hashing import canonical_json, sha256_file, sha256_json, sha256_text
+from .hashing import canonical_json, jcs_json, sha256_bytes, sha256_file, sha256_text
 from .isa import environment as cpu_environment
 from .strict_json import StrictJSONError, load_strict
-from .verify import verify_answer
+from .verify import check_version, verify_answer
 
-SCHEMA = "graftbench.manifest/1"
+SCHEMA_V1 = "graftbench.manifest/1"  # canonical JSON of graftbench.hashing.canonical_json; verifier 1
+SCHEMA = "graftbench.manifest/2"  # RFC 8785 (JCS) bytes; the verifier version in settings.verifier_version
+SCHEMAS = (SCHEMA_V1, SCHEMA)
 DIGEST_CHARS = 16
 _ENTRY_SECTIONS = {"problems": ("problem", "id"), "samples": ("sample", "problem_id")}
 _UNSEALED = ("manifest_sha256", "sealed_fields")
@@ -39,6 +43,11 @@ _UNSEALED = ("manifest_sha256", "sealed_fields")
 
 class ManifestError(ValueError):
     """A manifest file that cannot be read at all (missing, not JSON, wrong schema)."""
+
+
+class ManifestRefused(ManifestError):
+    """A manifest file that exists but is not valid JSON, or is JSON that parsers may read differently (a repeated
+    key, a lone surrogate, NaN): ``verify-manifest`` reports it like any other failed check (exit 1)."""
 
 
 def _round(value: float) -> float:
@@ -78,6 +87,27 @@ def environment() -> dict:
             **cpu_environment()}
 
 
+def canonical_bytes(obj, schema: str = SCHEMA) -> bytes:
+    """The bytes a manifest of ``schema`` commits to for ``obj``: RFC 8785 for ``graftbench.manifest/2``,
+    :func:`graftbench.hashing.canonical_json` (UTF-8) for ``graftbench.manifest/1``."""
+    return jcs_json(obj) if schema == SCHEMA else canonical_json(obj).encode("utf-8")
+
+
+def seal_sha256(obj, schema: str = SCHEMA) -> str:
+    """SHA-256 of :func:`canonical_bytes` of ``obj``: ``manifest_sha256`` over a manifest's body, and (cut to 16
+    hex digits) every digest of ``sealed_fields``."""
+    return sha256_bytes(canonical_bytes(obj, schema))
+
+
+def recorded_verifier_version(manifest: dict) -> int:
+    """The verifier version a run manifest's samples were scored under: ``settings.verifier_version``, or 1 for a
+    manifest written before versions were recorded. Raises ``ValueError`` for a version this graftbench does not
+    know."""
+    settings = manifest.get("settings")
+    version = settings.get("verifier_version", 1) if isinstance(settings, dict) else 1
+    return check_version(version)
+
+
 def build_manifest(*, run: str, command: str, config: dict, config_fingerprint: str, settings: dict,
                    problem_set: dict, problems: list[dict], samples: list[dict], energy: dict,
                    store: str | None) -> dict:
@@ -104,15 +134,15 @@ def build_manifest(*, run: str, command: str, config: dict, config_fingerprint: 
         "totals": compute_totals(samples),
     }
     body["sealed_fields"] = sealed_fields(body)
-    return {**body, "manifest_sha256": sha256_json(body)}
+    return {**body, "manifest_sha256": seal_sha256(body)}
 
 
-def _digest(value) -> str:
-    return sha256_json(value)[:DIGEST_CHARS]
+def _digest(value, schema: str) -> str:
+    return seal_sha256(value, schema)[:DIGEST_CHARS]
 
 
-def _section_digest(value):
-    return {k: _digest(v) for k, v in value.items()} if isinstance(value, dict) else _digest(value)
+def _section_digest(value, schema: str):
+    return {k: _digest(v, schema) for k, v in value.items()} if isinstance(value, dict) else _digest(value, schema)
 
 
 def _entries(manifest: dict, section: str) -> list:
@@ -127,25 +157,28 @@ def _entry_id(entry, section: str) -> str:
 def sealed_fields(body: dict) -> dict:
     """Short digests of every top-level section (``sections``; one per key for an object such as ``config``) and
     of every field of every problem and sample (``problems`` / ``samples``, keyed by id): what lets
-    :func:`verify_manifest` name the field that changed."""
-    digests = {"sections": {k: _section_digest(v) for k, v in body.items() if k not in (*_ENTRY_SECTIONS, *_UNSEALED)}}
+    :func:`verify_manifest` name the field that changed. Digests follow the body's ``schema`` convention."""
+    schema = body.get("schema") if body.get("schema") in SCHEMAS else SCHEMA
+    digests = {"sections": {k: _section_digest(v, schema) for k, v in body.items()
+                            if k not in (*_ENTRY_SECTIONS, *_UNSEALED)}}
     for section in _ENTRY_SECTIONS:
         digests[section] = {
-            _entry_id(entry, section): {f: _digest(v) for f, v in entry.items()} if isinstance(entry, dict)
-            else {"": _digest(entry)}
+            _entry_id(entry, section): {f: _digest(v, schema) for f, v in entry.items()} if isinstance(entry, dict)
+            else {"": _digest(entry, schema)}
             for entry in _entries(body, section)
         }
     return digests
 
 
 def write_manifest(manifest: dict, path: str | Path) -> None:
-    """Write canonical JSON atomically (see :func:`graftbench.durable.write_atomic`)."""
-    from .durable import write_atomic
+    """Write the manifest's canonical bytes (:func:`canonical_bytes` under its ``schema``) and a newline
+    atomically (see :func:`graftbench.durable.write_atomic`)."""
+    from .durable import write_file_atomic
 
-    write_atomic(Path(path), canonical_json(manifest) + "\n")
+    write_file_atomic(Path(path), canonical_bytes(manifest, manifest.get("schema", SCHEMA)) + b"\n")
 
 
-def load_manifest(path: str | Path, schema: str = SCHEMA) -> dict:
+def load_manifest(path: str | Path, schema: str | tuple[str, ...] = SCHEMAS) -> dict:
     """Read a manifest of ``schema`` with :func:`graftbench.strict_json.load_strict`.
 
     Raises :class:`ManifestError` naming the path when it is missing, a directory, not valid JSON (``NaN`` and
@@ -159,13 +192,14 @@ def load_manifest(path: str | Path, schema: str = SCHEMA) -> dict:
     except IsADirectoryError as exc:
         raise ManifestError(f"manifest '{path}' is a directory") from exc
     except StrictJSONError as exc:
-        raise ManifestError(f"manifest '{path}' {exc.reason}") from exc
-    if not isinstance(manifest, dict) or manifest.get("schema") != schema:
-        raise ManifestError(f"manifest '{path}' is not a {schema} document")
+        raise ManifestRefused(f"manifest '{path}' {exc.reason}") from exc
+    accepted = (schema,) if isinstance(schema, str) else schema
+    if not isinstance(manifest, dict) or manifest.get("schema") not in accepted:
+        raise ManifestError(f"manifest '{path}' is not a {' or '.join(accepted)} document")
     return manifest
 
 
-def _check_sample(sample: dict, known: dict[str, dict]) -> list[str]:
+def _check_sample(sample: dict, known: dict[str, dict], version: int) -> list[str]:
     sid = sample.get("problem_id")
     where = f"sample {sid}"
     mismatches = []
@@ -180,7 +214,7 @@ def _check_sample(sample: dict, known: dict[str, dict]) -> list[str]:
     if not isinstance(output, str) or sha256_text(output) != sample.get("output_sha256"):
         mismatches.append(f"{where}: output_sha256 does not match the stored output")
     verdict = verify_answer(output if isinstance(output, str) else "", key if isinstance(key, str) else "",
-                            cue=sample.get("cue") or "")
+                            cue=sample.get("cue") or "", version=version)
     if verdict.extracted != sample.get("extracted"):
         mismatches.append(f"{where}: extracted recorded {sample.get('extracted')!r}, re-extracted {verdict.extracted!r}")
     if verdict.correct != sample.get("correct"):
@@ -220,7 +254,10 @@ def _check_digests(manifest: dict) -> tuple[list[str], str | None]:
         return [], "no sealed_fields (an older manifest): an edit shows as manifest_sha256 only"
     if not isinstance(sealed, dict) or not all(isinstance(sealed.get(k), dict) for k in ("sections", *_ENTRY_SECTIONS)):
         return ["sealed_fields: not a map of sections, problems and samples"], None
-    current = sealed_fields({k: v for k, v in manifest.items() if k not in _UNSEALED})
+    try:
+        current = sealed_fields({k: v for k, v in manifest.items() if k not in _UNSEALED})
+    except (ValueError, UnicodeEncodeError):
+        return ["sealed_fields: cannot be recomputed (a value cannot be canonicalized)"], None
     mismatches = []
     old_sections, new_sections = sealed["sections"], current["sections"]
     for name in sorted(set(old_sections) | set(new_sections)):
@@ -313,6 +350,17 @@ def _check_artifacts(manifest: dict, store_root: Path | None, require: bool = Fa
     return mismatches, note + (f", {absent} not checked (absent from the store)" if absent else "")
 
 
+def _check_seal(manifest: dict) -> list[str]:
+    """``manifest_sha256`` against the body's canonical bytes under its schema; a body that cannot be
+    canonicalized (a value RFC 8785 cannot carry) is a mismatch too."""
+    body = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
+    try:
+        sealed = seal_sha256(body, manifest["schema"])
+    except (ValueError, UnicodeEncodeError) as exc:
+        return [f"the manifest cannot be canonicalized under {manifest['schema']} ({exc})"]
+    return [] if sealed == manifest.get("manifest_sha256") else ["manifest_sha256 does not match the manifest's content"]
+
+
 def verify_manifest(path: str | Path, store: str | Path | None = None,
                     require_artifacts: bool = False) -> tuple[list[str], list[str]]:
     """Re-check a manifest without a model: its own hash, the sealed field digests (naming each section, problem or
@@ -325,23 +373,25 @@ def verify_manifest(path: str | Path, store: str | Path | None = None,
     when the file is not a manifest at all; any edit inside a manifest is a mismatch, never an exception.
     """
     manifest = load_manifest(path)
-    mismatches, notes = [], []
-    body = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
-    if sha256_json(body) != manifest.get("manifest_sha256"):
-        mismatches.append("manifest_sha256 does not match the manifest's content")
+    mismatches, notes = _check_seal(manifest), []
     digest_problems, digest_note = _check_digests(manifest)
     mismatches += _check_structure(manifest) + digest_problems
     problems_list = [p for p in _entries(manifest, "problems") if isinstance(p, dict)]
     samples = [s for s in _entries(manifest, "samples") if isinstance(s, dict)]
     known = {p["id"]: p for p in problems_list if isinstance(p.get("id"), str)}
-    for sample in samples:
-        mismatches.extend(_check_sample(sample, known))
+    try:
+        version = recorded_verifier_version(manifest)
+    except ValueError as exc:
+        version = None
+        mismatches.append(f"settings.verifier_version: {exc}; no verdict could be re-checked")
+    for sample in samples if version is not None else []:
+        mismatches.extend(_check_sample(sample, known, version))
     mismatches += _check_totals(manifest, samples) + _check_derived(manifest, problems_list, samples)
     recorded_store = manifest.get("store")
     store_root = Path(store) if store else (Path(recorded_store) if isinstance(recorded_store, str) and recorded_store else None)
     artifact_problems, note = _check_artifacts(manifest, store_root, require_artifacts)
     mismatches.extend(artifact_problems)
-    notes.append(f"{len(samples)} samples re-verified; {note}")
+    notes.append(f"{len(samples)} samples re-verified under verifier {version}; {note}")
     if digest_note:
         notes.append(digest_note)
     return mismatches, notes

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .verify import VERIFIER_VERSION
+
 DEFAULT_MODEL = "smollm2-135m"
 DEFAULT_DTYPE = "float32"
 DTYPE_NAMES = ("float32", "bfloat16")
@@ -18,7 +20,9 @@ DEFAULT_STORE = "store"
 
 @dataclass(frozen=True)
 class EvalSettings:
-    """Settings of a solve/eval run. Budgets are in decode tokens; ``min_similarity`` in [0, 1]."""
+    """Settings of a solve/eval run. Budgets are in decode tokens; ``min_similarity`` in [0, 1];
+    ``verifier_version`` names the answer-verification rules its samples are scored under
+    (:data:`graftbench.verify.VERIFIER_VERSION` for a new run)."""
 
     max_new_tokens: int = 1024
     token_budget: int | None = None
@@ -26,6 +30,7 @@ class EvalSettings:
     certify: bool = False
     strict: bool = False
     min_similarity: float = 0.6
+    verifier_version: int = VERIFIER_VERSION
 
     def to_dict(self) -> dict:
         return asdict(self)

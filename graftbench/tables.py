@@ -12,6 +12,7 @@ from .sample import Sample
 
 if TYPE_CHECKING:
     from .deposit import DepositReport
+    from .rescore import Rescore
 
 
 def _fmt(value, digits: int = 2) -> str:
@@ -96,4 +97,19 @@ def deposit_table(report: DepositReport, store) -> Table:
         table.add_column(name)
     for pid, aid, tokens, new in report.deposited:
         table.add_row(pid, aid[:16], str(tokens), "yes" if new else "already stored")
+    return table
+
+
+def rescore_table(report: "Rescore") -> Table:
+    """``verify-manifest --rescore``: each sample whose extracted answer or verdict changes under the re-scoring
+    verifier, titled with both versions and both correct counts (a re-score, not part of the check)."""
+    title = (f"Re-score under verifier {report.version} (recorded under verifier {report.recorded_version}); "
+             f"not part of the check: correct {report.recorded_correct} -> {report.correct} of {report.samples}, "
+             f"{len(report.changes)} extracted answer(s) changed, {report.verdicts_changed} verdict(s)")
+    table = Table(title=title)
+    for column in ("sample", "recorded extracted", "recorded", "re-scored extracted", "re-scored"):
+        table.add_column(column)
+    for c in report.changes:
+        table.add_row(c.problem_id, _fmt(c.recorded_extracted), "correct" if c.recorded_correct else "incorrect",
+                      _fmt(c.extracted), "correct" if c.correct else "incorrect")
     return table

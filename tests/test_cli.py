@@ -53,11 +53,16 @@ def test_verify_manifest_exit_code_and_named_sample(manifest_path, tmp_path):
     assert f"sample {sample_id}: output_sha256 does not match" in result.output
 
 
-def test_verify_manifest_on_a_non_manifest(tmp_path):
+def test_verify_manifest_on_a_broken_or_foreign_file(tmp_path):
     bad = tmp_path / "x.json"
     bad.write_text("{not json")
     result = runner.invoke(app, ["verify-manifest", str(bad)])
-    assert result.exit_code == 2 and "is not valid JSON" in result.output
+    assert result.exit_code == 1 and "is not valid JSON" in result.output  # a damaged manifest fails the check
+    bad.write_text('{"schema": "other"}')
+    result = runner.invoke(app, ["verify-manifest", str(bad)])
+    assert result.exit_code == 2 and "is not a graftbench.manifest/1 or graftbench.manifest/2 document" in result.output
+    result = runner.invoke(app, ["verify-manifest", str(tmp_path / "absent.json")])
+    assert result.exit_code == 2 and "does not exist" in result.output
 
 
 def test_bad_problem_file_is_named(tmp_path):

@@ -114,7 +114,7 @@ def test_lone_surrogate_in_a_run_manifest_is_refused_not_a_traceback(tmp_path):
     assert str(info.value) == (f"manifest '{path}' is refused: the string at samples[0].output holds a lone "
                                "surrogate (\\ud800); JSON parsers may read it differently")
     result = runner.invoke(app, ["verify-manifest", str(path)])
-    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
     assert "holds a lone surrogate" in result.output and path.name in result.output
 
 
@@ -139,7 +139,7 @@ def test_repeated_key_in_a_run_manifest_is_refused(tmp_path):
     assert str(info.value) == (f"manifest '{path}' is refused: the object at samples[0] repeats the key 'correct'; "
                                "JSON parsers may read it differently")
     result = runner.invoke(app, ["verify-manifest", str(path)])
-    assert result.exit_code == 2 and "repeats the key 'correct'" in result.output
+    assert result.exit_code == 1 and "repeats the key 'correct'" in result.output
 
 
 def test_repeated_key_at_the_top_level_and_in_sealed_fields(tmp_path):
@@ -172,7 +172,7 @@ def test_lone_surrogate_in_an_exactness_manifest_is_refused(tmp_path):
     with pytest.raises(ManifestError, match=r"the string at pairs\[0\]\.id holds a lone surrogate \(\\udfff\)"):
         check_manifest(path)
     result = runner.invoke(app, ["verify-manifest", str(path)])
-    assert result.exit_code == 2 and "holds a lone surrogate" in result.output
+    assert result.exit_code == 1 and "holds a lone surrogate" in result.output
 
 
 def test_repeated_key_in_an_exactness_manifest_is_refused(tmp_path):
