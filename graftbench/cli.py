@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from . import cli_bench, cli_exact
+from . import cli_bench, cli_exact, cli_report
 from .cli_common import (EVAL, FLYWHEEL, AnswerFieldOpt, ChunkOpt, DtypeOpt, IdFieldOpt, IsaOpt, LimitOpt, ModelOpt,
                          ProblemFieldOpt, ProblemsOpt, RunsOpt, SolutionFieldOpt, StoreOpt, console, fail,
                          load_problem_set, open_model, progress, stage_progress)
@@ -229,6 +229,7 @@ app.command(name="check-exact")(cli_exact.check_exact)
 app.command(name="bench")(cli_bench.bench)
 app.command(name="bench-isa")(cli_bench.bench_isa)
 app.command(name="bench-long-context")(cli_bench.bench_long_context)
+app.command(name="report")(cli_report.report)
 
 
 if __name__ == "__main__":

@@ -113,3 +113,36 @@ def rescore_table(report: "Rescore") -> Table:
         table.add_row(c.problem_id, _fmt(c.recorded_extracted), "correct" if c.recorded_correct else "incorrect",
                       _fmt(c.extracted), "correct" if c.correct else "incorrect")
     return table
+
+
+_TEXT_COLUMNS = {"run", "model", "mode · layout", "family", "graft run", "baseline run", "mode"}
+
+
+def report_tables(report) -> list[Table]:
+    """``graftbench report``'s tables: one row per run, one per run and family, the paired comparisons and the
+    rounds (when any). The cells come from :mod:`graftbench.report`, shared with the markdown file."""
+    from .report import (COMPARISON_COLUMNS, FAMILY_COLUMNS, ROUND_COLUMNS, RUN_COLUMNS, comparison_rows,
+                         family_rows, round_rows, run_row)
+
+    def table(title: str, columns, rows) -> Table:
+        built = Table(title=title)
+        for name in columns:
+            built.add_column(name, justify="left" if name in _TEXT_COLUMNS else "right",
+                             no_wrap=name in ("run", "graft run", "baseline run"))
+        for row in rows:
+            built.add_row(*row)
+        return built
+
+    rows = [dict(zip(RUN_COLUMNS, run_row(r))) for r in report.runs]
+    split = RUN_COLUMNS.index("decode tok / sample")  # two tables, so that a 160-column terminal holds them
+    first = [c for c in RUN_COLUMNS[:split] if c != "model"]
+    second = ["run", "model", *RUN_COLUMNS[split:]]
+    tables = [table("runs: accuracy", first, [[row[c] for c in first] for row in rows]),
+              table("runs: cost and copy controls", second, [[row[c] for c in second] for row in rows]),
+              table("per family", FAMILY_COLUMNS, family_rows(report))]
+    if report.comparisons:
+        tables.append(table("paired comparisons (graft − baseline, same problems)", COMPARISON_COLUMNS,
+                            comparison_rows(report)))
+    if report.rounds:
+        tables.append(table("rounds", ROUND_COLUMNS, round_rows(report)))
+    return tables

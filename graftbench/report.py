@@ -1,0 +1,349 @@
+"""``graftbench report``'s logic: read run manifests, compute their statistics (:mod:`graftbench.metrics`), compare
+them, and write a markdown report with plots (:mod:`graftbench.report_plots`) and, on request,
+lm-evaluation-harness files (:mod:`graftbench.report_lmeval`). Imports no torch and needs no model.
+
+The tables here are lists of strings, shared by the markdown file and the rich tables the command prints
+(:func:`graftbench.tables.report_tables`), so both always show the same figures.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .manifest import ManifestError, load_manifest, recorded_verifier_version
+from .metrics import RESAMPLES, paired_difference, summarize
+
+DEFAULT_REPORTS_DIR = "reports"
+MANIFEST_NAME = "manifest.json"
+_PLAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+class ReportError(ValueError):
+    """An input the report cannot use (not a run folder or run manifest, a damaged manifest, a bad ``--name``);
+    the message names it."""
+
+
+@dataclass
+class RunEntry:
+    """One run in a report: its label, where it was read from, its manifest, its :func:`~graftbench.metrics.summarize`
+    dict and its flywheel round (``None`` when it is not part of a sequence of rounds)."""
+
+    label: str
+    path: Path
+    manifest: dict
+    summary: dict
+    round: int | None = None
+
+    @property
+    def model(self) -> str:
+        config = self.manifest.get("config")
+        return str(config.get("model", "?")) if isinstance(config, dict) else "?"
+
+    @property
+    def mode(self) -> str:
+        """``graft`` when the run was asked to graft (``settings.graft``), else ``baseline``."""
+        settings = self.manifest.get("settings")
+        if isinstance(settings, dict) and "graft" in settings:
+            return "graft" if settings["graft"] else "baseline"
+        modes = {s.get("mode") for s in self.manifest["samples"]}
+        return "graft" if "graft" in modes else "baseline"
+
+    @property
+    def layout(self) -> str:
+        """The samples' ``layout`` names, or ``—`` when the manifest records none."""
+        names = sorted({s["layout"] for s in self.manifest["samples"] if isinstance(s.get("layout"), str)})
+        return ", ".join(names) or "—"
+
+    @property
+    def energy_method(self) -> str:
+        energy = self.manifest.get("energy")
+        return str(energy.get("method", "?")) if isinstance(energy, dict) else "?"
+
+    @property
+    def problem_hashes(self) -> dict[str, str]:
+        return {p["id"]: p.get("problem_sha256") for p in self.manifest["problems"]}
+
+
+@dataclass
+class Report:
+    """What ``graftbench report`` shows: the runs, the paired comparisons (graft − baseline on the same problems,
+    same model and round) and the bootstrap settings."""
+
+    runs: list[RunEntry]
+    comparisons: list[dict] = field(default_factory=list)
+    seed: int = 0
+    resamples: int = RESAMPLES
+
+    @property
+    def rounds(self) -> list[RunEntry]:
+        """The runs that carry a round, by round then label."""
+        return sorted((r for r in self.runs if r.round is not None), key=lambda r: (r.round, r.label))
+
+
+def manifest_path(path: str | Path) -> Path:
+    """The run manifest a report argument names: ``PATH/manifest.json`` for a run folder, else ``PATH`` itself.
+    Raises :class:`ReportError` naming ``path`` when it is neither a run folder holding a manifest nor a file."""
+    path = Path(path)
+    if path.is_dir():
+        if (path / MANIFEST_NAME).is_file():
+            return path / MANIFEST_NAME
+        raise ReportError(f"'{path}' is neither a run folder nor a run manifest: the folder holds no {MANIFEST_NAME}")
+    if path.is_file():
+        return path
+    raise ReportError(f"'{path}' is neither a run folder nor a run manifest: it does not exist")
+
+
+def _read(path: str | Path) -> tuple[Path, dict]:
+    source = manifest_path(path)
+    try:
+        manifest = load_manifest(source)
+    except ManifestError as exc:
+        raise ReportError(f"'{path}' is neither a run folder nor a run manifest: {exc}") from exc
+    if not isinstance(manifest.get("samples"), list) or not isinstance(manifest.get("problems"), list):
+        raise ReportError(f"'{path}' is a manifest without samples and problems lists")
+    return source, manifest
+
+
+def _round_of(manifest: dict) -> int | None:
+    settings = manifest.get("settings")
+    value = settings.get("round") if isinstance(settings, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def load_runs(paths: list[str | Path], seed: int = 0, resamples: int = RESAMPLES,
+              rounds: bool = False) -> list[RunEntry]:
+    """Read and summarize each run (a run folder or a manifest path). With ``rounds`` the runs, in the order given,
+    are rounds 1, 2, …; otherwise a run's round is its manifest's ``settings.round`` when recorded. Labels are the
+    manifests' run names (a repeated name gets ``#2``, ``#3``, …).
+
+    Raises :class:`ReportError` naming a path that is not a run folder or run manifest, or a manifest whose samples
+    cannot be summarized (a missing field, a sample of an unlisted problem, an unknown verifier version)."""
+    entries, seen = [], {}
+    for position, path in enumerate(paths, start=1):
+        source, manifest = _read(path)
+        try:
+            summary = summarize(manifest["samples"], manifest["problems"], seed, resamples=resamples,
+                                verifier_version=recorded_verifier_version(manifest))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ReportError(f"'{path}': its samples cannot be summarized ({exc!r})") from exc
+        name = str(manifest.get("run") or source.parent.name)
+        seen[name] = seen.get(name, 0) + 1
+        label = name if seen[name] == 1 else f"{name}#{seen[name]}"
+        entries.append(RunEntry(label, source, manifest, summary, position if rounds else _round_of(manifest)))
+    return entries
+
+
+def _common_problems(a: RunEntry, b: RunEntry) -> list[dict]:
+    hashes = b.problem_hashes
+    return [p for p in a.manifest["problems"] if p["id"] in hashes and hashes[p["id"]] == p.get("problem_sha256")]
+
+
+def compare_runs(runs: list[RunEntry], seed: int = 0, resamples: int = RESAMPLES) -> list[dict]:
+    """Paired differences (graft − baseline accuracy per problem, bootstrap over problems) for every graft run and
+    baseline run of the same model and round that share problems (same id and text hash)."""
+    rows = []
+    for graft in (r for r in runs if r.mode == "graft"):
+        for baseline in (r for r in runs if r.mode == "baseline"):
+            if graft.model != baseline.model or graft.round != baseline.round:
+                continue
+            common = _common_problems(graft, baseline)
+            try:
+                diff = paired_difference(graft.manifest["samples"], baseline.manifest["samples"], common, seed,
+                                         resamples)
+            except ValueError:
+                continue  # no problem scored by both
+            rows.append({"graft": graft.label, "baseline": baseline.label, **diff})
+    return rows
+
+
+def build_report(paths: list[str | Path], seed: int = 0, resamples: int = RESAMPLES, rounds: bool = False) -> Report:
+    """Load, summarize and compare the runs at ``paths`` (see :func:`load_runs`, :func:`compare_runs`). Raises
+    :class:`ReportError` as :func:`load_runs` does."""
+    runs = load_runs(paths, seed, resamples, rounds)
+    return Report(runs, compare_runs(runs, seed, resamples), seed, resamples)
+
+
+# ---- cells ----
+
+
+def _pct(value) -> str:
+    return "—" if value is None else f"{100 * value:.1f}%"
+
+
+def _ci(interval) -> str:
+    return "" if interval is None else f" [{100 * interval[0]:.1f}, {100 * interval[1]:.1f}]"
+
+
+def _num(value, digits: int = 1) -> str:
+    return "—" if value is None else f"{value:,.{digits}f}"
+
+
+def _problems_cell(s: dict) -> str:
+    missing = s["problems_without_samples"]
+    return str(s["problems"]) + (f" of {s['problems_listed']}" if missing else "")
+
+
+def _per_problem_cell(s: dict) -> str:
+    spread = s["samples_per_problem"]
+    if spread is None:
+        return "0"
+    return str(spread["min"]) if spread["min"] == spread["max"] else f"{spread['min']}–{spread['max']}"
+
+
+def _pass_cell(s: dict, which: str) -> str:
+    if not s["pass_at_k"]:
+        return "—"
+    k = "1" if which == "1" else str(max(map(int, s["pass_at_k"])))
+    return f"{_pct(s['pass_at_k'][k])} (k={k})"
+
+
+RUN_COLUMNS = ("run", "model", "mode · layout", "problems", "samples / problem", "accuracy [95% CI]", "pass@1",
+               "pass@N", "maj@N [95% CI]", "decode tok / sample", "decode tok / correct", "mean TTFT s", "energy J",
+               "copy rate", "copy baseline")
+
+
+def run_row(run: RunEntry) -> list[str]:
+    """One run's cells, in :data:`RUN_COLUMNS` order: accuracy is avg@N with ``accuracy_ci95`` (Wilson with one
+    sample per problem, else the bootstrap); tokens per sample and per correct sample; seconds; joules with the
+    energy method; copy rate and copy baseline (``—`` when the manifest does not record them)."""
+    s = run.summary
+    copy = s["copy"]
+    return [
+        run.label, run.model, f"{run.mode} · {run.layout}", _problems_cell(s), _per_problem_cell(s),
+        _pct(s["avg_at_n"]) + _ci(s["accuracy_ci95"]), _pass_cell(s, "1"), _pass_cell(s, "N"),
+        _pct(s["maj_at_n"]) + _ci(s["maj_at_n_ci95"]), _num(s["mean_decode_tokens"]),
+        _num(s["decode_tokens_per_correct"]), _num(s["mean_ttft_s"], 3),
+        f"{_num(s['energy_j'], 0)} ({run.energy_method})",
+        _pct(copy["copy_rate"]) + (f" of {copy['copied_recorded']}" if copy["copy_rate"] is not None else ""),
+        _pct(copy["copy_baseline"]) + (f" (graft {_pct(copy['grafted_accuracy'])})"
+                                       if copy["copy_baseline"] is not None else ""),
+    ]
+
+
+FAMILY_COLUMNS = ("run", "family", "problems", "samples", "accuracy [95% CI]", "maj@N [95% CI]",
+                  "decode tok / sample")
+
+
+def family_rows(report: Report) -> list[list[str]]:
+    """One row per run and family, in :data:`FAMILY_COLUMNS` order."""
+    return [[run.label, name, str(f["problems"]), str(f["samples"]), _pct(f["avg_at_n"]) + _ci(f["accuracy_ci95"]),
+             _pct(f["maj_at_n"]) + _ci(f["maj_at_n_ci95"]), _num(f["mean_decode_tokens"])]
+            for run in report.runs for name, f in run.summary["families"].items()]
+
+
+COMPARISON_COLUMNS = ("graft run", "baseline run", "problems", "graft − baseline [95% CI]", "graft better",
+                      "baseline better")
+
+
+def comparison_rows(report: Report) -> list[list[str]]:
+    """One row per paired comparison, in :data:`COMPARISON_COLUMNS` order (differences in percentage points)."""
+    return [[c["graft"], c["baseline"], str(c["problems"]),
+             f"{100 * c['mean_difference']:+.1f} pp [{100 * c['ci95'][0]:+.1f}, {100 * c['ci95'][1]:+.1f}]",
+             str(c["graft_better"]), str(c["baseline_better"])] for c in report.comparisons]
+
+
+ROUND_COLUMNS = ("round", "run", "mode", "accuracy [95% CI]", "decode tok / sample")
+
+
+def round_rows(report: Report) -> list[list[str]]:
+    """One row per run that carries a round, by round, in :data:`ROUND_COLUMNS` order."""
+    return [[str(r.round), r.label, r.mode, _pct(r.summary["avg_at_n"]) + _ci(r.summary["accuracy_ci95"]),
+             _num(r.summary["mean_decode_tokens"])] for r in report.rounds]
+
+
+# ---- markdown and files ----
+
+
+def _md_table(columns, rows) -> str:
+    def cell(text: str) -> str:
+        return str(text).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(map(cell, columns)) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(map(cell, row)) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _notes(report: Report) -> list[str]:
+    notes = [
+        "Accuracy is avg@N: per-problem mean correctness, then the mean over problems. Its interval is the Wilson "
+        "score interval over problems when every problem has one sample (or every problem's samples are all right "
+        "or all wrong, where a bootstrap collapses to a point), else a percentile bootstrap over problems "
+        f"({report.resamples} resamples, seed {report.seed}); maj@N and pass@N carry Wilson intervals; a paired "
+        "comparison bootstraps the per-problem difference with the same seed.",
+        "Decode tokens are per sample; decode tok / correct divides all decode tokens by the correct samples (— when "
+        "none is correct). Energy is in joules, labelled with its method (an estimate is a CPU-time formula, "
+        "meaningful as a ratio between runs on one machine).",
+        "Copy rate: grafted samples whose answer copied the grafted example's; copy baseline: the accuracy of "
+        "answering every grafted problem with its example's key, from keys only, beside the run's own accuracy on "
+        "the same samples. — means the manifest does not record them (`copied`, `example_answer`).",
+    ]
+    for run in report.runs:
+        s = run.summary
+        if s["problems_without_samples"]:
+            notes.append(f"{run.label}: {s['problems_without_samples']} of {s['problems_listed']} listed problems have "
+                         "no sample (not reached); they are left out of every figure.")
+    return notes
+
+
+def markdown(report: Report, plots: list[str] = ()) -> str:
+    """The report as markdown: the runs table, the per-family table, the paired comparisons, the rounds (when any),
+    links to the ``plots`` (file names beside the markdown file) and notes on every figure."""
+    parts = ["# graftbench report", "",
+             "Runs: " + ", ".join(f"`{r.label}` ({r.path})" for r in report.runs), "",
+             "## Runs", "", _md_table(RUN_COLUMNS, [run_row(r) for r in report.runs]), "",
+             "## Per family", "", _md_table(FAMILY_COLUMNS, family_rows(report)), ""]
+    if report.comparisons:
+        parts += ["## Paired comparisons (same problems, same model)", "",
+                  _md_table(COMPARISON_COLUMNS, comparison_rows(report)), ""]
+    if report.rounds:
+        parts += ["## Rounds", "", _md_table(ROUND_COLUMNS, round_rows(report)), ""]
+    if plots:
+        parts += ["## Plots", ""] + [f"![{Path(p).stem}]({p})" for p in plots] + [""]
+    parts += ["## Notes", ""] + [f"- {n}" for n in _notes(report)] + [""]
+    return "\n".join(parts)
+
+
+def default_out_dir(name: str | None = None, root: str | Path = DEFAULT_REPORTS_DIR) -> Path:
+    """``reports/<name>``, or ``reports/<UTC timestamp>`` without a name. Raises :class:`ReportError` for a name that
+    is not a plain folder name (letters, digits, ``._-``)."""
+    if name is None:
+        return Path(root) / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    if not _PLAIN_NAME.fullmatch(name) or ".." in name:
+        raise ReportError(f"report name {name!r} is not a plain folder name (letters, digits, '.', '_', '-')")
+    return Path(root) / name
+
+
+def summaries_json(report: Report) -> dict:
+    """The report's figures as JSON: each run's summary (keyed by label, with its path, model, mode and round) and
+    the paired comparisons."""
+    return {"seed": report.seed, "bootstrap_resamples": report.resamples,
+            "runs": {r.label: {"path": str(r.path), "model": r.model, "mode": r.mode, "round": r.round,
+                               "summary": r.summary} for r in report.runs},
+            "comparisons": report.comparisons}
+
+
+def write_report(report: Report, out_dir: str | Path, lm_eval: bool = False) -> list[Path]:
+    """Write ``report.md``, ``summary.json`` and the PNG plots into ``out_dir`` (created), and with ``lm_eval`` each
+    run's lm-evaluation-harness files under ``lm-eval/<run label>/``. Returns the paths written. Raises ``OSError``
+    when the folder cannot be written."""
+    from .report_lmeval import write_lm_eval
+    from .report_plots import write_plots
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    plots = write_plots(report, out)
+    written = [*plots]
+    md = out / "report.md"
+    md.write_text(markdown(report, [p.name for p in plots]), encoding="utf-8")
+    summary = out / "summary.json"
+    summary.write_text(json.dumps(summaries_json(report), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    written += [md, summary]
+    if lm_eval:
+        for run in report.runs:
+            written += write_lm_eval(run, out / "lm-eval" / re.sub(r"[^A-Za-z0-9._-]", "_", run.label),
+                                     report.seed, report.resamples)
+    return written

@@ -1,0 +1,200 @@
+"""``graftbench report`` on the committed AIME 2024 manifests and on hand-made N-sample manifests: the tables carry
+what graftbench.metrics computes, the files are written, the PNGs decode, the lm-eval files parse. No model."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from graftbench.cli import app
+from graftbench.manifest import load_manifest, recorded_verifier_version
+from graftbench.metrics import summarize
+from graftbench.report import RUN_COLUMNS, build_report, run_row
+
+ROOT = Path(__file__).resolve().parents[1]
+BASELINE = ROOT / "manifests" / "aime2024-baseline-smollm2-135m.json"
+RECURRING = ROOT / "manifests" / "aime2024-recurring-smollm2-135m.json"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def invoke(*args):
+    result = CliRunner().invoke(app, ["report", *map(str, args)])
+    text = " ".join("".join(" " if ch in "│╭╮╰╯─┃━┏┓┗┛┡┩└┘┌┐╇┳┻╋" else ch for ch in result.output).split())
+    return result, text
+
+
+def committed_summary(path: Path) -> dict:
+    manifest = load_manifest(path)
+    return summarize(manifest["samples"], manifest["problems"], verifier_version=recorded_verifier_version(manifest))
+
+
+def assert_png(path: Path) -> None:
+    import matplotlib.image
+
+    assert path.read_bytes()[:8] == PNG_MAGIC, path
+    image = matplotlib.image.imread(path)
+    assert image.shape[0] > 100 and image.shape[1] > 100
+
+
+def test_report_on_the_committed_manifests(tmp_path):
+    out = tmp_path / "rep"
+    result, text = invoke(BASELINE, RECURRING, "--out", out, "--format", "lm-eval")
+    assert result.exit_code == 0, result.output
+    summaries = {"aime2024-baseline-smollm2-135m": committed_summary(BASELINE),
+                 "aime2024-recurring-smollm2-135m": committed_summary(RECURRING)}
+
+    # the printed and the markdown tables hold metrics' figures
+    recurring = summaries["aime2024-recurring-smollm2-135m"]
+    low, high = recurring["accuracy_ci95"]
+    accuracy_cell = f"{100 * recurring['avg_at_n']:.1f}% [{100 * low:.1f}, {100 * high:.1f}]"
+    assert accuracy_cell == "96.7% [83.3, 99.4]"
+    markdown = (out / "report.md").read_text()
+    assert accuracy_cell in text and accuracy_cell in markdown
+    assert "0.0% [0.0, 11.4]" in markdown  # the baseline's 0 of 30, Wilson
+    assert "| 678.8 | — |" in markdown and "| 4.8 | 4.9 |" in markdown  # decode tokens per sample, per correct
+    assert "44,223 (estimate)" in markdown and "2,469 (estimate)" in markdown
+    assert "+96.7 pp" in markdown and "+96.7 pp" in text  # the paired comparison
+    for name in ("2024-I", "2024-II"):
+        assert f"| {name} |" in markdown
+    written = json.loads((out / "summary.json").read_text())
+    for label, summary in summaries.items():
+        assert written["runs"][label]["summary"] == summary
+
+    # plots
+    for name in ("accuracy_vs_tokens.png", "families.png"):
+        assert_png(out / name)
+        assert f"]({name})" in markdown
+    assert not (out / "rounds.png").exists()
+
+    # lm-eval files
+    for label, summary in summaries.items():
+        folder = out / "lm-eval" / label
+        (results_path,) = folder.glob("results_*.json")
+        (samples_path,) = folder.glob("samples_graftbench_aime2024_*.jsonl")
+        assert results_path.name[len("results_"):-len(".json")] == samples_path.name.rsplit("_", 1)[1][:-len(".jsonl")]
+        results = json.loads(results_path.read_text())
+        task = results["results"]["graftbench_aime2024"]
+        assert task["acc,none"] == summary["avg_at_n"]
+        assert isinstance(task["acc_stderr,none"], float)
+        assert results["n-samples"]["graftbench_aime2024"] == {"original": 30, "effective": 30}
+        assert results["n-shot"] == {"graftbench_aime2024": 0} and results["versions"]
+        assert results["configs"]["graftbench_aime2024"]["output_type"] == "generate_until"
+        records = [json.loads(line) for line in samples_path.read_text().splitlines()]
+        assert len(records) == 30 and [r["doc_id"] for r in records] == list(range(30))
+        assert sum(r["acc"] for r in records) == summary["correct"]
+        for r in records:
+            assert set(r) >= {"doc_id", "doc", "target", "arguments", "resps", "filtered_resps", "filter", "metrics",
+                              "doc_hash", "prompt_hash", "target_hash", "acc"}
+            assert r["target"] == r["doc"]["answer"] and len(r["resps"][0]) == 1 and len(r["filtered_resps"]) == 1
+
+
+def test_run_rows_equal_the_metrics():
+    report = build_report([BASELINE, RECURRING])
+    for run in report.runs:
+        assert run.summary == committed_summary(run.path)
+        row = dict(zip(RUN_COLUMNS, run_row(run)))
+        s = run.summary
+        assert row["problems"] == "30" and row["samples / problem"] == "1"
+        assert row["pass@1"].startswith(f"{100 * s['pass_at_k']['1']:.1f}%")
+        assert row["mean TTFT s"] == f"{s['mean_ttft_s']:,.3f}"
+        assert row["copy rate"] == "—" and row["copy baseline"] == "—"  # not recorded in these manifests
+    assert [c["graft"] for c in report.comparisons] == ["aime2024-recurring-smollm2-135m"]
+    assert report.comparisons[0]["graft_better"] == 29
+
+
+def test_a_run_folder_and_the_default_out_folder(tmp_path):
+    folder = tmp_path / "runs" / "base"
+    folder.mkdir(parents=True)
+    shutil.copy(BASELINE, folder / "manifest.json")
+    result, _ = invoke(folder, "--name", "mine")
+    assert result.exit_code == 0, result.output
+    assert (Path("reports") / "mine" / "report.md").is_file()  # the test's own working folder
+    result, text = invoke(folder, "--name", "../escape")
+    assert result.exit_code == 2 and "not a plain folder name" in text
+
+
+def _manifest(run: str, mode: str, table: list[list[bool]], round_: int | None = None) -> dict:
+    problems = [{"id": f"mod-{i}", "problem_sha256": f"{i:064x}", "key": "3"} for i in range(len(table))]
+    samples = []
+    for problem, row in zip(problems, table):
+        for j, correct in enumerate(row):
+            samples.append({"problem_id": problem["id"], "sample_index": j, "correct": correct,
+                            "extracted": "3" if correct else "5", "decode_tokens": 4 if mode == "graft" else 300,
+                            "ttft_s": 0.1, "wall_s": 1.0, "energy_j": 3.0, "mode": mode, "output": " 3\n",
+                            "layout": "answer-cue" if mode == "graft" else None,
+                            "example_answer": "5" if mode == "graft" else None,
+                            "copied": (not correct) if mode == "graft" else None, "seed": j})
+    settings = {"graft": mode == "graft", "max_new_tokens": 256, **({"round": round_} if round_ else {})}
+    return {"schema": "graftbench.manifest/2", "run": run, "created_utc": "2026-01-02T03:04:05Z",
+            "config": {"model": "smollm2-135m", "dtype": "float32"}, "settings": settings,
+            "problem_set": {"source": "builtin", "n": len(problems)}, "problems": problems, "samples": samples,
+            "energy": {"method": "estimate"}}
+
+
+def test_n_samples_rounds_and_copy_controls(tmp_path):
+    paths = []
+    tables = {1: [[False, True, False, False], [False, False, False, False], [True, False, True, True]],
+              2: [[True, True, False, True], [False, True, False, False], [True, True, True, True]]}
+    for round_, table in tables.items():
+        for mode in ("baseline", "graft"):
+            path = tmp_path / f"{mode}-r{round_}.json"
+            path.write_text(json.dumps(_manifest(f"{mode}-r{round_}", mode, table if mode == "graft" else
+                                                 [[False] * 4] * 3, round_)))
+            paths.append(path)
+    out = tmp_path / "rep"
+    result, text = invoke(*paths, "--out", out, "--format", "lm-eval", "--seed", "5", "--resamples", "500")
+    assert result.exit_code == 0, result.output
+    markdown = (out / "report.md").read_text()
+    assert "## Rounds" in markdown and "| 4 |" in markdown  # samples per problem
+    assert_png(out / "rounds.png")
+    report = build_report(paths, seed=5, resamples=500)
+    graft = next(r for r in report.runs if r.label == "graft-r1")
+    assert graft.summary["copy"]["copy_rate"] == round(8 / 12, 6)  # the incorrect samples copied the example
+    assert graft.summary["copy"]["copy_baseline"] == 0.0  # the example's answer 5 is never the key 3
+    row = dict(zip(RUN_COLUMNS, run_row(graft)))
+    assert row["copy rate"].startswith("66.7%") and row["copy baseline"].startswith("0.0%")
+    assert row["mode · layout"] == "graft · answer-cue"
+    assert row["pass@N"].endswith("(k=4)")
+    assert len(report.comparisons) == 2  # each round's graft against its own baseline, not across rounds
+    records = [json.loads(line) for line in
+               next((out / "lm-eval" / "graft-r1").glob("samples_*.jsonl")).read_text().splitlines()]
+    assert len(records) == 3 and all(len(r["resps"][0]) == 4 and len(r["filtered_resps"][0]) == 4 for r in records)
+
+
+@pytest.mark.parametrize("make, fragment", [
+    (lambda tmp: tmp / "nowhere", "does not exist"),
+    (lambda tmp: tmp, "holds no manifest.json"),
+    (lambda tmp: (tmp / "notes.txt", (tmp / "notes.txt").write_text("hello"))[0], "not valid JSON"),
+    (lambda tmp: ROOT / "manifests" / "exact-smollm2-135m.json", "is not a graftbench.manifest"),
+])
+def test_bad_input_names_the_path_and_exits_2(tmp_path, make, fragment):
+    path = make(tmp_path)
+    result, text = invoke(BASELINE, path, "--out", tmp_path / "rep")
+    assert result.exit_code == 2, result.output
+    assert str(path) in text and "neither a run folder nor a run manifest" in text
+    assert fragment in text
+    assert not (tmp_path / "rep").exists()
+
+
+@pytest.mark.parametrize("args, option", [(["--seed", "-1"], "--seed"), (["--resamples", "5"], "--resamples"),
+                                          (["--format", "html"], "--format")])
+def test_bad_options_are_refused_naming_them(args, option):
+    result, text = invoke(BASELINE, *args)
+    assert result.exit_code == 2 and f"Invalid value for '{option}'" in text
+
+
+def test_the_report_imports_no_torch_and_the_cli_default_matches_metrics():
+    import subprocess
+    import sys
+
+    code = ("import sys, graftbench.cli, graftbench.report, graftbench.report_plots, graftbench.report_lmeval; "
+            "print('torch' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout.strip() == "False"
+    from graftbench import cli_report, metrics
+
+    assert cli_report.RESAMPLES == metrics.RESAMPLES
