@@ -23,21 +23,36 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Verified-knowledge experiments: solve, deposit KV artifacts, graft them back, verify.")
 
 
+def _print_cleaned(cleaned) -> None:
+    if cleaned:
+        console.print(f"removed {len(cleaned)} temporary file(s) left by killed writers: "
+                      + ", ".join(str(path) for path in cleaned))
+
+
 def _print_run(result, energy_method: str) -> None:
     from .tables import samples_table, summary_table
 
+    _print_cleaned(result.cleaned)
     console.print(samples_table(result.samples))
     console.print(summary_table([(result.run.name, result.manifest["totals"])], energy_method))
     console.print(f"manifest: {result.run.manifest_path} (sha256 {result.manifest['manifest_sha256'][:16]})")
 
 
 def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, run, limit, max_new_tokens,
-                  token_budget, graft, store, certify, strict, min_similarity, fields, isa) -> None:
+                  token_budget, graft, store, certify, strict, min_similarity, fields, isa, new_store=False) -> None:
     from .evaluate import StrictFallbackError
     from .workflows import run_eval
     from .runs import RunError
+    from .store import StoreError
 
     problem_list = load_problem_set(problems, limit, *fields)
+    if graft and not new_store:
+        from .store import require_store
+
+        try:
+            require_store(store)  # before the model loads: a mistyped --store fails at once
+        except StoreError as exc:
+            fail(str(exc) + (" or pass --new-store to start an empty one" if exc.missing else ""))
     session = open_model(model, dtype, chunk_size, isa=isa)
     settings = EvalSettings(max_new_tokens=max_new_tokens, token_budget=token_budget, graft=graft, certify=certify,
                             strict=strict, min_similarity=min_similarity)
@@ -45,7 +60,9 @@ def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, ru
     try:
         with progress(command, len(problem_list)) as advance:
             result = run_eval(session, problem_list, problems, name, settings, command=command, runs_root=runs_dir,
-                              store_root=store if graft else None, on_sample=advance)
+                              store_root=store if graft else None, on_sample=advance, new_store=new_store)
+    except StoreError as exc:
+        fail(str(exc) + (" or pass --new-store to start an empty one" if exc.missing else ""))
     except (RunError, StrictFallbackError, OSError) as exc:  # OSError includes StorageError (disk full)
         fail(str(exc))
     _print_run(result, result.manifest["energy"]["method"])
@@ -79,6 +96,8 @@ def eval_(
     token_budget: Optional[int] = typer.Option(None, "--token-budget", min=1, help="decode budget for the whole run (tokens)"),
     graft: bool = typer.Option(False, "--graft", help="route each problem to an artifact and graft it"),
     store: str = StoreOpt,
+    new_store: bool = typer.Option(False, "--new-store", help="with --graft: create the store if it does not exist "
+                                   "(an empty store: every problem then runs as the baseline)"),
     certify: bool = typer.Option(False, "--certify", help="also hash a fresh chunked recompute; must be equal"),
     strict: bool = typer.Option(False, "--strict", help="a refused artifact is an error, not a fallback"),
     min_similarity: float = typer.Option(EVAL.min_similarity, "--min-similarity", min=0.0, max=1.0, help="confidence gate for non-exact routes (0-1)"),
@@ -87,7 +106,8 @@ def eval_(
 ) -> None:
     """Evaluate: the baseline, or with --graft an artifact restored at its own positions before the query."""
     _eval_command("eval", model, problems, dtype, chunk_size, runs_dir, run, limit, max_new_tokens, token_budget,
-                  graft, store, certify, strict, min_similarity, (id_field, problem_field, answer_field, solution_field), isa)
+                  graft, store, certify, strict, min_similarity, (id_field, problem_field, answer_field, solution_field), isa,
+                  new_store)
 
 
 @app.command()
@@ -102,7 +122,7 @@ def deposit(
     solution_field: str = SolutionFieldOpt,
 ) -> None:
     """Re-verify solutions against their keys and deposit the verified ones as KV artifacts."""
-    from .workflows import deposit_job
+    from .workflows import deposit_job, deposit_plan
     from .tables import deposit_table
     from .runs import RunDir, RunError
 
@@ -113,15 +133,17 @@ def deposit(
         fail(str(exc))
     if source_run is not None and not source_run.samples_path.exists():
         fail(f"run '{from_run}' has no samples at {source_run.samples_path}")
-    session = open_model(model, dtype, chunk_size, isa=isa)
-    total = len([p for p in problem_list if p.solution]) if references else 0
-    total += sum(1 for s in source_run.read_samples() if s.get("correct")) if source_run else 0
     try:
-        with progress("deposit", total) as advance:
-            report = deposit_job(session, store, problem_list, references=references, from_run=source_run,
-                                 on_item=advance)
-    except (RunError, OSError) as exc:  # OSError includes StorageError (disk full)
+        items = deposit_plan(problem_list, references=references, from_run=source_run)
+    except (RunError, ValueError) as exc:
         fail(str(exc))
+    session = open_model(model, dtype, chunk_size, isa=isa)
+    try:
+        with progress("deposit", len(items)) as advance:
+            report = deposit_job(session, store, problem_list, references=references, items=items, on_item=advance)
+    except (RunError, OSError) as exc:  # OSError includes StorageError (disk full) and StoreError
+        fail(str(exc))
+    _print_cleaned(report.cleaned)
     console.print(deposit_table(report, store))
     for pid, reason in report.refused:
         console.print(f"[yellow]refused[/yellow] {pid}: {reason}")
@@ -153,21 +175,34 @@ def verify_manifest_cmd(
     console.print(f"[green]ok[/green] {path}")
 
 
-store_app = typer.Typer(help="Inspect and check an artifact store.", no_args_is_help=True)
+store_app = typer.Typer(help="Inspect, check, clean and reindex an artifact store.", no_args_is_help=True)
 app.add_typer(store_app, name="store")
+
+
+def _open_readonly(store: str):
+    from .store import Store, StoreError
+
+    try:
+        return Store(store, readonly=True)
+    except StoreError as exc:
+        fail(str(exc))
 
 
 @store_app.command("ls")
 def store_ls(store: str = StoreOpt) -> None:
-    """List the indexed artifacts: id, problem, answer, tokens, bytes, parent, source."""
+    """List the indexed artifacts: id, problem, answer, tokens, bytes, parent, source (read-only)."""
     from rich.table import Table
 
-    from .store import Store
+    from .store import StoreError
 
     table = Table(title=f"artifacts in {store}")
     for name in ("id", "problem key", "answer", "tokens", "MB", "parent", "source"):
         table.add_column(name)
-    for row in Store(store).rows():
+    try:
+        rows = _open_readonly(store).rows()
+    except StoreError as exc:
+        fail(str(exc))
+    for row in rows:
         table.add_row(row["id"][:16], (row["problem_key"] or "")[:12], row["answer"] or "", str(row["n_tokens"]),
                       f"{row['bytes'] / 1e6:.1f}", (row["parent"] or "")[:12], row["source"] or "")
     console.print(table)
@@ -175,15 +210,56 @@ def store_ls(store: str = StoreOpt) -> None:
 
 @store_app.command("verify")
 def store_verify(store: str = StoreOpt) -> None:
-    """Re-check every indexed artifact with SHA-256 (file against id, payload against header) and its indexed XXH3-128; exit 1 on any failure."""
-    from .store import Store
+    """Re-check every indexed artifact with SHA-256 (file against id, payload against header) and its indexed
+    XXH3-128; exit 1 on any failure (read-only)."""
+    from .store import StoreError
 
-    problems = Store(store).verify()
+    opened = _open_readonly(store)
+    try:
+        problems = opened.verify()
+    except StoreError as exc:
+        fail(str(exc))
     for line in problems:
         console.print(f"[red]refused[/red] {line}")
+    temporaries = opened.temporaries()
+    if temporaries:
+        console.print(f"{len(temporaries)} temporary file(s) (writes in flight, or left by killed writers: "
+                      f"`graftbench store clean` removes the latter): {', '.join(temporaries)}")
     if problems:
         fail(f"{len(problems)} artifact(s) in {store} failed verification", 1)
     console.print(f"[green]ok[/green] every artifact in {store} verifies")
+
+
+@store_app.command("reindex")
+def store_reindex(store: str = StoreOpt) -> None:
+    """Rebuild the store's index from its artifact files (each checked: SHA-256 = its id, header parses); bad
+    files are named and left in place."""
+    from .store import reindex_store
+
+    try:
+        report, cleaned = reindex_store(store)
+    except OSError as exc:  # StoreError, or the new index could not be written
+        fail(str(exc))
+    _print_cleaned(cleaned)
+    for name, reason in report.skipped:
+        console.print(f"[yellow]skipped[/yellow] {name}: {reason}")
+    if report.temporaries:
+        console.print(f"not indexed: {len(report.temporaries)} temporary file(s) of writes in flight")
+    console.print(f"reindexed {store}: {len(report.indexed)} artifact(s) indexed, "
+                  f"{len(report.skipped)} file(s) skipped")
+
+
+@store_app.command("clean")
+def store_clean(store: str = StoreOpt) -> None:
+    """Remove the temporary files of writers killed before their rename (never one a live process is writing)."""
+    from .store import StoreError, clean_store
+
+    try:
+        cleaned = clean_store(store)
+    except StoreError as exc:
+        fail(str(exc))
+    _print_cleaned(cleaned)
+    console.print(f"{store}: {len(cleaned)} temporary file(s) removed")
 
 
 @app.command()

@@ -30,11 +30,15 @@ def check_exact(
     if expect is not None:
         return _replay(expect, limit, isa, log)
     apply_isa(isa)  # before the imports below bring in torch
-    from .exactness import run_check_exact
+    from .exactness import check_pair_source, run_check_exact
     from .manifest import write_manifest
     from .runs import RunDir
 
     problem_list = load_problem_set(problems, None, "id", "problem", "answer", "solution")
+    try:
+        check_pair_source(problem_list, problems, samples)
+    except ValueError as exc:
+        fail(str(exc))
     session = open_model(model, dtype, chunk_size, threads, isa)
     with progress("check-exact", samples) as advance:
         manifest = run_check_exact(session, problem_list, problems, samples, controls, control_pairs,

@@ -28,10 +28,12 @@ class DepositItem:
 
 @dataclass
 class DepositReport:
-    """``deposited``: (problem id, artifact id, tokens, newly written); ``refused``: (problem id, reason)."""
+    """``deposited``: (problem id, artifact id, tokens, newly written); ``refused``: (problem id, reason);
+    ``cleaned``: temporary files of killed writers removed when the store was opened."""
 
     deposited: list[tuple[str, str, int, bool]] = field(default_factory=list)
     refused: list[tuple[str, str]] = field(default_factory=list)
+    cleaned: list = field(default_factory=list)
 
 
 def items_from_problems(problems: list[Problem]) -> list[DepositItem]:

@@ -4,19 +4,27 @@ Artifacts, manifests, run settings and samples are written through here, so a wr
 leaves the old file as it was, and a failed write (disk full) surfaces as one
 :class:`StorageError` naming the file. :func:`crash_point` is the fault-injection hook that the crash tests and
 ``graftbench.faults`` (``benchmarks/faults.py``) use to kill a writer at a named point.
+
+A writer killed before its rename leaves a ``.tmp-*`` file. The writer holds an exclusive ``flock`` on its
+temporary file from creation to rename (the kernel drops it when the process dies), so
+:func:`clean_temporaries` removes exactly the temporary files whose lock it can take without waiting: those of
+dead writers, never one that a live process is still writing.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import signal
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 FAULT_ENV = "GRAFTBENCH_FAULT"
+TEMP_PREFIX = ".tmp-"  # the name every temporary file of an atomic write starts with
 
 
 class StorageError(OSError):
@@ -96,34 +104,96 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def locked_temp(folder: Path, suffix: str = "") -> tuple[int, Path]:
+    """Create a temporary file ``.tmp-*<suffix>`` in ``folder`` and return ``(fd, path)`` with an exclusive
+    ``flock`` held on it, which marks it as being written: :func:`clean_temporaries` leaves it alone until the
+    descriptor is closed (or the process dies). The caller closes ``fd``.
+
+    Raises ``OSError`` when the file cannot be created.
+    """
+    for _ in range(64):
+        fd, name = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=suffix, dir=folder)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            mine = os.fstat(fd)
+            now = os.stat(name, follow_symlinks=False)
+            if (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino):
+                return fd, Path(name)
+        except FileNotFoundError:
+            pass  # a cleaner removed it between its creation and our lock: take another name
+        except BaseException:
+            os.close(fd)
+            Path(name).unlink(missing_ok=True)
+            raise
+        os.close(fd)
+    raise OSError(errno.EAGAIN, f"could not create a temporary file in {folder}")
+
+
+def clean_temporaries(folder: Path) -> list[Path]:
+    """Remove the ``.tmp-*`` files in ``folder`` (not below it) that writers killed before their rename left:
+    only those whose ``flock`` can be taken without waiting, so a file that a live process is still writing
+    (:func:`locked_temp`) is never removed. Returns the paths removed, sorted; a folder that does not exist
+    gives ``[]``. Files that cannot be opened or removed are left as they are.
+    """
+    try:
+        names = sorted(entry.name for entry in os.scandir(folder) if entry.name.startswith(TEMP_PREFIX))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    removed = []
+    for name in names:
+        path = Path(folder) / name
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            held = os.fstat(fd)
+            if not stat.S_ISREG(held.st_mode):
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # a live writer holds it
+            now = os.stat(path, follow_symlinks=False)
+            if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+                path.unlink()
+                removed.append(path)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+    return removed
+
+
 def write_file_atomic(path: Path, data: bytes, what: str | None = None, crash: str | None = None) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same folder, fsync and rename: readers see the
     old file or the new one, never half. ``what`` names the file in errors; ``crash`` names a
-    :func:`crash_point` between the fsync and the rename.
+    :func:`crash_point` between the fsync and the rename. The temporary file is locked while it is written
+    (:func:`locked_temp`), so a cleaner never removes it; one left by a kill is removed by
+    :func:`clean_temporaries`.
 
     Raises :class:`StorageError` (e.g. disk full): the old file is untouched and no temporary file is left.
     """
     what = what or str(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+        fd, tmp = locked_temp(path.parent)
     except OSError as exc:
         raise storage_error(exc, what) from exc
     try:
-        try:
-            write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        write_all(fd, data)
+        os.fsync(fd)
         if crash:
             crash_point(crash)
         os.replace(tmp, path)
     except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise storage_error(exc, what) from exc
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
+    finally:
+        os.close(fd)  # drops the lock, after the rename
     fsync_dir(path.parent)
 
 

@@ -77,6 +77,22 @@ def sliding_window(session: Session) -> int | None:
     return None
 
 
+def check_pair_source(problems: list[Problem], source: str, n: int) -> None:
+    """Check, before any model is loaded, that the problem set ``source`` can give ``n`` distinct pairs.
+
+    Raises ``ValueError`` naming ``source`` when none of its problems has a worked solution (the ``solution``
+    field; e.g. ``../shared/data/aime2025.jsonl`` has answers only), or when too few have one for ``n`` pairs.
+    """
+    usable = sum(1 for p in problems if p.solution)
+    if not usable:
+        raise ValueError(f"{source}: none of its {len(problems)} problems has a solution (no 'solution' field); "
+                         "check-exact builds its pairs from worked solutions: pass a problem set with solutions "
+                         "(e.g. ../shared/data/aime2024.jsonl)")
+    if n > usable * max(usable - 1, 1):
+        raise ValueError(f"{source}: {n} distinct pairs need more problems with solutions than its {usable}; "
+                         "pass a smaller --samples")
+
+
 def build_pairs(session: Session, problems: list[Problem], n: int, layout: PairLayout = PAIR_LAYOUT) -> list[Pair]:
     """``n`` distinct pairs from problems with solutions: every 5th pair long (two or more problems with their
     solutions, at least ``LONG_MIN`` tokens), every 5th (offset 3) crossing the sliding window (or 512 tokens when

@@ -5,6 +5,13 @@ run killed at any point loses at most the problem in flight. On reopen, a torn l
 and problems already recorded are skipped. A write that fails (disk full) is cut back and raised as
 :class:`graftbench.durable.StorageError`, leaving the file as it was.
 
+A run folder is locked while a process evaluates into it (:meth:`RunDir.open` to :meth:`RunDir.close`): an
+``flock`` on ``run.lock`` (through ``filelock``), with the holder's pid, host and start time written next to it in
+``run.lock.json``. A second process resuming the same run is refused with a :class:`RunError` that names the
+holder; the kernel drops the lock when the holder exits or is killed, so a lock left by a dead process never
+blocks. Opening a run also removes the ``.tmp-*`` files that writers killed before their rename left in it
+(``cleaned``).
+
 The durable-write helpers and the fault-injection hook live in :mod:`graftbench.durable`.
 """
 
@@ -13,11 +20,18 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
+import sys
+import time
 from pathlib import Path
 
-from .durable import append_json_line, write_atomic
+from filelock import FileLock, Timeout
+
+from .durable import append_json_line, clean_temporaries, write_atomic
 
 _RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+LOCK_NAME = "run.lock"
+OWNER_NAME = "run.lock.json"  # who holds the lock: pid, host, started
 
 
 class RunError(ValueError):
@@ -35,7 +49,9 @@ def check_run_name(name: str) -> str:
 
 
 class RunDir:
-    """One run's folder under ``runs_root``: ``samples.jsonl``, ``manifest.json``, ``run.json`` (its settings)."""
+    """One run's folder under ``runs_root``: ``samples.jsonl``, ``manifest.json``, ``run.json`` (its settings),
+    and while it is open ``run.lock`` with its holder in ``run.lock.json``. Usable as a context manager
+    (``with run: run.open(...)`` closes it)."""
 
     def __init__(self, runs_root: str | Path, name: str):
         self.name = check_run_name(name)
@@ -43,14 +59,75 @@ class RunDir:
         self.samples_path = self.path / "samples.jsonl"
         self.manifest_path = self.path / "manifest.json"
         self.settings_path = self.path / "run.json"
+        self.lock_path = self.path / LOCK_NAME
+        self.owner_path = self.path / OWNER_NAME
+        self.cleaned: list[Path] = []
+        self._lock: FileLock | None = None
 
     def open(self, settings: dict) -> list[dict]:
-        """Create the folder or resume it; returns the samples already recorded.
+        """Create the folder or resume it, holding its lock until :meth:`close` (or this process's exit); returns
+        the samples already recorded. Removes the temporary files of killed writers first (``cleaned``).
 
-        Raises :class:`RunError` if the folder holds a run with other settings (model, config, problems,
-        budget): resuming it would mix incomparable samples.
+        Raises :class:`RunError` if another process holds the run (the message names its pid, host and start
+        time) or if the folder holds a run with other settings (model, config, problems, budget): resuming it
+        would mix incomparable samples. The lock is released when it raises.
         """
         self.path.mkdir(parents=True, exist_ok=True)
+        self.lock()
+        try:
+            self.cleaned = clean_temporaries(self.path)
+            return self._resume(settings)
+        except BaseException:
+            self.close()
+            raise
+
+    def lock(self) -> None:
+        """Take the run's lock without waiting (a second call on the same object does nothing) and write who
+        holds it; creates the run's folder if needed. Raises :class:`RunError` naming the holder when another
+        process (or another open :class:`RunDir` of this run) has it."""
+        if self._lock is not None:
+            return
+        self.path.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(self.lock_path, timeout=0)
+        try:
+            lock.acquire()
+        except Timeout:
+            raise RunError(f"run '{self.name}' is in use by {self.holder()}; wait for it or stop it") from None
+        self._lock = lock
+        owner = {"pid": os.getpid(), "host": socket.gethostname(),
+                 "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": " ".join(sys.argv)[:200]}
+        try:
+            write_atomic(self.owner_path, json.dumps(owner, sort_keys=True))
+        except BaseException:
+            self.close()
+            raise
+
+    def holder(self) -> str:
+        """Who holds the run's lock, as written in ``run.lock.json``: ``pid 1234 on host (started ...)``, or
+        ``another process`` when that file cannot be read."""
+        try:
+            owner = json.loads(self.owner_path.read_text(encoding="utf-8"))
+            return f"pid {int(owner['pid'])} on {owner['host']} (started {owner['started']})"
+        except (OSError, ValueError, KeyError, TypeError):
+            return "another process"
+
+    def close(self) -> None:
+        """Release the run's lock (if held) and remove ``run.lock.json``; the folder and its files stay."""
+        if self._lock is None:
+            return
+        lock, self._lock = self._lock, None
+        try:
+            self.owner_path.unlink(missing_ok=True)
+        finally:
+            lock.release()
+
+    def __enter__(self) -> RunDir:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _resume(self, settings: dict) -> list[dict]:
         if self.settings_path.exists():
             try:
                 previous = json.loads(self.settings_path.read_text(encoding="utf-8"))

@@ -11,72 +11,208 @@ The file format and its checks are :mod:`graftbench.artifact_codec`'s; ids and p
 the file cannot disagree (except through :meth:`Store.plant`, which exists to test that they are caught).
 
 A writer killed at any point leaves at most a ``.tmp-*`` file (never an artifact name) or a complete file that is
-not yet indexed (invisible to readers, indexed by the next deposit of the same artifact). A failed write (disk
-full) raises :class:`graftbench.durable.StorageError` with the store as it was.
+not yet indexed (invisible to readers, indexed by the next deposit of the same artifact or by ``store reindex``).
+A failed write (disk full) raises :class:`graftbench.durable.StorageError` with the store as it was. A deposit
+holds the store's write lock (``<root>/write.lock``, an ``flock`` that a killed process drops) from its file
+write to its index row, so a failed deposit never removes a file that another deposit has just indexed.
+Opening a store for writing removes the ``.tmp-*`` files of killed writers (never one still being written, see
+:func:`graftbench.durable.clean_temporaries`).
+
+A store that does not exist is created only when asked (``create=True``, what deposits do); ``readonly`` opens
+create, clean and upgrade nothing. A missing or damaged index raises :class:`StoreError` naming the file and
+advising ``graftbench store reindex``, which rebuilds it from the files (:mod:`graftbench.store_index`).
 """
 
 from __future__ import annotations
 
 import errno
+import os
 import sqlite3
 from collections import Counter
-from contextlib import closing
+from contextlib import closing, contextmanager
 from pathlib import Path
+from urllib.parse import quote
+
+from filelock import FileLock, Timeout
 
 from . import similarity
-from .artifact_codec import (Artifact, ArtifactError, check_artifact_id, check_tensors, decode_artifact, decode_header,
-                             header_from_metadata, payload_sha256)
-from .artifact_ids import artifact_id_of, artifact_path, artifacts_dir, id_of_path
+from .artifact_codec import (
+    Artifact,
+    ArtifactError,
+    check_artifact_id,
+    check_tensors,
+    decode_artifact,
+    decode_header,
+    header_from_metadata,
+    payload_sha256,
+)
+from .artifact_ids import (
+    SUFFIX,
+    artifact_id_of,
+    artifact_path,
+    artifacts_dir,
+    id_of_path,
+)
 from .artifact_reader import INTEGRITY_METHODS, read_safetensors, xxh3_128_hex
-from .durable import crash_point, storage_error, write_file_atomic
+from .durable import (
+    TEMP_PREFIX,
+    clean_temporaries,
+    crash_point,
+    storage_error,
+    write_file_atomic,
+)
 from .hashing import sha256_file
+from .store_index import (
+    INDEX_NAME,
+    ReindexReport,
+    StoreError,
+    check_tables,
+    create_or_upgrade,
+    index_error,
+    insert_row,
+    is_damaged,
+    rebuild_index,
+    reindex_advice,
+    row_of,
+)
+
+__all__ = ["ReindexReport", "Store", "StoreError", "clean_store", "reindex_store", "require_store"]
 
 _SQLITE_FULL = 13  # SQLITE_FULL: "database or disk is full"
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS artifacts (
-    id TEXT PRIMARY KEY,
-    config_fingerprint TEXT NOT NULL,
-    problem_key TEXT,
-    problem_text TEXT,
-    answer TEXT,
-    n_tokens INTEGER NOT NULL,
-    parent TEXT,
-    bytes INTEGER NOT NULL,
-    source TEXT,
-    xxh3_128 TEXT
-);
-CREATE INDEX IF NOT EXISTS by_problem ON artifacts (config_fingerprint, problem_key);
-CREATE TABLE IF NOT EXISTS bands (
-    key INTEGER NOT NULL,
-    artifact INTEGER NOT NULL,
-    PRIMARY KEY (key, artifact)
-) WITHOUT ROWID;
-"""
-_SCHEMA_VERSION = 2  # 1: no xxh3_128 column, no bands table
-_COLUMNS = ("id", "config_fingerprint", "problem_key", "problem_text", "answer", "n_tokens", "parent", "bytes",
-            "source", "xxh3_128")
-_INSERT = f"INSERT OR IGNORE INTO artifacts ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
 ROUTE_CANDIDATES = 32  # most artifacts compared with difflib per similarity lookup
 BAND_ROWS = 256  # most index rows read per band key in a similarity lookup
+WRITE_LOCK = "write.lock"  # under the store's root: held by a deposit from its file write to its index row
+WRITE_LOCK_TIMEOUT_S = 600.0
+
+
+def _has_artifact_files(folder: Path) -> bool:
+    try:
+        return any(entry.name.endswith(SUFFIX) and id_of_path(entry.name) for entry in os.scandir(folder))
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+
+
+def _check_store_folder(root: Path, index_path: Path, create: bool) -> bool:
+    """Whether the store at ``root`` has to be created; raises :class:`StoreError` when it does not exist and
+    ``create`` is false, when it is not a store, or when its artifact files have no index."""
+    if not root.exists():
+        if create:
+            return True
+        raise StoreError(f"no store at {root}: the folder does not exist (check the path; "
+                         f"`graftbench deposit --store {root}` creates a store)", missing=True)
+    if not root.is_dir():
+        raise StoreError(f"{root} is not a store: it is a file, not a folder")
+    if index_path.exists():
+        return False
+    if _has_artifact_files(artifacts_dir(root)):
+        raise StoreError(f"the store {root} has artifact files but no index {index_path}; {reindex_advice(root)}")
+    if create:
+        return True
+    if artifacts_dir(root).is_dir():
+        raise StoreError(f"the store {root} has no index {index_path}; {reindex_advice(root)}")
+    raise StoreError(f"{root} is not a graftbench store (no {INDEX_NAME}, no artifacts/ folder)", missing=True)
+
+
+def require_store(root: str | Path) -> None:
+    """Check that a store with an index exists at ``root`` without opening or creating anything (what ``eval
+    --graft`` checks before it loads a model). Raises :class:`StoreError` naming the path otherwise
+    (``missing`` when the folder does not exist)."""
+    root = Path(root)
+    _check_store_folder(root, root / INDEX_NAME, create=False)
+
+
+def clean_store(root: str | Path) -> list[Path]:
+    """Remove the ``.tmp-*`` files that writers killed before their rename left in the store at ``root`` (its
+    ``artifacts/`` folder and its root), never one that a live process is still writing; the index is not
+    opened. Returns the paths removed. Raises :class:`StoreError` when ``root`` is not an existing store."""
+    root = Path(root)
+    _check_store_folder(root, root / INDEX_NAME, create=False)
+    return clean_temporaries(artifacts_dir(root)) + clean_temporaries(root)
+
+
+def reindex_store(root: str | Path) -> tuple[ReindexReport, list[Path]]:
+    """Rebuild the index of the store at ``root`` from its artifact files
+    (:func:`graftbench.store_index.rebuild_index`), under the store's write lock, after removing the temporary files of killed writers. Returns (the report, the
+    temporary files removed). Nothing deposited is moved or deleted: files that fail the checks are named in the
+    report and left in place.
+
+    Raises :class:`StoreError` when ``root`` has no ``artifacts/`` folder (not a store) or the write lock is held
+    too long, and ``OSError`` when the new index cannot be written (the old one is then unchanged).
+    """
+    root = Path(root)
+    if not artifacts_dir(root).is_dir():
+        if not root.exists():
+            raise StoreError(f"no store at {root}: the folder does not exist (check the path)", missing=True)
+        raise StoreError(f"{root} is not a graftbench store (no artifacts/ folder): nothing to reindex")
+    with _write_lock(root):
+        cleaned = clean_temporaries(artifacts_dir(root)) + clean_temporaries(root)
+        return rebuild_index(artifacts_dir(root), root / INDEX_NAME), cleaned
+
+
+@contextmanager
+def _write_lock(root: Path):
+    lock = FileLock(root / WRITE_LOCK, timeout=WRITE_LOCK_TIMEOUT_S)
+    try:
+        lock.acquire()
+    except Timeout as exc:
+        raise StoreError(f"the store {root} is locked by another writer ({root / WRITE_LOCK}) for more than "
+                         f"{WRITE_LOCK_TIMEOUT_S:.0f} s; wait for it or stop it") from exc
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 class Store:
-    """A folder of content-addressed artifacts with a SQLite index (safe for concurrent writers)."""
+    """A folder of content-addressed artifacts with a SQLite index (safe for concurrent writers).
 
-    def __init__(self, root: str | Path):
+    ``Store(root)`` opens the store for writing and creates it when the folder does not exist;
+    ``create=False`` refuses a store that does not exist; ``readonly=True`` (for ``store ls`` and ``store
+    verify``) also refuses one and writes nothing at all. Opening for writing removes the temporary files of
+    killed writers; ``cleaned`` lists them. Raises :class:`StoreError` for a store that does not exist (when not
+    to be created), a folder that is not a store, or an index that is missing, damaged or (read-only) from an
+    older graftbench.
+    """
+
+    def __init__(self, root: str | Path, *, create: bool = True, readonly: bool = False):
         self.root = Path(root)
         self.artifacts = artifacts_dir(self.root)
+        self.index_path = self.root / INDEX_NAME
+        self.readonly = readonly
+        self.cleaned: list[Path] = []
+        new = _check_store_folder(self.root, self.index_path, create and not readonly)
+        if readonly:
+            with self._index() as db:
+                check_tables(db, self.index_path, self.root)
+            return
         self.artifacts.mkdir(parents=True, exist_ok=True)
-        self.index_path = self.root / "index.sqlite"
-        with closing(self._connect()) as db, db:
-            version = db.execute("PRAGMA user_version").fetchone()[0]
-            db.executescript(_SCHEMA)
-            if version < _SCHEMA_VERSION:
-                _upgrade(db)
+        if not new:
+            self.cleaned = clean_temporaries(self.artifacts) + clean_temporaries(self.root)
+        with self._index(write=True) as db:
+            empty = not db.execute("SELECT name FROM sqlite_master WHERE name='artifacts'").fetchone()
+            if empty and not new and _has_artifact_files(self.artifacts):
+                raise StoreError(f"the store's index {self.index_path} is empty but {self.artifacts} holds artifact "
+                                 f"files; {reindex_advice(self.root)}")
+            create_or_upgrade(db)
 
     def _connect(self) -> sqlite3.Connection:
+        if self.readonly:
+            return sqlite3.connect(f"file:{quote(str(self.index_path.resolve()))}?mode=ro", uri=True, timeout=60)
         return sqlite3.connect(self.index_path, timeout=60)
+
+    @contextmanager
+    def _index(self, write: bool = False):
+        """A connection to the index (a transaction with ``write``); SQLite errors become :class:`StoreError`
+        naming the index file."""
+        try:
+            with closing(self._connect()) as db:
+                if write:
+                    with db:
+                        yield db
+                else:
+                    yield db
+        except sqlite3.DatabaseError as exc:
+            raise index_error(exc, self.index_path, self.root) from exc
 
     def path(self, artifact_id: str) -> Path:
         """The file of an artifact id (checked to be 64 hex digits first: :class:`ArtifactError` ``id``)."""
@@ -88,8 +224,8 @@ class Store:
 
         Writing the same bytes twice keeps one copy (a damaged copy already there is replaced). Raises
         :class:`ArtifactError` (``format`` or ``header``) for bytes whose graftbench header cannot be read, before
-        anything is written, and :class:`graftbench.durable.StorageError` (e.g. disk full) with nothing new
-        visible in the store or the index.
+        anything is written, :class:`graftbench.durable.StorageError` (e.g. disk full) with nothing new
+        visible in the store or the index, and :class:`StoreError` for a damaged index or a read-only store.
         """
         return self.put_reporting(data)[0]
 
@@ -107,22 +243,29 @@ class Store:
         return self._put(artifact_id_of(data), data, index_header)[0]
 
     def _put(self, artifact_id: str, data: bytes, header: dict) -> tuple[str, bool]:
-        row = _row(artifact_id, header, data)
+        if self.readonly:
+            raise StoreError(f"the store {self.root} was opened read-only")
+        row = row_of(artifact_id, header, data)
         target = self.path(artifact_id)
-        written = not self._holds(target, artifact_id)
-        if written:
-            write_file_atomic(target, data, f"artifact {artifact_id[:16]} to {self.artifacts}",
-                              crash="deposit-before-rename")
-        crash_point("deposit-before-index")
-        try:
-            with closing(self._connect()) as db, db:
-                _index_row(db, row)
-        except sqlite3.Error as exc:
+        with _write_lock(self.root):  # from the file write to the index row: see the module's docstring
+            written = not self._holds(target, artifact_id)
             if written:
-                target.unlink(missing_ok=True)
-            full = getattr(exc, "sqlite_errorcode", None) == _SQLITE_FULL or "full" in str(exc).lower()
-            cause = OSError(errno.ENOSPC if full else errno.EIO, str(exc))
-            raise storage_error(cause, f"the index row of artifact {artifact_id[:16]} to {self.index_path}") from exc
+                write_file_atomic(target, data, f"artifact {artifact_id[:16]} to {self.artifacts}",
+                                  crash="deposit-before-rename")
+            crash_point("deposit-before-index")
+            try:
+                with closing(self._connect()) as db, db:
+                    insert_row(db, row)
+            except sqlite3.Error as exc:
+                if written:
+                    target.unlink(missing_ok=True)
+                if is_damaged(exc):
+                    raise index_error(exc, self.index_path, self.root) from exc
+                code = (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF
+                full = code == _SQLITE_FULL or "full" in str(exc).lower()
+                cause = OSError(errno.ENOSPC if full else errno.EIO, str(exc))
+                what = f"the index row of artifact {artifact_id[:16]} to {self.index_path}"
+                raise storage_error(cause, what) from exc
         return artifact_id, written
 
     @staticmethod
@@ -133,7 +276,7 @@ class Store:
             return False
 
     def _indexed(self, artifact_id: str) -> tuple[int | None, str | None]:
-        with closing(self._connect()) as db:
+        with self._index() as db:
             row = db.execute("SELECT bytes, xxh3_128 FROM artifacts WHERE id=?", (artifact_id,)).fetchone()
         return (row[0], row[1]) if row else (None, None)
 
@@ -147,14 +290,14 @@ class Store:
         tensor set, dtypes and shapes against the header (``tensors``) and, on the SHA-256 path only, the payload
         hash against the header (``payload``). Raises :class:`ArtifactError` naming the
         failed check (also ``missing`` and ``read``); the returned artifact's ``timing`` splits read, hash and
-        parse seconds.
+        parse seconds. A damaged index raises :class:`StoreError` (it is not the artifact's fault).
         """
         if integrity not in INTEGRITY_METHODS:
             raise ValueError(f"integrity method {integrity!r} is not one of {INTEGRITY_METHODS}")
         path = self.path(artifact_id)
+        indexed_bytes, indexed_xxh3 = self._indexed(artifact_id)  # a damaged index raises StoreError, not a refusal
         try:
             size = path.stat().st_size
-            indexed_bytes, indexed_xxh3 = self._indexed(artifact_id)
             if indexed_bytes is not None and size != indexed_bytes:
                 raise ArtifactError(artifact_id, "size", f"file is {size} bytes, the index says {indexed_bytes}")
             method = "xxh3_128" if integrity == "xxh3_128" and indexed_xxh3 else "sha256"
@@ -178,15 +321,16 @@ class Store:
         """Read and check one artifact with every check there is (slower than :meth:`read`; for ``store verify``):
         the size indexed for it, SHA-256 of the file against the id and of the payload against the header
         (:func:`graftbench.artifact_codec.decode_artifact`), and the file's XXH3-128 against the digest indexed for
-        it. Raises :class:`ArtifactError` naming the failed check (also ``missing`` and ``read``)."""
+        it. Raises :class:`ArtifactError` naming the failed check (also ``missing`` and ``read``), and
+        :class:`StoreError` for a damaged index."""
         path = self.path(artifact_id)
+        indexed_bytes, indexed_xxh3 = self._indexed(artifact_id)
         try:
             data = path.read_bytes()
         except FileNotFoundError as exc:
             raise ArtifactError(artifact_id, "missing", f"no file {path}") from exc
         except OSError as exc:
             raise ArtifactError(artifact_id, "read", f"cannot read {path}: {exc}") from exc
-        indexed_bytes, indexed_xxh3 = self._indexed(artifact_id)
         if indexed_bytes is not None and len(data) != indexed_bytes:
             raise ArtifactError(artifact_id, "size", f"file is {len(data)} bytes, the index says {indexed_bytes}")
         artifact = decode_artifact(artifact_id, data)
@@ -196,7 +340,7 @@ class Store:
 
     def find_exact(self, config_fingerprint: str, problem_key: str) -> str | None:
         """The id of an artifact deposited for this normalized problem under this config, or ``None``."""
-        with closing(self._connect()) as db:
+        with self._index() as db:
             row = db.execute(
                 "SELECT id FROM artifacts WHERE config_fingerprint=? AND problem_key=? ORDER BY n_tokens, id LIMIT 1",
                 (config_fingerprint, problem_key),
@@ -217,7 +361,7 @@ class Store:
         if not keys:
             return []
         shared: Counter[int] = Counter()
-        with closing(self._connect()) as db:
+        with self._index() as db:
             for key in keys:
                 shared.update(row[0] for row in db.execute(
                     "SELECT artifact FROM bands WHERE key = ? LIMIT ?", (key, BAND_ROWS)))
@@ -232,13 +376,13 @@ class Store:
 
     def rows(self) -> list[dict]:
         """Every index row as a dict (id, config_fingerprint, problem_key, answer, n_tokens, parent, bytes, source)."""
-        with closing(self._connect()) as db:
+        with self._index() as db:
             db.row_factory = sqlite3.Row
             return [dict(r) for r in db.execute("SELECT * FROM artifacts ORDER BY id")]
 
     def ids(self) -> list[str]:
         """Every indexed artifact id, sorted."""
-        with closing(self._connect()) as db:
+        with self._index() as db:
             return [r[0] for r in db.execute("SELECT id FROM artifacts ORDER BY id")]
 
     def verify(self) -> list[str]:
@@ -259,9 +403,9 @@ class Store:
         ``temporaries`` (``.tmp-*`` left by a killed writer) and ``other`` names."""
         indexed = set(self.ids())
         intact, damaged, temporaries, other = [], [], [], []
-        for path in sorted(self.artifacts.iterdir()):
+        for path in sorted(self.artifacts.iterdir()) if self.artifacts.is_dir() else []:
             name = id_of_path(path)
-            if path.name.startswith(".tmp-"):
+            if path.name.startswith(TEMP_PREFIX):
                 temporaries.append(path.name)
             elif name is None:
                 other.append(path.name)
@@ -272,38 +416,8 @@ class Store:
                 "orphans": sorted(set(intact) - indexed), "missing": sorted(indexed - files),
                 "temporaries": temporaries, "other": other}
 
-
-def _row(artifact_id: str, header: dict, data: bytes) -> tuple:
-    """The index row (in ``_COLUMNS`` order) of artifact bytes ``data`` with graftbench header ``header``. Raises
-    :class:`ArtifactError` (``header``) when ``config_fingerprint`` or ``positions`` is missing or malformed."""
-    try:
-        n_tokens = header["positions"][1] - header["positions"][0]
-        fingerprint = header["config_fingerprint"]
-    except (KeyError, IndexError, TypeError) as exc:
-        raise ArtifactError(artifact_id, "header",
-                            f"no config_fingerprint or [start, end] positions ({exc!r})") from exc
-    return (artifact_id, fingerprint, header.get("problem_key"), header.get("problem_text"), header.get("answer"),
-            n_tokens, header.get("parent"), len(data), header.get("source"), xxh3_128_hex(data))
-
-
-def _index_row(db: sqlite3.Connection, row: tuple) -> None:
-    """Insert one artifact row and, for a top-level artifact with a problem text, its MinHash band keys."""
-    cursor = db.execute(_INSERT, row)
-    text, parent = row[_COLUMNS.index("problem_text")], row[_COLUMNS.index("parent")]
-    if cursor.rowcount and text and parent is None:
-        keys = similarity.band_keys(row[_COLUMNS.index("config_fingerprint")], text)
-        db.executemany("INSERT OR IGNORE INTO bands VALUES (?, ?)", [(key, cursor.lastrowid) for key in keys])
-
-
-def _upgrade(db: sqlite3.Connection) -> None:
-    """Bring an index written by an older graftbench up to date: add the ``xxh3_128`` column (left empty, so
-    those artifacts are checked with SHA-256 on read) and the band keys of every top-level problem text."""
-    columns = {row[1] for row in db.execute("PRAGMA table_info(artifacts)")}
-    if "xxh3_128" not in columns:
-        db.execute("ALTER TABLE artifacts ADD COLUMN xxh3_128 TEXT")
-    rows = db.execute("SELECT rowid, config_fingerprint, problem_text FROM artifacts "
-                      "WHERE parent IS NULL AND problem_text IS NOT NULL").fetchall()
-    for rowid, fingerprint, text in rows:
-        db.executemany("INSERT OR IGNORE INTO bands VALUES (?, ?)",
-                       [(key, rowid) for key in similarity.band_keys(fingerprint, text)])
-    db.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
+    def temporaries(self) -> list[str]:
+        """The names of the ``.tmp-*`` files in the store (its ``artifacts/`` folder and its root): writes in
+        flight, or left by writers killed before their rename (``store clean`` removes those)."""
+        return sorted(entry.name for folder in (self.artifacts, self.root) if folder.is_dir()
+                      for entry in os.scandir(folder) if entry.name.startswith(TEMP_PREFIX))

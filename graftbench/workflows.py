@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .deposit import DepositReport, deposit_items, items_from_problems, items_from_samples
+from .deposit import DepositItem, DepositReport, deposit_items, items_from_problems, items_from_samples
 from .energy import EnergyMeter
 from .evaluate import evaluate
 from .manifest import build_manifest, verify_manifest, write_manifest
@@ -25,6 +25,7 @@ class RunResult:
     run: RunDir
     samples: list[Sample]
     manifest: dict
+    cleaned: list[Path] = field(default_factory=list)  # temporary files of killed writers removed on opening
 
     @property
     def certificate_mismatches(self) -> list[str]:
@@ -34,36 +35,63 @@ class RunResult:
 
 def run_eval(session: Session, problems: list[Problem], source: str, run_name: str, settings: EvalSettings,
              command: str = "eval", runs_root: str | Path = "runs", store_root: str | Path | None = None,
-             on_sample: Callable[[Sample], None] | None = None) -> RunResult:
-    """Open (or resume) ``runs/<run_name>``, evaluate every problem not yet recorded, write ``manifest.json``.
+             on_sample: Callable[[Sample], None] | None = None, new_store: bool = False) -> RunResult:
+    """Open (or resume) ``runs/<run_name>`` holding its lock, evaluate every problem not yet recorded, write
+    ``manifest.json``, release the lock.
 
-    Raises :class:`graftbench.runs.RunError` when the run folder holds a run with other settings.
+    With ``settings.graft`` the store at ``store_root`` must exist, unless ``new_store`` (then an empty one is
+    created and every problem runs as the baseline). Raises :class:`graftbench.runs.RunError` when the run folder
+    holds a run with other settings or another process holds it, and :class:`graftbench.store.StoreError` for a
+    store that does not exist (without ``new_store``) or whose index is missing or damaged.
     """
     run = RunDir(runs_root, run_name)
     set_hash = problem_set_sha256(problems)
-    run.open({"command": command, "model": session.config.model, "config_fingerprint": session.config.fingerprint,
-              "problem_set_sha256": set_hash, **settings.to_dict()})
-    store = Store(store_root) if settings.graft and store_root is not None else None
-    meter = EnergyMeter(device=session.config.device)
-    samples = evaluate(session, problems, run, settings, store, meter, on_sample)
-    manifest = build_manifest(
-        run=run_name, command=command, config=session.config.to_dict(), config_fingerprint=session.config.fingerprint,
-        settings=settings.to_dict(),
-        problem_set={"source": source, "sha256": set_hash, "n": len(problems)},
-        problems=[{"id": p.id, "problem_sha256": problem_text_sha256(p.problem), "key": p.answer} for p in problems],
-        samples=[s.to_json() for s in samples], energy=meter.describe(), store=str(store_root) if store is not None else None,
-    )
-    write_manifest(manifest, run.manifest_path)
-    return RunResult(run, samples, manifest)
+    store = Store(store_root, create=new_store) if settings.graft and store_root is not None else None
+    with run:
+        run.lock()  # first: a run that another process holds is refused before anything else
+        run.open({"command": command, "model": session.config.model, "config_fingerprint": session.config.fingerprint,
+                  "problem_set_sha256": set_hash, **settings.to_dict()})
+        meter = EnergyMeter(device=session.config.device)
+        samples = evaluate(session, problems, run, settings, store, meter, on_sample)
+        manifest = build_manifest(
+            run=run_name, command=command, config=session.config.to_dict(),
+            config_fingerprint=session.config.fingerprint, settings=settings.to_dict(),
+            problem_set={"source": source, "sha256": set_hash, "n": len(problems)},
+            problems=[{"id": p.id, "problem_sha256": problem_text_sha256(p.problem), "key": p.answer}
+                      for p in problems],
+            samples=[s.to_json() for s in samples], energy=meter.describe(),
+            store=str(store_root) if store is not None else None,
+        )
+        write_manifest(manifest, run.manifest_path)
+    return RunResult(run, samples, manifest, run.cleaned + (store.cleaned if store is not None else []))
 
 
-def deposit_job(session: Session, store_root: str | Path, problems: list[Problem], *, references: bool,
-                from_run: RunDir | None = None, on_item=None) -> DepositReport:
-    """Deposit reference solutions (``references``) and/or a solve run's verified samples into the store."""
+def deposit_plan(problems: list[Problem], *, references: bool, from_run: RunDir | None = None) -> list[DepositItem]:
+    """The solutions a deposit job offers, in order: the problems' reference solutions (``references``), then
+    the verified samples of the solve run ``from_run`` whose problem is in ``problems``. Each is re-verified when
+    deposited; its length is the deposit's progress total.
+
+    Raises :class:`graftbench.runs.RunError` for a damaged samples line and ``ValueError`` for a recorded sample
+    without the fields of a :class:`~graftbench.sample.Sample`."""
     items = items_from_problems(problems) if references else []
     if from_run is not None:
         items += items_from_samples([Sample.from_json(s) for s in from_run.read_samples()], problems, from_run.name)
-    return deposit_items(session, Store(store_root), items, on_item)
+    return items
+
+
+def deposit_job(session: Session, store_root: str | Path, problems: list[Problem], *, references: bool,
+                from_run: RunDir | None = None, on_item=None, items: list[DepositItem] | None = None) -> DepositReport:
+    """Deposit reference solutions (``references``) and/or a solve run's verified samples (or the ``items`` of a
+    :func:`deposit_plan` already made) into the store at ``store_root``, created if it does not exist.
+
+    Raises :class:`graftbench.store.StoreError` when the store's index is missing or damaged, and
+    :class:`graftbench.durable.StorageError` when a write fails (e.g. disk full)."""
+    if items is None:
+        items = deposit_plan(problems, references=references, from_run=from_run)
+    store = Store(store_root)
+    report = deposit_items(session, store, items, on_item)
+    report.cleaned = store.cleaned
+    return report
 
 
 @dataclass

@@ -27,6 +27,12 @@ from graftbench.durable import StorageError
 from graftbench.evaluate import StrictFallbackError
 from graftbench.faults.catalogue import ARTIFACT_FAULTS, Lab, flip_bit, reforge, tiny_problem, write_problem_set
 from graftbench.faults.harness import lines_of
+from graftbench.faults.store_faults import (
+    clean_after_a_killed_write,
+    damage_and_reindex,
+    resume_while_another_runs,
+    swap_files,
+)
 from graftbench.faults.scenarios import (
     deposit_on_a_full_disk,
     graft_refusal,
@@ -169,10 +175,12 @@ def test_a_deposit_killed_at_any_point_leaves_nothing_visible_and_the_next_compl
     data, _ = lab.build(problem)
     assert kill_put(lab.store.root, data, point, tmp_path / "payloads") == -signal.SIGKILL
 
-    inv = Store(lab.store.root).inventory()
+    inv = Store(lab.store.root, readonly=True).inventory()  # read-only: opening for writing would clean
     assert inv["indexed"] == [kept] and inv["damaged"] == [] and inv["missing"] == [] and inv["other"] == []
     if point == "deposit-before-rename":
         assert inv["intact"] == [kept] and len(inv["temporaries"]) == 1 and inv["orphans"] == []
+        assert [p.name for p in Store(lab.store.root).cleaned] == inv["temporaries"]  # the kill's leftover, cleaned
+        assert Store(lab.store.root, readonly=True).inventory()["temporaries"] == []
     else:  # the file is complete but not indexed: invisible to readers until the next deposit indexes it
         assert inv["orphans"] == [artifact_id_of(data)] and inv["temporaries"] == []
     assert lab.store.find_exact(session.config.fingerprint, problem_key(problem)) is None
@@ -265,6 +273,63 @@ def test_a_full_disk_while_writing_a_manifest_keeps_the_old_one(tmp_path):
     assert path.read_text() == '{"old": true}\n' and sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json"]
 
 
+# ----------------------------------------------------------------------------------------- store and run folders
+
+
+def test_swapped_artifact_files_are_both_refused_and_eval_falls_back_recording_it(session, tmp_path):
+    """Each file keeps the other's bytes under its own name: a route never restores another artifact than the one
+    it named; both problems fall back to a normal prefill and the sample says why."""
+    lab = Lab(session, Store(tmp_path / "store"))
+    problems = [tiny_problem(400), tiny_problem(401)]
+    ids = [lab.deposit(p) for p in problems]
+    swap_files(lab.store, *ids)
+    result = run_eval(session, problems, "faults", "swapped", EvalSettings(max_new_tokens=4, graft=True),
+                      runs_root=tmp_path / "runs", store_root=lab.store.root)
+    for sample, artifact_id, problem in zip(result.samples, ids, problems):
+        assert sample.route == "exact" and sample.mode == "baseline" and sample.artifact_id is None
+        check = sample.fallback.split(":")[0]
+        assert check in ("hash", "size")
+        assert sample.fallback.startswith(f"{check}: artifact {artifact_id[:16]}: {check} check failed")
+        assert sample.prefill_tokens == len(session.solve_prompt_ids(problem.problem))
+    assert result.manifest["totals"]["fallbacks"] == 2 and result.manifest["totals"]["grafts"] == 0
+
+
+def test_a_damaged_index_is_a_clear_error_and_reindex_restores_every_route(session, tmp_path):
+    lab = Lab(session, Store(tmp_path / "store"))
+    problems = [tiny_problem(410), tiny_problem(411)]
+    for problem in problems:
+        lab.deposit(problem)
+    seen = damage_and_reindex(session, lab.store.root, tmp_path / "runs", problems)
+    advice = f"`graftbench store reindex --store {lab.store.root}`"
+    for error in (seen.open_error, seen.eval_error):
+        assert error is not None and str(lab.store.index_path) in str(error) and advice in str(error)
+    assert seen.rows_after == seen.rows_before and len(seen.rows_after) == 2 and seen.skipped == []
+    result = run_eval(session, problems, "faults", "reindexed", EvalSettings(max_new_tokens=4, graft=True),
+                      runs_root=tmp_path / "runs", store_root=lab.store.root)
+    assert [s.mode for s in result.samples] == ["graft", "graft"]
+
+
+def test_a_second_process_resuming_a_run_is_refused_naming_the_holder(session, tmp_path):
+    path = write_problem_set(tmp_path / "set.jsonl", [tiny_problem(i) for i in range(4)])
+    seen = resume_while_another_runs(session, path, tmp_path / "runs", "shared")
+    assert isinstance(seen.error, RunError)
+    assert str(seen.error).startswith(f"run 'shared' is in use by pid {seen.holder_pid} on ")
+    assert str(seen.error).endswith("; wait for it or stop it")
+    after = lines_of(seen.after)
+    assert after[: len(lines_of(seen.at_kill))] == lines_of(seen.at_kill)
+    assert [json.loads(line)["problem_id"] for line in after] == [f"tiny-{i}" for i in range(4)]
+    assert not seen.run.owner_path.exists()  # released at the end of the resume
+
+
+def test_opening_the_store_cleans_a_killed_writers_temporary_file_and_keeps_a_live_ones(session, tmp_path):
+    lab = Lab(session, Store(tmp_path / "store"))
+    seen = clean_after_a_killed_write(lab.store.root, lab.build(tiny_problem(420))[0], tmp_path / "payloads")
+    assert seen.exit_code == -signal.SIGKILL
+    assert len(seen.before) == 2 and len(seen.removed) == 1
+    assert seen.left == sorted(set(seen.before) - set(seen.removed))
+    assert lab.store.temporaries() == [] and lab.store.ids() == []
+
+
 # ----------------------------------------------------------------------------------------- damaged run folders
 
 
@@ -287,9 +352,10 @@ def test_a_damaged_samples_line_is_a_clear_error_naming_the_file_and_line(tmp_pa
 
 def test_outputs_with_unicode_line_separators_survive_a_resume(tmp_path):
     """Each sample is one JSON line split on b'\\n' only: U+2028, U+0085 and form feeds inside outputs stay."""
-    run = RunDir(tmp_path, "r")
-    run.open({"a": 1})
-    odd = "a\u2028b\u2029c\x85d\x0ce\x1cf"
-    run.append({"problem_id": "p1", "output": odd})
-    run.append({"problem_id": "p2", "output": "x"})
-    assert [s.get("output") for s in RunDir(tmp_path, "r").open({"a": 1})] == [odd, "x"]
+    with RunDir(tmp_path, "r") as run:
+        run.open({"a": 1})
+        odd = "a\u2028b\u2029c\x85d\x0ce\x1cf"
+        run.append({"problem_id": "p1", "output": odd})
+        run.append({"problem_id": "p2", "output": "x"})
+    with RunDir(tmp_path, "r") as resumed:
+        assert [s.get("output") for s in resumed.open({"a": 1})] == [odd, "x"]

@@ -33,7 +33,7 @@ from ..artifact_ids import artifact_id_of
 from ..problem_types import Problem, problem_key
 from ..settings import EvalSettings
 from ..store import Store
-from . import scenarios
+from . import scenarios, store_faults
 from .catalogue import (
     ARTIFACT_FAULTS,
     ESCAPING_IDS,
@@ -361,6 +361,8 @@ class Bench:
             self.run("crash", f"SIGKILL solve at {mode}", lambda m=mode: self.kill_solve(m))
         self.run("concurrency", "two processes deposit the same artifacts", lambda: self.concurrent_deposits(True))
         self.run("concurrency", "two processes deposit different artifacts", lambda: self.concurrent_deposits(False))
+        for name, fault in store_faults.FAULTS:
+            self.run("store", name, lambda f=fault: Outcome(*f(self)))
         self.run("disk full", "writing an artifact", lambda: self.disk_full_deposit("file"))
         self.run("disk full", "inserting an index row", lambda: self.disk_full_deposit("index"))
         self.run("disk full", "appending a sample", self.disk_full_solve)

@@ -1,0 +1,200 @@
+"""The store's SQLite index: its schema, the row derived from an artifact's bytes, the error a missing or damaged
+index raises, and the rebuild of the index from the artifact files (``graftbench store reindex``).
+
+The artifact files are the source of truth and the index is derived from them: every row comes from the header
+inside the bytes (:func:`row_of`), so a lost or damaged index can always be rebuilt by reading the files again
+(:func:`rebuild_index`), and the rebuild gives the rows that depositing the same files would have given.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from contextlib import closing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import similarity
+from .artifact_codec import ArtifactError, decode_header
+from .artifact_ids import artifact_id_of, id_of_path
+from .artifact_reader import xxh3_128_hex
+from .durable import TEMP_PREFIX, fsync_dir, locked_temp
+
+INDEX_NAME = "index.sqlite"
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS artifacts (
+    id TEXT PRIMARY KEY,
+    config_fingerprint TEXT NOT NULL,
+    problem_key TEXT,
+    problem_text TEXT,
+    answer TEXT,
+    n_tokens INTEGER NOT NULL,
+    parent TEXT,
+    bytes INTEGER NOT NULL,
+    source TEXT,
+    xxh3_128 TEXT
+);
+CREATE INDEX IF NOT EXISTS by_problem ON artifacts (config_fingerprint, problem_key);
+CREATE TABLE IF NOT EXISTS bands (
+    key INTEGER NOT NULL,
+    artifact INTEGER NOT NULL,
+    PRIMARY KEY (key, artifact)
+) WITHOUT ROWID;
+"""
+SCHEMA_VERSION = 2  # 1: no xxh3_128 column, no bands table
+COLUMNS = ("id", "config_fingerprint", "problem_key", "problem_text", "answer", "n_tokens", "parent", "bytes",
+           "source", "xxh3_128")
+_INSERT = f"INSERT OR IGNORE INTO artifacts ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
+_DAMAGED_CODES = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB (primary codes)
+
+
+class StoreError(OSError):
+    """A store that cannot be used as asked: no such folder, not a store, or its index missing, damaged or from
+    an older graftbench. The message names the path and what to do; ``missing`` is true when the store's folder
+    does not exist at all."""
+
+    def __init__(self, message: str, missing: bool = False):
+        super().__init__(message)
+        self.missing = missing
+
+
+def reindex_advice(root: Path) -> str:
+    """The sentence that tells how to rebuild a store's index from its files."""
+    return ("the artifact files are the source of truth: rebuild the index with "
+            f"`graftbench store reindex --store {root}`")
+
+
+def is_damaged(exc: sqlite3.Error) -> bool:
+    """Whether a SQLite error says that the index file is damaged (not a database, corrupt pages)."""
+    code = (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF
+    return code in _DAMAGED_CODES or "malformed" in str(exc) or "not a database" in str(exc)
+
+
+def index_error(exc: sqlite3.Error, index_path: Path, root: Path) -> StoreError:
+    """The :class:`StoreError` for a SQLite error met while reading or writing the index at ``index_path``: a
+    damaged file (not a database, corrupt pages) is named as such with the reindex advice."""
+    if is_damaged(exc):
+        return StoreError(f"the store's index {index_path} is damaged ({exc}); {reindex_advice(root)}")
+    return StoreError(f"cannot use the store's index {index_path} ({exc}); if it is damaged, {reindex_advice(root)}")
+
+
+def check_tables(db: sqlite3.Connection, index_path: Path, root: Path) -> None:
+    """Raise :class:`StoreError` unless the index has the current schema (the ``artifacts`` table with its
+    ``xxh3_128`` column and the ``bands`` table), as a read-only open cannot upgrade it."""
+    tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    columns = {row[1] for row in db.execute("PRAGMA table_info(artifacts)")}
+    if not {"artifacts", "bands"} <= tables or "xxh3_128" not in columns:
+        raise StoreError(f"the store's index {index_path} is empty, damaged or from an older graftbench "
+                         f"(tables: {sorted(tables) or 'none'}); {reindex_advice(root)}")
+
+
+def row_of(artifact_id: str, header: dict, data: bytes) -> tuple:
+    """The index row (in ``COLUMNS`` order) of artifact bytes ``data`` with graftbench header ``header``. Raises
+    :class:`ArtifactError` (``header``) when ``config_fingerprint`` or ``positions`` is missing or malformed."""
+    try:
+        n_tokens = header["positions"][1] - header["positions"][0]
+        fingerprint = header["config_fingerprint"]
+    except (KeyError, IndexError, TypeError) as exc:
+        raise ArtifactError(artifact_id, "header",
+                            f"no config_fingerprint or [start, end] positions ({exc!r})") from exc
+    return (artifact_id, fingerprint, header.get("problem_key"), header.get("problem_text"), header.get("answer"),
+            n_tokens, header.get("parent"), len(data), header.get("source"), xxh3_128_hex(data))
+
+
+def insert_row(db: sqlite3.Connection, row: tuple) -> None:
+    """Insert one artifact row and, for a top-level artifact with a problem text, its MinHash band keys."""
+    cursor = db.execute(_INSERT, row)
+    text, parent = row[COLUMNS.index("problem_text")], row[COLUMNS.index("parent")]
+    if cursor.rowcount and text and parent is None:
+        keys = similarity.band_keys(row[COLUMNS.index("config_fingerprint")], text)
+        db.executemany("INSERT OR IGNORE INTO bands VALUES (?, ?)", [(key, cursor.lastrowid) for key in keys])
+
+
+def create_or_upgrade(db: sqlite3.Connection) -> None:
+    """Create the tables of an empty index, or bring an index written by an older graftbench up to date: add the
+    ``xxh3_128`` column (left empty, so those artifacts are checked with SHA-256 on read) and the band keys of
+    every top-level problem text."""
+    version = db.execute("PRAGMA user_version").fetchone()[0]
+    db.executescript(SCHEMA)
+    if version >= SCHEMA_VERSION:
+        return
+    columns = {row[1] for row in db.execute("PRAGMA table_info(artifacts)")}
+    if "xxh3_128" not in columns:
+        db.execute("ALTER TABLE artifacts ADD COLUMN xxh3_128 TEXT")
+    rows = db.execute("SELECT rowid, config_fingerprint, problem_text FROM artifacts "
+                      "WHERE parent IS NULL AND problem_text IS NOT NULL").fetchall()
+    for rowid, fingerprint, text in rows:
+        db.executemany("INSERT OR IGNORE INTO bands VALUES (?, ?)",
+                       [(key, rowid) for key in similarity.band_keys(fingerprint, text)])
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+@dataclass
+class ReindexReport:
+    """What :func:`rebuild_index` did: ``indexed`` artifact ids (sorted), ``skipped`` files as ``(name,
+    reason)`` (left where they are), and ``temporaries`` (``.tmp-*`` names of writes in flight, not indexed)."""
+
+    indexed: list[str] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    temporaries: list[str] = field(default_factory=list)
+
+
+def _row_of_file(path: Path) -> tuple[tuple | None, str]:
+    """The index row of the artifact file at ``path``, or ``(None, why it is skipped)``."""
+    artifact_id = id_of_path(path)
+    if artifact_id is None:
+        return None, "not an artifact file name (64 hex digits + .safetensors)"
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        return None, f"cannot read it ({exc.strerror or exc})"
+    if artifact_id_of(data) != artifact_id:
+        return None, "damaged: the SHA-256 of its bytes does not equal its name"
+    try:
+        return row_of(artifact_id, decode_header(artifact_id, data), data), ""
+    except ArtifactError as exc:
+        return None, str(exc)
+
+
+def rebuild_index(artifacts: Path, index_path: Path) -> ReindexReport:
+    """Rebuild the index at ``index_path`` from the artifact files in ``artifacts``: each file whose name is an
+    artifact id, whose SHA-256 equals that id and whose graftbench header parses gets its row; every other file
+    is skipped and named (nothing is moved or deleted). The new index is written to a temporary file and renamed
+    over the old one, so readers see the old index or the new one. The caller holds the store's write lock.
+
+    Raises ``OSError`` (including ``sqlite3`` errors turned into :class:`StoreError`) when the new index cannot
+    be written; the old index is then left as it was.
+    """
+    report = ReindexReport()
+    names = sorted(entry.name for entry in os.scandir(artifacts))
+    fd, tmp = locked_temp(index_path.parent, suffix=".sqlite")
+    try:
+        with closing(sqlite3.connect(tmp)) as db:
+            db.execute("PRAGMA journal_mode=OFF")  # a throwaway file until the rename: no journal beside it
+            create_or_upgrade(db)
+            for name in names:
+                if name.startswith(TEMP_PREFIX):
+                    report.temporaries.append(name)
+                    continue
+                row, reason = _row_of_file(artifacts / name)
+                if row is None:
+                    report.skipped.append((name, reason))
+                else:
+                    insert_row(db, row)
+                    report.indexed.append(row[0])
+            db.commit()
+        os.fsync(fd)
+        for suffix in ("-journal", "-wal", "-shm"):  # they belong to the old index, never to the new one
+            Path(f"{index_path}{suffix}").unlink(missing_ok=True)
+        os.replace(tmp, index_path)
+    except sqlite3.Error as exc:
+        tmp.unlink(missing_ok=True)
+        raise StoreError(f"cannot write a new index at {tmp} ({exc}); the old index is unchanged") from exc
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    finally:
+        os.close(fd)
+    fsync_dir(index_path.parent)
+    report.indexed.sort()
+    return report
