@@ -157,22 +157,41 @@ def verify_manifest_cmd(
                                         "[default: the store the manifest records]"),
     require_artifacts: bool = typer.Option(False, "--require-artifacts",
                                            help="an artifact the store does not hold is a mismatch, not 'not checked'"),
+    rescore: bool = typer.Option(False, "--rescore", help="also re-score every sample under the current verifier, "
+                                 "as a separate report (a changed verdict there is a re-score, not a mismatch)"),
 ) -> None:
     """Re-check a manifest without a model: hashes, every verdict, totals, artifact payloads. Exit 0 only if all hold."""
-    from .manifest import ManifestError
+    from .manifest import ManifestError, ManifestRefused
     from .manifest_check import check_manifest
 
     try:
         mismatches, notes = check_manifest(path, store, require_artifacts)
+    except ManifestRefused as exc:
+        fail(str(exc), 1)
     except ManifestError as exc:
         fail(str(exc))
     for note in notes:
         console.print(note)
+    if rescore:
+        _print_rescore(path)
     if mismatches:
         for line in mismatches:
             console.print(f"[red]mismatch[/red] {line}")
         fail(f"{path}: {len(mismatches)} mismatch(es)", 1)
     console.print(f"[green]ok[/green] {path}")
+
+
+def _print_rescore(path: Path) -> None:
+    from .manifest import ManifestError, load_manifest
+    from .rescore import rescore_manifest
+    from .tables import rescore_table
+
+    try:
+        report = rescore_manifest(load_manifest(path))
+    except (ManifestError, ValueError) as exc:
+        console.print(f"[yellow]re-score not made[/yellow]: {exc}")
+        return
+    console.print(rescore_table(report))
 
 
 store_app = typer.Typer(help="Inspect, check, clean and reindex an artifact store.", no_args_is_help=True)
