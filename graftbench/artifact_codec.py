@@ -24,6 +24,7 @@ from safetensors.torch import save as save_safetensors
 from .artifact_ids import artifact_id_of, is_artifact_id
 from .artifact_reader import LayoutError, ReadTiming, metadata_of, parse_header
 from .hashing import tensors_sha256
+from .strict_json import loads_strict
 
 FORMAT = "graftbench.artifact/1"
 HEADER_KEY = "graftbench"
@@ -99,7 +100,7 @@ def header_from_metadata(artifact_id: str, meta: dict) -> dict:
     """The graftbench header from a safetensors ``__metadata__`` dict: the JSON under ``HEADER_KEY``. Raises
     :class:`ArtifactError` (``header``) when it is missing, not a JSON object, or not of this ``FORMAT``."""
     try:
-        header = json.loads(meta[HEADER_KEY])
+        header = loads_strict(meta[HEADER_KEY], source="the graftbench header")
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
         raise ArtifactError(artifact_id, "header", f"header is not valid graftbench JSON ({exc})") from exc
     if not isinstance(header, dict) or header.get("format") != FORMAT:

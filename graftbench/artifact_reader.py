@@ -24,13 +24,14 @@ is the one place that parses that header (:func:`header_length`, :func:`parse_ta
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 import xxhash
+
+from .strict_json import loads_strict
 
 INTEGRITY_METHODS = ("xxh3_128", "sha256")
 MAX_HEADER_BYTES = 1 << 20  # bytes; a header larger than 1 MiB is refused before it is parsed
@@ -138,7 +139,7 @@ def parse_table(header: bytes) -> dict:
     Raises :class:`LayoutError` (``header``) when ``header`` is not JSON or not a JSON object.
     """
     try:
-        table = json.loads(header)
+        table = loads_strict(header, source="the safetensors header")
     except (ValueError, RecursionError) as exc:
         raise LayoutError("header", f"safetensors header is not JSON ({exc})") from exc
     if not isinstance(table, dict):

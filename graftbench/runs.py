@@ -28,6 +28,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from .durable import append_json_line, clean_temporaries, write_atomic
+from .strict_json import load_strict, loads_strict
 
 _RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 LOCK_NAME = "run.lock"
@@ -130,7 +131,7 @@ class RunDir:
     def _resume(self, settings: dict) -> list[dict]:
         if self.settings_path.exists():
             try:
-                previous = json.loads(self.settings_path.read_text(encoding="utf-8"))
+                previous = load_strict(self.settings_path)
             except (ValueError, UnicodeDecodeError) as exc:
                 raise RunError(f"{self.settings_path} is not valid JSON ({exc}); delete the run folder or pass "
                                "another --run name") from exc
@@ -159,7 +160,7 @@ class RunDir:
 
     def _parse_line(self, number: int, line: bytes) -> dict:
         try:
-            sample = json.loads(line.decode("utf-8"))
+            sample = loads_strict(line, source=f"{self.samples_path} line {number}")
         except (ValueError, UnicodeDecodeError) as exc:
             sample = exc
         if not isinstance(sample, dict) or not isinstance(sample.get("problem_id"), str):

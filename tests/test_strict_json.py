@@ -211,3 +211,33 @@ def test_the_strict_reader_keeps_verify_manifest_torch_free():
             "print('torch' in sys.modules)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0 and done.stdout.strip() == "False", done.stdout + done.stderr
+
+
+# ----------------------------------------------------------------------------- artifact headers and run folders
+
+
+def test_artifact_headers_repeating_a_key_are_refused():
+    from graftbench.artifact_codec import FORMAT, HEADER_KEY, ArtifactError, header_from_metadata
+    from graftbench.artifact_reader import LayoutError, parse_table
+
+    text = f'{{"format": "{FORMAT}", "answer": "7", "answer": "8"}}'
+    with pytest.raises(ArtifactError, match="repeats the key 'answer'") as info:
+        header_from_metadata("a" * 64, {HEADER_KEY: text})
+    assert info.value.check == "header"
+    with pytest.raises(LayoutError, match="the safetensors header is refused: the object at the top level repeats"):
+        parse_table(b'{"k": {"dtype": "F32"}, "k": {"dtype": "I64"}}')
+
+
+def test_run_settings_and_samples_repeating_a_key_are_refused(tmp_path):
+    from graftbench.runs import RunDir, RunError
+
+    run = RunDir(tmp_path, "r")
+    with run:
+        run.open({"model": "m"})
+    run.settings_path.write_text('{"model": "m", "model": "n"}', encoding="utf-8")
+    with pytest.raises(RunError, match="repeats the key 'model'"), run:
+        run.open({"model": "m"})
+    run.settings_path.write_text('{"model": "m"}', encoding="utf-8")
+    run.samples_path.write_text('{"problem_id": "a", "correct": true, "correct": false}\n', encoding="utf-8")
+    with pytest.raises(RunError, match="line 1 is not a sample"):
+        run.read_samples()
