@@ -14,6 +14,7 @@ from typing import Optional
 import typer
 
 from . import cli_bench, cli_exact, cli_report
+from . import cli_route
 from .cli_common import (EVAL, FLYWHEEL, AnswerFieldOpt, ChunkOpt, DtypeOpt, IdFieldOpt, IsaOpt, LimitOpt, ModelOpt,
                          ProblemFieldOpt, ProblemsOpt, RunsOpt, SolutionFieldOpt, StoreOpt, console, fail,
                          load_problem_set, open_model, progress, stage_progress)
@@ -325,6 +326,7 @@ app.command(name="bench")(cli_bench.bench)
 app.command(name="bench-isa")(cli_bench.bench_isa)
 app.command(name="bench-long-context")(cli_bench.bench_long_context)
 app.command(name="report")(cli_report.report)
+app.command(name="route-quality")(cli_route.route_quality)
 
 
 if __name__ == "__main__":

@@ -7,15 +7,13 @@ nothing raises (DESIGN.md). The exactness test is what catches a restore that fo
 
 from __future__ import annotations
 
-import difflib
-from dataclasses import dataclass
-
 import torch
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
 from . import engine
 from .artifact_codec import Artifact, ArtifactError, encode_artifact
 from .config import PinnedConfig
+from .router import Route, route  # noqa: F401 (the router lives in router.py, torch-free)
 from .store import Store
 
 # Header fields that must equal the current pinned config for an artifact to be grafted.
@@ -166,35 +164,3 @@ def fresh_recompute(model, config: PinnedConfig, segments: list[list[int]], quer
     for ids in segments:
         engine.prefill(model, cache, ids, segment_chunk_size or config.chunk_size, offset=offset)
     return engine.prefill(model, cache, query, config.chunk_size, all_logits=all_logits, offset=offset)
-
-
-@dataclass(frozen=True)
-class Route:
-    """The router's choice: ``kind`` is ``exact``, ``similar`` or ``none``; ``similarity`` in [0, 1]."""
-
-    kind: str
-    artifact_id: str | None
-    similarity: float
-
-
-def route(store: Store, config_fingerprint: str, problem_key: str, normalized_text: str, min_similarity: float) -> Route:
-    """Pick the one artifact to graft for a query.
-
-    Exact match on the normalized problem text's hash first; otherwise the most similar deposited problem
-    (``difflib.SequenceMatcher`` ratio on normalized text) among the candidates that share a MinHash band with
-    the query (:meth:`Store.candidates`), if its ratio reaches ``min_similarity``; otherwise none.
-    """
-    exact = store.find_exact(config_fingerprint, problem_key)
-    if exact:
-        return Route("exact", exact, 1.0)
-    best_id, best = None, 0.0
-    for artifact_id, text in store.candidates(config_fingerprint, normalized_text):
-        matcher = difflib.SequenceMatcher(None, normalized_text, text, autojunk=False)
-        if matcher.real_quick_ratio() < max(best, min_similarity) or matcher.quick_ratio() < max(best, min_similarity):
-            continue
-        ratio = matcher.ratio()
-        if ratio > best:
-            best_id, best = artifact_id, ratio
-    if best_id is not None and best >= min_similarity:
-        return Route("similar", best_id, best)
-    return Route("none", None, best)

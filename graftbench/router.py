@@ -1,0 +1,147 @@
+"""The router: which one artifact to graft for a query (*torch-free*).
+
+An exact match on the normalized problem text's key first (:meth:`Store.find_exact`). Otherwise the candidates are
+the at most 32 deposits that share the most MinHash bands with the query (:meth:`Store.candidates`, bounded
+reads whatever the store holds), ranked by **BM25** over their normalized problem texts (Robertson and Zaragoza,
+"The Probabilistic Relevance Framework: BM25 and Beyond", *Foundations and Trends in Information Retrieval* 3(4),
+2009), computed with the ``bm25s`` library (Lucene's variant: k1 = 1.5, b = 0.75, idf = ln(1 + (N - df + 0.5) /
+(df + 0.5))), then by the ``difflib.SequenceMatcher`` ratio among equal BM25 scores, then by artifact id.
+
+BM25's terms are the words of the text (letters, a LaTeX command with its backslash) less Lucene's 33 English
+stop words (``bm25s.stopwords.STOPWORDS_EN``); numbers are not terms. A problem's numbers are its instance, its
+words say what kind of problem it is: with numbers as terms, a "1" shared by chance with a lattice-path problem's
+"(1,1)" outweighed every word of a digit-sum problem (idf is high for what only one candidate holds). Two
+instances of one template (same words, other numbers) score the same, and the ratio, which sees the digits,
+picks the closer one. The document frequencies are those of the candidate set, the only rows a lookup reads.
+
+The confidence gate stays the ``difflib`` ratio between the query and the top-ranked candidate, in [0, 1]: BM25
+scores have no fixed scale (they grow with the query's length and move with the candidate set's document
+frequencies), and dividing by the query's self-score does not bound them by 1 either (length normalization lets
+a shorter document outscore the query itself). So ``--min-similarity`` keeps the meaning and the default (0.6) it
+had with the difflib ranker, and :attr:`Route.similarity` stays a ratio. Only the top candidate is gated: a weak
+best match means no graft, not a walk down the ranking.
+
+Routing is deterministic: BM25 is computed in float64 and summed term by term in a fixed order, so a candidate's
+score does not depend on the order the candidates were read in; ties go to the ratio, then to the artifact id.
+The ``difflib`` ranker (the ratio as both ranking and gate, as graftbench routed before) is kept for comparison
+(:mod:`graftbench.route_quality`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import bm25s
+import numpy as np
+from bm25s.stopwords import STOPWORDS_EN
+
+if TYPE_CHECKING:  # the router only calls a store's lookups; importing Store would bring in torch
+    from .store import Store
+
+RANKERS = ("bm25", "difflib")
+DEFAULT_RANKER = "bm25"
+BM25_K1 = 1.5
+BM25_B = 0.75
+# Words: runs of letters, a LaTeX command keeping its backslash; digits, punctuation and spaces separate them.
+_WORD = re.compile(r"\\?[^\W\d_]+")
+_STOP = frozenset(STOPWORDS_EN)
+
+
+@dataclass(frozen=True)
+class Route:
+    """The router's choice: ``kind`` is ``exact``, ``similar`` or ``none``; ``similarity`` in [0, 1]."""
+
+    kind: str
+    artifact_id: str | None
+    similarity: float
+
+
+def terms(normalized_text: str) -> list[str]:
+    """The BM25 terms of a normalized problem text, in order: its words (runs of letters; a LaTeX command keeps
+    its backslash, ``\\cdot``) less Lucene's English stop words; numbers are not terms. Empty for a text with
+    none (``"$2+2$"``)."""
+    return [word for word in _WORD.findall(normalized_text) if word not in _STOP]
+
+
+def gate_ratio(query: str, text: str) -> float:
+    """The confidence gate's similarity: ``difflib.SequenceMatcher`` ratio of two normalized texts, in [0, 1]
+    (1 for equal texts; 2·matches / total length, ``autojunk`` off)."""
+    return difflib.SequenceMatcher(None, query, text, autojunk=False).ratio()
+
+
+def bm25_scores(query: str, texts: list[str]) -> np.ndarray:
+    """BM25 score of each of ``texts`` (normalized) for ``query`` (normalized), float64 ``[len(texts)]``, >= 0.
+
+    Robertson and Zaragoza (2009), Lucene's variant through ``bm25s`` (k1 = 1.5, b = 0.75) over :func:`terms`,
+    with the document frequencies and mean length of ``texts`` and each distinct query term counted once. A text
+    that shares no term with the query scores 0; all are 0 when the query or every text has no terms.
+    """
+    query_terms = sorted(set(terms(query)))
+    docs = [terms(text) for text in texts]
+    vocab = {term: i for i, term in enumerate(sorted({t for doc in docs for t in doc}))}
+    ids = [vocab[t] for t in query_terms if t in vocab]
+    if not ids:
+        return np.zeros(len(texts), dtype=np.float64)
+    retriever = bm25s.BM25(k1=BM25_K1, b=BM25_B, method="lucene", dtype="float64", backend="numpy",
+                           csc_backend="numpy")
+    retriever.index(([[vocab[t] for t in doc] for doc in docs], vocab), show_progress=False)
+    return np.asarray(retriever.get_scores_from_ids(ids), dtype=np.float64)
+
+
+def rank_candidates(query: str, candidates: list[tuple[str, str]],
+                    ranker: str = DEFAULT_RANKER) -> list[tuple[str, float]]:
+    """Rank ``(artifact_id, normalized_text)`` candidates for a normalized ``query``: every candidate as
+    ``(artifact_id, score)``, best first.
+
+    ``bm25``: by BM25 score (:func:`bm25_scores`, Robertson and Zaragoza 2009; >= 0, no fixed scale), equal scores
+    by :func:`gate_ratio` (computed only for them), then by artifact id. ``difflib``: by :func:`gate_ratio` (in
+    [0, 1]), then by artifact id. The result does not depend on the order of ``candidates``. Raises
+    ``ValueError`` for another ranker.
+    """
+    if ranker == "bm25":
+        scores = [float(s) for s in bm25_scores(query, [text for _, text in candidates])]
+        ties = Counter(scores)
+        ratio = {aid: gate_ratio(query, text) for (aid, text), s in zip(candidates, scores) if ties[s] > 1}
+        order = sorted(zip(candidates, scores), key=lambda item: (-item[1], -ratio.get(item[0][0], 0.0), item[0][0]))
+        return [(aid, score) for (aid, _), score in order]
+    if ranker == "difflib":
+        scored = [(aid, gate_ratio(query, text)) for aid, text in candidates]
+        return sorted(scored, key=lambda item: (-item[1], item[0]))
+    raise ValueError(f"unknown ranker {ranker!r}; choose one of {', '.join(RANKERS)}")
+
+
+def choose(query: str, candidates: list[tuple[str, str]], min_similarity: float,
+           ranker: str = DEFAULT_RANKER) -> Route:
+    """The similarity route among ``(artifact_id, normalized_text)`` ``candidates`` (no exact lookup): the
+    top-ranked candidate (:func:`rank_candidates`) as kind ``similar`` if its :func:`gate_ratio` with ``query``
+    reaches ``min_similarity`` (in [0, 1]), else kind ``none`` with that ratio (0 with no candidates). Raises
+    ``ValueError`` for an unknown ranker."""
+    ranked = rank_candidates(query, candidates, ranker)
+    if not ranked:
+        return Route("none", None, 0.0)
+    top_id = ranked[0][0]
+    ratio = ranked[0][1] if ranker == "difflib" else gate_ratio(query, dict(candidates)[top_id])
+    return Route("similar", top_id, ratio) if ratio >= min_similarity else Route("none", None, ratio)
+
+
+def route(store: Store, config_fingerprint: str, problem_key: str, normalized_text: str, min_similarity: float,
+          ranker: str = DEFAULT_RANKER) -> Route:
+    """Pick the one artifact to graft for a query.
+
+    Exact match on the normalized problem text's key (``problem_key``, a SHA-256 hex) first, whatever the
+    ranker and the gate; otherwise :func:`choose` among the at most 32 deposits that share the most MinHash bands
+    with ``normalized_text`` (:meth:`Store.candidates`, bounded reads): ranked by BM25 (Robertson and Zaragoza
+    2009) by default, gated by the ``difflib`` ratio of the top one against ``min_similarity`` (in [0, 1]);
+    otherwise kind ``none``. Raises ``ValueError`` for an unknown ranker and :class:`StoreError` for a
+    damaged index.
+    """
+    if ranker not in RANKERS:
+        raise ValueError(f"unknown ranker {ranker!r}; choose one of {', '.join(RANKERS)}")
+    exact = store.find_exact(config_fingerprint, problem_key)
+    if exact:
+        return Route("exact", exact, 1.0)
+    return choose(normalized_text, store.candidates(config_fingerprint, normalized_text), min_similarity, ranker)

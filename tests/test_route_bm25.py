@@ -1,0 +1,164 @@
+"""The router's BM25 ranking (graftbench/router.py) and its retrieval-quality measurement
+(graftbench/route_quality.py, ``graftbench route-quality``), on planted index rows: no model."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from graftbench import graft, router
+from graftbench.problem_types import Problem, normalize_problem_text, problem_key
+from graftbench.route_quality import (measure_route_quality, plant_library, split_builtin, table_header, table_rows,
+                                      write_results)
+from graftbench.store import Store
+
+FP = "7" * 64
+
+
+def _plant(store: Store, text: str, tag: str = "") -> str:
+    text = normalize_problem_text(text)
+    header = {"config_fingerprint": FP, "positions": [0, 1], "problem_text": text,
+              "problem_key": problem_key(Problem("x", text, "0")), "answer": "0"}
+    return store.plant(f"stand-in {tag}\n{text}".encode(), header)
+
+
+def _route(store: Store, text: str, gate: float = 0.6, ranker: str = router.DEFAULT_RANKER) -> router.Route:
+    text = normalize_problem_text(text)
+    return router.route(store, FP, problem_key(Problem("q", text, "0")), text, gate, ranker)
+
+
+def test_the_graft_module_routes_with_the_router():
+    assert graft.route is router.route and graft.Route is router.Route
+    assert router.DEFAULT_RANKER == "bm25"
+
+
+def test_terms_are_words_without_numbers_or_stop_words():
+    text = normalize_problem_text(r"Find the sum of the digits of $11!$ and of $n \cdot 2$ in base 10.")
+    assert router.terms(text) == ["find", "sum", "digits", "n", r"\cdot", "base"]
+    assert router.terms("$2 + 2$") == []
+
+
+def test_ranking_is_deterministic_whatever_the_candidates_order():
+    library, held_out = split_builtin(3, 4, seed=0)
+    candidates = [(f"{i:064x}", normalize_problem_text(p.problem)) for i, p in enumerate(library)]
+    for problem in held_out:
+        query = normalize_problem_text(problem.problem)
+        first = router.rank_candidates(query, candidates)
+        assert len(first) == len(candidates)
+        assert [s for _, s in first] == sorted((s for _, s in first), reverse=True)
+        for seed in range(5):
+            shuffled = candidates[:]
+            random.Random(seed).shuffle(shuffled)
+            assert router.rank_candidates(query, shuffled) == first
+
+
+def test_equal_scores_go_to_the_ratio_then_to_the_artifact_id():
+    text = "find the remainder when $7^{222}$ is divided by $1000$."
+    twins = [("b" * 64, text), ("a" * 64, text)]
+    query = "find the remainder when $7^{223}$ is divided by $1000$."
+    assert [aid for aid, _ in router.rank_candidates(query, twins)] == ["a" * 64, "b" * 64]
+    closer = [("a" * 64, "find the remainder when $9^{999}$ is divided by $1000$."),
+              ("b" * 64, "find the remainder when $7^{224}$ is divided by $1000$.")]
+    ranked = router.rank_candidates(query, closer)
+    assert ranked[0][1] == ranked[1][1]  # the same words: the same BM25 score
+    assert ranked[0][0] == "b" * 64  # the ratio sees the digits
+    numbers_only = [("a" * 64, "$9+9$"), ("b" * 64, "$2+2$")]  # no terms: BM25 ties at 0, the ratio ranks
+    assert [aid for aid, _ in router.rank_candidates("$2+3$", numbers_only)] == ["b" * 64, "a" * 64]
+
+
+def test_bm25_weighs_the_words_that_tell_candidates_apart():
+    gcd = ("g" * 64, "find the remainder when the least common multiple of $8554$ and $8218$ is divided by $1000$.")
+    mod = ("m" * 64, "find the remainder when $51^{872}$ is divided by $1000$.")
+    divisors = ("d" * 64, "find the remainder when the sum of the positive divisors of $4009$ is divided by $1000$.")
+    query = "find the remainder when the sum of the positive divisors of $71280$ is divided by $1000$."
+    ranked = router.rank_candidates(query, [gcd, mod, divisors])
+    assert ranked[0][0] == "d" * 64 and ranked[0][1] > ranked[1][1] > 0
+    assert all(s >= 0 for s in router.bm25_scores(query, [gcd[1], mod[1], divisors[1]]))
+    assert router.bm25_scores("$2+2$", [mod[1]]).tolist() == [0.0]
+
+
+def test_an_unknown_ranker_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="unknown ranker"):
+        router.rank_candidates("a", [("a" * 64, "a")], "tfidf")
+    with pytest.raises(ValueError, match="unknown ranker"):
+        _route(Store(tmp_path), "a", ranker="tfidf")
+
+
+@pytest.mark.parametrize("ranker", router.RANKERS)
+def test_the_gate_refuses_a_weak_match(tmp_path, ranker):
+    store = Store(tmp_path)
+    deposited = _plant(store, "How many positive divisors of $357500$ are perfect squares?")
+    weak = "How many positive divisors does $1449175$ have?"  # another question about divisors: ratio 0.58
+    assert store.candidates(FP, normalize_problem_text(weak))  # shares a band: only the gate says no
+    refused = _route(store, weak, 0.6, ranker)
+    assert refused.kind == "none" and refused.artifact_id is None and 0 < refused.similarity < 0.6
+    taken = _route(store, weak, refused.similarity, ranker)
+    assert taken == router.Route("similar", deposited, refused.similarity)
+    near = _route(store, "How many positive divisors of $357600$ are perfect squares?", 0.6, ranker)
+    assert near.kind == "similar" and near.artifact_id == deposited and 0.6 <= near.similarity < 1
+
+
+@pytest.mark.parametrize("ranker", router.RANKERS)
+def test_an_exact_route_still_wins(tmp_path, ranker):
+    store = Store(tmp_path)
+    text = "Find the remainder when $7^{222}$ is divided by $1000$."
+    exact = _plant(store, text)
+    for i, other in enumerate(["Find the remainder when $7^{222}$ is divided by $1000$ exactly.",
+                               "Find the remainder when $7^{222}$ is divided by $100$."]):
+        _plant(store, other, str(i))
+    assert _route(store, "  find the REMAINDER when $7^{222}$ is divided by $1000$. ", 1.0, ranker) \
+        == router.Route("exact", exact, 1.0)
+
+
+def test_a_held_out_problem_routes_to_its_family_when_the_library_holds_it(tmp_path):
+    library, held_out = split_builtin(2, 3, seed=0)
+    store = Store(tmp_path)
+    planted = plant_library(store, library, FP)
+    for problem in held_out:
+        if problem.family not in ("mod", "paths", "base"):
+            continue
+        chosen = _route(store, problem.problem)
+        assert chosen.kind == "similar", problem.id
+        assert planted[chosen.artifact_id].family == problem.family, problem.id
+
+
+def test_the_quality_measurement_returns_what_the_table_shows(tmp_path):
+    result = measure_route_quality(library_per_family=2, held_out_per_family=3, min_similarity=0.6, seed=0)
+    assert result["rankers"] == ["difflib", "bm25"] and len(result["problems"]) == 18
+    rows = table_rows(result)
+    assert [r[0] for r in rows] == [*result["families"], "overall"]
+    assert len(table_header(result)) == len(rows[0]) == 3 + 4 * 2
+    overall = result["overall"]
+    for ranker, offset in (("difflib", 3), ("bm25", 7)):
+        keys = ("library_top_same_family", "top_same_family", "routed_other_family", "routed_same_family")
+        counted = {key: sum(p[ranker][key] for p in result["problems"]) for key in keys}
+        assert counted == {k: overall[ranker][k] for k in counted}
+        assert rows[-1][offset:offset + 4] == [
+            f"{counted['library_top_same_family']}/18", f"{counted['top_same_family']}/18",
+            f"{counted['routed_other_family']}/18",
+            f"{counted['routed_same_family']}/18 ({100 * counted['routed_same_family'] / 18:.0f}%)"]
+        assert overall[ranker]["same_family_fraction"] == counted["routed_same_family"] / 18
+        assert 0 <= overall[ranker]["same_family_fraction"] <= 1
+    mod = result["per_family"]["mod"]
+    assert rows[0][:3] == ["mod", "3", str(mod["with_candidates"])]
+    assert measure_route_quality(2, 3, 0.6, 0) == result  # deterministic
+    json_path, md_path = write_results(result, tmp_path)
+    assert json.loads(json_path.read_text()) == result
+    assert "| " + " | ".join(rows[-1]) + " |" in md_path.read_text()
+    with pytest.raises(ValueError, match="min_similarity"):
+        measure_route_quality(min_similarity=1.5)
+
+
+def test_route_quality_command_prints_and_writes(tmp_path):
+    from typer.testing import CliRunner
+
+    from graftbench.cli import app
+
+    result = CliRunner().invoke(app, ["route-quality", "--library-per-family", "1", "--held-out-per-family", "2",
+                                      "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "overall" in result.output
+    written = json.loads((tmp_path / "route-quality.json").read_text())
+    assert written["library_per_family"] == 1 and written["overall"]["held_out"] == 12
