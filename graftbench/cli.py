@@ -8,16 +8,18 @@ a machine without them.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from . import cli_bench, cli_exact, cli_report
+from . import cli_bench, cli_exact, cli_flywheel, cli_report
 from . import cli_route
-from .cli_common import (EVAL, FLYWHEEL, AnswerFieldOpt, ChunkOpt, DtypeOpt, IdFieldOpt, IsaOpt, LimitOpt, ModelOpt,
-                         ProblemFieldOpt, ProblemsOpt, RunsOpt, SolutionFieldOpt, StoreOpt, console, fail,
-                         load_problem_set, open_model, progress, stage_progress)
+from .cli_common import (EVAL, FLYWHEEL, AnswerFieldOpt, ChunkOpt, DtypeOpt, GraftFromOpt, IdFieldOpt, IsaOpt,
+                         LayoutOpt, LimitOpt, ModelOpt, ProblemFieldOpt, ProblemsOpt, RunsOpt, SamplesOpt, SeedOpt,
+                         SolutionFieldOpt, StoreOpt, TemperatureOpt, TopPOpt, console, fail, load_problem_set,
+                         open_model, progress, stage_progress)
 from .settings import EvalSettings
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -39,15 +41,15 @@ def _print_run(result, energy_method: str) -> None:
     console.print(f"manifest: {result.run.manifest_path} (sha256 {result.manifest['manifest_sha256'][:16]})")
 
 
-def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, run, limit, max_new_tokens,
-                  token_budget, graft, store, certify, strict, min_similarity, fields, isa, new_store=False) -> None:
+def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, run, limit, settings: EvalSettings,
+                  store, fields, isa, new_store=False) -> None:
     from .evaluate import StrictFallbackError
     from .workflows import run_eval
     from .runs import RunError
     from .store import StoreError
 
     problem_list = load_problem_set(problems, limit, *fields)
-    if graft and not new_store:
+    if settings.graft and not new_store:
         from .store import require_store
 
         try:
@@ -55,13 +57,12 @@ def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, ru
         except StoreError as exc:
             fail(str(exc) + (" or pass --new-store to start an empty one" if exc.missing else ""))
     session = open_model(model, dtype, chunk_size, isa=isa)
-    settings = EvalSettings(max_new_tokens=max_new_tokens, token_budget=token_budget, graft=graft, certify=certify,
-                            strict=strict, min_similarity=min_similarity)
-    name = run or f"{command}-{model.replace('/', '_')}-{Path(problems).stem}{'-graft' if graft else ''}"
+    name = run or re.sub(r"[^A-Za-z0-9._-]", "_", f"{command}-{model}-{Path(problems).stem}"
+                                                     f"{'-graft' if settings.graft else ''}")
     try:
-        with progress(command, len(problem_list)) as advance:
+        with progress(command, len(problem_list) * settings.samples) as advance:
             result = run_eval(session, problem_list, problems, name, settings, command=command, runs_root=runs_dir,
-                              store_root=store if graft else None, on_sample=advance, new_store=new_store)
+                              store_root=store if settings.graft else None, on_sample=advance, new_store=new_store)
     except StoreError as exc:
         fail(str(exc) + (" or pass --new-store to start an empty one" if exc.missing else ""))
     except (RunError, StrictFallbackError, OSError) as exc:  # OSError includes StorageError (disk full)
@@ -69,6 +70,13 @@ def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, ru
     _print_run(result, result.manifest["energy"]["method"])
     if result.certificate_mismatches:
         fail(f"certificate mismatch (graft logits differ from a fresh recompute): {result.certificate_mismatches}", 1)
+
+
+def _settings(**values) -> EvalSettings:
+    try:
+        return EvalSettings(**values)
+    except ValueError as exc:
+        fail(str(exc))
 
 
 @app.command()
@@ -79,12 +87,15 @@ def solve(
     limit: Optional[int] = LimitOpt,
     max_new_tokens: int = typer.Option(EVAL.max_new_tokens, "--max-new-tokens", min=1, help="decode budget per problem (tokens)"),
     token_budget: Optional[int] = typer.Option(None, "--token-budget", min=1, help="decode budget for the whole run (tokens)"),
+    samples: int = SamplesOpt, temperature: float = TemperatureOpt, top_p: float = TopPOpt, seed: int = SeedOpt,
     id_field: str = IdFieldOpt, problem_field: str = ProblemFieldOpt, answer_field: str = AnswerFieldOpt,
     solution_field: str = SolutionFieldOpt,
 ) -> None:
-    """Greedy-decode every problem under the budget and verify each answer (the baseline)."""
-    _eval_command("solve", model, problems, dtype, chunk_size, runs_dir, run, limit, max_new_tokens, token_budget,
-                  False, None, False, False, EVAL.min_similarity, (id_field, problem_field, answer_field, solution_field), isa)
+    """Decode every problem under the budget (greedy, or N samples) and verify each answer (the baseline)."""
+    settings = _settings(max_new_tokens=max_new_tokens, token_budget=token_budget, samples=samples,
+                         temperature=temperature, top_p=top_p, seed=seed)
+    _eval_command("solve", model, problems, dtype, chunk_size, runs_dir, run, limit, settings, None,
+                  (id_field, problem_field, answer_field, solution_field), isa)
 
 
 @app.command(name="eval")
@@ -102,13 +113,17 @@ def eval_(
     certify: bool = typer.Option(False, "--certify", help="also hash a fresh chunked recompute; must be equal"),
     strict: bool = typer.Option(False, "--strict", help="a refused artifact is an error, not a fallback"),
     min_similarity: float = typer.Option(EVAL.min_similarity, "--min-similarity", min=0.0, max=1.0, help="confidence gate for non-exact routes (0-1)"),
+    layout: str = LayoutOpt, graft_from: str = GraftFromOpt,
+    samples: int = SamplesOpt, temperature: float = TemperatureOpt, top_p: float = TopPOpt, seed: int = SeedOpt,
     id_field: str = IdFieldOpt, problem_field: str = ProblemFieldOpt, answer_field: str = AnswerFieldOpt,
     solution_field: str = SolutionFieldOpt,
 ) -> None:
     """Evaluate: the baseline, or with --graft an artifact restored at its own positions before the query."""
-    _eval_command("eval", model, problems, dtype, chunk_size, runs_dir, run, limit, max_new_tokens, token_budget,
-                  graft, store, certify, strict, min_similarity, (id_field, problem_field, answer_field, solution_field), isa,
-                  new_store)
+    settings = _settings(max_new_tokens=max_new_tokens, token_budget=token_budget, graft=graft, certify=certify,
+                         strict=strict, min_similarity=min_similarity, layout=layout, graft_from=graft_from,
+                         samples=samples, temperature=temperature, top_p=top_p, seed=seed)
+    _eval_command("eval", model, problems, dtype, chunk_size, runs_dir, run, limit, settings, store,
+                  (id_field, problem_field, answer_field, solution_field), isa, new_store)
 
 
 @app.command()
@@ -327,6 +342,7 @@ app.command(name="bench-isa")(cli_bench.bench_isa)
 app.command(name="bench-long-context")(cli_bench.bench_long_context)
 app.command(name="report")(cli_report.report)
 app.command(name="route-quality")(cli_route.route_quality)
+app.command(name="flywheel")(cli_flywheel.flywheel)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .settings import (DEFAULT_CHUNK_SIZE, DEFAULT_DTYPE, DEFAULT_MODEL, DEFAULT_RUNS_DIR, DEFAULT_STORE, DTYPE_NAMES,
-                       BenchSettings, EvalSettings, FlywheelSettings)
+                       SAMPLED_TEMPERATURE, SAMPLED_TOP_P, BenchSettings, EvalSettings, FlywheelSettings)
 
 EVAL, BENCH, FLYWHEEL = EvalSettings(), BenchSettings(), FlywheelSettings()
 
@@ -31,6 +31,19 @@ IsaOpt = typer.Option(None, "--isa", help="instruction-set pin: native (fastest)
 RunsOpt = typer.Option(DEFAULT_RUNS_DIR, "--runs-dir", envvar="GRAFTBENCH_RUNS_DIR", help="folder holding one folder per run")
 StoreOpt = typer.Option(DEFAULT_STORE, "--store", envvar="GRAFTBENCH_STORE", help="artifact store folder")
 LimitOpt = typer.Option(None, "--limit", min=1, help="use only the first N problems")
+SamplesOpt = typer.Option(EVAL.samples, "--samples", min=1, max=1024,
+                          help="samples per problem, decoded as one batch after one prefill or graft (N > 1 needs "
+                               "--temperature above 0)")
+TemperatureOpt = typer.Option(EVAL.temperature, "--temperature", min=0.0, max=10.0,
+                              help=f"0 decodes greedily; above 0 samples (e.g. {SAMPLED_TEMPERATURE})")
+TopPOpt = typer.Option(EVAL.top_p, "--top-p", min=0.01, max=1.0,
+                       help=f"nucleus: sample among the most likely tokens holding this much probability (e.g. {SAMPLED_TOP_P})")
+SeedOpt = typer.Option(EVAL.seed, "--seed", min=0, max=2**31 - 1,
+                       help="run seed; each sample's seed derives from (run seed, problem id, sample index)")
+LayoutOpt = typer.Option(EVAL.layout, "--layout", help="query layout after a graft: answer (the answer cue), solve "
+                         "(a full solution), or auto (answer on exact routes, solve on similar ones)")
+GraftFromOpt = typer.Option(EVAL.graft_from, "--graft-from", help="nearest (the router's choice) or other-family "
+                            "(the control: the nearest deposit of another family, no similarity gate)")
 IdFieldOpt = typer.Option("id", "--id-field", help="problem set column holding each problem's id")
 ProblemFieldOpt = typer.Option("problem", "--problem-field", help="problem set column holding the problem text")
 AnswerFieldOpt = typer.Option("answer", "--answer-field", help="problem set column holding the answer key")

@@ -7,6 +7,7 @@ under the fingerprint it was deposited with.
 from __future__ import annotations
 
 import platform
+import re
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 
@@ -15,28 +16,60 @@ from .settings import DEFAULT_CHUNK_SIZE
 
 PINNED_LIBRARIES = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "gguf", "accelerate")
 
-# Prompt layouts. The deposit text states the problem, then at once its final answer, then the solution; the
-# graft query repeats the problem and ends with the same answer cue, so a small model copies the answer
-# (DESIGN.md: 29 of 30 in this layout against 23-24 of 30 in a chat layout).
+# Prompt layouts. The deposit text states the problem, then at once its final answer, then the solution ending in
+# the same final-answer line. It serves both query layouts: a recurring problem's query repeats the problem and ends
+# with the answer cue, so a small model copies the answer (DESIGN.md: 29 of 30 in this layout against 23-24 of 30
+# in a chat layout; 29 of 30 again with the closing line added, against 27 of 30 with the answer only at the end);
+# a new problem's query ends with the solution cue, and the model writes a solution that ends like the example's.
 ANSWER_CUE = "Final answer:"
-DEPOSIT_LAYOUT = "Problem: {problem}\n" + ANSWER_CUE + " {answer}\nSolution: {solution}\n\n"
+DEPOSIT_LAYOUT = ("Problem: {problem}\n" + ANSWER_CUE + " {answer}\nSolution: {solution}\n" + ANSWER_CUE
+                  + " {answer}\n\n")
 QUERY_LAYOUT = "Problem: {problem}\n" + ANSWER_CUE
 SOLVE_INSTRUCTION = "Solve the following problem. Put the final answer in \\boxed{{}}.\n\n{problem}"
+# The solve layout (a new problem after a grafted worked example, Minerva-style): the query ends at the solution
+# cue, the model writes a solution and its final-answer line, like the example; the decode stops once that line is
+# complete, or when the model starts another problem.
+SOLUTION_CUE = "Solution:"
+SOLVE_QUERY_LAYOUT = "Problem: {problem}\n" + SOLUTION_CUE
+SOLVE_STOP = r"Final answer:[^\n]*\S[^\n]*\n|\nProblem:"
+QUERY_LAYOUTS = ("answer", "solve")
 
 
 @dataclass(frozen=True)
 class PromptLayout:
-    """The text templates that turn problems into token streams (part of the pin)."""
+    """The text templates that turn problems into token streams (part of the pin).
+
+    ``query``/``answer_cue``/``query_stop``: the ``answer`` layout (a recurring problem answers after the cue, up to
+    a newline). ``solve_query``/``solve_stop``: the ``solve`` layout (a new problem is solved in full after the
+    grafted example; ``solve_stop`` is a regular expression on the decoded text).
+    """
 
     solve_instruction: str = SOLVE_INSTRUCTION
     deposit: str = DEPOSIT_LAYOUT
     query: str = QUERY_LAYOUT
     answer_cue: str = ANSWER_CUE
     query_stop: str = "\n"
+    solve_query: str = SOLVE_QUERY_LAYOUT
+    solve_stop: str = SOLVE_STOP
 
     def deposit_text(self, problem: str, answer: str, solution: str) -> str:
         """The text a verified solution is deposited as (its KV state is the artifact)."""
         return self.deposit.format(problem=problem, answer=answer, solution=solution)
+
+    def query_text(self, problem: str, layout: str) -> str:
+        """The text that follows a graft: ``layout`` ``answer`` or ``solve``. Raises ``ValueError`` for another."""
+        if layout not in QUERY_LAYOUTS:
+            raise ValueError(f"layout {layout!r} is not one of {', '.join(QUERY_LAYOUTS)}")
+        return (self.query if layout == "answer" else self.solve_query).format(problem=problem)
+
+    def cue(self, layout: str) -> str:
+        """What the verifier reads before the output: the answer cue for ``answer`` (the output continues it),
+        nothing for ``solve`` (the output writes its own final-answer line)."""
+        return self.answer_cue if layout == "answer" else ""
+
+    def stop(self, layout: str) -> str | re.Pattern:
+        """The decode's stop for ``layout``: the newline after the answer, or the compiled ``solve_stop``."""
+        return self.query_stop if layout == "answer" else re.compile(self.solve_stop)
 
 
 # Fields of the pin that do not change a byte: the model's display name (an alias and a path to the same GGUF are one

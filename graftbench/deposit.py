@@ -7,7 +7,7 @@ from typing import Callable
 
 from . import graft
 from .hashing import sha256_text
-from .problem_types import Problem, normalize_problem_text, problem_key, problem_text_sha256
+from .problem_types import Problem, family, normalize_problem_text, problem_key, problem_text_sha256
 from .sample import Sample
 from .session import Session
 from .store import Store
@@ -48,6 +48,22 @@ def items_from_samples(samples: list[Sample], problems: list[Problem], run_name:
             for s in samples if s.correct and s.problem_id in by_id]
 
 
+def deposit_meta(session: Session, problem: Problem, ids: list[int], source: str) -> dict:
+    """The header fields a deposit writes besides the pin: the problem's id, family, routing key and normalized
+    text, text SHA-256, answer key, the solution's source, and the SHA-256 of the deposit text (its ``ids``
+    decoded). They make the artifact routable and name the example a grafted sample saw."""
+    return {
+        "problem_id": problem.id,
+        "family": family(problem),
+        "problem_key": problem_key(problem),
+        "problem_text": normalize_problem_text(problem.problem),
+        "problem_sha256": problem_text_sha256(problem.problem),
+        "answer": problem.answer,
+        "source": source,
+        "text_sha256": sha256_text(session.tokenizer.decode(ids)),
+    }
+
+
 def deposit_items(session: Session, store: Store, items: list[DepositItem],
             on_item: Callable[[DepositItem], None] | None = None) -> DepositReport:
     """Re-verify each item's final answer against its key, then prefill its deposit text with the pinned chunk
@@ -65,15 +81,7 @@ def deposit_items(session: Session, store: Store, items: list[DepositItem],
             if len(ids) > limit:
                 report.refused.append((problem.id, f"deposit text is {len(ids)} tokens, over the {limit} that fit"))
             else:
-                meta = {
-                    "problem_id": problem.id,
-                    "problem_key": problem_key(problem),
-                    "problem_text": normalize_problem_text(problem.problem),
-                    "problem_sha256": problem_text_sha256(problem.problem),
-                    "answer": problem.answer,
-                    "source": item.source,
-                    "text_sha256": sha256_text(session.tokenizer.decode(ids)),
-                }
+                meta = deposit_meta(session, problem, ids, item.source)
                 data, _ = graft.build_artifact(session.model, session.config, ids, meta)
                 artifact_id, written = store.put_reporting(data)
                 report.deposited.append((problem.id, artifact_id, len(ids), written))

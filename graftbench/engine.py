@@ -8,6 +8,7 @@ segment: artifact, chained artifact, query).
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 
@@ -50,6 +51,27 @@ def forward(model, cache: DynamicCache, ids: list[int], all_logits: bool = False
     return out.logits[0]
 
 
+@torch.inference_mode()
+def forward_batch(model, cache: DynamicCache, last_tokens: list[int]) -> torch.Tensor:
+    """One decode step for a batch: row i of ``cache`` gets ``last_tokens[i]``. Every row holds the same number of
+    positions (no padding), so positions follow the cache. Returns logits ``[len(last_tokens), vocab]``."""
+    input_ids = torch.tensor(last_tokens, dtype=torch.long).unsqueeze(1)
+    out = model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=1)
+    return out.logits[:, -1]
+
+
+def stop_reached(tokenizer, tokens: list[int], stop: str | re.Pattern | None) -> bool:
+    """Whether the decoded ``tokens`` end the generation: a string ``stop`` occurring in the text after its first
+    non-space character (the answer layout's newline), or a compiled pattern found in the text (the solve layout's
+    completed final-answer line)."""
+    if not stop:
+        return False
+    text = tokenizer.decode(tokens, skip_special_tokens=True)
+    if isinstance(stop, str):
+        return stop in text.lstrip()
+    return stop.search(text) is not None
+
+
 def prefill(model, cache: DynamicCache, ids: list[int], chunk_size: int, all_logits: bool = False,
             offset: int = 0) -> torch.Tensor:
     """Prefill one segment in the pinned chunk schedule.
@@ -89,13 +111,12 @@ def greedy_decode(
     first_logits: torch.Tensor,
     max_new_tokens: int,
     eos_ids: set[int],
-    stop: str | None = None,
+    stop: str | re.Pattern | None = None,
     started: float | None = None,
 ) -> Decoded:
     """Greedy (argmax) decode from ``first_logits`` (``[1, vocab]``, the logits after the prompt).
 
-    Stops at an EOS token (``eos``), when ``stop`` occurs in the text after its first non-space character
-    (``stop``), or after ``max_new_tokens`` tokens (``budget``). ``started`` is the ``perf_counter`` time the
+    Stops at an EOS token (``eos``), when ``stop`` is reached (``stop``, see :func:`stop_reached`), or after ``max_new_tokens`` tokens (``budget``). ``started`` is the ``perf_counter`` time the
     problem started, for time to first token.
     """
     started = time.perf_counter() if started is None else started
@@ -112,7 +133,7 @@ def greedy_decode(
         if token in eos_ids:
             reason = "eos"
             break
-        if stop and stop in tokenizer.decode(tokens, skip_special_tokens=True).lstrip():
+        if stop_reached(tokenizer, tokens, stop):
             reason = "stop"
             break
         if len(tokens) < max_new_tokens:

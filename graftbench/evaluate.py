@@ -1,8 +1,12 @@
-"""Solve and eval: one problem at a time, baseline or with a graft, each sample appended durably.
+"""Solve and eval: one problem at a time, baseline or with a graft, its samples appended durably.
 
 ``solve`` is ``eval`` without ``--graft``. With a graft, the router picks one artifact; it is restored at its own
-positions and the query (problem plus answer cue) runs after it. A refused artifact is not an error: the problem
+positions and the query runs after it, in the layout the settings choose for the route (``answer``: the problem
+and the answer cue; ``solve``: the problem and the solution cue). A refused artifact is not an error: the problem
 falls back to the baseline prompt, recorded as ``fallback: <reason>``, unless ``strict``.
+
+A problem's N samples share its prompt or graft: it is prefilled or restored once and the samples are decoded as one
+batch (:func:`graftbench.sampling.sample_decode`); greedy decoding (one sample) takes the argmax.
 """
 
 from __future__ import annotations
@@ -10,46 +14,70 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from . import engine, graft
+from . import engine, graft, router
 from .artifact_codec import ArtifactError
 from .energy import EnergyMeter
+from .engine import Decoded
 from .hashing import sha256_text
-from .problem_types import Problem, normalize_problem_text, problem_key, problem_text_sha256
+from .router import Route
+from .problem_types import Problem, family, normalize_problem_text, problem_key, problem_text_sha256
 from .runs import RunDir
 from .sample import Attempt, Sample
+from .sampling import SamplingSettings, sample_decode, sample_seed
 from .session import Session
 from .settings import EvalSettings
 from .store import Store
-from .verify import verify_answer
+from .verify import answers_equivalent, verify_answer
 
 
 class StrictFallbackError(RuntimeError):
     """Raised under ``strict`` when an artifact is refused and the problem would fall back to a prefill."""
 
 
-def _baseline(session: Session, problem: Problem, budget: int, started: float) -> Attempt:
+def sample_seeds(settings: EvalSettings, problem_id: str) -> list[int] | None:
+    """The seeds of a problem's samples (``None`` when decoding is greedy)."""
+    if not settings.sampled:
+        return None
+    return [sample_seed(settings.seed, problem_id, i) for i in range(settings.samples)]
+
+
+def _decode(session: Session, cache, logits, budget: int, settings: EvalSettings, seeds: list[int] | None,
+            stop, started: float) -> tuple[Decoded, ...]:
+    if seeds is None:
+        return (engine.greedy_decode(session.model, session.tokenizer, cache, logits, budget, session.eos_ids,
+                                     stop=stop, started=started),)
+    sampling = SamplingSettings(settings.temperature, settings.top_p, settings.seed)
+    return tuple(sample_decode(session.model, session.tokenizer, cache, logits, budget, session.eos_ids, sampling,
+                               seeds, stop=stop, started=started))
+
+
+def _baseline(session: Session, problem: Problem, budget: int, settings: EvalSettings, seeds: list[int] | None,
+              started: float) -> Attempt:
     prompt = session.solve_prompt_ids(problem.problem)
     cache = engine.new_cache(session.model)
     logits = engine.prefill(session.model, cache, prompt, session.config.chunk_size)
-    decoded = engine.greedy_decode(session.model, session.tokenizer, cache, logits, budget, session.eos_ids,
-                                   started=started)
+    logits_hash = engine.logits_sha256(logits)
+    decoded = _decode(session, cache, logits, budget, settings, seeds, None, started)
     return Attempt(cue="", prefill_tokens=len(prompt), prefill_tokens_saved=0, artifact_id=None, artifact_tokens=0,
-                   logits_sha256=engine.logits_sha256(logits), decoded=decoded)
+                   logits_sha256=logits_hash, decoded=decoded)
 
 
-def _grafted(session: Session, store: Store, problem: Problem, artifact_id: str, budget: int, certify: bool,
-             started: float) -> Attempt:
-    cache, chain = graft.restore_chain(session.model, session.config, store, artifact_id)
-    query = session.query_ids(problem.problem)
+def _grafted(session: Session, store: Store, problem: Problem, route: Route, budget: int,
+             settings: EvalSettings, seeds: list[int] | None, started: float) -> Attempt:
+    cache, chain = graft.restore_chain(session.model, session.config, store, route.artifact_id)
+    layout = settings.query_layout(route.kind)
+    prompt_layout = session.config.layout
+    query = session.query_ids(problem.problem, layout)
     logits = engine.prefill(session.model, cache, query, session.config.chunk_size)
     grafted_hash = engine.logits_sha256(logits)
-    decoded = engine.greedy_decode(session.model, session.tokenizer, cache, logits, budget, session.eos_ids,
-                                   stop=session.config.layout.query_stop, started=started)
+    decoded = _decode(session, cache, logits, budget, settings, seeds, prompt_layout.stop(layout), started)
     restored = sum(len(link.token_ids) for link in chain)
-    to_certify = ([link.token_ids.tolist() for link in chain], query) if certify else None
-    return Attempt(cue=session.config.layout.answer_cue, prefill_tokens=len(query), prefill_tokens_saved=restored,
-                   artifact_id=artifact_id, artifact_tokens=restored, logits_sha256=grafted_hash, decoded=decoded,
-                   certify_segments=to_certify)
+    to_certify = ([link.token_ids.tolist() for link in chain], query) if settings.certify else None
+    example = chain[-1].header
+    return Attempt(cue=prompt_layout.cue(layout), prefill_tokens=len(query), prefill_tokens_saved=restored,
+                   artifact_id=route.artifact_id, artifact_tokens=restored, logits_sha256=grafted_hash,
+                   decoded=decoded, certify_segments=to_certify, layout=layout,
+                   example_id=example.get("problem_id"), example_answer=example.get("answer"))
 
 
 def _certificate(session: Session, segments: list[list[int]], query: list[int]) -> str:
@@ -57,36 +85,43 @@ def _certificate(session: Session, segments: list[list[int]], query: list[int]) 
     return engine.logits_sha256(graft.fresh_recompute(session.model, session.config, segments, query))
 
 
-def run_problem(session: Session, problem: Problem, settings: EvalSettings, budget: int,
-                store: Store | None, meter: EnergyMeter) -> Sample:
-    """Run one problem and return its :class:`~graftbench.sample.Sample`.
+def _route(session: Session, store: Store, problem: Problem, settings: EvalSettings) -> Route:
+    text = normalize_problem_text(problem.problem)
+    if settings.graft_from == "other-family":
+        return router.route_other_family(store, session.config.fingerprint, text, family(problem), settings.ranker)
+    return router.route(store, session.config.fingerprint, problem_key(problem), text, settings.min_similarity,
+                        settings.ranker)
 
-    ``wall_s`` and ``energy_j`` cover routing, restore or prefill, and decode; the ``--certify`` recompute is an
-    audit, timed apart in ``certify_s`` and not counted in them.
+
+def run_problem(session: Session, problem: Problem, settings: EvalSettings, budget: int,
+                store: Store | None, meter: EnergyMeter) -> list[Sample]:
+    """Run one problem and return its :class:`~graftbench.sample.Sample` list (``settings.samples`` of them).
+
+    ``wall_s`` and ``energy_j`` cover routing, restore or prefill, and decode, split evenly over the samples; the
+    ``--certify`` recompute is an audit, timed apart in ``certify_s`` and not counted in them.
 
     Raises :class:`StrictFallbackError` under ``settings.strict`` when the chosen artifact is refused.
     """
     started, energy_start = time.perf_counter(), meter.read()
     route, fallback, attempt = None, None, None
+    seeds = sample_seeds(settings, problem.id)
     if settings.graft and store is not None:
-        route = graft.route(store, session.config.fingerprint, problem_key(problem),
-                            normalize_problem_text(problem.problem), settings.min_similarity)
+        route = _route(session, store, problem, settings)
         if route.artifact_id:
             try:
-                attempt = _grafted(session, store, problem, route.artifact_id, budget, settings.certify, started)
+                attempt = _grafted(session, store, problem, route, budget, settings, seeds, started)
             except ArtifactError as exc:
                 if settings.strict:
                     raise StrictFallbackError(f"problem {problem.id}: {exc}") from exc
                 fallback = f"{exc.check}: {exc}"
     if attempt is None:
-        attempt = _baseline(session, problem, budget, started)
-    decoded = attempt.decoded
+        attempt = _baseline(session, problem, budget, settings, seeds, started)
     wall_s, energy_j = time.perf_counter() - started, meter.read() - energy_start
     certify_start = time.perf_counter()
     certificate = _certificate(session, *attempt.certify_segments) if attempt.certify_segments else None
     certify_s = time.perf_counter() - certify_start if attempt.certify_segments else None
-    verdict = verify_answer(decoded.text, problem.answer, cue=attempt.cue, version=settings.verifier_version)
-    return Sample(
+    n = len(attempt.decoded)
+    shared = dict(
         problem_id=problem.id,
         problem_sha256=problem_text_sha256(problem.problem),
         key=problem.answer,
@@ -100,6 +135,27 @@ def run_problem(session: Session, problem: Problem, settings: EvalSettings, budg
         artifact_id=attempt.artifact_id,
         artifact_tokens=attempt.artifact_tokens,
         logits_sha256=attempt.logits_sha256,
+        wall_s=round(wall_s / n, 6),
+        energy_j=round(energy_j / n, 6),
+        certificate_sha256=certificate,
+        certify_s=round(certify_s, 6) if certify_s is not None else None,
+        certified=(certificate == attempt.logits_sha256) if certificate else None,
+        layout=attempt.layout,
+        example_id=attempt.example_id,
+        example_answer=attempt.example_answer,
+    )
+    return [_sample(shared, decoded, i, seeds, route, settings) for i, decoded in enumerate(attempt.decoded)]
+
+
+def _sample(shared: dict, decoded: Decoded, index: int, seeds: list[int] | None, route: Route | None,
+            settings: EvalSettings) -> Sample:
+    verdict = verify_answer(decoded.text, shared["key"], cue=shared["cue"], version=settings.verifier_version)
+    copied = None
+    if shared["example_answer"] is not None and route is not None and route.kind != "exact":
+        copied = verdict.extracted is not None and answers_equivalent(verdict.extracted, shared["example_answer"],
+                                                                      settings.verifier_version)
+    return Sample(
+        **shared,
         output=decoded.text,
         output_sha256=sha256_text(decoded.text),
         extracted=verdict.extracted,
@@ -107,35 +163,39 @@ def run_problem(session: Session, problem: Problem, settings: EvalSettings, budg
         finish_reason=decoded.finish_reason,
         decode_tokens=len(decoded.token_ids),
         ttft_s=round(decoded.first_token_s, 6),
-        wall_s=round(wall_s, 6),
-        energy_j=round(energy_j, 6),
-        certificate_sha256=certificate,
-        certify_s=round(certify_s, 6) if certify_s is not None else None,
-        certified=(certificate == attempt.logits_sha256) if certificate else None,
+        sample_index=index,
+        seed=seeds[index] if seeds else None,
+        copied=copied,
     )
 
 
 def evaluate(session: Session, problems: list[Problem], run: RunDir, settings: EvalSettings, store: Store | None,
              meter: EnergyMeter, on_sample: Callable[[Sample], None] | None = None) -> list[Sample]:
-    """Run every problem not yet recorded in ``run``, appending each sample durably; returns all samples in
-    problem order. Stops early when the run's ``token_budget`` (decode tokens) is spent.
+    """Run every problem whose samples are not all recorded in ``run``, appending each sample durably; returns all
+    samples in problem and sample order. Stops early when the run's ``token_budget`` (decode tokens) is spent.
+
+    A problem interrupted between its samples is run again whole (the same seeds and batch draw the same tokens)
+    and only its missing samples are appended.
 
     Raises ``ValueError`` when a recorded sample does not have the fields of a :class:`~graftbench.sample.Sample`.
     """
-    done = {s.problem_id: s for s in map(Sample.from_json, run.read_samples())}
+    done = {(s.problem_id, s.sample_index): s for s in map(Sample.from_json, run.read_samples())}
     spent = sum(s.decode_tokens for s in done.values())
+    indices = range(settings.samples)
     for problem in problems:
-        if problem.id in done:
+        if all((problem.id, i) in done for i in indices):
             continue
         budget = settings.max_new_tokens
         if settings.token_budget is not None:
             budget = min(budget, settings.token_budget - spent)
             if budget <= 0:
                 break
-        sample = run_problem(session, problem, settings, budget, store, meter)
-        run.append(sample.to_json())
-        done[problem.id] = sample
-        spent += sample.decode_tokens
-        if on_sample:
-            on_sample(sample)
-    return [done[p.id] for p in problems if p.id in done]
+        for sample in run_problem(session, problem, settings, budget, store, meter):
+            if (problem.id, sample.sample_index) in done:
+                continue
+            run.append(sample.to_json())
+            done[(problem.id, sample.sample_index)] = sample
+            spent += sample.decode_tokens
+            if on_sample:
+                on_sample(sample)
+    return [done[(p.id, i)] for p in problems for i in indices if (p.id, i) in done]

@@ -113,7 +113,8 @@ def build_manifest(*, run: str, command: str, config: dict, config_fingerprint: 
                    store: str | None) -> dict:
     """Assemble a manifest dict and seal it with ``manifest_sha256``.
 
-    ``problems`` are ``{"id", "problem_sha256", "key"}``; ``samples`` as written by :mod:`graftbench.evaluate`.
+    ``problems`` are ``{"id", "problem_sha256", "key"}`` (and ``family`` when the set gives one); ``samples`` as
+    written by :mod:`graftbench.evaluate`. ``metrics`` holds :func:`run_metrics`.
     """
     artifacts = sorted({s["artifact_id"]: s["artifact_tokens"] for s in samples if s.get("artifact_id")}.items())
     body = {
@@ -132,9 +133,21 @@ def build_manifest(*, run: str, command: str, config: dict, config_fingerprint: 
         "store": store,
         "energy": energy,
         "totals": compute_totals(samples),
+        "metrics": run_metrics(samples, problems, settings),
     }
     body["sealed_fields"] = sealed_fields(body)
     return {**body, "manifest_sha256": seal_sha256(body)}
+
+
+def run_metrics(samples: list[dict], problems: list[dict], settings: dict) -> dict:
+    """The run's statistics (:func:`graftbench.metrics.summarize`: avg@N, pass@k, maj@N, intervals, copy controls),
+    bootstrapped with the run's ``seed`` and comparing keys under its verifier version. Raises ``ValueError`` as
+    ``summarize`` does."""
+    from .metrics import summarize
+
+    seed = settings.get("seed", 0) if isinstance(settings, dict) else 0
+    version = settings.get("verifier_version", 1) if isinstance(settings, dict) else 1
+    return summarize(samples, problems, seed=seed if isinstance(seed, int) else 0, verifier_version=version)
 
 
 def _digest(value, schema: str) -> str:
@@ -151,7 +164,12 @@ def _entries(manifest: dict, section: str) -> list:
 
 
 def _entry_id(entry, section: str) -> str:
-    return str(entry.get(_ENTRY_SECTIONS[section][1])) if isinstance(entry, dict) else f"<{type(entry).__name__}>"
+    """An entry's name: a problem's id; a sample's ``<problem_id>#<sample_index>`` (its problem id alone in a
+    manifest written before samples had an index)."""
+    if not isinstance(entry, dict):
+        return f"<{type(entry).__name__}>"
+    name = str(entry.get(_ENTRY_SECTIONS[section][1]))
+    return f"{name}#{entry['sample_index']}" if section == "samples" and "sample_index" in entry else name
 
 
 def sealed_fields(body: dict) -> dict:
@@ -201,7 +219,7 @@ def load_manifest(path: str | Path, schema: str | tuple[str, ...] = SCHEMAS) -> 
 
 def _check_sample(sample: dict, known: dict[str, dict], version: int) -> list[str]:
     sid = sample.get("problem_id")
-    where = f"sample {sid}"
+    where = f"sample {_entry_id(sample, 'samples')}"
     mismatches = []
     if not isinstance(sid, str) or sid not in known:
         return [f"{where}: problem_id is not among the manifest's problems"]
@@ -302,6 +320,19 @@ def _check_derived(manifest: dict, problems_list: list[dict], samples: list[dict
     return mismatches
 
 
+def _check_metrics(manifest: dict, problems_list: list[dict], samples: list[dict]) -> list[str]:
+    """The ``metrics`` section against a recompute from the samples (absent in manifests written before it)."""
+    if "metrics" not in manifest:
+        return []
+    try:
+        metrics = run_metrics(samples, problems_list, manifest.get("settings"))
+    except (KeyError, TypeError, ValueError, OverflowError, AttributeError, ZeroDivisionError) as exc:
+        return [f"metrics cannot be recomputed from the samples ({exc!r})"]
+    recorded = manifest["metrics"] if isinstance(manifest["metrics"], dict) else {}
+    return [f"metrics.{name}: recorded {str(recorded.get(name))[:80]}, recomputed {str(metrics.get(name))[:80]}"
+            for name in sorted(set(metrics) | set(recorded), key=str) if metrics.get(name) != recorded.get(name)]
+
+
 def _check_totals(manifest: dict, samples: list[dict]) -> list[str]:
     try:
         totals = compute_totals(samples)
@@ -387,6 +418,7 @@ def verify_manifest(path: str | Path, store: str | Path | None = None,
     for sample in samples if version is not None else []:
         mismatches.extend(_check_sample(sample, known, version))
     mismatches += _check_totals(manifest, samples) + _check_derived(manifest, problems_list, samples)
+    mismatches += _check_metrics(manifest, problems_list, samples)
     recorded_store = manifest.get("store")
     store_root = Path(store) if store else (Path(recorded_store) if isinstance(recorded_store, str) and recorded_store else None)
     artifact_problems, note = _check_artifacts(manifest, store_root, require_artifacts)

@@ -46,20 +46,19 @@ Floats in the returned dicts are rounded to 6 decimal places.
 from __future__ import annotations
 
 import math
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from fractions import Fraction
 
 import numpy as np
 
+from .problem_types import family_of_id
 from .verify import VERIFIER_VERSION, answers_equivalent
 
 METRICS_VERSION = 1
 RESAMPLES = 2000
 CONFIDENCE = 0.95
 Z95 = 1.959963984540054  # the 0.975 quantile of the standard normal distribution
-_TRAILING_NUMBER = re.compile(r"-\d+$")
 
 
 def _r(value) -> float | None:
@@ -73,7 +72,7 @@ def _interval(pair) -> list[float] | None:
 def family_of(problem: dict) -> str:
     """A problem entry's family: its ``family`` field, else its id without a trailing ``-<number>``."""
     family = problem.get("family")
-    return family if isinstance(family, str) and family else _TRAILING_NUMBER.sub("", str(problem["id"]))
+    return family if isinstance(family, str) and family else family_of_id(str(problem["id"]))
 
 
 # ---- estimators ----
@@ -252,7 +251,8 @@ def _copy_controls(groups: list[_Problem], verifier_version: int) -> dict:
     copied = sum(1 for s in recorded if s["copied"] is True)
     baseline, own = [], []
     for p in groups:
-        with_example = [s for s in p.samples if s.get("mode") == "graft" and isinstance(s.get("example_answer"), str)]
+        with_example = [s for s in p.samples if s.get("mode") == "graft" and s.get("route") != "exact"
+                        and isinstance(s.get("example_answer"), str)]
         if not with_example:
             continue
         key = p.key if isinstance(p.key, str) else ""
@@ -273,8 +273,8 @@ def _copy_controls(groups: list[_Problem], verifier_version: int) -> dict:
 def copy_controls(samples: list[dict], problems: list[dict], verifier_version: int = VERIFIER_VERSION) -> dict:
     """The copy controls of a run's grafted samples (``mode == "graft"``; see the module docstring): how many
     there are, how many record ``copied`` and how many of those copied (``copy_rate``, ``None`` when none records
-    it), and, over the grafted problems whose samples record ``example_answer``, the ``copy_baseline`` computed
-    from keys and the run's own ``grafted_accuracy`` on the same samples (both ``None`` when none records it).
+    it), and, over the grafted problems routed to another problem's example (not ``exact``) whose samples record
+    ``example_answer``, the ``copy_baseline`` computed from keys and the run's own ``grafted_accuracy`` on the same samples (both ``None`` when none records it).
     Raises ``ValueError`` as :func:`summarize` does."""
     return _copy_controls(_group(samples, problems)[0], verifier_version)
 

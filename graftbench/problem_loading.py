@@ -48,6 +48,25 @@ binary64 (pandas, JavaScript, Python's own ``json``)."""
 _INTEGER_ONLY = "answers must be integers (the command line reads integer keys only; correct the key in the file)"
 
 
+_BUILTIN_SLICE = re.compile(r"builtin(?::(?:(\d{1,3})-)?(\d{1,3}))?")
+
+
+def builtin_slice(source: str) -> list[Problem]:
+    """The built-in problems named by ``source``: ``builtin`` (the default 2 per family), ``builtin:N`` (the first
+    N of every family) or ``builtin:A-B`` (problems A to B - 1 of every family, by their index in the family: the
+    same problems whatever B is). Raises :class:`ProblemSetError` for another spelling or an empty range."""
+    match = _BUILTIN_SLICE.fullmatch(source)
+    if not match:
+        raise ProblemSetError(f"problem set {source!r}: write builtin, builtin:N or builtin:A-B (A < B, "
+                              "problems per family)")
+    if match.group(2) is None:
+        return builtin_problems()
+    start, end = int(match.group(1) or 0), int(match.group(2))
+    if start >= end:
+        raise ProblemSetError(f"problem set {source!r}: the range {start}-{end} holds no problem (A < B)")
+    return [p for p in builtin_problems(n_per_family=end) if int(p.id.rsplit("-", 1)[1]) >= start]
+
+
 def load_problems(
     source: str,
     *,
@@ -64,7 +83,9 @@ def load_problems(
     ``source`` (a ``str`` or a path) is one of:
 
     * ``"builtin"`` → :func:`~graftbench.builtin_problems.builtin_problems` with its defaults
-      (field arguments ignored);
+      (2 per family; field arguments ignored); ``"builtin:A-B"`` → problems ``A`` to ``B - 1`` of every family
+      (``builtin:2-12``: the ten after the first two of each family, 60 problems), ``"builtin:N"`` → ``builtin:0-N``
+      (see :func:`builtin_slice`);
     * a local ``.jsonl`` / ``.json`` file (a JSON array of objects, or JSON Lines: one object
       per line, blank lines skipped), parsed once by :mod:`graftbench.problem_sources`;
     * a local ``.parquet`` / ``.csv`` file, read with
@@ -114,8 +135,8 @@ def load_problems(
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise ValueError(f"limit must be a non-negative int or None, got {limit!r}")
     source = os.fspath(source)  # a pathlib.Path is accepted too
-    if source == BUILTIN:
-        problems = builtin_problems()
+    if source == BUILTIN or source.startswith(BUILTIN + ":"):
+        problems = builtin_slice(source)
         return problems if limit is None else problems[:limit]
 
     path = Path(source).expanduser()

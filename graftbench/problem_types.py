@@ -91,3 +91,15 @@ def problem_key(problem: Problem) -> str:
 
     Raises ``UnicodeEncodeError`` for text holding lone surrogates."""
     return sha256_text(normalize_problem_text(problem.problem))
+
+
+def family_of_id(problem_id: str) -> str:
+    """A problem's family when its set does not give one: its id without a trailing ``-<n>`` (``mod-3`` -> ``mod``;
+    ``2024-I-2`` -> ``2024-I``); an id without one is its own family."""
+    head, sep, tail = problem_id.rpartition("-")
+    return head if sep and tail.isdigit() else problem_id
+
+
+def family(problem: Problem) -> str:
+    """``problem.family`` when the set gives one (built-in problems), else :func:`family_of_id` of its id."""
+    return problem.family or family_of_id(problem.id)

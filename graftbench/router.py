@@ -145,3 +145,17 @@ def route(store: Store, config_fingerprint: str, problem_key: str, normalized_te
     if exact:
         return Route("exact", exact, 1.0)
     return choose(normalized_text, store.candidates(config_fingerprint, normalized_text), min_similarity, ranker)
+
+
+def route_other_family(store: Store, config_fingerprint: str, normalized_text: str, family: str,
+                       ranker: str = DEFAULT_RANKER) -> Route:
+    """The other-family control: the top-ranked deposit (:func:`rank_candidates`) among those of another family
+    than ``family`` (:meth:`Store.family_candidates`: every such deposit, not only band candidates), with no
+    similarity gate, as kind ``other-family`` with its :func:`gate_ratio`; kind ``none`` when the store holds no
+    deposit of another family. Raises ``ValueError`` for an unknown ranker."""
+    candidates = store.family_candidates(config_fingerprint, family, exclude=True)
+    ranked = rank_candidates(normalized_text, candidates, ranker)
+    if not ranked:
+        return Route("none", None, 0.0)
+    top_id = ranked[0][0]
+    return Route("other-family", top_id, gate_ratio(normalized_text, dict(candidates)[top_id]))

@@ -22,7 +22,9 @@ class Attempt:
     ``cue`` is the answer cue the query ended with (``""`` for the baseline prompt); token counts are in tokens:
     ``prefill_tokens`` computed for the prompt or query, ``prefill_tokens_saved`` and ``artifact_tokens`` restored
     from the grafted chain; ``logits_sha256`` hashes the logits the decode started from. ``certify_segments`` holds
-    the chain's token ids and the query when a ``--certify`` recompute is to follow.
+    the chain's token ids and the query when a ``--certify`` recompute is to follow. ``decoded`` holds one decode
+    per sample (one for greedy). ``layout`` is the query's layout after a graft (``answer`` or ``solve``; ``None``
+    for the baseline prompt); ``example_id`` and ``example_answer`` name the grafted example and its key.
     """
 
     cue: str
@@ -31,8 +33,11 @@ class Attempt:
     artifact_id: str | None
     artifact_tokens: int
     logits_sha256: str
-    decoded: Decoded
+    decoded: tuple[Decoded, ...]
     certify_segments: tuple[list[list[int]], list[int]] | None = None
+    layout: str | None = None
+    example_id: str | None = None
+    example_answer: str | None = None
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,13 @@ class Sample:
     ``certify_s`` (the audit recompute, timed apart); joules for ``energy_j``. ``mode`` is ``graft`` or
     ``baseline``; ``route`` the router's kind (``exact``, ``similar``, ``none``) when grafting was asked for;
     ``fallback`` the refusal (``<check>: <reason>``) when the routed artifact was refused.
+
+    Several samples of one problem (``--samples N``) share the prompt or graft and are told apart by
+    ``sample_index`` (0..N-1); ``seed`` is the sample's own seed when it was sampled (``None`` when greedy), and
+    ``wall_s``/``energy_j`` are the problem's totals split evenly over its samples. ``layout`` is the query's layout
+    after a graft (``answer``/``solve``, ``None`` for the baseline prompt). On a grafted sample ``example_id`` and
+    ``example_answer`` name the grafted example and its key; on a similar route, ``copied`` says whether the
+    extracted answer equals the example's answer (a copy, whatever the question asked).
     """
 
     problem_id: str
@@ -70,6 +82,12 @@ class Sample:
     certificate_sha256: str | None
     certify_s: float | None
     certified: bool | None
+    sample_index: int = 0
+    seed: int | None = None
+    layout: str | None = None
+    example_id: str | None = None
+    example_answer: str | None = None
+    copied: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON-ready dict written to ``samples.jsonl`` and the manifest."""
@@ -87,4 +105,10 @@ class Sample:
     @property
     def progress_label(self) -> str:
         """The progress line's tail: id, verdict and decode tokens."""
-        return f"{self.problem_id} {'✓' if self.correct else '✗'} {self.decode_tokens} tok"
+        name = self.problem_id if self.seed is None else self.sample_id
+        return f"{name} {'✓' if self.correct else '✗'} {self.decode_tokens} tok"
+
+    @property
+    def sample_id(self) -> str:
+        """``<problem_id>#<sample_index>``: the sample's name in a manifest."""
+        return f"{self.problem_id}#{self.sample_index}"

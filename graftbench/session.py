@@ -44,9 +44,11 @@ class Session:
         """Token ids of a deposit text in the pinned layout, with the tokenizer's start tokens (e.g. BOS)."""
         return self.tokenizer(self.config.layout.deposit_text(problem, answer, solution)).input_ids
 
-    def query_ids(self, problem: str) -> list[int]:
-        """Token ids of the graft query (problem, then the answer cue), without start tokens: it follows an artifact."""
-        text = self.config.layout.query.format(problem=problem)
+    def query_ids(self, problem: str, layout: str = "answer") -> list[int]:
+        """Token ids of the graft query in ``layout`` (``answer``: the problem, then the answer cue; ``solve``: the
+        problem, then the solution cue), without start tokens: it follows an artifact. Raises ``ValueError`` for
+        another layout."""
+        text = self.config.layout.query_text(problem, layout)
         return self.tokenizer(text, add_special_tokens=False).input_ids
 
     @property

@@ -16,13 +16,28 @@ DTYPE_NAMES = ("float32", "bfloat16")
 DEFAULT_CHUNK_SIZE = 256  # tokens per prefill forward; boundaries restart at each segment's start
 DEFAULT_RUNS_DIR = "runs"
 DEFAULT_STORE = "store"
+LAYOUT_CHOICES = ("auto", "answer", "solve")
+GRAFT_FROM_CHOICES = ("nearest", "other-family")
+SAMPLED_TEMPERATURE = 0.7  # the documented setting for sampled runs (with top-p 0.95), as in the issue's runs
+SAMPLED_TOP_P = 0.95
 
 
 @dataclass(frozen=True)
 class EvalSettings:
     """Settings of a solve/eval run. Budgets are in decode tokens; ``min_similarity`` in [0, 1];
     ``verifier_version`` names the answer-verification rules its samples are scored under
-    (:data:`graftbench.verify.VERIFIER_VERSION` for a new run)."""
+    (:data:`graftbench.verify.VERIFIER_VERSION` for a new run).
+
+    ``layout``: the query's layout after a graft (``answer``, ``solve``, or ``auto``: see :meth:`query_layout`).
+    ``samples`` per problem, decoded greedily at ``temperature`` 0 (one sample) or drawn at ``temperature`` within
+    the ``top_p`` nucleus with seeds derived from ``seed`` (:func:`graftbench.sampling.sample_seed`).
+    ``graft_from``: ``nearest`` (the router's choice) or ``other-family`` (the control: the nearest deposit of
+    another family, so that relevance can be told from the mere presence of a worked solution). ``round`` labels a
+    run of the flywheel over rounds (:mod:`graftbench.flywheel_rounds`); it changes nothing else. ``ranker``
+    records how similar routes were ranked (:data:`graftbench.router.RANKERS`: ``bm25`` by default).
+
+    Raises ``ValueError`` for an unknown layout or ``graft_from``, or several greedy samples.
+    """
 
     max_new_tokens: int = 1024
     token_budget: int | None = None
@@ -31,6 +46,35 @@ class EvalSettings:
     strict: bool = False
     min_similarity: float = 0.6
     verifier_version: int = VERIFIER_VERSION
+    layout: str = "auto"
+    samples: int = 1
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+    graft_from: str = "nearest"
+    round: int | None = None
+    ranker: str = "bm25"
+
+    def __post_init__(self):
+        if self.layout not in LAYOUT_CHOICES:
+            raise ValueError(f"layout {self.layout!r} is not one of {', '.join(LAYOUT_CHOICES)}")
+        if self.graft_from not in GRAFT_FROM_CHOICES:
+            raise ValueError(f"graft_from {self.graft_from!r} is not one of {', '.join(GRAFT_FROM_CHOICES)}")
+        if self.samples > 1 and self.temperature == 0:
+            raise ValueError(f"{self.samples} greedy samples of a problem would be identical: give a temperature "
+                             f"above 0 (e.g. {SAMPLED_TEMPERATURE}) or one sample")
+
+    @property
+    def sampled(self) -> bool:
+        """Whether decoding draws tokens (temperature above 0) rather than taking the argmax."""
+        return self.temperature > 0
+
+    def query_layout(self, route_kind: str) -> str:
+        """The layout of the query after a graft routed as ``route_kind``: the forced one, or under ``auto``
+        ``answer`` on an exact route (a recurring problem) and ``solve`` on a similar one (a new problem)."""
+        if self.layout != "auto":
+            return self.layout
+        return "answer" if route_kind == "exact" else "solve"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -43,6 +87,26 @@ class FlywheelSettings:
     per_family: int = 2
     max_new_tokens: int = 256
     prefix: str = "flywheel"
+
+
+@dataclass(frozen=True)
+class RoundsSettings:
+    """``graftbench flywheel``: ``rounds`` after round 0, ``per_family`` new built-in problems per family per round
+    (drawn with ``pool_seed``), ``samples`` per problem at ``temperature`` within ``top_p`` (seed ``seed``), and
+    the decode budget per sample (tokens)."""
+
+    rounds: int = 3
+    per_family: int = 2
+    samples: int = 4
+    temperature: float = SAMPLED_TEMPERATURE
+    top_p: float = SAMPLED_TOP_P
+    seed: int = 0
+    pool_seed: int = 0
+    max_new_tokens: int = 256
+    prefix: str = "rounds"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
 
 
 @dataclass

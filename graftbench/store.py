@@ -347,6 +347,19 @@ class Store:
             ).fetchone()
         return row[0] if row else None
 
+    def family_candidates(self, config_fingerprint: str, family: str, exclude: bool = True) -> list[tuple[str, str]]:
+        """``(id, problem_text)`` of the top-level artifacts under this config whose family is not ``family``
+        (``exclude``) or is ``family``, by id. Rows without a recorded family (an index upgraded from an older
+        graftbench and not yet reindexed) are left out. Reads every such row: it serves controls on a library, not
+        routing at scale."""
+        op = "!=" if exclude else "="
+        with self._index() as db:
+            return db.execute(
+                f"SELECT id, problem_text FROM artifacts WHERE config_fingerprint = ? AND parent IS NULL "
+                f"AND family IS NOT NULL AND problem_text IS NOT NULL AND family {op} ? ORDER BY id",
+                (config_fingerprint, family),
+            ).fetchall()
+
     def candidates(self, config_fingerprint: str, normalized_text: str,
                    limit: int = ROUTE_CANDIDATES) -> list[tuple[str, str]]:
         """``(id, problem_text)`` of up to ``limit`` top-level artifacts under this config whose problem text

@@ -19,6 +19,7 @@ from .artifact_codec import ArtifactError, decode_header
 from .artifact_ids import artifact_id_of, id_of_path
 from .artifact_reader import xxh3_128_hex
 from .durable import TEMP_PREFIX, fsync_dir, locked_temp
+from .problem_types import family_of_id
 
 INDEX_NAME = "index.sqlite"
 SCHEMA = """
@@ -32,7 +33,9 @@ CREATE TABLE IF NOT EXISTS artifacts (
     parent TEXT,
     bytes INTEGER NOT NULL,
     source TEXT,
-    xxh3_128 TEXT
+    xxh3_128 TEXT,
+    problem_id TEXT,
+    family TEXT
 );
 CREATE INDEX IF NOT EXISTS by_problem ON artifacts (config_fingerprint, problem_key);
 CREATE TABLE IF NOT EXISTS bands (
@@ -41,9 +44,9 @@ CREATE TABLE IF NOT EXISTS bands (
     PRIMARY KEY (key, artifact)
 ) WITHOUT ROWID;
 """
-SCHEMA_VERSION = 2  # 1: no xxh3_128 column, no bands table
+SCHEMA_VERSION = 3  # 1: no xxh3_128 column, no bands table; 2: no problem_id and family columns
 COLUMNS = ("id", "config_fingerprint", "problem_key", "problem_text", "answer", "n_tokens", "parent", "bytes",
-           "source", "xxh3_128")
+           "source", "xxh3_128", "problem_id", "family")
 _INSERT = f"INSERT OR IGNORE INTO artifacts ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
 _DAMAGED_CODES = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB (primary codes)
 
@@ -83,7 +86,7 @@ def check_tables(db: sqlite3.Connection, index_path: Path, root: Path) -> None:
     ``xxh3_128`` column and the ``bands`` table), as a read-only open cannot upgrade it."""
     tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     columns = {row[1] for row in db.execute("PRAGMA table_info(artifacts)")}
-    if not {"artifacts", "bands"} <= tables or "xxh3_128" not in columns:
+    if not {"artifacts", "bands"} <= tables or not {"xxh3_128", "family"} <= columns:
         raise StoreError(f"the store's index {index_path} is empty, damaged or from an older graftbench "
                          f"(tables: {sorted(tables) or 'none'}); {reindex_advice(root)}")
 
@@ -97,8 +100,10 @@ def row_of(artifact_id: str, header: dict, data: bytes) -> tuple:
     except (KeyError, IndexError, TypeError) as exc:
         raise ArtifactError(artifact_id, "header",
                             f"no config_fingerprint or [start, end] positions ({exc!r})") from exc
+    problem_id = header.get("problem_id")
+    family = header.get("family") or (family_of_id(problem_id) if isinstance(problem_id, str) else None)
     return (artifact_id, fingerprint, header.get("problem_key"), header.get("problem_text"), header.get("answer"),
-            n_tokens, header.get("parent"), len(data), header.get("source"), xxh3_128_hex(data))
+            n_tokens, header.get("parent"), len(data), header.get("source"), xxh3_128_hex(data), problem_id, family)
 
 
 def insert_row(db: sqlite3.Connection, row: tuple) -> None:
@@ -112,15 +117,20 @@ def insert_row(db: sqlite3.Connection, row: tuple) -> None:
 
 def create_or_upgrade(db: sqlite3.Connection) -> None:
     """Create the tables of an empty index, or bring an index written by an older graftbench up to date: add the
-    ``xxh3_128`` column (left empty, so those artifacts are checked with SHA-256 on read) and the band keys of
-    every top-level problem text."""
+    ``xxh3_128`` column (left empty, so those artifacts are checked with SHA-256 on read), the band keys of
+    every top-level problem text, and the ``problem_id`` and ``family`` columns (left empty: ``store reindex``
+    fills them from the files)."""
     version = db.execute("PRAGMA user_version").fetchone()[0]
     db.executescript(SCHEMA)
     if version >= SCHEMA_VERSION:
         return
     columns = {row[1] for row in db.execute("PRAGMA table_info(artifacts)")}
-    if "xxh3_128" not in columns:
-        db.execute("ALTER TABLE artifacts ADD COLUMN xxh3_128 TEXT")
+    for column in ("xxh3_128", "problem_id", "family"):
+        if column not in columns:
+            db.execute(f"ALTER TABLE artifacts ADD COLUMN {column} TEXT")
+    if version >= 2:
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        return  # the band keys are there already
     rows = db.execute("SELECT rowid, config_fingerprint, problem_text FROM artifacts "
                       "WHERE parent IS NULL AND problem_text IS NOT NULL").fetchall()
     for rowid, fingerprint, text in rows:

@@ -33,6 +33,13 @@ class RunResult:
         return [s.problem_id for s in self.samples if s.certified is False]
 
 
+def problem_entry(problem: Problem) -> dict:
+    """A problem as a manifest lists it: id, text SHA-256 and key (never its text), and its family when the set
+    gives one."""
+    entry = {"id": problem.id, "problem_sha256": problem_text_sha256(problem.problem), "key": problem.answer}
+    return {**entry, "family": problem.family} if problem.family else entry
+
+
 def run_eval(session: Session, problems: list[Problem], source: str, run_name: str, settings: EvalSettings,
              command: str = "eval", runs_root: str | Path = "runs", store_root: str | Path | None = None,
              on_sample: Callable[[Sample], None] | None = None, new_store: bool = False) -> RunResult:
@@ -57,8 +64,7 @@ def run_eval(session: Session, problems: list[Problem], source: str, run_name: s
             run=run_name, command=command, config=session.config.to_dict(),
             config_fingerprint=session.config.fingerprint, settings=settings.to_dict(),
             problem_set={"source": source, "sha256": set_hash, "n": len(problems)},
-            problems=[{"id": p.id, "problem_sha256": problem_text_sha256(p.problem), "key": p.answer}
-                      for p in problems],
+            problems=[problem_entry(p) for p in problems],
             samples=[s.to_json() for s in samples], energy=meter.describe(),
             store=str(store_root) if store is not None else None,
         )

@@ -43,7 +43,7 @@ def test_verify_manifest_imports_no_torch(manifest_path):
 def test_verify_manifest_exit_code_and_named_sample(manifest_path, tmp_path):
     text = manifest_path.read_text()
     assert runner.invoke(app, ["verify-manifest", str(manifest_path)]).exit_code == 0
-    sample_id = builtin_problems(1)[0].id
+    sample_id = f"{builtin_problems(1)[0].id}#0"
     marker = '"output":"'
     at = text.index(marker) + len(marker)
     tampered = tmp_path / "tampered.json"

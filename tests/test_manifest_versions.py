@@ -101,6 +101,7 @@ def test_samples_are_checked_under_the_version_the_manifest_records(tmp_path):
         "sample a: extracted recorded None, re-extracted '7'", "sample a: correct recorded False, re-verified True",
         "sample b: extracted recorded '2', re-extracted None", "sample b: correct recorded True, re-verified False",
         "sample c: extracted recorded '15', re-extracted '15 ^2'", "sample c: correct recorded False, re-verified True",
+        "metrics.verifier_version: recorded 2, recomputed 1",
     ]
 
 
@@ -109,7 +110,8 @@ def test_an_unknown_verifier_version_is_a_mismatch_not_a_crash(tmp_path):
     manifest["settings"]["verifier_version"] = 9
     mismatches = verify_manifest(_written(_reseal(manifest), tmp_path))[0]
     assert mismatches == ["settings.verifier_version: verifier version 9 is not known to this graftbench "
-                          "(it knows 1, 2); no verdict could be re-checked"]
+                          "(it knows 1, 2); no verdict could be re-checked",
+                          "metrics.verifier_version: recorded 2, recomputed 9"]
 
 
 def test_a_value_rfc8785_cannot_carry_is_a_mismatch(tmp_path):

@@ -837,3 +837,24 @@ def test_using_the_problem_modules_pulls_no_torch_and_json_needs_no_datasets():
                          env=env, cwd=REPO)
     # A JSON Lines file is parsed once, by graftbench itself: datasets is not even imported.
     assert out.stdout.strip() == "False False"
+
+
+def test_builtin_slices_name_problems_per_family():
+    from graftbench.problem_loading import load_problems
+
+    held_out = load_problems("builtin:2-12")
+    assert len(held_out) == 60 and {p.id.rsplit("-", 1)[1] for p in held_out} == {str(k) for k in range(2, 12)}
+    library = load_problems("builtin:2")
+    assert [p.id for p in library] == [p.id for p in load_problems("builtin")]
+    assert not {p.problem for p in library} & {p.problem for p in held_out}
+    by_id = {p.id: p for p in load_problems("builtin:12")}
+    assert all(by_id[p.id] == p for p in held_out)  # a problem is the same whatever the slice's end
+
+
+@pytest.mark.parametrize("source, message", [("builtin:5-2", "holds no problem"), ("builtin:x", "write builtin"),
+                                             ("builtin:0-0", "holds no problem")])
+def test_bad_builtin_slices_are_refused(source, message):
+    from graftbench.problem_loading import load_problems
+
+    with pytest.raises(ProblemSetError, match=message):
+        load_problems(source)

@@ -102,7 +102,7 @@ def test_an_older_index_is_upgraded_and_its_artifacts_read_with_sha256(tmp_path)
     assert store.read(artifact_id).id == artifact_id and store.verify() == []
     assert store.candidates("f" * 64, text) == [(artifact_id, text)]
     with closing(sqlite3.connect(store.index_path)) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 3
 
 
 def _put_text(store: Store, text: str, fingerprint: str = "c" * 64) -> str:

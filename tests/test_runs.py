@@ -51,7 +51,7 @@ def test_interrupted_solve_resumes_without_loss_or_repeat(session, problems, tmp
     assert lines.startswith(before)
     assert [s["problem_id"] for s in run.read_samples()] == [p.id for p in problems]
     assert [s.problem_id for s in result.samples] == [p.id for p in problems]
-    assert verify_manifest(run.manifest_path) == ([], [f"{len(problems)} samples re-verified; no artifacts used"])
+    assert verify_manifest(run.manifest_path) == ([], [f"{len(problems)} samples re-verified under verifier 2; no artifacts used"])
 
 
 def test_resume_with_other_settings_is_refused(session, problems, tmp_path):
@@ -124,7 +124,7 @@ def test_verify_manifest_names_what_was_changed(session, problems, tmp_path):
     result = run_eval(session, problems[:2], "builtin", "m", TINY, runs_root=tmp_path)
     path = result.run.manifest_path
     assert verify_manifest(path)[0] == []
-    first = result.samples[0].problem_id
+    first = result.samples[0].sample_id
 
     def flip_output_byte(m):
         text = m["samples"][0]["output"]
@@ -135,7 +135,7 @@ def test_verify_manifest_names_what_was_changed(session, problems, tmp_path):
 
     flipped = not result.samples[1].correct
     mismatches = _tamper(path, tmp_path / "b.json", lambda m: m["samples"][1].update(correct=flipped))
-    assert any(line.startswith(f"sample {problems[1].id}: correct recorded {flipped}") for line in mismatches)
+    assert any(line.startswith(f"sample {problems[1].id}#0: correct recorded {flipped}") for line in mismatches)
 
     mismatches = _tamper(path, tmp_path / "c.json", lambda m: m["totals"].update(decode_tokens=1))
     assert any(line.startswith("totals.decode_tokens: recorded 1") for line in mismatches)

@@ -28,8 +28,8 @@ from safetensors.torch import save as save_safetensors
 from .. import graft
 from ..artifact_codec import HEADER_KEY, decode_header, payload_sha256
 from ..artifact_ids import artifact_id_of
-from ..hashing import sha256_text
-from ..problem_types import Problem, normalize_problem_text, problem_key, problem_text_sha256
+from ..deposit import deposit_meta
+from ..problem_types import Problem
 from ..store import Store
 
 # --------------------------------------------------------------------------------------------- forging artifacts
@@ -137,10 +137,8 @@ class Lab:
     store: Store
 
     def meta(self, problem: Problem, ids: list[int]) -> dict:
-        """The header fields :func:`graftbench.deposit.deposit` writes (they make the artifact routable)."""
-        return {"problem_id": problem.id, "problem_key": problem_key(problem),
-                "problem_text": normalize_problem_text(problem.problem), "problem_sha256": problem_text_sha256(problem.problem),
-                "answer": problem.answer, "source": "reference", "text_sha256": sha256_text(self.session.tokenizer.decode(ids))}
+        """The header fields :func:`graftbench.deposit.deposit_items` writes (they make the artifact routable)."""
+        return deposit_meta(self.session, problem, ids, "reference")
 
     def build(self, problem: Problem, config=None, parent=None, ids: list[int] | None = None,
               routable: bool = True) -> tuple[bytes, dict]:
@@ -267,11 +265,16 @@ ESCAPING_RUN_NAMES = ("../escape", "/tmp/abs", "a\x00b", "..", "run\n", "a/../..
 # --------------------------------------------------------------------------------------------- bad manifests
 
 
+def sample_name(sample: dict) -> str:
+    """How ``verify-manifest`` names a sample: ``<problem_id>#<sample_index>``."""
+    return f"{sample['problem_id']}#{sample.get('sample_index', 0)}"
+
+
 def _edit_sample(field: str, change: Callable):
     def edit(manifest: dict) -> str:
         sample = manifest["samples"][0]
         sample[field] = change(sample[field])
-        return f"sample {sample['problem_id']}: {field}"
+        return f"sample {sample_name(sample)}: {field}"
     return edit
 
 
@@ -294,13 +297,13 @@ def _edit_problem(field: str, change: Callable):
 
 
 def _edit_digest(manifest: dict) -> str:
-    sample_id = manifest["samples"][0]["problem_id"]
+    sample_id = sample_name(manifest["samples"][0])
     manifest["sealed_fields"]["samples"][sample_id]["output"] = "0" * 16
     return f"sample {sample_id}: output"
 
 
 def _drop_sample(manifest: dict) -> str:
-    return f"sample {manifest['samples'].pop()['problem_id']} removed"
+    return f"sample {sample_name(manifest['samples'].pop())} removed"
 
 
 def _artifact_entry(manifest: dict) -> str:

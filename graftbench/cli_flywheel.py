@@ -1,0 +1,62 @@
+"""``graftbench flywheel``: the flywheel over rounds (the library grows from the model's own verified samples)."""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+from rich.progress import Progress
+
+from .cli_common import (ChunkOpt, DtypeOpt, IsaOpt, ModelOpt, RunsOpt, console, describe, fail,
+                         open_model, progress_columns)
+from .settings import RoundsSettings
+
+ROUNDS = RoundsSettings()
+
+
+def flywheel(
+    model: str = ModelOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt, isa: Optional[str] = IsaOpt,
+    runs_dir: str = RunsOpt,
+    store: str = typer.Option("store-rounds", "--store", envvar="GRAFTBENCH_ROUNDS_STORE",
+                              help="artifact store of this flywheel (created; holds only its deposits)"),
+    rounds: int = typer.Option(ROUNDS.rounds, "--rounds", min=1, max=50, help="rounds after round 0"),
+    per_family: int = typer.Option(ROUNDS.per_family, "--per-family", min=1, max=20,
+                                   help="new built-in problems per family per round"),
+    samples: int = typer.Option(ROUNDS.samples, "--samples", min=1, max=64, help="samples per problem (batched)"),
+    temperature: float = typer.Option(ROUNDS.temperature, "--temperature", min=0.01, max=10.0,
+                                      help="sampling temperature"),
+    top_p: float = typer.Option(ROUNDS.top_p, "--top-p", min=0.01, max=1.0, help="nucleus probability"),
+    seed: int = typer.Option(ROUNDS.seed, "--seed", min=0, max=2**31 - 1, help="run seed of every sample"),
+    max_new_tokens: int = typer.Option(ROUNDS.max_new_tokens, "--max-new-tokens", min=1,
+                                       help="decode budget per sample (tokens)"),
+    prefix: str = typer.Option(ROUNDS.prefix, "--prefix", help="run name prefix: <prefix>-r<round>-<arm>"),
+) -> None:
+    """The flywheel over rounds: held-out baseline vs graft per round, recurring recall, the library growing from the model's own verified samples."""
+    from .flywheel_rounds import rounds_summary, run_rounds
+    from .runs import RunError
+    from .tables import rounds_table
+
+    settings = RoundsSettings(rounds=rounds, per_family=per_family, samples=samples, temperature=temperature,
+                              top_p=top_p, seed=seed, max_new_tokens=max_new_tokens, prefix=prefix)
+    session = open_model(model, dtype, chunk_size, isa=isa)
+    try:
+        with Progress(*progress_columns(), console=console) as bar:
+            task = {}
+
+            def on_stage(name: str, total: int) -> None:
+                task["id"] = bar.add_task(name, total=total, last="")
+
+            def advance(item) -> None:
+                bar.update(task["id"], advance=1, last=describe(item))
+
+            results = run_rounds(session, settings, runs_root=runs_dir, store_root=store, on_sample=advance,
+                                 on_stage=on_stage, on_item=advance)
+    except (RunError, OSError, ValueError) as exc:  # OSError includes StorageError and StoreError
+        fail(str(exc))
+    summary = rounds_summary(results, settings)
+    console.print(rounds_table(summary, title=f"flywheel over {rounds} rounds ({model})"))
+    path = f"{runs_dir}/{prefix}-summary.json"
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(summary, handle, indent=1, sort_keys=True)
+    console.print(f"summary: {path}; plot the curve with graftbench report {runs_dir}/{prefix}-r*-graft --rounds")

@@ -1,0 +1,94 @@
+"""Sampled decoding: N samples of one problem decoded as one batch after one shared prefill or graft.
+
+Each sample draws from its own ``torch.Generator`` seeded by :func:`sample_seed` (run seed, problem id, sample
+index), so a resumed run draws the same tokens as an uninterrupted one, and a sample's tokens do not depend on
+which other problems the run holds. Temperature and nucleus (top-p) sampling follow Holtzman et al., "The Curious
+Case of Neural Text Degeneration" (ICLR 2020): keep the smallest set of most likely tokens whose probability
+reaches ``top_p``, renormalize, draw.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from dataclasses import dataclass
+
+import torch
+
+from .engine import Decoded, forward_batch, stop_reached
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """``temperature`` > 0 (1.0 leaves the logits as they are), ``top_p`` in (0, 1] (1.0 keeps every token),
+    ``seed`` the run's seed (any integer)."""
+
+    temperature: float = 0.7
+    top_p: float = 0.95
+    seed: int = 0
+
+
+def sample_seed(run_seed: int, problem_id: str, sample_index: int) -> int:
+    """The seed of one sample: the first 53 bits of SHA-256 of ``"<run_seed>:<problem_id>:<sample_index>"`` (53 so
+    that a manifest's RFC 8785 JSON carries it exactly). Independent of the order problems are run in and of how many
+    samples a problem has."""
+    digest = hashlib.sha256(f"{run_seed}:{problem_id}:{sample_index}".encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") >> 11
+
+
+def next_token(logits: torch.Tensor, settings: SamplingSettings, generator: torch.Generator) -> int:
+    """Draw one token id from ``logits`` (``[vocab]``, any float dtype; computed in float32) at
+    ``settings.temperature`` within the ``settings.top_p`` nucleus, with ``generator``."""
+    probs = torch.softmax(logits.float() / settings.temperature, dim=-1)
+    if settings.top_p < 1.0:
+        sorted_probs, order = torch.sort(probs, descending=True)
+        before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
+        sorted_probs[before >= settings.top_p] = 0.0  # the first token is always kept (before = 0)
+        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
+    return int(torch.multinomial(probs, 1, generator=generator).item())
+
+
+def sample_decode(model, tokenizer, cache, first_logits: torch.Tensor, max_new_tokens: int, eos_ids: set[int],
+                  settings: SamplingSettings, seeds: list[int], stop: str | re.Pattern | None = None,
+                  started: float | None = None) -> list[Decoded]:
+    """Decode ``len(seeds)`` samples from one prefix as a batch: ``cache`` (batch 1, holding the prompt or the
+    graft and query) is repeated to one row per sample, each row draws its first token from ``first_logits``
+    (``[1, vocab]``) and then from its own logits. A row that ends (EOS, ``stop``, budget) leaves the batch.
+
+    Returns one :class:`~graftbench.engine.Decoded` per seed, in order; ``first_token_s`` is the same for all (the
+    shared prefix and the first draw), ``decode_s`` is the batch's decode time. ``cache`` is consumed.
+    """
+    started = time.perf_counter() if started is None else started
+    n = len(seeds)
+    generators = [torch.Generator().manual_seed(s) for s in seeds]
+    tokens: list[list[int]] = [[] for _ in range(n)]
+    reasons = ["budget"] * n
+    active = list(range(n))
+    logits = first_logits.expand(n, -1)
+    decode_start = time.perf_counter()
+    first_token_s = 0.0
+    if n > 1:
+        cache.batch_repeat_interleave(n)
+    while active:
+        still = []
+        for row, i in enumerate(active):
+            token = next_token(logits[row], settings, generators[i])
+            tokens[i].append(token)
+            if token in eos_ids:
+                reasons[i] = "eos"
+            elif stop_reached(tokenizer, tokens[i], stop):
+                reasons[i] = "stop"
+            elif len(tokens[i]) < max_new_tokens:
+                still.append(row)
+        if not first_token_s:
+            first_token_s = time.perf_counter() - started
+        if len(still) < len(active) and still:
+            cache.batch_select_indices(torch.tensor(still))
+        active = [active[row] for row in still]
+        if active:
+            logits = forward_batch(model, cache, [tokens[i][-1] for i in active])
+    decode_s = time.perf_counter() - decode_start
+    return [Decoded(token_ids=t, text=tokenizer.decode(t[:-1] if r == "eos" else t, skip_special_tokens=True),
+                    finish_reason=r, first_token_s=first_token_s, decode_s=decode_s)
+            for t, r in zip(tokens, reasons)]

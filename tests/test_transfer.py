@@ -1,0 +1,93 @@
+"""Held-out transfer: the query layout per route, the grafted example and the copy control on every grafted
+sample, and the other-family control."""
+
+from __future__ import annotations
+
+import pytest
+
+from graftbench.router import Route
+from graftbench.builtin_problems import builtin_problems
+from graftbench.deposit import deposit_items, items_from_problems
+from graftbench.engine import Decoded
+from graftbench.evaluate import _sample
+from graftbench.settings import EvalSettings
+from graftbench.store import Store
+from graftbench.workflows import run_eval
+
+
+def _shared(key: str, example_answer: str | None, cue: str = "Final answer:") -> dict:
+    return dict(problem_id="mod-1", problem_sha256="0" * 64, key=key, mode="graft", route="similar", similarity=0.7,
+                fallback=None, cue=cue, prefill_tokens=9, prefill_tokens_saved=90, artifact_id="a" * 64,
+                artifact_tokens=90, logits_sha256="0" * 64, wall_s=1.0, energy_j=1.0, certificate_sha256=None,
+                certify_s=None, certified=None, layout="answer", example_id="mod-0", example_answer=example_answer)
+
+
+def _decoded(text: str) -> Decoded:
+    return Decoded(token_ids=[1, 2], text=text, finish_reason="stop", first_token_s=0.1, decode_s=0.1)
+
+
+@pytest.mark.parametrize("text, key, example, copied, correct", [
+    (" 999\n", "42", "999", True, False),  # the example's (wrong) answer followed: copied, incorrect
+    (" 42\n", "42", "999", False, True),
+    (" 42\n", "42", "42", True, True),  # an example with the same answer: a copy cannot be told from a solve
+    (" no idea\n", "42", "999", False, False),
+])
+def test_copied_compares_the_extracted_answer_with_the_examples(text, key, example, copied, correct):
+    route = Route("similar", "a" * 64, 0.7)
+    sample = _sample(_shared(key, example), _decoded(text), 0, None, route, EvalSettings(graft=True))
+    assert (sample.copied, sample.correct) == (copied, correct)
+
+
+def test_an_exact_route_records_its_example_but_no_copy():
+    route = Route("exact", "a" * 64, 1.0)
+    sample = _sample(_shared("42", "42"), _decoded(" 42\n"), 0, None, route, EvalSettings(graft=True))
+    assert (sample.example_answer, sample.copied, sample.correct) == ("42", None, True)
+
+
+@pytest.mark.parametrize("layout, route, expected", [("auto", "exact", "answer"), ("auto", "similar", "solve"),
+                                                     ("auto", "other-family", "solve"), ("answer", "similar", "answer"),
+                                                     ("solve", "exact", "solve")])
+def test_query_layout_per_route(layout, route, expected):
+    assert EvalSettings(layout=layout).query_layout(route) == expected
+
+
+@pytest.fixture(scope="module")
+def library(session, tmp_path_factory):
+    """References of the first problem of two families deposited; the second of each is held out."""
+    problems = [p for p in builtin_problems(n_per_family=2) if p.family in ("mod", "paths")]
+    root = tmp_path_factory.mktemp("transfer")
+    store = Store(root / "store")
+    deposited = [p for p in problems if p.id.endswith("-0")]
+    report = deposit_items(session, store, items_from_problems(deposited))
+    assert len(report.deposited) == 2
+    return root, problems
+
+
+def test_held_out_problems_are_solved_in_the_solve_layout_after_their_example(session, library):
+    root, problems = library
+    settings = EvalSettings(max_new_tokens=24, graft=True, min_similarity=0.3)
+    result = run_eval(session, problems, "builtin", "t", settings, runs_root=root, store_root=root / "store")
+    by_id = {s.problem_id: s for s in result.samples}
+    for family in ("mod", "paths"):
+        recurring, held_out = by_id[f"{family}-0"], by_id[f"{family}-1"]
+        assert (recurring.route, recurring.layout, recurring.cue, recurring.copied) == ("exact", "answer",
+                                                                                     "Final answer:", None)
+        assert recurring.example_id == f"{family}-0" and recurring.example_answer == recurring.key
+        assert (held_out.route, held_out.layout, held_out.cue) == ("similar", "solve", "")
+        assert held_out.example_id == f"{family}-0" and held_out.example_answer == recurring.key
+        assert held_out.copied is (held_out.extracted is not None and held_out.extracted == recurring.key)
+    controls = result.manifest["metrics"]["copy"]
+    held = [by_id["mod-1"], by_id["paths-1"]]
+    assert (controls["grafted_samples"], controls["copied_recorded"]) == (4, 2)
+    assert controls["copied"] == sum(s.copied for s in held)
+    assert controls["copy_baseline_problems"] == 2
+    assert controls["copy_baseline"] == sum(s.example_answer == s.key for s in held) / 2
+
+
+def test_the_other_family_control_grafts_an_example_of_another_family(session, library):
+    root, problems = library
+    settings = EvalSettings(max_new_tokens=8, graft=True, graft_from="other-family")
+    result = run_eval(session, [p for p in problems if p.id.endswith("-1")], "builtin", "o", settings,
+                      runs_root=root, store_root=root / "store")
+    assert [(s.problem_id, s.route, s.example_id, s.layout) for s in result.samples] == [
+        ("mod-1", "other-family", "paths-0", "solve"), ("paths-1", "other-family", "mod-0", "solve")]
