@@ -53,8 +53,13 @@ def accuracy_vs_tokens(runs: list[RunEntry], path: Path) -> Path:
     axes.margins(x=0.25)  # room for the labels beside the points
     axes.set_xlabel("mean decode tokens per sample (tokens)")
     axes.set_ylabel("accuracy (avg@N, 95% interval)")
+    return _finish(figure, axes, "accuracy against decode tokens", path)
+
+
+def _finish(figure, axes, title: str, path: Path) -> Path:
+    """An accuracy plot's common end: y from 0 to 1, title, grid, legend when there are labels; saved to ``path``."""
     axes.set_ylim(-0.05, 1.05)
-    axes.set_title("accuracy against decode tokens")
+    axes.set_title(title)
     axes.grid(alpha=0.3)
     if axes.get_legend_handles_labels()[0]:
         axes.legend()
@@ -100,15 +105,8 @@ def rounds_curve(rounds: list[RunEntry], path: Path) -> Path:
         axes.errorbar(xs, ys, yerr=errors, fmt=marker + "-", color=color, capsize=4, label=mode)
     axes.set_xlabel("round")
     axes.set_ylabel("accuracy (avg@N, 95% interval)")
-    axes.set_ylim(-0.05, 1.05)
     axes.set_xticks(sorted({r.round for r in rounds}))
-    axes.set_title("held-out accuracy over rounds")
-    axes.grid(alpha=0.3)
-    if axes.get_legend_handles_labels()[0]:
-        axes.legend()
-    figure.tight_layout()
-    figure.savefig(path)
-    return path
+    return _finish(figure, axes, "held-out accuracy over rounds", path)
 
 
 def write_plots(report: Report, out_dir: Path) -> list[Path]:
