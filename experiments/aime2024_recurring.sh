@@ -3,6 +3,7 @@
 # solutions, then eval --graft --certify on the same problems (exact routes, answer layout).
 # Usage: experiments/aime2024_recurring.sh MODEL [DTYPE]
 set -euo pipefail
+export OMP_NUM_THREADS=${THREADS:-1} MKL_NUM_THREADS=${THREADS:-1}
 MODEL=${1:?model alias}; DTYPE=${2:-float32}
 G=".venv/bin/graftbench"; RUN="aime2024-recurring-${MODEL}"; STORE="store-aime2024-${MODEL}"
 DATA=../shared/data/aime2024.jsonl
