@@ -3,15 +3,25 @@ and ``bench-long-context`` (a store far larger than the window)."""
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from .bench.batched_settings import BatchedSettings
 from .cli_common import (BENCH, DEFAULT_DTYPE, DTYPE_NAMES, ChunkOpt, DtypeOpt, IsaOpt, ModelOpt, apply_isa, console,
                          fail, int_list, load_problem_set, open_model, progress_bar)
 from .settings import BenchSettings
+
+BATCHED = BatchedSettings()
+
+
+class BenchSection(str, Enum):
+    """Sections of ``graftbench bench`` that run alone."""
+
+    batched_samples = "batched-samples"
 
 
 def bench(
@@ -28,29 +38,48 @@ def bench(
                                                help="a Python with llama-cpp-python for the peer row (make bench-peer-env)"),
     out: Path = typer.Option(Path("benchmarks/results"), "--out", help="folder for the JSON, markdown and PNG"),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch intra-op threads (default: torch's)"),
+    batch_samples: int = typer.Option(BATCHED.samples, "--batch-samples", min=1, max=256,
+                                      help="samples decoded as one batch after one graft, against one at a time"),
+    batch_tokens: int = typer.Option(BATCHED.tokens, "--batch-tokens", min=2, max=4096,
+                                     help="tokens decoded per sample in the batched-samples row (EOS ignored)"),
+    batch_artifact_tokens: int = typer.Option(BATCHED.artifact_tokens, "--batch-artifact-tokens", min=1, max=1_000_000,
+                                              help="tokens of the artifact grafted in the batched-samples row"),
+    only: Optional[BenchSection] = typer.Option(None, "--only", help="run one section alone: batched-samples "
+                                                "(writes batched-samples-<model>.json and .md, '-<N>-tokens' added "
+                                                "for a --batch-artifact-tokens other than the default)"),
     smoke: bool = typer.Option(False, "--smoke", help="tiny sizes, one repetition, no cold load or peer: checks it runs"),
 ) -> None:
-    """Measure graft against prefill (TTFT), restore throughput, decode, model load, store scale and llama.cpp."""
+    """Measure graft against prefill (TTFT), restore throughput, decode, batched samples, model load, store scale and
+    llama.cpp."""
     apply_isa(isa)  # before the imports below bring in torch
-    from .bench.report import markdown, write_outputs
+    from .bench.report import batched_markdown, markdown, write_batched, write_outputs
     from .bench.run import run_bench
 
     settings = BenchSettings(sizes=sorted(int_list(sizes, "--sizes")), repeats=repeats, graft_repeats=graft_repeats,
                              decode_tokens=decode_tokens, store_sizes=int_list(store_sizes, "--store-sizes"),
                              cold_load=cold_load, peer_python=peer_python)
+    batched = BatchedSettings(samples=batch_samples, tokens=batch_tokens, artifact_tokens=batch_artifact_tokens,
+                              repeats=repeats)
     if smoke:
-        settings = BenchSettings.smoke_run()
+        settings, batched = BenchSettings.smoke_run(), BatchedSettings.smoke_run()
     problem_list = load_problem_set(problems, None, "id", "problem", "answer", "solution")
     session = open_model(model, dtype, chunk_size, threads, isa)
     try:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console) as progress:
-            result = run_bench(session, model, problem_list, problems, settings, progress)
+            result = run_bench(session, model, problem_list, problems, settings, progress, batched,
+                               only.value if only else None)
     except ValueError as exc:
         fail(str(exc))
-    stem = f"bench-{Path(model).stem}" + ("" if dtype == DEFAULT_DTYPE else f"-{dtype}") + ("-smoke" if smoke else "")
-    paths = write_outputs(result, out, stem)
-    console.print(markdown(result))
+    stem = (f"{only.value if only else 'bench'}-{Path(model).stem}" + ("" if dtype == DEFAULT_DTYPE else f"-{dtype}")
+            + (f"-{batched.artifact_tokens}-tokens" if only and batched.artifact_tokens != BATCHED.artifact_tokens
+               and not smoke else "") + ("-smoke" if smoke else ""))
+    if only:
+        paths = write_batched(result, out, stem)
+        console.print(batched_markdown(result))
+    else:
+        paths = write_outputs(result, out, stem)
+        console.print(markdown(result))
     console.print("wrote " + ", ".join(str(p) for p in paths))
 
 

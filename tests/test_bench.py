@@ -11,11 +11,13 @@ from typer.testing import CliRunner
 
 from graftbench import isa
 from graftbench.bench import long_context
+from graftbench.bench.batched_settings import BatchedSettings
 from graftbench.bench.peer import measure_peer
 from graftbench.bench.run import targets
 from graftbench.bench.stats import PeakRSS, summary
 from graftbench.bench.workload import build_workload, corpus_ids
 from graftbench.cli import app
+from graftbench.sampling import sample_seed
 from graftbench.store import Store
 
 from .conftest import AIME2024
@@ -40,7 +42,7 @@ def test_smoke_run_writes_json_markdown_and_plot(smoke):
     assert (out / "bench-smollm2-135m-smoke-ttft.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     markdown = (out / "bench-smollm2-135m-smoke.md").read_text()
     for heading in ("## Time to first token", "## Restore throughput", "## Decode throughput", "## Model load",
-                    "## Store scale", "## llama.cpp peer row", "## Targets (issue #4)"):
+                    "## Store scale", "## Batched samples", "## llama.cpp peer row", "## Targets (issue #4)"):
         assert heading in markdown and heading in output
     assert result["smoke"] is True and "Smoke run" in markdown
 
@@ -81,6 +83,78 @@ def test_smoke_restore_store_scale_decode_and_peer(smoke):
     assert result["load"]["warm"][0]["from_cache"] is True and "cold" not in result["load"]
     assert result["peer"] == {"skipped": "no --peer-python given"}
     assert result["targets"]["bit_flips_caught"] == {"target": "all", "measured": "8/8", "met": True}
+
+
+def _check_batched_row(row: dict, query_problem: str) -> None:
+    smoke = BatchedSettings.smoke_run()
+    assert row["settings"] == smoke.to_dict()
+    n, t = smoke.samples, smoke.tokens
+    assert row["seeds"] == [sample_seed(0, query_problem, i) for i in range(n)]
+    assert row["artifact_tokens"] == 64 and row["query_problem"] == query_problem
+    assert 64 * SMOLLM2_BYTES_PER_TOKEN < row["artifact_bytes"] < 64 * SMOLLM2_BYTES_PER_TOKEN + 64 * 1024
+    assert (row["batched"]["restores"], row["one_at_a_time"]["restores"]) == (1, n)
+    for side in (row["batched"], row["one_at_a_time"]):
+        assert side["tokens_per_sample"] == [t]  # EOS ignored: every sample ran the whole budget
+        assert side["decode_tok_per_s"]["median"] > 0 and side["end_to_end_tok_per_s"]["median"] > 0
+        assert side["decode_tok_per_s"]["n"] == smoke.repeats
+        assert side["decode_tok_per_s"]["median"] == pytest.approx(n * (t - 1) / side["decode_s"]["median"])
+        assert 0 < side["graft_s"]["median"] < side["total_s"]["median"]
+        assert side["peak_rss_bytes"] > 100e6 and side["peak_rss_increase_bytes"] >= 0  # a loaded model
+    # the batch holds one cache row per sample: artifact, query and every decoded token but the last
+    row_tokens = 64 + row["query_tokens"] + t - 1
+    assert row["one_at_a_time"]["kv_bytes_at_end"] == row_tokens * SMOLLM2_BYTES_PER_TOKEN
+    assert row["batched"]["kv_bytes_at_end"] == n * row_tokens * SMOLLM2_BYTES_PER_TOKEN
+    assert row["decode_ratio"] == pytest.approx(row["batched"]["decode_tok_per_s"]["median"]
+                                                / row["one_at_a_time"]["decode_tok_per_s"]["median"])
+    assert row["end_to_end_ratio"] > 0 and row["goal_decode_ratio"] == 3.0
+    assert 0 <= row["same_tokens_as_one_at_a_time"] <= n and 1 <= row["distinct_samples"] <= n
+    assert row["repeatable"] is True and row["load_average_1min"]["before"] >= 0
+
+
+@pytest.mark.model
+def test_smoke_batched_samples_row(smoke):
+    _, result, _ = smoke
+    _check_batched_row(result["batched_samples"], result["workload"]["query_problem"])
+    target = result["targets"]["batched_samples_decode_ratio"]
+    assert target["measured"] == result["batched_samples"]["decode_ratio"]
+    assert target["met"] is (target["measured"] >= 3.0)  # reported, never asserted on
+
+
+@pytest.mark.model
+def test_batched_samples_runs_alone(tmp_path):
+    result = runner.invoke(app, ["bench", "--only", "batched-samples", "--smoke", "--problems", str(AIME2024),
+                                 "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["batched-samples-smollm2-135m-smoke.json",
+                                                          "batched-samples-smollm2-135m-smoke.md"]
+    data = json.loads((tmp_path / "batched-samples-smollm2-135m-smoke.json").read_text())
+    assert data["only"] == "batched-samples" and data["smoke"] is True
+    assert not {"ttft", "restore", "decode", "load", "store_scale", "peer"} & set(data)
+    _check_batched_row(data["batched_samples"], data["workload"]["query_problem"])
+    assert list(data["targets"]) == ["batched_samples_decode_ratio"]
+    markdown = (tmp_path / "batched-samples-smollm2-135m-smoke.md").read_text()
+    assert "## Batched samples" in markdown and "| one batch | 1 |" in markdown and "| one at a time | 3 |" in markdown
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--batch-samples", "0"], "Invalid value for '--batch-samples'"),
+    (["--batch-tokens", "1"], "Invalid value for '--batch-tokens'"),
+    (["--only", "ttft"], "Invalid value for '--only'"),
+])
+def test_bad_batched_options_are_refused(args, message):
+    result = runner.invoke(app, ["bench", *args])
+    text = " ".join("".join(" " if ch in "│╭╮╰╯─" else ch for ch in result.output).split())
+    assert result.exit_code == 2 and message in text
+
+
+def test_batched_target_is_met_at_three_times():
+    row = {"decode_ratio": 3.2, "goal_decode_ratio": 3.0, "artifact_tokens": 2048,
+           "settings": {"samples": 8, "tokens": 64}}
+    assert targets({"batched_samples": row}) == {"batched_samples_decode_ratio": {
+        "target": ">= 3x (8 samples, 64 tokens, 2,048-token artifact)", "measured": 3.2, "met": True}}
+    assert targets({"batched_samples": {**row, "decode_ratio": 2.9}})["batched_samples_decode_ratio"]["met"] is False
+    with pytest.raises(ValueError, match="samples must be at least 1, got 0"):
+        BatchedSettings(samples=0)
 
 
 def test_bad_sizes_are_named():

@@ -55,8 +55,8 @@ def graft_components_table(result: dict) -> list[str]:
 
 
 def markdown(result: dict) -> str:
-    """The whole report as markdown: environment, TTFT, components, restore, decode, load, store scale, peer,
-    targets."""
+    """The whole report as markdown: environment, TTFT, components, restore, decode, load, store scale, batched
+    samples, peer, targets."""
     env, r, d = result["environment"], result["restore"], result["decode"]
     out = [f"# graftbench bench: {env['model']} ({env['dtype']})", "",
            f"{env['date']}; {env['processor']}, {env['cpu_count']} CPUs, {env['torch_threads']} torch threads; "
@@ -95,6 +95,8 @@ def markdown(result: dict) -> str:
         out.append(f"| {row['artifacts']:,} | {_ms(lk['exact'])} | {_ms(lk['similar'])} | {_ms(lk['none'])} "
                    f"| {routed} of {row['lookups_per_kind']} each | {row['rss_bytes'] / 1e6:.0f} "
                    f"| {row['index_bytes'] / 1e6:.1f} | {row['build_s']:.1f} |")
+    if "batched_samples" in result:
+        out += ["", "## Batched samples", "", *batched_table(result["batched_samples"])]
     out += ["", "## llama.cpp peer row", "", *peer_lines(result["peer"]), "", "## Targets (issue #4)", "",
             "| target | goal | measured | met |", "|---|---|---|:---:|"]
     for name, row in result["targets"].items():
@@ -177,6 +179,56 @@ def write_outputs(result: dict, out_dir: Path, stem: str) -> list[Path]:
     plot(result, tmp_png)
     tmp_png.replace(png_path)
     return [json_path, md_path, png_path]
+
+
+def batched_table(row: dict) -> list[str]:
+    """Markdown for the batched-samples row: tokens/s of each side, their ratios, memory, what was measured."""
+    n, t = row["settings"]["samples"], row["settings"]["tokens"]
+
+    def tps(summ):
+        return "—" if summ is None else f"{summ['median']:,.1f} ({summ['min']:,.1f}–{summ['max']:,.1f})"
+
+    lines = [f"{n} samples of {t} tokens after a graft of {row['artifact_tokens']:,} tokens "
+             f"({row['artifact_bytes'] / 1e6:,.1f} MB) and a {row['query_tokens']}-token query; medians (min–max) of "
+             f"{row['settings']['repeats']} repetitions.", "",
+             "| decoding | restores | decode tok/s | end-to-end tok/s | decode, s | restore + query, s | KV held, MB "
+             "| peak RSS, MB | peak RSS increase, MB |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for label, key in (("one batch", "batched"), ("one at a time", "one_at_a_time")):
+        side = row[key]
+        lines.append(f"| {label} | {side['restores']} | {tps(side['decode_tok_per_s'])} "
+                     f"| {tps(side['end_to_end_tok_per_s'])} | {side['decode_s']['median']:.2f} "
+                     f"| {side['graft_s']['median']:.2f} | {side['kv_bytes_at_end'] / 1e6:,.0f} "
+                     f"| {side['peak_rss_bytes'] / 1e6:,.0f} "
+                     f"| {side['peak_rss_increase_bytes'] / 1e6:,.0f} |")
+    ratio, goal, load = row["decode_ratio"], row["goal_decode_ratio"], row["load_average_1min"]
+    verdict = "not measured" if ratio is None else "met" if ratio >= goal else "not met"
+    shown = "—" if ratio is None else f"{ratio:.2f}×"
+    lines += ["", f"Ratio, batched over one at a time: decode **{shown}** (goal ≥ {goal:g}×: {verdict}), end to end "
+                  f"{row['end_to_end_ratio']:.2f}×. Samples identical to their one-at-a-time twin (same seed): "
+                  f"{row['same_tokens_as_one_at_a_time']} of {n}; distinct samples in the batch: "
+                  f"{row['distinct_samples']}; every repetition drew the same tokens: {row['repeatable']}. "
+                  f"Load average (1 min) before and after: {load['before']:.2f} and {load['after']:.2f} on "
+                  f"{load['cpus']} CPUs (other processes share them when it exceeds what this run adds).", "",
+              f"Method: {row['method']}."]
+    return lines
+
+
+def batched_markdown(result: dict) -> str:
+    """A run of the batched-samples row alone (``graftbench bench --only batched-samples``) as markdown, with its
+    target."""
+    env, row = result["environment"], result["batched_samples"]
+    out = [f"# graftbench bench: batched samples, {env['model']} ({env['dtype']})", "",
+           f"{env['date']}; {env['processor']}, {env['cpu_count']} CPUs, {env['torch_threads']} torch threads; chunk "
+           f"{env['chunk_size']}; torch {env['libraries'].get('torch')}, transformers "
+           f"{env['libraries'].get('transformers')}."
+           + (" **Smoke run: sizes too small for the figures to mean anything.**" if result["smoke"] else ""),
+           "", "## Batched samples", "", *batched_table(row)]
+    return "\n".join(out) + "\n"
+
+
+def write_batched(result: dict, out_dir: Path, stem: str) -> list[Path]:
+    """Write the batched-samples run alone as ``{stem}.json`` and ``{stem}.md`` under ``out_dir`` atomically."""
+    return write_json_and_markdown(result, batched_markdown(result), out_dir, stem)
 
 
 def long_context_markdown(result: dict) -> str:

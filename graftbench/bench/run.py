@@ -12,10 +12,14 @@ from pathlib import Path
 
 import torch
 
+from .. import isa
 from ..problem_types import Problem
 from ..session import Session
 from ..settings import BenchSettings
 from ..store import Store
+from .batched import measure_batched
+from .batched import target as batched_target
+from .batched_settings import BatchedSettings
 from .decode import measure_decode
 from .load import measure_load
 from .peer import measure_peer
@@ -28,9 +32,14 @@ FORMAT = "graftbench.bench/1"
 
 
 def targets(result: dict) -> dict:
-    """Each target of issue #4 with its measured value and whether it was met (``None`` when not measured)."""
-    by_tokens = {row["tokens"]: row for row in result["ttft"]}
+    """Each target of issue #4 (and #14's batched samples, where measured) with its measured value and whether it
+    was met (``None`` when not measured). A run of the batched-samples row alone has that target only."""
     rows = {}
+    if "ttft" not in result:
+        if "batched_samples" in result:
+            rows["batched_samples_decode_ratio"] = batched_target(result["batched_samples"])
+        return rows
+    by_tokens = {row["tokens"]: row for row in result["ttft"]}
 
     def add(name, target, measured, met):
         rows[name] = {"target": target, "measured": measured, "met": met}
@@ -57,12 +66,14 @@ def targets(result: dict) -> dict:
             "each lookup kind <= 2x slower, <= 16 MiB more resident",
             {**{f"{k}_ratio": v for k, v in ratios.items()}, "rss_growth_mib": growth / 2**20},
             max(ratios.values()) <= 2.0 and growth <= 16 << 20)
+    if "batched_samples" in result:
+        rows["batched_samples_decode_ratio"] = batched_target(result["batched_samples"])
     return rows
 
 
 def environment(session: Session) -> dict:
     """Machine, libraries and pinned config the figures were measured with."""
-    return {"machine": platform.platform(), "processor": platform.processor() or platform.machine(),
+    return {"machine": platform.platform(), "processor": isa.cpu_model() or platform.processor() or platform.machine(),
             "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "python": platform.python_version(), "libraries": session.config.libraries,
             "config_fingerprint": session.config.fingerprint, "chunk_size": session.config.chunk_size,
@@ -80,42 +91,62 @@ def _commit() -> str | None:
     return done.stdout.strip() or None
 
 
-def run_bench(session: Session, model: str, problems: list[Problem], problems_source: str, settings: BenchSettings,
-              progress=None) -> dict:
-    """Measure every section for ``session``'s model; returns the result dict (see :mod:`.report`).
+SECTIONS = ("batched-samples",)  # sections that run alone with ``--only``
 
-    ``progress`` (a ``rich.progress.Progress``) gets one task per section. Raises ``ValueError`` when the
-    problems cannot give the largest artifact size.
+
+def run_bench(session: Session, model: str, problems: list[Problem], problems_source: str, settings: BenchSettings,
+              progress=None, batched: BatchedSettings | None = None, only: str | None = None) -> dict:
+    """Measure every section for ``session``'s model, or with ``only="batched-samples"`` that row alone; returns
+    the result dict (see :mod:`.report`; :mod:`.batched` for the row alone).
+
+    ``batched`` sets the batched-samples row (its defaults when ``None``). ``progress`` (a
+    ``rich.progress.Progress``) gets one task per section. Raises ``ValueError`` when the problems cannot give the
+    largest artifact size, or for an unknown ``only``.
     """
-    workload = build_workload(session, problems, max(settings.sizes))
+    if only is not None and only not in SECTIONS:
+        raise ValueError(f"--only must be one of {', '.join(SECTIONS)}, got {only!r}")
+    batched = batched or BatchedSettings()
+    sizes = [batched.artifact_tokens] if only else settings.sizes
+    workload = build_workload(session, problems, max(*sizes, batched.artifact_tokens))
     task = _tasks(progress)
-    result = {"format": FORMAT, "smoke": settings.smoke, "settings": _settings_dict(settings),
+    result = {"format": FORMAT, "smoke": settings.smoke, "settings": {} if only else _settings_dict(settings),
               "environment": environment(session), "problems": problems_source,
               "workload": {"query_problem": workload.query_problem, "query_tokens": len(workload.query),
                            "query_lengths": workload.query_lengths, "decode_prompt_tokens": len(workload.decode_prompt)}}
+    if only:
+        result["only"] = only
     with tempfile.TemporaryDirectory(prefix="graftbench-bench-") as folder:
-        step = task("TTFT: prefill against graft", len(settings.sizes) * (settings.repeats + 1))
-        result["ttft"] = [measure_size(session, model, Path(folder) / "ttft", workload.context[:n], workload.query,
-                                       settings.repeats, settings.graft_repeats, step) for n in settings.sizes]
-        store = Store(Path(folder) / "ttft")
-        largest = result["ttft"][-1]["artifact_id"]
-        task("restore throughput", 1)
-        result["restore"] = measure_restore(session, store, largest, max(settings.graft_repeats, 3), settings.bit_flips)
-        task("decode against transformers generate", 1)
-        result["decode"] = measure_decode(session, workload.decode_prompt, settings.decode_tokens,
-                                          settings.decode_repeats)
-        task("model load, cold and warm", 1)
-        result["load"] = measure_load(model, session.config.dtype, settings.cold_load)
-        step = task("store scale", max(settings.store_sizes))
-        result["store_scale"] = measure_store_scale(Path(folder) / "scale", settings.store_sizes, vocabulary(problems),
-                                                    step)
-    task("llama.cpp peer row", 1)
-    result["peer"] = (measure_peer(session, settings.peer_python, workload, settings.sizes, settings.repeats,
-                                   settings.decode_tokens, torch.get_num_threads())
-                      if settings.peer_python else {"skipped": "no --peer-python given"})
+        if not only:
+            _main_sections(session, model, problems, settings, workload, Path(folder), task, result)
+        step = task(f"batched samples: {batched.samples} in one batch against one at a time", 2 * batched.repeats)
+        result["batched_samples"] = measure_batched(session, Path(folder) / "batched", workload.context,
+                                                    workload.query, workload.query_problem, batched, step)
+    if not only:
+        task("llama.cpp peer row", 1)
+        result["peer"] = (measure_peer(session, settings.peer_python, workload, settings.sizes, settings.repeats,
+                                       settings.decode_tokens, torch.get_num_threads())
+                          if settings.peer_python else {"skipped": "no --peer-python given"})
     task(None, 0)
     result["targets"] = targets(result)
     return result
+
+
+def _main_sections(session: Session, model: str, problems: list[Problem], settings: BenchSettings, workload,
+                   folder: Path, task, result: dict) -> None:
+    """TTFT, restore, decode, load and store scale, one after another, into ``result``."""
+    step = task("TTFT: prefill against graft", len(settings.sizes) * (settings.repeats + 1))
+    result["ttft"] = [measure_size(session, model, folder / "ttft", workload.context[:n], workload.query,
+                                   settings.repeats, settings.graft_repeats, step) for n in settings.sizes]
+    store = Store(folder / "ttft")
+    largest = result["ttft"][-1]["artifact_id"]
+    task("restore throughput", 1)
+    result["restore"] = measure_restore(session, store, largest, max(settings.graft_repeats, 3), settings.bit_flips)
+    task("decode against transformers generate", 1)
+    result["decode"] = measure_decode(session, workload.decode_prompt, settings.decode_tokens, settings.decode_repeats)
+    task("model load, cold and warm", 1)
+    result["load"] = measure_load(model, session.config.dtype, settings.cold_load)
+    step = task("store scale", max(settings.store_sizes))
+    result["store_scale"] = measure_store_scale(folder / "scale", settings.store_sizes, vocabulary(problems), step)
 
 
 def _settings_dict(settings: BenchSettings) -> dict:
