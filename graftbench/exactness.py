@@ -17,7 +17,7 @@ Negative controls, which must differ to show that the check has teeth:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from transformers.models.llama.modeling_llama import rotate_half
@@ -275,6 +275,13 @@ class Replay:
         return not self.pin_differences and self.first_difference is None and self.compared == self.equal
 
 
+def as_recorded(session: Session, recorded_layout: dict) -> Session:
+    """``session`` with the eval prompt layout its expectation was recorded under, as a plain dict: an artifact's
+    header carries the pin's fingerprint, and the pin holds the eval layout, so without this a later change of
+    the eval layout (which check-exact's pairs do not use) would change every replayed artifact id."""
+    return replace(session, config=replace(session.config, layout=recorded_layout))
+
+
 def replay(session: Session, expected: dict, problems: list[Problem], limit: int | None = None,
            on_pair=None) -> Replay:
     """Recompute the expectation's pairs (the first ``limit``) under this machine's pin, built with the pair layout
@@ -292,6 +299,7 @@ def replay(session: Session, expected: dict, problems: list[Problem], limit: int
     layout = PairLayout(**expected["settings"]["pair_layout"]) if "pair_layout" in expected["settings"] else \
         PairLayout(deposit=expected["config"]["layout"]["deposit"], query=expected["config"]["layout"]["query"])
     pairs = build_pairs(session, problems, expected["settings"]["samples"], layout)[: len(records)]
+    session = as_recorded(session, expected["config"]["layout"])
     compared = equal = 0
     for record, pair in zip(records, pairs):
         compared += 1

@@ -201,3 +201,14 @@ def test_committed_expectation_replays_on_this_machine(name, replays):
                      f"{output.strip().splitlines()[-1]} (log it with `make replay-exact`)")
     assert done.returncode == 0, output
     assert f"{REPLAY_PAIRS} compared, {REPLAY_PAIRS} equal" in output
+
+
+def test_replays_build_artifacts_under_the_layout_the_expectation_recorded(session):
+    from graftbench.exactness import as_recorded
+
+    recorded = json.loads((ROOT / "manifests" / "exact-smollm2-135m.json").read_text())["config"]["layout"]
+    replayed = as_recorded(session, recorded)
+    assert replayed.config.to_dict()["layout"] == recorded
+    assert replayed.config.to_dict()["layout"] != session.config.to_dict()["layout"]  # the eval layout moved on
+    assert {k: v for k, v in replayed.config.to_dict().items() if k != "layout"} == \
+        {k: v for k, v in session.config.to_dict().items() if k != "layout"}
