@@ -9,7 +9,6 @@ import dataclasses
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ from graftbench.artifact_codec import ArtifactError, encode_artifact
 from graftbench.artifact_ids import artifact_id_of
 from graftbench.cli import app
 from graftbench.durable import clean_temporaries, locked_temp
-from graftbench.faults.harness import IMPORT_ROOT, put_in_subprocess, write_payloads
+from graftbench.faults.harness import IMPORT_ROOT, FullIndex, put_in_subprocess, write_payloads
 from graftbench.problem_types import Problem
 from graftbench.runs import RunDir, RunError
 from graftbench.sample import Sample
@@ -329,31 +328,15 @@ def test_a_failed_index_insert_never_removes_a_file_that_another_deposit_indexed
     paths = write_payloads(tmp_path / "payloads", [data])
     real_connect, other = Store._connect, []
 
-    class FailingInsert:
-        def __init__(self, connection):
-            self.connection = connection
+    def start_the_other_deposit():
+        other.append(subprocess.Popen([sys.executable, "-c", PUT_AFTER_READY, store.root, paths[0]],
+                                      stdout=subprocess.PIPE, text=True, cwd=IMPORT_ROOT))
+        assert other[0].stdout.readline().strip() == "READY"
+        deadline = time.monotonic() + 2  # a tiny put takes milliseconds, unless it waits for the lock
+        while other[0].poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
 
-        def execute(self, sql, *args):
-            if sql.lstrip().upper().startswith("INSERT"):
-                other.append(subprocess.Popen([sys.executable, "-c", PUT_AFTER_READY, store.root, paths[0]],
-                                              stdout=subprocess.PIPE, text=True, cwd=IMPORT_ROOT))
-                assert other[0].stdout.readline().strip() == "READY"
-                deadline = time.monotonic() + 2  # a tiny put takes milliseconds, unless it waits for the lock
-                while other[0].poll() is None and time.monotonic() < deadline:
-                    time.sleep(0.02)
-                raise sqlite3.OperationalError("database or disk is full")
-            return self.connection.execute(sql, *args)
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return self.connection.__exit__(*exc)
-
-        def close(self):
-            self.connection.close()
-
-    store._connect = lambda: FailingInsert(real_connect(store))
+    store._connect = lambda: FullIndex(real_connect(store), before_failure=start_the_other_deposit)
     with pytest.raises(OSError, match="No space left|full"):
         store.put(data)
     assert other[0].wait(120) == 0

@@ -17,7 +17,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -181,14 +181,18 @@ def disk_full(folder: Path, free: int = 0) -> Iterator[DiskFull]:
         os.write = real
 
 
-class _FullIndex:
-    """A SQLite connection whose inserts fail as on a full disk."""
+class FullIndex:
+    """A SQLite connection whose inserts fail as on a full disk; ``before_failure`` (if given) runs just before
+    each failing insert raises (to race another writer against the failure)."""
 
-    def __init__(self, connection: sqlite3.Connection):
+    def __init__(self, connection: sqlite3.Connection, before_failure: Callable[[], None] | None = None):
         self.connection = connection
+        self.before_failure = before_failure
 
     def execute(self, sql: str, *args):
         if sql.lstrip().upper().startswith("INSERT"):
+            if self.before_failure is not None:
+                self.before_failure()
             raise sqlite3.OperationalError("database or disk is full")
         return self.connection.execute(sql, *args)
 
@@ -206,7 +210,7 @@ class _FullIndex:
 def index_full() -> Iterator[None]:
     """Within the block, every store's index inserts fail with SQLite's ``database or disk is full``."""
     real = Store._connect
-    Store._connect = lambda self: _FullIndex(real(self))
+    Store._connect = lambda self: FullIndex(real(self))
     try:
         yield
     finally:
