@@ -127,13 +127,16 @@ def progress(label: str, total: int):
 
 
 @contextmanager
-def stage_progress(n_problems: int):
-    """A progress bar per flywheel stage; deposit counts offered solutions, the others problems."""
+def stage_progress(n_problems: int | None = None):
+    """A progress bar per flywheel stage, of ``total`` items when the stage gives one; otherwise deposit counts
+    offered solutions (no total) and the others ``n_problems``."""
     with Progress(*progress_columns(), console=console) as bar:
         current = {}
 
-        def on_stage(name: str) -> None:
-            current["task"] = bar.add_task(name, total=None if name == "deposit" else n_problems, last="")
+        def on_stage(name: str, total: int | None = None) -> None:
+            if total is None and name != "deposit":
+                total = n_problems
+            current["task"] = bar.add_task(name, total=total, last="")
 
         yield (lambda item: bar.update(current["task"], advance=1, last=describe(item))), on_stage
 

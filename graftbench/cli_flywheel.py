@@ -6,10 +6,8 @@ import json
 from typing import Optional
 
 import typer
-from rich.progress import Progress
 
-from .cli_common import (ChunkOpt, DtypeOpt, IsaOpt, ModelOpt, RunsOpt, console, describe, fail,
-                         open_model, progress_columns)
+from .cli_common import ChunkOpt, DtypeOpt, IsaOpt, ModelOpt, RunsOpt, console, fail, open_model, stage_progress
 from .settings import RoundsSettings
 
 ROUNDS = RoundsSettings()
@@ -41,15 +39,7 @@ def flywheel(
                               top_p=top_p, seed=seed, max_new_tokens=max_new_tokens, prefix=prefix)
     session = open_model(model, dtype, chunk_size, isa=isa)
     try:
-        with Progress(*progress_columns(), console=console) as bar:
-            task = {}
-
-            def on_stage(name: str, total: int) -> None:
-                task["id"] = bar.add_task(name, total=total, last="")
-
-            def advance(item) -> None:
-                bar.update(task["id"], advance=1, last=describe(item))
-
+        with stage_progress() as (advance, on_stage):
             results = run_rounds(session, settings, runs_root=runs_dir, store_root=store, on_sample=advance,
                                  on_stage=on_stage, on_item=advance)
     except (RunError, OSError, ValueError) as exc:  # OSError includes StorageError and StoreError
