@@ -178,6 +178,11 @@ def _ci(interval) -> str:
     return "" if interval is None else f" [{100 * interval[0]:.1f}, {100 * interval[1]:.1f}]"
 
 
+def accuracy_cell(value, interval) -> str:
+    """A proportion as a percentage with its 95% interval: ``1.7% [0.3, 8.9]``; ``—`` when there is none."""
+    return "—" if value is None else _pct(value) + _ci(interval)
+
+
 def _num(value, digits: int = 1) -> str:
     return "—" if value is None else f"{value:,.{digits}f}"
 

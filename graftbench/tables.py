@@ -149,11 +149,9 @@ def report_tables(report) -> list[Table]:
 
 
 def _pct_ci(block: dict | None) -> str:
-    if not block:
-        return "—"
-    low, high = block["ci95"] or (None, None)
-    interval = f" [{100 * low:.1f}, {100 * high:.1f}]" if low is not None else ""
-    return f"{100 * block['avg_at_n']:.1f}%{interval}"
+    from .report import accuracy_cell
+
+    return accuracy_cell(block["avg_at_n"], block["ci95"]) if block else "—"
 
 
 def rounds_table(summary: dict, title: str) -> Table:
