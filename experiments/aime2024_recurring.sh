@@ -5,7 +5,7 @@
 set -euo pipefail
 export OMP_NUM_THREADS=${THREADS:-1} MKL_NUM_THREADS=${THREADS:-1}
 MODEL=${1:?model alias}; DTYPE=${2:-float32}
-G=".venv/bin/graftbench"; RUN="aime2024-recurring-${MODEL}"; STORE="store-aime2024-${MODEL}"
+G="${G:-.venv/bin/graftbench}"; RUN="aime2024-recurring-${MODEL}"; STORE="store-aime2024-${MODEL}"
 DATA=../shared/data/aime2024.jsonl
 $G deposit --model "$MODEL" --dtype "$DTYPE" --problems "$DATA" --store "$STORE"
 $G eval --model "$MODEL" --dtype "$DTYPE" --problems "$DATA" --graft --certify --store "$STORE" --run "$RUN"

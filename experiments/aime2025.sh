@@ -5,7 +5,7 @@
 # Usage: experiments/aime2025.sh MODEL [DTYPE]   (THREADS=1 by default)
 set -euo pipefail
 MODEL=${1:?model alias}; DTYPE=${2:-float32}; THREADS=${THREADS:-1}
-G=".venv/bin/graftbench"; TAG="aime2025-${MODEL}"; STORE="store-aime2024-${MODEL}"
+G="${G:-.venv/bin/graftbench}"; TAG="aime2025-${MODEL}"; STORE="store-aime2024-${MODEL}"
 DATA=../shared/data
 COMMON=(--model "$MODEL" --dtype "$DTYPE" --problems "$DATA/aime2025.jsonl" --max-new-tokens 1024)
 export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS

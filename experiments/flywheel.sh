@@ -5,7 +5,7 @@
 # Usage: experiments/flywheel.sh MODEL [DTYPE]   (THREADS=1 by default)
 set -euo pipefail
 MODEL=${1:?model alias}; DTYPE=${2:-float32}; THREADS=${THREADS:-1}
-G=".venv/bin/graftbench"; PREFIX="flywheel-${MODEL}"
+G="${G:-.venv/bin/graftbench}"; PREFIX="flywheel-${MODEL}"
 export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
 $G flywheel --model "$MODEL" --dtype "$DTYPE" --rounds 3 --per-family 2 --samples 4 --temperature 0.7 --top-p 0.95 \
   --seed 0 --max-new-tokens 256 --prefix "$PREFIX" --store "store-${PREFIX}"

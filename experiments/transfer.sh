@@ -6,7 +6,7 @@
 # Usage: experiments/transfer.sh MODEL [DTYPE]   (THREADS=1 by default: leave a core for other work)
 set -euo pipefail
 MODEL=${1:?model alias}; DTYPE=${2:-float32}; THREADS=${THREADS:-1}
-G=".venv/bin/graftbench"; TAG="transfer-${MODEL}"; STORE="store-${TAG}"
+G="${G:-.venv/bin/graftbench}"; TAG="transfer-${MODEL}"; STORE="store-${TAG}"
 COMMON=(--model "$MODEL" --dtype "$DTYPE" --problems builtin:2-12 --max-new-tokens 256)
 export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
 keep() { cp "runs/$1/manifest.json" "manifests/$1.json"; $G verify-manifest "manifests/$1.json" | tail -1; }
