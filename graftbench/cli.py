@@ -15,11 +15,11 @@ from typing import Optional
 import typer
 
 from . import cli_bench, cli_exact, cli_flywheel, cli_report
-from . import cli_route
+from . import cli_merge, cli_route
 from .cli_common import (EVAL, FLYWHEEL, AnswerFieldOpt, ChunkOpt, DtypeOpt, GraftFromOpt, IdFieldOpt, IsaOpt,
                          LayoutOpt, LimitOpt, ModelOpt, ProblemFieldOpt, ProblemsOpt, RunsOpt, SamplesOpt, SeedOpt,
-                         SolutionFieldOpt, StoreOpt, TemperatureOpt, TopPOpt, console, fail, load_problem_set,
-                         open_model, progress, stage_progress)
+                         ShardOpt, SolutionFieldOpt, StoreOpt, TemperatureOpt, TopPOpt, console, fail, load_problem_set,
+                         open_model, progress, shard_problems, stage_progress)
 from .settings import EvalSettings
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -44,7 +44,7 @@ def _print_run(result, energy_method: str) -> None:
 def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, run, limit, settings: EvalSettings,
                   store, fields, isa, new_store=False) -> None:
     from .evaluate import StrictFallbackError
-    from .workflows import run_eval
+    from .workflows import run_eval, shard_size
     from .runs import RunError
     from .store import StoreError
 
@@ -60,7 +60,7 @@ def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, ru
     name = run or re.sub(r"[^A-Za-z0-9._-]", "_", f"{command}-{model}-{Path(problems).stem}"
                                                      f"{'-graft' if settings.graft else ''}")
     try:
-        with progress(command, len(problem_list) * settings.samples) as advance:
+        with progress(command, shard_size(problem_list, settings) * settings.samples) as advance:
             result = run_eval(session, problem_list, problems, name, settings, command=command, runs_root=runs_dir,
                               store_root=store if settings.graft else None, on_sample=advance, new_store=new_store)
     except StoreError as exc:
@@ -88,12 +88,13 @@ def solve(
     max_new_tokens: int = typer.Option(EVAL.max_new_tokens, "--max-new-tokens", min=1, help="decode budget per problem (tokens)"),
     token_budget: Optional[int] = typer.Option(None, "--token-budget", min=1, help="decode budget for the whole run (tokens)"),
     samples: int = SamplesOpt, temperature: float = TemperatureOpt, top_p: float = TopPOpt, seed: int = SeedOpt,
+    shard: Optional[str] = ShardOpt,
     id_field: str = IdFieldOpt, problem_field: str = ProblemFieldOpt, answer_field: str = AnswerFieldOpt,
     solution_field: str = SolutionFieldOpt,
 ) -> None:
     """Decode every problem under the budget (greedy, or N samples) and verify each answer (the baseline)."""
     settings = _settings(max_new_tokens=max_new_tokens, token_budget=token_budget, samples=samples,
-                         temperature=temperature, top_p=top_p, seed=seed)
+                         temperature=temperature, top_p=top_p, seed=seed, shard=shard)
     _eval_command("solve", model, problems, dtype, chunk_size, runs_dir, run, limit, settings, None,
                   (id_field, problem_field, answer_field, solution_field), isa)
 
@@ -115,13 +116,14 @@ def eval_(
     min_similarity: float = typer.Option(EVAL.min_similarity, "--min-similarity", min=0.0, max=1.0, help="confidence gate for non-exact routes (0-1)"),
     layout: str = LayoutOpt, graft_from: str = GraftFromOpt,
     samples: int = SamplesOpt, temperature: float = TemperatureOpt, top_p: float = TopPOpt, seed: int = SeedOpt,
+    shard: Optional[str] = ShardOpt,
     id_field: str = IdFieldOpt, problem_field: str = ProblemFieldOpt, answer_field: str = AnswerFieldOpt,
     solution_field: str = SolutionFieldOpt,
 ) -> None:
     """Evaluate: the baseline, or with --graft an artifact restored at its own positions before the query."""
     settings = _settings(max_new_tokens=max_new_tokens, token_budget=token_budget, graft=graft, certify=certify,
                          strict=strict, min_similarity=min_similarity, layout=layout, graft_from=graft_from,
-                         samples=samples, temperature=temperature, top_p=top_p, seed=seed)
+                         samples=samples, temperature=temperature, top_p=top_p, seed=seed, shard=shard)
     _eval_command("eval", model, problems, dtype, chunk_size, runs_dir, run, limit, settings, store,
                   (id_field, problem_field, answer_field, solution_field), isa, new_store)
 
@@ -134,6 +136,7 @@ def deposit(
     from_run: Optional[str] = typer.Option(None, "--from-run", help="deposit this solve run's verified samples"),
     references: bool = typer.Option(True, "--references/--no-references",
                                     help="deposit the problem set's solution field"),
+    shard: Optional[str] = ShardOpt,
     id_field: str = IdFieldOpt, problem_field: str = ProblemFieldOpt, answer_field: str = AnswerFieldOpt,
     solution_field: str = SolutionFieldOpt,
 ) -> None:
@@ -142,7 +145,8 @@ def deposit(
     from .tables import deposit_table
     from .runs import RunDir, RunError
 
-    problem_list = load_problem_set(problems, limit, id_field, problem_field, answer_field, solution_field)
+    problem_list = shard_problems(load_problem_set(problems, limit, id_field, problem_field, answer_field,
+                                                   solution_field), shard)
     try:
         source_run = RunDir(runs_dir, from_run) if from_run else None
     except RunError as exc:
@@ -343,6 +347,7 @@ app.command(name="bench-long-context")(cli_bench.bench_long_context)
 app.command(name="report")(cli_report.report)
 app.command(name="route-quality")(cli_route.route_quality)
 app.command(name="flywheel")(cli_flywheel.flywheel)
+app.command(name="merge")(cli_merge.merge)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,8 @@ LayoutOpt = typer.Option(EVAL.layout, "--layout", help="query layout after a gra
                          "(a full solution), or auto (answer on exact routes, solve on similar ones)")
 GraftFromOpt = typer.Option(EVAL.graft_from, "--graft-from", help="nearest (the router's choice) or other-family "
                             "(the control: the nearest deposit of another family, no similarity gate)")
+ShardOpt = typer.Option(None, "--shard", help="run only shard i of N (i/N, from 0): a problem's shard is SHA-256 "
+                        "of its id mod N, whatever the file's order; merge the shards with graftbench merge")
 IdFieldOpt = typer.Option("id", "--id-field", help="problem set column holding each problem's id")
 ProblemFieldOpt = typer.Option("problem", "--problem-field", help="problem set column holding the problem text")
 AnswerFieldOpt = typer.Option("answer", "--answer-field", help="problem set column holding the answer key")
@@ -157,3 +159,14 @@ def progress_bar(description: str, total: int):
                   console=console) as bar:
         task = bar.add_task(description, total=total)
         yield lambda: bar.advance(task)
+
+
+def shard_problems(problems: list, spec: str | None) -> list:
+    """The problems of shard ``spec`` (``i/N``; all when ``None``), in their order; a malformed spec exits 2."""
+    from .shards import parse_shard, select
+
+    try:
+        shard = parse_shard(spec)
+    except ValueError as exc:
+        fail(str(exc))
+    return [p for _, p in select(problems, shard)]

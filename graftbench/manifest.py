@@ -110,11 +110,12 @@ def recorded_verifier_version(manifest: dict) -> int:
 
 def build_manifest(*, run: str, command: str, config: dict, config_fingerprint: str, settings: dict,
                    problem_set: dict, problems: list[dict], samples: list[dict], energy: dict,
-                   store: str | None) -> dict:
+                   store: str | None, extra: dict | None = None) -> dict:
     """Assemble a manifest dict and seal it with ``manifest_sha256``.
 
     ``problems`` are ``{"id", "problem_sha256", "key"}`` (and ``family`` when the set gives one); ``samples`` as
-    written by :mod:`graftbench.evaluate`. ``metrics`` holds :func:`run_metrics`.
+    written by :mod:`graftbench.evaluate`. ``metrics`` holds :func:`run_metrics`. ``extra`` adds sections (sealed
+    like the others), e.g. the ``merged_from`` of a merged run.
     """
     artifacts = sorted({s["artifact_id"]: s["artifact_tokens"] for s in samples if s.get("artifact_id")}.items())
     body = {
@@ -134,6 +135,7 @@ def build_manifest(*, run: str, command: str, config: dict, config_fingerprint: 
         "energy": energy,
         "totals": compute_totals(samples),
         "metrics": run_metrics(samples, problems, settings),
+        **(extra or {}),
     }
     body["sealed_fields"] = sealed_fields(body)
     return {**body, "manifest_sha256": seal_sha256(body)}

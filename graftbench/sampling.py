@@ -9,7 +9,6 @@ reaches ``top_p``, renormalize, draw.
 
 from __future__ import annotations
 
-import hashlib
 import re
 import time
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from .engine import Decoded, forward_batch, stop_reached
+from .seeds import sample_seed  # noqa: F401  (re-exported: the seed of each sample)
 
 
 @dataclass(frozen=True)
@@ -27,14 +27,6 @@ class SamplingSettings:
     temperature: float = 0.7
     top_p: float = 0.95
     seed: int = 0
-
-
-def sample_seed(run_seed: int, problem_id: str, sample_index: int) -> int:
-    """The seed of one sample: the first 53 bits of SHA-256 of ``"<run_seed>:<problem_id>:<sample_index>"`` (53 so
-    that a manifest's RFC 8785 JSON carries it exactly). Independent of the order problems are run in and of how many
-    samples a problem has."""
-    digest = hashlib.sha256(f"{run_seed}:{problem_id}:{sample_index}".encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "big") >> 11
 
 
 def next_token(logits: torch.Tensor, settings: SamplingSettings, generator: torch.Generator) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .shards import parse_shard
 from .verify import VERIFIER_VERSION
 
 DEFAULT_MODEL = "smollm2-135m"
@@ -34,9 +35,11 @@ class EvalSettings:
     ``graft_from``: ``nearest`` (the router's choice) or ``other-family`` (the control: the nearest deposit of
     another family, so that relevance can be told from the mere presence of a worked solution). ``round`` labels a
     run of the flywheel over rounds (:mod:`graftbench.flywheel_rounds`); it changes nothing else. ``ranker``
-    records how similar routes were ranked (:data:`graftbench.router.RANKERS`: ``bm25`` by default).
+    records how similar routes were ranked (:data:`graftbench.router.RANKERS`: ``bm25`` by default). ``shard``
+(``"i/N"``, :mod:`graftbench.shards`) runs only the problems of that shard; ``None`` runs them all.
 
-    Raises ``ValueError`` for an unknown layout or ``graft_from``, or several greedy samples.
+    Raises ``ValueError`` for an unknown layout or ``graft_from``, several greedy samples, a malformed shard, or a
+    shard with a run-wide ``token_budget``.
     """
 
     max_new_tokens: int = 1024
@@ -54,6 +57,7 @@ class EvalSettings:
     graft_from: str = "nearest"
     round: int | None = None
     ranker: str = "bm25"
+    shard: str | None = None
 
     def __post_init__(self):
         if self.layout not in LAYOUT_CHOICES:
@@ -63,6 +67,11 @@ class EvalSettings:
         if self.samples > 1 and self.temperature == 0:
             raise ValueError(f"{self.samples} greedy samples of a problem would be identical: give a temperature "
                              f"above 0 (e.g. {SAMPLED_TEMPERATURE}) or one sample")
+        if self.shard is not None:
+            parse_shard(self.shard)
+            if self.token_budget is not None:
+                raise ValueError("a token budget for the whole run cannot be split over shards: give "
+                                 "--max-new-tokens per problem, or run without --shard")
 
     @property
     def sampled(self) -> bool:

@@ -15,6 +15,7 @@ from .runs import RunDir
 from .sample import Sample
 from .session import Session
 from .settings import EvalSettings
+from .shards import parse_shard, select
 from .store import Store
 
 
@@ -40,11 +41,29 @@ def problem_entry(problem: Problem) -> dict:
     return {**entry, "family": problem.family} if problem.family else entry
 
 
+def problem_set_entry(source: str, problems: list[Problem], selected: list[tuple[int, Problem]],
+                      shard: str | None) -> dict:
+    """The manifest's ``problem_set``: its source, SHA-256 and size. A shard's lists the problems it ran, and under
+    ``shard`` the whole set's SHA-256 and size and each of its problems' position in the whole set, which
+    :func:`graftbench.merge.merge_runs` checks and orders by."""
+    if shard is None:
+        return {"source": source, "sha256": problem_set_sha256(problems), "n": len(problems)}
+    shard_problems = [p for _, p in selected]
+    return {"source": source, "sha256": problem_set_sha256(shard_problems), "n": len(shard_problems),
+            "shard": {"spec": shard, "of_sha256": problem_set_sha256(problems), "of_n": len(problems),
+                      "positions": [i for i, _ in selected]}}
+
+
+def shard_size(problems: list[Problem], settings: EvalSettings) -> int:
+    """How many problems a run of ``settings`` evaluates (its shard's, or all)."""
+    return len(select(problems, parse_shard(settings.shard)))
+
+
 def run_eval(session: Session, problems: list[Problem], source: str, run_name: str, settings: EvalSettings,
              command: str = "eval", runs_root: str | Path = "runs", store_root: str | Path | None = None,
              on_sample: Callable[[Sample], None] | None = None, new_store: bool = False) -> RunResult:
-    """Open (or resume) ``runs/<run_name>`` holding its lock, evaluate every problem not yet recorded, write
-    ``manifest.json``, release the lock.
+    """Open (or resume) ``runs/<run_name>`` holding its lock, evaluate every problem not yet recorded (of
+    ``settings.shard`` only, when given), write ``manifest.json``, release the lock.
 
     With ``settings.graft`` the store at ``store_root`` must exist, unless ``new_store`` (then an empty one is
     created and every problem runs as the baseline). Raises :class:`graftbench.runs.RunError` when the run folder
@@ -53,18 +72,20 @@ def run_eval(session: Session, problems: list[Problem], source: str, run_name: s
     """
     run = RunDir(runs_root, run_name)
     set_hash = problem_set_sha256(problems)
+    selected = select(problems, parse_shard(settings.shard))
+    shard_problems = [p for _, p in selected]
     store = Store(store_root, create=new_store) if settings.graft and store_root is not None else None
     with run:
         run.lock()  # first: a run that another process holds is refused before anything else
         run.open({"command": command, "model": session.config.model, "config_fingerprint": session.config.fingerprint,
                   "problem_set_sha256": set_hash, **settings.to_dict()})
         meter = EnergyMeter(device=session.config.device)
-        samples = evaluate(session, problems, run, settings, store, meter, on_sample)
+        samples = evaluate(session, shard_problems, run, settings, store, meter, on_sample)
         manifest = build_manifest(
             run=run_name, command=command, config=session.config.to_dict(),
             config_fingerprint=session.config.fingerprint, settings=settings.to_dict(),
-            problem_set={"source": source, "sha256": set_hash, "n": len(problems)},
-            problems=[problem_entry(p) for p in problems],
+            problem_set=problem_set_entry(source, problems, selected, settings.shard),
+            problems=[problem_entry(p) for p in shard_problems],
             samples=[s.to_json() for s in samples], energy=meter.describe(),
             store=str(store_root) if store is not None else None,
         )
