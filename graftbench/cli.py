@@ -9,6 +9,7 @@ a machine without them.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -21,6 +22,7 @@ from .cli_common import (EVAL, FLYWHEEL, AnswerFieldOpt, ChunkOpt, DtypeOpt, Gra
                          ShardOpt, SolutionFieldOpt, StoreOpt, TemperatureOpt, TopPOpt, console, fail, load_problem_set,
                          open_model, progress, shard_problems, stage_progress)
 from .settings import EvalSettings
+from .cli_common import ModeOpt, announce_sandbox
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Verified-knowledge experiments: solve, deposit KV artifacts, graft them back, verify.")
@@ -44,6 +46,7 @@ def _print_run(result, energy_method: str) -> None:
 def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, run, limit, settings: EvalSettings,
                   store, fields, isa, new_store=False) -> None:
     from .evaluate import StrictFallbackError
+    from .sandbox import SandboxError
     from .workflows import run_eval, shard_size
     from .runs import RunError
     from .store import StoreError
@@ -65,7 +68,7 @@ def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, ru
                               store_root=store if settings.graft else None, on_sample=advance, new_store=new_store)
     except StoreError as exc:
         fail(str(exc) + (" or pass --new-store to start an empty one" if exc.missing else ""))
-    except (RunError, StrictFallbackError, OSError) as exc:  # OSError includes StorageError (disk full)
+    except (RunError, StrictFallbackError, OSError, SandboxError) as exc:  # OSError includes StorageError
         fail(str(exc))
     _print_run(result, result.manifest["energy"]["method"])
     if result.certificate_mismatches:
@@ -79,6 +82,13 @@ def _settings(**values) -> EvalSettings:
         fail(str(exc))
 
 
+def _in_mode(settings: EvalSettings, mode: str) -> EvalSettings:
+    """``settings`` in ``mode``; in program mode the sandbox is probed and described before the model loads. An
+    unknown mode, or no sandbox at all, exits 2."""
+    announce_sandbox(mode)
+    return replace(settings, mode=mode)
+
+
 @app.command()
 def solve(
     model: str = ModelOpt, problems: str = ProblemsOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt,
@@ -90,11 +100,12 @@ def solve(
     samples: int = SamplesOpt, temperature: float = TemperatureOpt, top_p: float = TopPOpt, seed: int = SeedOpt,
     shard: Optional[str] = ShardOpt,
     id_field: str = IdFieldOpt, problem_field: str = ProblemFieldOpt, answer_field: str = AnswerFieldOpt,
-    solution_field: str = SolutionFieldOpt,
+    solution_field: str = SolutionFieldOpt, mode: str = ModeOpt,
 ) -> None:
     """Decode every problem under the budget (greedy, or N samples) and verify each answer (the baseline)."""
     settings = _settings(max_new_tokens=max_new_tokens, token_budget=token_budget, samples=samples,
                          temperature=temperature, top_p=top_p, seed=seed, shard=shard)
+    settings = _in_mode(settings, mode)
     _eval_command("solve", model, problems, dtype, chunk_size, runs_dir, run, limit, settings, None,
                   (id_field, problem_field, answer_field, solution_field), isa)
 
@@ -118,12 +129,13 @@ def eval_(
     samples: int = SamplesOpt, temperature: float = TemperatureOpt, top_p: float = TopPOpt, seed: int = SeedOpt,
     shard: Optional[str] = ShardOpt,
     id_field: str = IdFieldOpt, problem_field: str = ProblemFieldOpt, answer_field: str = AnswerFieldOpt,
-    solution_field: str = SolutionFieldOpt,
+    solution_field: str = SolutionFieldOpt, mode: str = ModeOpt,
 ) -> None:
     """Evaluate: the baseline, or with --graft an artifact restored at its own positions before the query."""
     settings = _settings(max_new_tokens=max_new_tokens, token_budget=token_budget, graft=graft, certify=certify,
                          strict=strict, min_similarity=min_similarity, layout=layout, graft_from=graft_from,
                          samples=samples, temperature=temperature, top_p=top_p, seed=seed, shard=shard)
+    settings = _in_mode(settings, mode)
     _eval_command("eval", model, problems, dtype, chunk_size, runs_dir, run, limit, settings, store,
                   (id_field, problem_field, answer_field, solution_field), isa, new_store)
 
@@ -138,12 +150,15 @@ def deposit(
                                     help="deposit the problem set's solution field"),
     shard: Optional[str] = ShardOpt,
     id_field: str = IdFieldOpt, problem_field: str = ProblemFieldOpt, answer_field: str = AnswerFieldOpt,
-    solution_field: str = SolutionFieldOpt,
+    solution_field: str = SolutionFieldOpt, mode: str = ModeOpt,
 ) -> None:
     """Re-verify solutions against their keys and deposit the verified ones as KV artifacts."""
     from .workflows import deposit_job, deposit_plan
     from .tables import deposit_table
     from .runs import RunDir, RunError
+    from .sandbox import SandboxError
+
+    announce_sandbox(mode)
 
     problem_list = shard_problems(load_problem_set(problems, limit, id_field, problem_field, answer_field,
                                                    solution_field), shard)
@@ -160,8 +175,9 @@ def deposit(
     session = open_model(model, dtype, chunk_size, isa=isa)
     try:
         with progress("deposit", len(items)) as advance:
-            report = deposit_job(session, store, problem_list, references=references, items=items, on_item=advance)
-    except (RunError, OSError) as exc:  # OSError includes StorageError (disk full) and StoreError
+            report = deposit_job(session, store, problem_list, references=references, items=items, on_item=advance,
+                                 mode=mode)
+    except (RunError, OSError, SandboxError) as exc:  # OSError includes StorageError (disk full) and StoreError
         fail(str(exc))
     _print_cleaned(report.cleaned)
     console.print(deposit_table(report, store))

@@ -46,6 +46,8 @@ GraftFromOpt = typer.Option(EVAL.graft_from, "--graft-from", help="nearest (the 
                             "(the control: the nearest deposit of another family, no similarity gate)")
 ShardOpt = typer.Option(None, "--shard", help="run only shard i of N (i/N, from 0): a problem's shard is SHA-256 "
                         "of its id mod N, whatever the file's order; merge the shards with graftbench merge")
+ModeOpt = typer.Option(EVAL.mode, "--mode", help="text (the model's own final answer is judged) or program (the model "
+                       "writes a Python program, run in the sandbox; the last line it prints is judged)")
 IdFieldOpt = typer.Option("id", "--id-field", help="problem set column holding each problem's id")
 ProblemFieldOpt = typer.Option("problem", "--problem-field", help="problem set column holding the problem text")
 AnswerFieldOpt = typer.Option("answer", "--answer-field", help="problem set column holding the answer key")
@@ -56,6 +58,26 @@ SolutionFieldOpt = typer.Option("solution", "--solution-field",
 def fail(message: str, code: int = 2) -> None:
     console.print(f"[red]error:[/red] {message}")
     raise typer.Exit(code)
+
+
+def announce_sandbox(mode: str) -> None:
+    """In program mode, probe the sandbox before the model loads and print how programs will be contained (in
+    yellow when not at all); exit 2 for an unknown mode or when no sandbox can be started."""
+    from .settings import MODES
+
+    if mode not in MODES:
+        fail(f"mode {mode!r} is not one of {', '.join(MODES)}")
+    if mode != "program":
+        return
+    from .sandbox import SandboxError, isolation
+
+    try:
+        found = isolation()
+    except SandboxError as exc:
+        fail(str(exc))
+    style = "yellow" if found.level == "none" else "green"
+    console.print(f"program sandbox: [{style}]{found.description}[/{style}]"
+                  + (f" (not reached: {found.reason})" if found.reason else ""))
 
 
 def quiet_transformers() -> None:

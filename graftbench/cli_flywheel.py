@@ -7,7 +7,8 @@ from typing import Optional
 
 import typer
 
-from .cli_common import ChunkOpt, DtypeOpt, IsaOpt, ModelOpt, RunsOpt, console, fail, open_model, stage_progress
+from .cli_common import (ChunkOpt, DtypeOpt, IsaOpt, ModelOpt, ModeOpt, RunsOpt, announce_sandbox, console, fail,
+                         open_model, stage_progress)
 from .settings import RoundsSettings
 
 ROUNDS = RoundsSettings()
@@ -29,20 +30,23 @@ def flywheel(
     max_new_tokens: int = typer.Option(ROUNDS.max_new_tokens, "--max-new-tokens", min=1,
                                        help="decode budget per sample (tokens)"),
     prefix: str = typer.Option(ROUNDS.prefix, "--prefix", help="run name prefix: <prefix>-r<round>-<arm>"),
+    mode: str = ModeOpt,
 ) -> None:
     """The flywheel over rounds: held-out baseline vs graft per round, recurring recall, the library growing from the model's own verified samples."""
     from .flywheel_rounds import rounds_summary, run_rounds
     from .runs import RunError
+    from .sandbox import SandboxError
     from .tables import rounds_table
 
+    announce_sandbox(mode)
     settings = RoundsSettings(rounds=rounds, per_family=per_family, samples=samples, temperature=temperature,
-                              top_p=top_p, seed=seed, max_new_tokens=max_new_tokens, prefix=prefix)
+                              top_p=top_p, seed=seed, max_new_tokens=max_new_tokens, prefix=prefix, mode=mode)
     session = open_model(model, dtype, chunk_size, isa=isa)
     try:
         with stage_progress() as (advance, on_stage):
             results = run_rounds(session, settings, runs_root=runs_dir, store_root=store, on_sample=advance,
                                  on_stage=on_stage, on_item=advance)
-    except (RunError, OSError, ValueError) as exc:  # OSError includes StorageError and StoreError
+    except (RunError, OSError, ValueError, SandboxError) as exc:  # OSError includes StorageError and StoreError
         fail(str(exc))
     summary = rounds_summary(results, settings)
     console.print(rounds_table(summary, title=f"flywheel over {rounds} rounds ({model})"))

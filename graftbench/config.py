@@ -34,6 +34,19 @@ SOLVE_QUERY_LAYOUT = "Problem: {problem}\n" + SOLUTION_CUE
 SOLVE_STOP = r"Final answer:[^\n]*\S[^\n]*\n|\nProblem:"
 QUERY_LAYOUTS = ("answer", "solve")
 
+# Program mode (graftbench.program_mode): the layout of DESIGN.md's probe. The baseline's user message is the problem
+# and the instruction, and the reply opens a ```python fence so the first decoded token is code; after a graft a new
+# problem's query mirrors a deposited program's text. The decode stops at the closing fence. Not part of the pin
+# (adding program mode changed no artifact's fingerprint): a program-mode run records PROGRAM_LAYOUT in its settings.
+PROGRAM_INSTRUCTION = "Write one short Python program that prints only the final number."
+PROGRAM_FENCE = "```python\n"
+PROGRAM_CLOSE = "```"
+PROGRAM_PROMPT = "{problem}\n\n" + PROGRAM_INSTRUCTION
+PROGRAM_QUERY = "Problem: {problem}\n" + PROGRAM_INSTRUCTION + "\nSolution: " + PROGRAM_FENCE
+PROGRAM_ANSWER_CUE = ANSWER_CUE + "\n"  # what the verifier reads before a program's last printed line
+PROGRAM_LAYOUT = {"prompt": PROGRAM_PROMPT, "fence": PROGRAM_FENCE, "close": PROGRAM_CLOSE, "query": PROGRAM_QUERY,
+                  "answer_cue": PROGRAM_ANSWER_CUE}
+
 
 @dataclass(frozen=True)
 class PromptLayout:

@@ -1,4 +1,9 @@
-"""Deposit verified solutions as artifacts: re-verify each against its key, refuse the rest, prefill and store."""
+"""Deposit verified solutions as artifacts: re-verify each against its key, refuse the rest, prefill and store.
+
+A program-mode sample is re-verified by running its program again in the sandbox (only when the deposit runs in
+program mode: a text-mode deposit never runs code and refuses it); its deposit text shows the verified program
+(:func:`graftbench.program_mode.solution_text`) between the problem's final-answer lines.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +13,11 @@ from typing import Callable
 from . import graft
 from .hashing import sha256_text
 from .problem_types import Problem, family, normalize_problem_text, problem_key, problem_text_sha256
+from .program_mode import program_verdict, solution_text
 from .sample import Sample
+from .sandbox import run_program
 from .session import Session
+from .settings import SandboxLimits
 from .store import Store
 from .verify import verify_answer
 
@@ -19,11 +27,13 @@ QUERY_MARGIN = 64  # tokens kept free after an artifact for the query's answer d
 @dataclass(frozen=True)
 class DepositItem:
     """One solution offered for deposit: from a problem set's ``solution`` field (``source="reference"``) or from a
-    solve run's verified sample (``source="solve:<run>"``)."""
+    solve run's verified sample (``source="solve:<run>"``). A program-mode sample carries its ``program``; its
+    ``solution`` is then the program's deposit text."""
 
     problem: Problem
     solution: str
     source: str
+    program: str | None = None
 
 
 @dataclass
@@ -44,8 +54,16 @@ def items_from_problems(problems: list[Problem]) -> list[DepositItem]:
 def items_from_samples(samples: list[Sample], problems: list[Problem], run_name: str) -> list[DepositItem]:
     """The outputs of a solve run's samples recorded as correct, paired with their problems by id."""
     by_id = {p.id: p for p in problems}
-    return [DepositItem(by_id[s.problem_id], s.output, f"solve:{run_name}")
+    return [item_from_sample(by_id[s.problem_id], s, f"solve:{run_name}")
             for s in samples if s.correct and s.problem_id in by_id]
+
+
+def item_from_sample(problem: Problem, sample: Sample, source: str) -> DepositItem:
+    """A sample offered for deposit: its output, or for a program-mode sample its program (in its deposit text)."""
+    program = getattr(sample, "program", None)
+    if program is not None:
+        return DepositItem(problem, solution_text(program), source, program=program)
+    return DepositItem(problem, sample.output, source)
 
 
 def deposit_meta(session: Session, problem: Problem, ids: list[int], source: str) -> dict:
@@ -64,17 +82,39 @@ def deposit_meta(session: Session, problem: Problem, ids: list[int], source: str
     }
 
 
+def _refusal(item: DepositItem, mode: str, limits: SandboxLimits) -> str | None:
+    """Why the item is refused (its answer does not verify against the key, or its program cannot be re-run in
+    this mode), or ``None`` when it verifies."""
+    problem = item.problem
+    if item.program is None:
+        verdict = verify_answer(item.solution, problem.answer)
+        return None if verdict.correct else \
+            f"final answer {verdict.extracted!r} does not verify against key {problem.answer!r}"
+    if mode != "program":
+        return "a program-mode sample: deposit with --mode program to re-run its program in the sandbox"
+    result = run_program(item.program, limits)
+    if program_verdict(result.stdout, result.stopped, problem.answer).correct:
+        return None
+    what = f"stopped ({result.stopped})" if result.stopped else f"printed {result.answer!r}"
+    return f"its program {what}: does not verify against key {problem.answer!r}"
+
+
 def deposit_items(session: Session, store: Store, items: list[DepositItem],
-            on_item: Callable[[DepositItem], None] | None = None) -> DepositReport:
+            on_item: Callable[[DepositItem], None] | None = None, mode: str = "text",
+            limits: SandboxLimits = SandboxLimits()) -> DepositReport:
     """Re-verify each item's final answer against its key, then prefill its deposit text with the pinned chunk
     schedule and write the artifact. Unverified or over-long items are refused and listed, never deposited.
+
+    An item with a ``program`` is re-verified by running it in the sandbox under ``limits`` when ``mode`` is
+    ``program``, and refused otherwise. Raises :class:`graftbench.sandbox.SandboxError` when no sandbox can be
+    started.
     """
     report = DepositReport()
     for item in items:
         problem = item.problem
-        verdict = verify_answer(item.solution, problem.answer)
-        if not verdict.correct:
-            report.refused.append((problem.id, f"final answer {verdict.extracted!r} does not verify against key {problem.answer!r}"))
+        refusal = _refusal(item, mode, limits)
+        if refusal is not None:
+            report.refused.append((problem.id, refusal))
         else:
             ids = session.deposit_ids(problem.problem, problem.answer, item.solution)
             limit = session.context_window - len(session.query_ids(problem.problem)) - QUERY_MARGIN

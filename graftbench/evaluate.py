@@ -7,6 +7,10 @@ falls back to the baseline prompt, recorded as ``fallback: <reason>``, unless ``
 
 A problem's N samples share its prompt or graft: it is prefilled or restored once and the samples are decoded as one
 batch (:func:`graftbench.sampling.sample_decode`); greedy decoding (one sample) takes the argmax.
+
+In program mode (``settings.mode``) the baseline prompt and a new problem's query after a graft ask for a Python
+program (:mod:`graftbench.program_mode`); each sample's program runs in the sandbox (:mod:`graftbench.sandbox`) and
+the last line it prints is judged. A recurring problem's ``answer`` layout still answers after the cue.
 """
 
 from __future__ import annotations
@@ -21,11 +25,13 @@ from .engine import Decoded
 from .hashing import sha256_text
 from .router import Route
 from .problem_types import Problem, family, normalize_problem_text, problem_key, problem_text_sha256
+from .program_mode import PROGRAM_CLOSE, extract_program, program_verdict
 from .runs import RunDir
 from .sample import Attempt, Sample
 from .sampling import SamplingSettings, sample_decode, sample_seed
+from .sandbox import run_program
 from .session import Session
-from .settings import EvalSettings
+from .settings import EvalSettings, SandboxLimits
 from .store import Store
 from .verify import answers_equivalent, verify_answer
 
@@ -53,13 +59,14 @@ def _decode(session: Session, cache, logits, budget: int, settings: EvalSettings
 
 def _baseline(session: Session, problem: Problem, budget: int, settings: EvalSettings, seeds: list[int] | None,
               started: float) -> Attempt:
-    prompt = session.solve_prompt_ids(problem.problem)
+    program = settings.mode == "program"
+    prompt = session.program_prompt_ids(problem.problem) if program else session.solve_prompt_ids(problem.problem)
     cache = engine.new_cache(session.model)
     logits = engine.prefill(session.model, cache, prompt, session.config.chunk_size)
     logits_hash = engine.logits_sha256(logits)
-    decoded = _decode(session, cache, logits, budget, settings, seeds, None, started)
+    decoded = _decode(session, cache, logits, budget, settings, seeds, PROGRAM_CLOSE if program else None, started)
     return Attempt(cue="", prefill_tokens=len(prompt), prefill_tokens_saved=0, artifact_id=None, artifact_tokens=0,
-                   logits_sha256=logits_hash, decoded=decoded)
+                   logits_sha256=logits_hash, decoded=decoded, program=program)
 
 
 def _grafted(session: Session, store: Store, problem: Problem, route: Route, budget: int,
@@ -67,17 +74,19 @@ def _grafted(session: Session, store: Store, problem: Problem, route: Route, bud
     cache, chain = graft.restore_chain(session.model, session.config, store, route.artifact_id)
     layout = settings.query_layout(route.kind)
     prompt_layout = session.config.layout
-    query = session.query_ids(problem.problem, layout)
+    program = settings.mode == "program" and layout == "solve"  # a recurring problem still answers after the cue
+    query = session.program_query_ids(problem.problem) if program else session.query_ids(problem.problem, layout)
     logits = engine.prefill(session.model, cache, query, session.config.chunk_size)
     grafted_hash = engine.logits_sha256(logits)
-    decoded = _decode(session, cache, logits, budget, settings, seeds, prompt_layout.stop(layout), started)
+    stop = PROGRAM_CLOSE if program else prompt_layout.stop(layout)
+    decoded = _decode(session, cache, logits, budget, settings, seeds, stop, started)
     restored = sum(len(link.token_ids) for link in chain)
     to_certify = ([link.token_ids.tolist() for link in chain], query) if settings.certify else None
     example = chain[-1].header
     return Attempt(cue=prompt_layout.cue(layout), prefill_tokens=len(query), prefill_tokens_saved=restored,
                    artifact_id=route.artifact_id, artifact_tokens=restored, logits_sha256=grafted_hash,
                    decoded=decoded, certify_segments=to_certify, layout=layout,
-                   example_id=example.get("problem_id"), example_answer=example.get("answer"))
+                   example_id=example.get("problem_id"), example_answer=example.get("answer"), program=program)
 
 
 def _certificate(session: Session, segments: list[list[int]], query: list[int]) -> str:
@@ -98,9 +107,11 @@ def run_problem(session: Session, problem: Problem, settings: EvalSettings, budg
     """Run one problem and return its :class:`~graftbench.sample.Sample` list (``settings.samples`` of them).
 
     ``wall_s`` and ``energy_j`` cover routing, restore or prefill, and decode, split evenly over the samples; the
-    ``--certify`` recompute is an audit, timed apart in ``certify_s`` and not counted in them.
+    ``--certify`` recompute is an audit, timed apart in ``certify_s`` and not counted in them. In program mode
+    each sample's program then runs in the sandbox (timed apart in ``program_s``) and its printed line is judged.
 
-    Raises :class:`StrictFallbackError` under ``settings.strict`` when the chosen artifact is refused.
+    Raises :class:`StrictFallbackError` under ``settings.strict`` when the chosen artifact is refused, and
+    :class:`graftbench.sandbox.SandboxError` when no sandbox can be started (never for what a program does).
     """
     started, energy_start = time.perf_counter(), meter.read()
     route, fallback, attempt = None, None, None
@@ -144,12 +155,28 @@ def run_problem(session: Session, problem: Problem, settings: EvalSettings, budg
         example_id=attempt.example_id,
         example_answer=attempt.example_answer,
     )
-    return [_sample(shared, decoded, i, seeds, route, settings) for i, decoded in enumerate(attempt.decoded)]
+    return [_sample(shared, decoded, i, seeds, route, settings, attempt.program)
+            for i, decoded in enumerate(attempt.decoded)]
+
+
+def program_fields(output: str, limits: SandboxLimits) -> dict:
+    """Extract the program from a decoded ``output``, run it in the sandbox under ``limits``, and return the
+    program fields of a :class:`~graftbench.sample.Sample`. Raises :class:`graftbench.sandbox.SandboxError` only
+    when no sandbox can be started."""
+    program = extract_program(output)
+    result = run_program(program, limits)
+    return dict(program=program, exit_status=result.exit_status, stdout=result.stdout,
+                stdout_sha256=result.stdout_sha256, stderr_tail=result.stderr_tail, program_s=result.run_s,
+                stopped=result.stopped, isolation=result.isolation)
 
 
 def _sample(shared: dict, decoded: Decoded, index: int, seeds: list[int] | None, route: Route | None,
-            settings: EvalSettings) -> Sample:
-    verdict = verify_answer(decoded.text, shared["key"], cue=shared["cue"], version=settings.verifier_version)
+            settings: EvalSettings, program: bool = False) -> Sample:
+    run = program_fields(decoded.text, settings.sandbox) if program else {}
+    if program:
+        verdict = program_verdict(run["stdout"], run["stopped"], shared["key"], settings.verifier_version)
+    else:
+        verdict = verify_answer(decoded.text, shared["key"], cue=shared["cue"], version=settings.verifier_version)
     copied = None
     if shared["example_answer"] is not None and route is not None and route.kind != "exact":
         copied = verdict.extracted is not None and answers_equivalent(verdict.extracted, shared["example_answer"],
@@ -166,6 +193,7 @@ def _sample(shared: dict, decoded: Decoded, index: int, seeds: list[int] | None,
         sample_index=index,
         seed=seeds[index] if seeds else None,
         copied=copied,
+        **run,
     )
 
 

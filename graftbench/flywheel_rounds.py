@@ -5,8 +5,10 @@ The pool is the built-in problem set, cut into R + 1 slices of ``per_family`` ne
 solves slice 0 (N samples each) and deposits the first verified sample of every problem it solved. Round r (1..R)
 then evaluates slice r as held-out twice, baseline and graft, evaluates every problem in the library again as
 recurring (graft), and deposits slice r's verified samples (from either arm) before the next round. Reference
-solutions are never deposited. Every run is a resumable run folder with its own manifest (``settings.round`` = r),
-so an interrupted flywheel resumes where it stopped, and ``graftbench report --rounds`` draws the curve.
+solutions are never deposited. In program mode (``settings.mode``) every run asks for programs and a verified
+program is re-run in the sandbox before it is deposited. Every run is a resumable run folder with its own manifest
+(``settings.round`` = r), so an interrupted flywheel resumes where it stopped, and ``graftbench report --rounds``
+draws the curve.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from .builtin_problems import builtin_problems
-from .deposit import DepositItem, DepositReport, deposit_items
+from .deposit import DepositItem, DepositReport, deposit_items, item_from_sample
 from .metrics import paired_difference
 from .problem_types import Problem
 from .sample import Sample
@@ -68,19 +70,21 @@ def pool_slices(settings: RoundsSettings) -> list[list[Problem]]:
 
 
 def verified_items(results: list[RunResult], problems: list[Problem], source: str) -> list[DepositItem]:
-    """The first verified sample (by run, then sample index) of each problem: the model's own solutions only."""
+    """The first verified sample (by run, then sample index) of each problem: the model's own solutions only (a
+    program-mode sample's program, :func:`graftbench.deposit.item_from_sample`)."""
     by_id = {p.id: p for p in problems}
     chosen: dict[str, Sample] = {}
     for result in results:
         for sample in result.samples:
             if sample.correct and sample.problem_id in by_id and sample.problem_id not in chosen:
                 chosen[sample.problem_id] = sample
-    return [DepositItem(by_id[pid], chosen[pid].output, source) for pid in by_id if pid in chosen]
+    return [item_from_sample(by_id[pid], chosen[pid], source) for pid in by_id if pid in chosen]
 
 
 def _eval_settings(settings: RoundsSettings, round_: int, graft: bool) -> EvalSettings:
     return EvalSettings(max_new_tokens=settings.max_new_tokens, graft=graft, samples=settings.samples,
-                        temperature=settings.temperature, top_p=settings.top_p, seed=settings.seed, round=round_)
+                        temperature=settings.temperature, top_p=settings.top_p, seed=settings.seed, round=round_,
+                        mode=settings.mode)
 
 
 def run_rounds(session: Session, settings: RoundsSettings, runs_root: str | Path = "runs",
@@ -125,7 +129,7 @@ def run_rounds(session: Session, settings: RoundsSettings, runs_root: str | Path
         if round_ < settings.rounds:
             items = verified_items(arms, problems, f"flywheel:{name}")
             stage(f"round {round_}: deposit", len(items))
-            result.deposit = deposit_items(session, store, items, on_item)
+            result.deposit = deposit_items(session, store, items, on_item, mode=settings.mode)
         results.append(result)
     return results
 

@@ -30,8 +30,10 @@ from .artifact_ids import artifact_path, artifacts_dir, is_artifact_id
 from .config import pin_fingerprint
 from .hashing import canonical_json, jcs_json, sha256_bytes, sha256_file, sha256_text
 from .isa import environment as cpu_environment
+from .program_mode import PROGRAM_FIELDS, extract_program, sample_verdict
+from .sandbox import STOPPED
 from .strict_json import StrictJSONError, load_strict
-from .verify import check_version, verify_answer
+from .verify import check_version
 
 SCHEMA_V1 = "graftbench.manifest/1"  # canonical JSON of graftbench.hashing.canonical_json; verifier 1
 SCHEMA = "graftbench.manifest/2"  # RFC 8785 (JCS) bytes; the verifier version in settings.verifier_version
@@ -233,8 +235,9 @@ def _check_sample(sample: dict, known: dict[str, dict], version: int) -> list[st
     output = sample.get("output")
     if not isinstance(output, str) or sha256_text(output) != sample.get("output_sha256"):
         mismatches.append(f"{where}: output_sha256 does not match the stored output")
-    verdict = verify_answer(output if isinstance(output, str) else "", key if isinstance(key, str) else "",
-                            cue=sample.get("cue") or "", version=version)
+    if any(name in sample for name in PROGRAM_FIELDS):
+        mismatches += _check_program(sample, where)
+    verdict = sample_verdict(sample, version)
     if verdict.extracted != sample.get("extracted"):
         mismatches.append(f"{where}: extracted recorded {sample.get('extracted')!r}, re-extracted {verdict.extracted!r}")
     if verdict.correct != sample.get("correct"):
@@ -242,6 +245,23 @@ def _check_sample(sample: dict, known: dict[str, dict], version: int) -> list[st
     certificate = sample.get("certificate_sha256")
     if certificate is not None and sample.get("certified") != (certificate == sample.get("logits_sha256")):
         mismatches.append(f"{where}: certified does not match certificate_sha256 against logits_sha256")
+    return mismatches
+
+
+def _check_program(sample: dict, where: str) -> list[str]:
+    """A program-mode sample's own record: every program field present, the program the one in its output, the
+    stdout hash, a known stopped reason. The verdict is re-checked from the recorded stdout; no program is run."""
+    mismatches = []
+    absent = [name for name in PROGRAM_FIELDS if name not in sample]
+    if absent:
+        mismatches.append(f"{where}: program fields {absent} are missing")
+    output, program, stdout = sample.get("output"), sample.get("program"), sample.get("stdout")
+    if not isinstance(program, str) or not isinstance(output, str) or extract_program(output) != program:
+        mismatches.append(f"{where}: program is not the program extracted from the stored output")
+    if not isinstance(stdout, str) or sha256_text(stdout) != sample.get("stdout_sha256"):
+        mismatches.append(f"{where}: stdout_sha256 does not match the stored stdout")
+    if sample.get("stopped") is not None and sample.get("stopped") not in STOPPED:
+        mismatches.append(f"{where}: stopped {sample.get('stopped')!r} is not a known reason")
     return mismatches
 
 
@@ -398,9 +418,10 @@ def verify_manifest(path: str | Path, store: str | Path | None = None,
                     require_artifacts: bool = False) -> tuple[list[str], list[str]]:
     """Re-check a manifest without a model: its own hash, the sealed field digests (naming each section, problem or
     sample field that changed), every output hash, every verdict (re-extracted and re-verified from the stored
-    output and key), problem hashes and keys, the totals, the config fingerprint, the artifact list, and artifact
-    payloads when the store is present (``store``, else the path recorded in the manifest). An artifact the store
-    does not hold is reported as not checked, not as a mismatch, unless ``require_artifacts``.
+    output and key; a program-mode sample's from its recorded stdout, with its program and stdout hash, and no
+    program is ever run), problem hashes and keys, the totals, the config fingerprint, the artifact list, and
+    artifact payloads when the store is present (``store``, else the path recorded in the manifest). An artifact
+    the store does not hold is reported as not checked, not as a mismatch, unless ``require_artifacts``.
 
     Returns ``(mismatches, notes)``: it holds only when ``mismatches`` is empty. Raises :class:`ManifestError`
     when the file is not a manifest at all; any edit inside a manifest is a mismatch, never an exception.

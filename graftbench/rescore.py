@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .manifest import recorded_verifier_version
-from .verify import VERIFIER_VERSION, check_version, verify_answer
+from .program_mode import sample_verdict
+from .verify import VERIFIER_VERSION, check_version
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,8 @@ class Rescore:
 
 def rescore_manifest(manifest: dict, version: int = VERIFIER_VERSION) -> Rescore:
     """Re-extract and re-verify every sample of the run ``manifest`` (a dict from
-    :func:`graftbench.manifest.load_manifest`) from its stored output, cue and key under verifier ``version``.
+    :func:`graftbench.manifest.load_manifest`) from its stored output, cue and key under verifier ``version`` (a
+    program-mode sample from its recorded stdout: :func:`graftbench.program_mode.sample_verdict`).
 
     Raises ``ValueError`` when ``version`` or the manifest's recorded ``settings.verifier_version`` is unknown.
     Samples that are not objects are skipped; ``verify-manifest`` reports them.
@@ -57,9 +59,7 @@ def rescore_manifest(manifest: dict, version: int = VERIFIER_VERSION) -> Rescore
         manifest.get("samples"), list) else []
     changes, correct = [], 0
     for sample in samples:
-        output, key = sample.get("output"), sample.get("key")
-        verdict = verify_answer(output if isinstance(output, str) else "", key if isinstance(key, str) else "",
-                                cue=sample.get("cue") or "", version=version)
+        verdict = sample_verdict(sample, version)
         correct += verdict.correct
         if (verdict.extracted, verdict.correct) != (sample.get("extracted"), sample.get("correct")):
             changes.append(ScoreChange(str(sample.get("problem_id")), sample.get("extracted"),

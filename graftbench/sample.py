@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
+from .program_mode import PROGRAM_FIELDS
+
 if TYPE_CHECKING:
     from .engine import Decoded
 
@@ -25,6 +27,8 @@ class Attempt:
     the chain's token ids and the query when a ``--certify`` recompute is to follow. ``decoded`` holds one decode
     per sample (one for greedy). ``layout`` is the query's layout after a graft (``answer`` or ``solve``; ``None``
     for the baseline prompt); ``example_id`` and ``example_answer`` name the grafted example and its key.
+    ``program`` says whether each decode is a program to run in the sandbox (program mode, outside the ``answer``
+    layout).
     """
 
     cue: str
@@ -38,6 +42,7 @@ class Attempt:
     layout: str | None = None
     example_id: str | None = None
     example_answer: str | None = None
+    program: bool = False
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,15 @@ class Sample:
     after a graft (``answer``/``solve``, ``None`` for the baseline prompt). On a grafted sample ``example_id`` and
     ``example_answer`` name the grafted example and its key; on a similar route, ``copied`` says whether the
     extracted answer equals the example's answer (a copy, whatever the question asked).
+
+    Program mode (:mod:`graftbench.program_mode`): ``program`` is the program extracted from ``output`` and run in
+    the sandbox (:func:`graftbench.sandbox.run_program`); ``exit_status`` its exit code (128 + N when killed by
+    signal N, -9 when graftbench killed it); ``stdout`` what it printed (at most the sandbox's ``output_bytes``,
+    decoded as UTF-8) and ``stdout_sha256`` its hash; ``stderr_tail`` the end of its stderr; ``program_s`` the
+    run's wall seconds (not counted in ``wall_s``); ``stopped`` why it did not end normally (``None``,
+    ``timeout``, ``memory``, ``output``, ``crashed``, ``forbidden``); ``isolation`` how it was contained.
+    ``extracted`` and ``correct`` then judge the last non-empty line of ``stdout``. All are ``None`` (and left out
+    of :meth:`to_json`) for a sample that ran no program.
     """
 
     problem_id: str
@@ -88,16 +102,30 @@ class Sample:
     example_id: str | None = None
     example_answer: str | None = None
     copied: bool | None = None
+    program: str | None = None
+    exit_status: int | None = None
+    stdout: str | None = None
+    stdout_sha256: str | None = None
+    stderr_tail: str | None = None
+    program_s: float | None = None
+    stopped: str | None = None
+    isolation: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON-ready dict written to ``samples.jsonl`` and the manifest."""
-        return asdict(self)
+        """The JSON-ready dict written to ``samples.jsonl`` and the manifest. A sample that ran no program leaves
+        out :data:`PROGRAM_FIELDS`, so text-mode samples are written exactly as before program mode existed."""
+        record = asdict(self)
+        if self.program is None:
+            for name in PROGRAM_FIELDS:
+                del record[name]
+        return record
 
     @classmethod
     def from_json(cls, record: dict[str, Any]) -> "Sample":
-        """Read a sample back; raises ``ValueError`` naming the missing or unexpected fields."""
+        """Read a sample back (:data:`PROGRAM_FIELDS` may be absent); raises ``ValueError`` naming the missing or
+        unexpected fields."""
         names = {f.name for f in fields(cls)}
-        missing, extra = sorted(names - set(record)), sorted(set(record) - names)
+        missing, extra = sorted(names - set(record) - set(PROGRAM_FIELDS)), sorted(set(record) - names)
         if missing or extra:
             raise ValueError(f"sample {record.get('problem_id')!r}: missing fields {missing}, unexpected {extra}")
         return cls(**record)
@@ -106,7 +134,8 @@ class Sample:
     def progress_label(self) -> str:
         """The progress line's tail: id, verdict and decode tokens."""
         name = self.problem_id if self.seed is None else self.sample_id
-        return f"{name} {'✓' if self.correct else '✗'} {self.decode_tokens} tok"
+        stopped = f" ({self.stopped})" if self.stopped else ""
+        return f"{name} {'✓' if self.correct else '✗'} {self.decode_tokens} tok{stopped}"
 
     @property
     def sample_id(self) -> str:

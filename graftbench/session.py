@@ -40,6 +40,28 @@ class Session:
             return list(ids["input_ids"] if isinstance(ids, dict) else ids)
         return self.tokenizer(text + "\n\nSolution:").input_ids
 
+    def program_prompt_ids(self, problem: str) -> list[int]:
+        """Program mode's baseline prompt: the problem and the program instruction as the user's message (chat
+        template with generation prompt where the tokenizer has one, else plain text), then the opened
+        ```` ```python ```` fence, so the first decoded token is code. Returns token ids."""
+        from .program_mode import PROGRAM_FENCE, prompt_text
+
+        text = prompt_text(problem)
+        if self.tokenizer.chat_template:
+            ids = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True, return_dict=False
+            )
+            ids = list(ids["input_ids"] if isinstance(ids, dict) else ids)
+            return ids + self.tokenizer(PROGRAM_FENCE, add_special_tokens=False).input_ids
+        return self.tokenizer(text + "\n\n" + PROGRAM_FENCE).input_ids
+
+    def program_query_ids(self, problem: str) -> list[int]:
+        """Program mode's query after a graft for a new problem (:func:`graftbench.program_mode.query_text`),
+        without start tokens: it follows an artifact."""
+        from .program_mode import query_text
+
+        return self.tokenizer(query_text(problem), add_special_tokens=False).input_ids
+
     def deposit_ids(self, problem: str, answer: str, solution: str) -> list[int]:
         """Token ids of a deposit text in the pinned layout, with the tokenizer's start tokens (e.g. BOS)."""
         return self.tokenizer(self.config.layout.deposit_text(problem, answer, solution)).input_ids

@@ -18,9 +18,39 @@ DEFAULT_CHUNK_SIZE = 256  # tokens per prefill forward; boundaries restart at ea
 DEFAULT_RUNS_DIR = "runs"
 DEFAULT_STORE = "store"
 LAYOUT_CHOICES = ("auto", "answer", "solve")
+MODES = ("text", "program")  # text: the model's own final answer; program: a Python program run in the sandbox
 GRAFT_FROM_CHOICES = ("nearest", "other-family")
 SAMPLED_TEMPERATURE = 0.7  # the documented setting for sampled runs (with top-p 0.95), as in the issue's runs
 SAMPLED_TOP_P = 0.95
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Limits of one model-written program's run in the sandbox (:mod:`graftbench.sandbox`).
+
+    ``cpu_s``: CPU seconds (``RLIMIT_CPU``; SIGXCPU, then SIGKILL a second later); ``wall_s``: wall seconds from
+    the start of the sandbox to the program's exit (its setup, about 0.2 s, included); ``memory_bytes``: address
+    space (``RLIMIT_AS``); ``output_bytes``: the most bytes read of stdout, and of stderr, each (the program is
+    killed past it); ``file_bytes``: the largest file it may write (``RLIMIT_FSIZE``); ``disk_bytes``: the size of
+    each of its two private tmpfs (its folder and ``/tmp``); ``processes``: processes and threads of the sandbox's
+    user (``RLIMIT_NPROC``); ``open_files``: file descriptors (``RLIMIT_NOFILE``).
+
+    Raises ``ValueError`` for a limit that is not positive.
+    """
+
+    cpu_s: int = 10
+    wall_s: float = 20.0
+    memory_bytes: int = 1 << 30
+    output_bytes: int = 64 << 10
+    file_bytes: int = 16 << 20
+    disk_bytes: int = 64 << 20
+    processes: int = 32
+    open_files: int = 64
+
+    def __post_init__(self):
+        for name, value in asdict(self).items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ValueError(f"sandbox limit {name} must be a positive number, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -29,6 +59,9 @@ class EvalSettings:
     ``verifier_version`` names the answer-verification rules its samples are scored under
     (:data:`graftbench.verify.VERIFIER_VERSION` for a new run).
 
+    ``mode``: ``text`` (the model's own final answer is judged) or ``program`` (the model writes a Python program
+    that runs in the sandbox under the ``sandbox`` limits, and the last line it prints is judged:
+    :mod:`graftbench.program_mode`); an unknown mode raises ``ValueError``.
     ``layout``: the query's layout after a graft (``answer``, ``solve``, or ``auto``: see :meth:`query_layout`).
     ``samples`` per problem, decoded greedily at ``temperature`` 0 (one sample) or drawn at ``temperature`` within
     the ``top_p`` nucleus with seeds derived from ``seed`` (:func:`graftbench.sampling.sample_seed`).
@@ -57,9 +90,13 @@ class EvalSettings:
     graft_from: str = "nearest"
     round: int | None = None
     ranker: str = "bm25"
+    mode: str = "text"
+    sandbox: SandboxLimits = field(default_factory=SandboxLimits)
     shard: str | None = None
 
     def __post_init__(self):
+        if self.mode not in MODES:
+            raise ValueError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
         if self.layout not in LAYOUT_CHOICES:
             raise ValueError(f"layout {self.layout!r} is not one of {', '.join(LAYOUT_CHOICES)}")
         if self.graft_from not in GRAFT_FROM_CHOICES:
@@ -86,7 +123,21 @@ class EvalSettings:
         return "answer" if route_kind == "exact" else "solve"
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The settings a run folder and its manifest record. In ``text`` mode ``mode`` and ``sandbox`` are left
+        out, so text runs record exactly what they did before program mode (a settings dict without ``mode`` is
+        text mode); a program-mode run records them and its layout (``program_layout``)."""
+        return _with_mode(asdict(self))
+
+
+def _with_mode(record: dict) -> dict:
+    if record.get("mode") == "text":
+        record.pop("mode")
+        record.pop("sandbox", None)
+    else:
+        from .config import PROGRAM_LAYOUT
+
+        record["program_layout"] = dict(PROGRAM_LAYOUT)
+    return record
 
 
 @dataclass(frozen=True)
@@ -102,7 +153,8 @@ class FlywheelSettings:
 class RoundsSettings:
     """``graftbench flywheel``: ``rounds`` after round 0, ``per_family`` new built-in problems per family per round
     (drawn with ``pool_seed``), ``samples`` per problem at ``temperature`` within ``top_p`` (seed ``seed``), and
-    the decode budget per sample (tokens)."""
+    the decode budget per sample (tokens). ``mode``: ``text`` or ``program`` (every run's, and programs are re-run
+    in the sandbox before a deposit)."""
 
     rounds: int = 3
     per_family: int = 2
@@ -113,9 +165,15 @@ class RoundsSettings:
     pool_seed: int = 0
     max_new_tokens: int = 256
     prefix: str = "rounds"
+    mode: str = "text"
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise ValueError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Every field (``mode`` left out in ``text`` mode, as :meth:`EvalSettings.to_dict` does)."""
+        return _with_mode(asdict(self))
 
 
 @dataclass

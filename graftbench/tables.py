@@ -56,13 +56,15 @@ def summary_table(rows: list[tuple[str, dict]], energy_method: str, title: str =
 
 
 def samples_table(samples: list[Sample], limit: int = 40) -> Table:
-    """Per-sample view: id, mode/route, verdict, extracted answer against key, tokens and finish reason."""
+    """Per-sample view: id, mode/route, verdict, extracted answer against key, tokens and finish reason (and, for
+    a program, why it stopped, ``program ok`` when it ended normally)."""
     table = Table(title="samples")
     for name in ("problem", "mode", "route", "ok", "extracted", "key", "decode tok", "finish", "fallback"):
         table.add_column(name)
     for s in samples[:limit]:
+        finish = s.finish_reason if s.program is None else f"{s.finish_reason} · program {s.stopped or 'ok'}"
         table.add_row(s.problem_id, s.mode, s.route or "—", "✓" if s.correct else "✗", str(s.extracted)[:20], s.key,
-                      str(s.decode_tokens), s.finish_reason, (s.fallback or "")[:40])
+                      str(s.decode_tokens), finish, (s.fallback or "")[:40])
     return table
 
 

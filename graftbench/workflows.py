@@ -14,7 +14,7 @@ from .problem_types import Problem, problem_set_sha256, problem_text_sha256
 from .runs import RunDir
 from .sample import Sample
 from .session import Session
-from .settings import EvalSettings
+from .settings import EvalSettings, SandboxLimits
 from .shards import parse_shard, select
 from .store import Store
 
@@ -107,16 +107,20 @@ def deposit_plan(problems: list[Problem], *, references: bool, from_run: RunDir 
 
 
 def deposit_job(session: Session, store_root: str | Path, problems: list[Problem], *, references: bool,
-                from_run: RunDir | None = None, on_item=None, items: list[DepositItem] | None = None) -> DepositReport:
+                from_run: RunDir | None = None, on_item=None, items: list[DepositItem] | None = None,
+                mode: str = "text", limits: SandboxLimits = SandboxLimits()) -> DepositReport:
     """Deposit reference solutions (``references``) and/or a solve run's verified samples (or the ``items`` of a
-    :func:`deposit_plan` already made) into the store at ``store_root``, created if it does not exist.
+    :func:`deposit_plan` already made) into the store at ``store_root``, created if it does not exist. In
+    ``program`` mode a program-mode sample's program is re-run in the sandbox under ``limits`` to re-verify it; in
+    ``text`` mode such a sample is refused.
 
-    Raises :class:`graftbench.store.StoreError` when the store's index is missing or damaged, and
-    :class:`graftbench.durable.StorageError` when a write fails (e.g. disk full)."""
+    Raises :class:`graftbench.store.StoreError` when the store's index is missing or damaged,
+    :class:`graftbench.durable.StorageError` when a write fails (e.g. disk full), and
+    :class:`graftbench.sandbox.SandboxError` when no sandbox can be started."""
     if items is None:
         items = deposit_plan(problems, references=references, from_run=from_run)
     store = Store(store_root)
-    report = deposit_items(session, store, items, on_item)
+    report = deposit_items(session, store, items, on_item, mode=mode, limits=limits)
     report.cleaned = store.cleaned
     return report
 
