@@ -317,7 +317,9 @@ def test_the_sandbox_dies_with_graftbench(tmp_path):
     script.write_text("from graftbench import sandbox\nfrom graftbench.settings import SandboxLimits\n"
                       "sandbox.run_program('import time\\nprint(1, flush=True)\\ntime.sleep(600)\\n', "
                       "SandboxLimits(wall_s=600), level='namespaces')\n")
-    host = subprocess.Popen([sys.executable, str(script)], cwd=Path(__file__).resolve().parents[1])
+    # TMPDIR: the killed host cannot remove its sandbox's (empty) mount point; let it fall in tmp_path
+    host = subprocess.Popen([sys.executable, str(script)], cwd=Path(__file__).resolve().parents[1],
+                            env={**os.environ, "TMPDIR": str(tmp_path)})
     try:
         deadline = time.monotonic() + 30
         while not sandbox_user_processes() and time.monotonic() < deadline:
