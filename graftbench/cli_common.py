@@ -22,7 +22,8 @@ EVAL, BENCH, FLYWHEEL = EvalSettings(), BenchSettings(), FlywheelSettings()
 # Outside a terminal (CI logs, pipes) rich would assume 80 columns and squash the tables.
 console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 
-ModelOpt = typer.Option(DEFAULT_MODEL, "--model", "-m", help="alias (smollm2-135m, gemma3-270m), hub id, folder or .gguf")
+ModelOpt = typer.Option(DEFAULT_MODEL, "--model", "-m", help="alias (smollm2-135m, gemma3-270m; after make models "
+                        "qwen2.5-coder-0.5b, qwen2.5-coder-1.5b), hub id, folder or .gguf")
 ProblemsOpt = typer.Option("builtin", "--problems", "-p", help="'builtin', a local jsonl/json/parquet/csv, or a hub id")
 DtypeOpt = typer.Option(DEFAULT_DTYPE, "--dtype", help=" or ".join(DTYPE_NAMES))
 ChunkOpt = typer.Option(DEFAULT_CHUNK_SIZE, "--chunk-size", min=1, help="prefill chunk size in tokens (part of the pinned config)")
