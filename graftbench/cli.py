@@ -8,12 +8,14 @@ a machine without them.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 from . import cli_bench, cli_exact, cli_flywheel, cli_report
 from . import cli_merge, cli_route
@@ -22,10 +24,22 @@ from .cli_common import (EVAL, FLYWHEEL, AnswerFieldOpt, ChunkOpt, DtypeOpt, Gra
                          ShardOpt, SolutionFieldOpt, StoreOpt, TemperatureOpt, TopPOpt, console, fail, load_problem_set,
                          open_model, progress, shard_problems, stage_progress)
 from .settings import EvalSettings
+from .dispatch import EXECUTORS, RAY_EXTRA, ClusterOptions, DispatchError
 from .cli_common import ModeOpt, announce_sandbox
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Verified-knowledge experiments: solve, deposit KV artifacts, graft them back, verify.")
+
+CLUSTER = ClusterOptions()
+ExecutorOpt = typer.Option("process", "--executor", help=escape("process: this process loads the model and runs "
+                           f"every problem; ray: Ray workers, each loading the model once ({RAY_EXTRA})"))
+WorkersOpt = typer.Option(CLUSTER.workers, "--workers", min=1, help=escape(
+    "with --executor ray: workers to start [default: as many as the cluster's free CPUs hold at --worker-threads each]"))
+WorkerThreadsOpt = typer.Option(CLUSTER.threads, "--worker-threads", min=1, help="with --executor ray: torch threads "
+                                "per worker and the CPUs each reserves (part of the pin: deposit under the same count)")
+AddressOpt = typer.Option(CLUSTER.address, "--address", help=escape(
+    "with --executor ray: join this running Ray cluster (host:port, or auto) [default: start a local one for the run "
+    "and stop it at the end]"))
 
 
 def _print_cleaned(cleaned) -> None:
@@ -44,7 +58,7 @@ def _print_run(result, energy_method: str) -> None:
 
 
 def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, run, limit, settings: EvalSettings,
-                  store, fields, isa, new_store=False) -> None:
+                  store, fields, isa, new_store=False, cluster: ClusterOptions | None = None) -> None:
     from .evaluate import StrictFallbackError
     from .sandbox import SandboxError
     from .workflows import run_eval, shard_size
@@ -59,20 +73,58 @@ def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, ru
             require_store(store)  # before the model loads: a mistyped --store fails at once
         except StoreError as exc:
             fail(str(exc) + (" or pass --new-store to start an empty one" if exc.missing else ""))
-    session = open_model(model, dtype, chunk_size, isa=isa)
+    execute = _executor(cluster, model, dtype, chunk_size, isa)  # loads the model here, or leaves it to workers
     name = run or re.sub(r"[^A-Za-z0-9._-]", "_", f"{command}-{model}-{Path(problems).stem}"
                                                      f"{'-graft' if settings.graft else ''}")
     try:
         with progress(command, shard_size(problem_list, settings) * settings.samples) as advance:
-            result = run_eval(session, problem_list, problems, name, settings, command=command, runs_root=runs_dir,
-                              store_root=store if settings.graft else None, on_sample=advance, new_store=new_store)
+            result = execute(problem_list, problems, name, settings, command=command, runs_root=runs_dir,
+                             store_root=store if settings.graft else None, on_sample=advance, new_store=new_store)
     except StoreError as exc:
         fail(str(exc) + (" or pass --new-store to start an empty one" if exc.missing else ""))
+    except DispatchError as exc:
+        fail(escape(str(exc)))
     except (RunError, StrictFallbackError, OSError, SandboxError) as exc:  # OSError includes StorageError
         fail(str(exc))
     _print_run(result, result.manifest["energy"]["method"])
     if result.certificate_mismatches:
         fail(f"certificate mismatch (graft logits differ from a fresh recompute): {result.certificate_mismatches}", 1)
+
+
+def _executor(cluster: ClusterOptions | None, model, dtype, chunk_size, isa):
+    """What runs the eval: :func:`graftbench.workflows.run_eval` with the model loaded in this process, or with
+    ``cluster`` :func:`graftbench.executor_ray.run_eval_ray` (each worker loads the model; this process does not)."""
+    from functools import partial
+
+    if cluster is None:
+        from .workflows import run_eval
+
+        return partial(run_eval, open_model(model, dtype, chunk_size, isa=isa))
+    from .executor_ray import WorkerPin, run_eval_ray
+    from .isa import ENV_VAR, IsaError, check_name
+
+    try:
+        isa_name = check_name(isa or os.environ.get(ENV_VAR) or "native")
+    except IsaError as exc:
+        fail(str(exc))
+    pin = WorkerPin(model, dtype, chunk_size, isa_name, cluster.threads)
+    return partial(run_eval_ray, pin=pin, options=cluster, on_event=console.print)
+
+
+def _cluster(executor: str, workers: int | None, threads: int, address: str | None) -> ClusterOptions | None:
+    """The Ray options of ``--executor ray`` (``None`` for ``process``). Exits 2 for an unknown executor, Ray
+    options without ``--executor ray``, or Ray not installed (before any model loads)."""
+    if executor not in EXECUTORS:
+        fail(f"executor {executor!r} is not one of {', '.join(EXECUTORS)}")
+    if executor == "process":
+        if workers is not None or address is not None:
+            fail("--workers and --address apply to --executor ray")
+        return None
+    from importlib.util import find_spec
+
+    if find_spec("ray") is None:
+        fail(escape(f"--executor ray needs Ray, which is not installed here: {RAY_EXTRA}"))
+    return ClusterOptions(workers=workers, threads=threads, address=address)
 
 
 def _settings(**values) -> EvalSettings:
@@ -99,6 +151,8 @@ def solve(
     token_budget: Optional[int] = typer.Option(None, "--token-budget", min=1, help="decode budget for the whole run (tokens)"),
     samples: int = SamplesOpt, temperature: float = TemperatureOpt, top_p: float = TopPOpt, seed: int = SeedOpt,
     shard: Optional[str] = ShardOpt,
+    executor: str = ExecutorOpt, workers: Optional[int] = WorkersOpt, worker_threads: int = WorkerThreadsOpt,
+    address: Optional[str] = AddressOpt,
     id_field: str = IdFieldOpt, problem_field: str = ProblemFieldOpt, answer_field: str = AnswerFieldOpt,
     solution_field: str = SolutionFieldOpt, mode: str = ModeOpt,
 ) -> None:
@@ -107,7 +161,8 @@ def solve(
                          temperature=temperature, top_p=top_p, seed=seed, shard=shard)
     settings = _in_mode(settings, mode)
     _eval_command("solve", model, problems, dtype, chunk_size, runs_dir, run, limit, settings, None,
-                  (id_field, problem_field, answer_field, solution_field), isa)
+                  (id_field, problem_field, answer_field, solution_field), isa,
+                  cluster=_cluster(executor, workers, worker_threads, address))
 
 
 @app.command(name="eval")
@@ -128,6 +183,8 @@ def eval_(
     layout: str = LayoutOpt, graft_from: str = GraftFromOpt,
     samples: int = SamplesOpt, temperature: float = TemperatureOpt, top_p: float = TopPOpt, seed: int = SeedOpt,
     shard: Optional[str] = ShardOpt,
+    executor: str = ExecutorOpt, workers: Optional[int] = WorkersOpt, worker_threads: int = WorkerThreadsOpt,
+    address: Optional[str] = AddressOpt,
     id_field: str = IdFieldOpt, problem_field: str = ProblemFieldOpt, answer_field: str = AnswerFieldOpt,
     solution_field: str = SolutionFieldOpt, mode: str = ModeOpt,
 ) -> None:
@@ -137,7 +194,8 @@ def eval_(
                          samples=samples, temperature=temperature, top_p=top_p, seed=seed, shard=shard)
     settings = _in_mode(settings, mode)
     _eval_command("eval", model, problems, dtype, chunk_size, runs_dir, run, limit, settings, store,
-                  (id_field, problem_field, answer_field, solution_field), isa, new_store)
+                  (id_field, problem_field, answer_field, solution_field), isa, new_store,
+                  cluster=_cluster(executor, workers, worker_threads, address))
 
 
 @app.command()

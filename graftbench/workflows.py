@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from .dispatch import DispatchReport
 from .deposit import DepositItem, DepositReport, deposit_items, items_from_problems, items_from_samples
 from .energy import EnergyMeter
 from .evaluate import evaluate
@@ -27,6 +28,7 @@ class RunResult:
     samples: list[Sample]
     manifest: dict
     cleaned: list[Path] = field(default_factory=list)  # temporary files of killed writers removed on opening
+    dispatch: DispatchReport | None = None  # a run over Ray workers: started, refused, lost (graftbench.dispatch)
 
     @property
     def certificate_mismatches(self) -> list[str]:
@@ -59,6 +61,31 @@ def shard_size(problems: list[Problem], settings: EvalSettings) -> int:
     return len(select(problems, parse_shard(settings.shard)))
 
 
+def run_record(command: str, config: dict, config_fingerprint: str, problems: list[Problem],
+               settings: EvalSettings) -> dict:
+    """What a run folder's ``run.json`` records, and what a resumed run must match (:meth:`RunDir.open`): the
+    command, the model's name, the pin's fingerprint, the whole problem set's SHA-256 and the settings. How the
+    run is executed (one process, or Ray workers) is not part of it: either can resume the other's run."""
+    return {"command": command, "model": config["model"], "config_fingerprint": config_fingerprint,
+            "problem_set_sha256": problem_set_sha256(problems), **settings.to_dict()}
+
+
+def eval_manifest(*, run_name: str, command: str, config: dict, config_fingerprint: str, settings: EvalSettings,
+                  source: str, problems: list[Problem], samples: list[dict], energy: dict,
+                  store_root: str | Path | None, extra: dict | None = None) -> dict:
+    """The sealed manifest of a solve or eval run over ``problems`` (the whole set; the run's shard of it when
+    ``settings.shard`` is given), its ``samples`` in problem order then sample index; ``store_root`` is recorded
+    when the run grafted (``None`` otherwise); ``extra`` adds sections. Raises ``ValueError`` as
+    :func:`graftbench.manifest.build_manifest` does."""
+    selected = select(problems, parse_shard(settings.shard))
+    return build_manifest(
+        run=run_name, command=command, config=config, config_fingerprint=config_fingerprint,
+        settings=settings.to_dict(), problem_set=problem_set_entry(source, problems, selected, settings.shard),
+        problems=[problem_entry(p) for _, p in selected], samples=samples, energy=energy,
+        store=str(store_root) if store_root is not None else None, extra=extra,
+    )
+
+
 def run_eval(session: Session, problems: list[Problem], source: str, run_name: str, settings: EvalSettings,
              command: str = "eval", runs_root: str | Path = "runs", store_root: str | Path | None = None,
              on_sample: Callable[[Sample], None] | None = None, new_store: bool = False) -> RunResult:
@@ -71,24 +98,18 @@ def run_eval(session: Session, problems: list[Problem], source: str, run_name: s
     store that does not exist (without ``new_store``) or whose index is missing or damaged.
     """
     run = RunDir(runs_root, run_name)
-    set_hash = problem_set_sha256(problems)
-    selected = select(problems, parse_shard(settings.shard))
-    shard_problems = [p for _, p in selected]
+    shard_problems = [p for _, p in select(problems, parse_shard(settings.shard))]
     store = Store(store_root, create=new_store) if settings.graft and store_root is not None else None
+    config = session.config.to_dict()
     with run:
         run.lock()  # first: a run that another process holds is refused before anything else
-        run.open({"command": command, "model": session.config.model, "config_fingerprint": session.config.fingerprint,
-                  "problem_set_sha256": set_hash, **settings.to_dict()})
+        run.open(run_record(command, config, session.config.fingerprint, problems, settings))
         meter = EnergyMeter(device=session.config.device)
         samples = evaluate(session, shard_problems, run, settings, store, meter, on_sample)
-        manifest = build_manifest(
-            run=run_name, command=command, config=session.config.to_dict(),
-            config_fingerprint=session.config.fingerprint, settings=settings.to_dict(),
-            problem_set=problem_set_entry(source, problems, selected, settings.shard),
-            problems=[problem_entry(p) for p in shard_problems],
-            samples=[s.to_json() for s in samples], energy=meter.describe(),
-            store=str(store_root) if store is not None else None,
-        )
+        manifest = eval_manifest(
+            run_name=run_name, command=command, config=config, config_fingerprint=session.config.fingerprint,
+            settings=settings, source=source, problems=problems, samples=[s.to_json() for s in samples],
+            energy=meter.describe(), store_root=store_root if store is not None else None)
         write_manifest(manifest, run.manifest_path)
     return RunResult(run, samples, manifest, run.cleaned + (store.cleaned if store is not None else []))
 
