@@ -30,7 +30,8 @@ ChunkOpt = typer.Option(DEFAULT_CHUNK_SIZE, "--chunk-size", min=1, help="prefill
 IsaOpt = typer.Option(None, "--isa", help="instruction-set pin: native (fastest) or avx2 (the portable pin: the same "
                       "bytes on AVX-512 and AVX2 CPUs); part of the pinned config [default: native, or $GRAFTBENCH_ISA]")
 RunsOpt = typer.Option(DEFAULT_RUNS_DIR, "--runs-dir", envvar="GRAFTBENCH_RUNS_DIR", help="folder holding one folder per run")
-StoreOpt = typer.Option(DEFAULT_STORE, "--store", envvar="GRAFTBENCH_STORE", help="artifact store folder")
+StoreOpt = typer.Option(DEFAULT_STORE, "--store", envvar="GRAFTBENCH_STORE",
+                        help="artifact store: a folder, or a URL (s3://bucket/prefix, file:///path, memory://name)")
 LimitOpt = typer.Option(None, "--limit", min=1, help="use only the first N problems")
 SamplesOpt = typer.Option(EVAL.samples, "--samples", min=1, max=1024,
                           help="samples per problem, decoded as one batch after one prefill or graft (N > 1 needs "

@@ -21,21 +21,23 @@ Opening a store for writing removes the ``.tmp-*`` files of killed writers (neve
 A store that does not exist is created only when asked (``create=True``, what deposits do); ``readonly`` opens
 create, clean and upgrade nothing. A missing or damaged index raises :class:`StoreError` naming the file and
 advising ``graftbench store reindex``, which rebuilds it from the files (:mod:`graftbench.store_index`).
+
+A root that is a URL (``s3://bucket/prefix``, ``file://…``, ``memory://…``: :func:`is_store_url`) is a store on
+object storage: ``Store(url)`` returns a :class:`graftbench.object_store.ObjectStore`, and :func:`require_store`,
+:func:`clean_store` and :func:`reindex_store` act on it; a plain path is this folder store, unchanged.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import re
 import sqlite3
-from collections import Counter
 from contextlib import closing, contextmanager
 from pathlib import Path
-from urllib.parse import quote
 
 from filelock import FileLock, Timeout
 
-from . import similarity
 from .artifact_codec import (
     Artifact,
     ArtifactError,
@@ -63,7 +65,10 @@ from .durable import (
 )
 from .hashing import sha256_file
 from .store_index import (
+    BAND_ROWS,  # noqa: F401 (re-exported)
     INDEX_NAME,
+    ROUTE_CANDIDATES,  # noqa: F401 (re-exported)
+    IndexedStore,
     ReindexReport,
     StoreError,
     check_tables,
@@ -76,13 +81,18 @@ from .store_index import (
     row_of,
 )
 
-__all__ = ["ReindexReport", "Store", "StoreError", "clean_store", "reindex_store", "require_store"]
+__all__ = ["ReindexReport", "Store", "StoreError", "clean_store", "is_store_url", "reindex_store", "require_store"]
 
 _SQLITE_FULL = 13  # SQLITE_FULL: "database or disk is full"
-ROUTE_CANDIDATES = 32  # most artifacts compared with difflib per similarity lookup
-BAND_ROWS = 256  # most index rows read per band key in a similarity lookup
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 WRITE_LOCK = "write.lock"  # under the store's root: held by a deposit from its file write to its index row
 WRITE_LOCK_TIMEOUT_S = 600.0
+
+
+def is_store_url(root: object) -> bool:
+    """Whether the store root ``root`` is a URL (``scheme://…``, e.g. ``s3://bucket/prefix``): a store on object
+    storage (:mod:`graftbench.object_store`). A ``Path`` never is one; a plain path string is a folder."""
+    return isinstance(root, str) and _URL.match(root) is not None
 
 
 def _has_artifact_files(folder: Path) -> bool:
@@ -116,7 +126,12 @@ def _check_store_folder(root: Path, index_path: Path, create: bool) -> bool:
 def require_store(root: str | Path) -> None:
     """Check that a store with an index exists at ``root`` without opening or creating anything (what ``eval
     --graft`` checks before it loads a model). Raises :class:`StoreError` naming the path otherwise
-    (``missing`` when the folder does not exist)."""
+    (``missing`` when the folder does not exist). A URL is checked on its object storage
+    (:func:`graftbench.object_store.require_object_store`)."""
+    if is_store_url(root):
+        from .object_store import require_object_store
+
+        return require_object_store(root)
     root = Path(root)
     _check_store_folder(root, root / INDEX_NAME, create=False)
 
@@ -124,7 +139,12 @@ def require_store(root: str | Path) -> None:
 def clean_store(root: str | Path) -> list[Path]:
     """Remove the ``.tmp-*`` files that writers killed before their rename left in the store at ``root`` (its
     ``artifacts/`` folder and its root), never one that a live process is still writing; the index is not
-    opened. Returns the paths removed. Raises :class:`StoreError` when ``root`` is not an existing store."""
+    opened. Returns the paths removed. Raises :class:`StoreError` when ``root`` is not an existing store. For a URL
+    see :func:`graftbench.object_store.clean_object_store`."""
+    if is_store_url(root):
+        from .object_store import clean_object_store
+
+        return clean_object_store(root)
     root = Path(root)
     _check_store_folder(root, root / INDEX_NAME, create=False)
     return clean_temporaries(artifacts_dir(root)) + clean_temporaries(root)
@@ -137,8 +157,14 @@ def reindex_store(root: str | Path) -> tuple[ReindexReport, list[Path]]:
     report and left in place.
 
     Raises :class:`StoreError` when ``root`` has no ``artifacts/`` folder (not a store) or the write lock is held
-    too long, and ``OSError`` when the new index cannot be written (the old one is then unchanged).
+    too long, and ``OSError`` when the new index cannot be written (the old one is then unchanged). A URL's index
+    is rebuilt from its objects (:meth:`graftbench.object_store.ObjectStore.reindex`).
     """
+    if is_store_url(root):
+        from .object_store import ObjectStore
+
+        store = ObjectStore(root, create=False)
+        return store.reindex(), store.cleaned
     root = Path(root)
     if not artifacts_dir(root).is_dir():
         if not root.exists():
@@ -163,7 +189,7 @@ def _write_lock(root: Path):
         lock.release()
 
 
-class Store:
+class Store(IndexedStore):
     """A folder of content-addressed artifacts with a SQLite index (safe for concurrent writers).
 
     ``Store(root)`` opens the store for writing and creates it when the folder does not exist;
@@ -171,8 +197,15 @@ class Store:
     verify``) also refuses one and writes nothing at all. Opening for writing removes the temporary files of
     killed writers; ``cleaned`` lists them. Raises :class:`StoreError` for a store that does not exist (when not
     to be created), a folder that is not a store, or an index that is missing, damaged or (read-only) from an
-    older graftbench.
+    older graftbench. A URL root (:func:`is_store_url`) gives a :class:`graftbench.object_store.ObjectStore`.
     """
+
+    def __new__(cls, root: str | Path, *args, **kwargs):
+        if cls is Store and is_store_url(root):
+            from .object_store import ObjectStore
+
+            return super().__new__(ObjectStore)
+        return super().__new__(cls)
 
     def __init__(self, root: str | Path, *, create: bool = True, readonly: bool = False):
         self.root = Path(root)
@@ -194,25 +227,6 @@ class Store:
                 raise StoreError(f"the store's index {self.index_path} is empty but {self.artifacts} holds artifact "
                                  f"files; {reindex_advice(self.root)}")
             create_or_upgrade(db)
-
-    def _connect(self) -> sqlite3.Connection:
-        if self.readonly:
-            return sqlite3.connect(f"file:{quote(str(self.index_path.resolve()))}?mode=ro", uri=True, timeout=60)
-        return sqlite3.connect(self.index_path, timeout=60)
-
-    @contextmanager
-    def _index(self, write: bool = False):
-        """A connection to the index (a transaction with ``write``); SQLite errors become :class:`StoreError`
-        naming the index file."""
-        try:
-            with closing(self._connect()) as db:
-                if write:
-                    with db:
-                        yield db
-                else:
-                    yield db
-        except sqlite3.DatabaseError as exc:
-            raise index_error(exc, self.index_path, self.root) from exc
 
     def path(self, artifact_id: str) -> Path:
         """The file of an artifact id (checked to be 64 hex digits first: :class:`ArtifactError` ``id``)."""
@@ -275,11 +289,6 @@ class Store:
         except OSError:
             return False
 
-    def _indexed(self, artifact_id: str) -> tuple[int | None, str | None]:
-        with self._index() as db:
-            row = db.execute("SELECT bytes, xxh3_128 FROM artifacts WHERE id=?", (artifact_id,)).fetchone()
-        return (row[0], row[1]) if row else (None, None)
-
     def read(self, artifact_id: str, integrity: str = "xxh3_128") -> Artifact:
         """Read and check one artifact in one pass from its file (:func:`artifact_reader.read_safetensors`): the
         fast read a graft uses. For the full provenance checks use :meth:`read_audited`.
@@ -294,7 +303,11 @@ class Store:
         """
         if integrity not in INTEGRITY_METHODS:
             raise ValueError(f"integrity method {integrity!r} is not one of {INTEGRITY_METHODS}")
-        path = self.path(artifact_id)
+        return self._read_file(artifact_id, self.path(artifact_id), integrity)
+
+    def _read_file(self, artifact_id: str, path: Path, integrity: str) -> Artifact:
+        """:meth:`read` of the artifact file at ``path`` (this store's file, or a store on object storage's
+        checked local copy), with the checks :meth:`read` lists."""
         indexed_bytes, indexed_xxh3 = self._indexed(artifact_id)  # a damaged index raises StoreError, not a refusal
         try:
             size = path.stat().st_size
@@ -324,90 +337,26 @@ class Store:
         it. Raises :class:`ArtifactError` naming the failed check (also ``missing`` and ``read``), and
         :class:`StoreError` for a damaged index."""
         path = self.path(artifact_id)
-        indexed_bytes, indexed_xxh3 = self._indexed(artifact_id)
+        indexed = self._indexed(artifact_id)
         try:
             data = path.read_bytes()
         except FileNotFoundError as exc:
             raise ArtifactError(artifact_id, "missing", f"no file {path}") from exc
         except OSError as exc:
             raise ArtifactError(artifact_id, "read", f"cannot read {path}: {exc}") from exc
+        return self._audit(artifact_id, data, indexed)
+
+    @staticmethod
+    def _audit(artifact_id: str, data: bytes, indexed: tuple[int | None, str | None]) -> Artifact:
+        """:meth:`read_audited`'s checks of the bytes ``data`` read for ``artifact_id``, against its ``(bytes,
+        xxh3_128)`` index entry ``indexed`` (``None`` where not indexed)."""
+        indexed_bytes, indexed_xxh3 = indexed
         if indexed_bytes is not None and len(data) != indexed_bytes:
             raise ArtifactError(artifact_id, "size", f"file is {len(data)} bytes, the index says {indexed_bytes}")
         artifact = decode_artifact(artifact_id, data)
         if indexed_xxh3 is not None and xxh3_128_hex(data) != indexed_xxh3:
             raise ArtifactError(artifact_id, "hash", "XXH3-128 of the file does not equal the digest indexed for it")
         return artifact
-
-    def find_exact(self, config_fingerprint: str, problem_key: str) -> str | None:
-        """The id of an artifact deposited for this normalized problem under this config, or ``None``."""
-        with self._index() as db:
-            row = db.execute(
-                "SELECT id FROM artifacts WHERE config_fingerprint=? AND problem_key=? ORDER BY n_tokens, id LIMIT 1",
-                (config_fingerprint, problem_key),
-            ).fetchone()
-        return row[0] if row else None
-
-    def family_candidates(self, config_fingerprint: str, family: str, exclude: bool = True) -> list[tuple[str, str]]:
-        """``(id, problem_text)`` of the top-level artifacts under this config whose family is not ``family``
-        (``exclude``) or is ``family``, by id. Rows without a recorded family (an index upgraded from an older
-        graftbench and not yet reindexed) are left out. Reads every such row: it serves controls on a library, not
-        routing at scale."""
-        op = "!=" if exclude else "="
-        with self._index() as db:
-            return db.execute(
-                f"SELECT id, problem_text FROM artifacts WHERE config_fingerprint = ? AND parent IS NULL "
-                f"AND family IS NOT NULL AND problem_text IS NOT NULL AND family {op} ? ORDER BY id",
-                (config_fingerprint, family),
-            ).fetchall()
-
-    def candidates(self, config_fingerprint: str, normalized_text: str,
-                   limit: int = ROUTE_CANDIDATES) -> list[tuple[str, str]]:
-        """``(id, problem_text)`` of up to ``limit`` top-level artifacts under this config whose problem text
-        shares a MinHash band with ``normalized_text`` (most shared bands first, then id), for similarity routing.
-
-        Reads at most ``BAND_ROWS`` index rows for each of the query's 20 band keys
-        (:mod:`graftbench.similarity`), so its cost is bounded whatever the store holds. A band that many
-        deposits share (a common phrase) contributes only its first ``BAND_ROWS`` rows; a near-duplicate still
-        shares most of the query's bands, including rare ones.
-        """
-        keys = similarity.band_keys(config_fingerprint, normalized_text)
-        if not keys:
-            return []
-        shared: Counter[int] = Counter()
-        with self._index() as db:
-            for key in keys:
-                shared.update(row[0] for row in db.execute(
-                    "SELECT artifact FROM bands WHERE key = ? LIMIT ?", (key, BAND_ROWS)))
-            top = sorted(shared.items(), key=lambda item: -item[1])[: limit * 4]
-            rows = db.execute(
-                f"SELECT rowid, id, problem_text FROM artifacts WHERE rowid IN ({','.join('?' * len(top))}) "
-                "AND config_fingerprint = ? AND parent IS NULL",
-                (*[rowid for rowid, _ in top], config_fingerprint),
-            ).fetchall()
-        ranked = sorted(rows, key=lambda row: (-shared[row[0]], row[1]))
-        return [(artifact_id, text) for _, artifact_id, text in ranked[:limit]]
-
-    def rows(self) -> list[dict]:
-        """Every index row as a dict (id, config_fingerprint, problem_key, answer, n_tokens, parent, bytes, source)."""
-        with self._index() as db:
-            db.row_factory = sqlite3.Row
-            return [dict(r) for r in db.execute("SELECT * FROM artifacts ORDER BY id")]
-
-    def ids(self) -> list[str]:
-        """Every indexed artifact id, sorted."""
-        with self._index() as db:
-            return [r[0] for r in db.execute("SELECT id FROM artifacts ORDER BY id")]
-
-    def verify(self) -> list[str]:
-        """Re-check every indexed artifact with SHA-256 (file against id, payload against header) and its indexed
-        XXH3-128; returns one line per problem found (empty when all hold)."""
-        problems = []
-        for artifact_id in self.ids():
-            try:
-                self.read_audited(artifact_id)
-            except ArtifactError as exc:
-                problems.append(str(exc))
-        return problems
 
     def inventory(self) -> dict[str, list[str]]:
         """A snapshot for crash and fault checks, each a sorted list: ``indexed`` ids, ``intact`` artifact files

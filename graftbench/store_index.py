@@ -1,18 +1,23 @@
 """The store's SQLite index: its schema, the row derived from an artifact's bytes, the error a missing or damaged
-index raises, and the rebuild of the index from the artifact files (``graftbench store reindex``).
+index raises, the rebuild of the index from the artifact files (``graftbench store reindex``), and the lookups
+every store answers from its index (:class:`IndexedStore`: exact key, MinHash candidates, rows).
 
 The artifact files are the source of truth and the index is derived from them: every row comes from the header
-inside the bytes (:func:`row_of`), so a lost or damaged index can always be rebuilt by reading the files again
-(:func:`rebuild_index`), and the rebuild gives the rows that depositing the same files would have given.
+inside the bytes (:func:`row_of`, or :func:`row_from_header` where only the header and the size were read), so a
+lost or damaged index can always be rebuilt by reading the files again (:func:`rebuild_index`,
+:func:`write_index`), and the rebuild gives the rows that depositing the same files would have given.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
-from contextlib import closing
+from collections import Counter
+from collections.abc import Iterable
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote
 
 from . import similarity
 from .artifact_codec import ArtifactError, decode_header
@@ -22,6 +27,8 @@ from .durable import TEMP_PREFIX, fsync_dir, locked_temp
 from .problem_types import family_of_id
 
 INDEX_NAME = "index.sqlite"
+ROUTE_CANDIDATES = 32  # most artifacts compared with difflib per similarity lookup
+BAND_ROWS = 256  # most index rows read per band key in a similarity lookup
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS artifacts (
     id TEXT PRIMARY KEY,
@@ -94,6 +101,14 @@ def check_tables(db: sqlite3.Connection, index_path: Path, root: Path) -> None:
 def row_of(artifact_id: str, header: dict, data: bytes) -> tuple:
     """The index row (in ``COLUMNS`` order) of artifact bytes ``data`` with graftbench header ``header``. Raises
     :class:`ArtifactError` (``header``) when ``config_fingerprint`` or ``positions`` is missing or malformed."""
+    return row_from_header(artifact_id, header, len(data), xxh3_128_hex(data))
+
+
+def row_from_header(artifact_id: str, header: dict, size: int, xxh3: str | None) -> tuple:
+    """The index row (in ``COLUMNS`` order) of an artifact of ``size`` bytes with graftbench header ``header``
+    and the XXH3-128 hex digest ``xxh3`` of its bytes, or ``None`` where only the header was read (a store on
+    object storage; the artifact is then read with SHA-256 until its digest is known). Raises
+    :class:`ArtifactError` (``header``) when ``config_fingerprint`` or ``positions`` is missing or malformed."""
     try:
         n_tokens = header["positions"][1] - header["positions"][0]
         fingerprint = header["config_fingerprint"]
@@ -103,7 +118,7 @@ def row_of(artifact_id: str, header: dict, data: bytes) -> tuple:
     problem_id = header.get("problem_id")
     family = header.get("family") or (family_of_id(problem_id) if isinstance(problem_id, str) else None)
     return (artifact_id, fingerprint, header.get("problem_key"), header.get("problem_text"), header.get("answer"),
-            n_tokens, header.get("parent"), len(data), header.get("source"), xxh3_128_hex(data), problem_id, family)
+            n_tokens, header.get("parent"), size, header.get("source"), xxh3, problem_id, family)
 
 
 def insert_row(db: sqlite3.Connection, row: tuple) -> None:
@@ -170,23 +185,32 @@ def rebuild_index(artifacts: Path, index_path: Path) -> ReindexReport:
     """Rebuild the index at ``index_path`` from the artifact files in ``artifacts``: each file whose name is an
     artifact id, whose SHA-256 equals that id and whose graftbench header parses gets its row; every other file
     is skipped and named (nothing is moved or deleted). The new index is written to a temporary file and renamed
-    over the old one, so readers see the old index or the new one. The caller holds the store's write lock.
+    over the old one (:func:`write_index`), so readers see the old index or the new one. The caller holds the
+    store's write lock.
 
     Raises ``OSError`` (including ``sqlite3`` errors turned into :class:`StoreError`) when the new index cannot
     be written; the old index is then left as it was.
     """
-    report = ReindexReport()
     names = sorted(entry.name for entry in os.scandir(artifacts))
+    return write_index(index_path, ((name, *_row_of_file(artifacts / name)) for name in names
+                                    if not name.startswith(TEMP_PREFIX)),
+                       temporaries=[name for name in names if name.startswith(TEMP_PREFIX)])
+
+
+def write_index(index_path: Path, entries: Iterable[tuple[str, tuple | None, str]],
+                temporaries: list[str] | None = None) -> ReindexReport:
+    """Write a new index at ``index_path`` from ``(name, row, reason)`` entries: a row is inserted, an entry
+    without one is reported as skipped with its reason. The index is written to a locked temporary file beside
+    ``index_path``, fsynced and renamed over the old one. ``temporaries`` (names of writes in flight) go into the
+    report as they are. Raises :class:`StoreError` when SQLite cannot write the new index and ``OSError`` when
+    the file cannot be created; the old index is then left as it was."""
+    report = ReindexReport(temporaries=list(temporaries or []))
     fd, tmp = locked_temp(index_path.parent, suffix=".sqlite")
     try:
         with closing(sqlite3.connect(tmp)) as db:
             db.execute("PRAGMA journal_mode=OFF")  # a throwaway file until the rename: no journal beside it
             create_or_upgrade(db)
-            for name in names:
-                if name.startswith(TEMP_PREFIX):
-                    report.temporaries.append(name)
-                    continue
-                row, reason = _row_of_file(artifacts / name)
+            for name, row, reason in entries:
                 if row is None:
                     report.skipped.append((name, reason))
                 else:
@@ -208,3 +232,109 @@ def rebuild_index(artifacts: Path, index_path: Path) -> ReindexReport:
     fsync_dir(index_path.parent)
     report.indexed.sort()
     return report
+
+
+class IndexedStore:
+    """The lookups a store answers from its SQLite index (``index_path``): the exact key, the MinHash
+    candidates, family controls, rows and ids, and ``verify`` over them. A subclass sets ``root``,
+    ``index_path`` and ``readonly`` and provides ``read_audited``; SQLite errors become :class:`StoreError`
+    naming the index file."""
+
+    root: object
+    index_path: Path
+    readonly: bool
+
+    def _connect(self) -> sqlite3.Connection:
+        if self.readonly:
+            return sqlite3.connect(f"file:{quote(str(self.index_path.resolve()))}?mode=ro", uri=True, timeout=60)
+        return sqlite3.connect(self.index_path, timeout=60)
+
+    @contextmanager
+    def _index(self, write: bool = False):
+        """A connection to the index (a transaction with ``write``); SQLite errors become :class:`StoreError`
+        naming the index file."""
+        try:
+            with closing(self._connect()) as db:
+                if write:
+                    with db:
+                        yield db
+                else:
+                    yield db
+        except sqlite3.DatabaseError as exc:
+            raise index_error(exc, self.index_path, self.root) from exc
+
+    def _indexed(self, artifact_id: str) -> tuple[int | None, str | None]:
+        with self._index() as db:
+            row = db.execute("SELECT bytes, xxh3_128 FROM artifacts WHERE id=?", (artifact_id,)).fetchone()
+        return (row[0], row[1]) if row else (None, None)
+
+    def find_exact(self, config_fingerprint: str, problem_key: str) -> str | None:
+        """The id of an artifact deposited for this normalized problem under this config, or ``None``."""
+        with self._index() as db:
+            row = db.execute(
+                "SELECT id FROM artifacts WHERE config_fingerprint=? AND problem_key=? ORDER BY n_tokens, id LIMIT 1",
+                (config_fingerprint, problem_key),
+            ).fetchone()
+        return row[0] if row else None
+
+    def family_candidates(self, config_fingerprint: str, family: str, exclude: bool = True) -> list[tuple[str, str]]:
+        """``(id, problem_text)`` of the top-level artifacts under this config whose family is not ``family``
+        (``exclude``) or is ``family``, by id. Rows without a recorded family (an index upgraded from an older
+        graftbench and not yet reindexed) are left out. Reads every such row: it serves controls on a library, not
+        routing at scale."""
+        op = "!=" if exclude else "="
+        with self._index() as db:
+            return db.execute(
+                f"SELECT id, problem_text FROM artifacts WHERE config_fingerprint = ? AND parent IS NULL "
+                f"AND family IS NOT NULL AND problem_text IS NOT NULL AND family {op} ? ORDER BY id",
+                (config_fingerprint, family),
+            ).fetchall()
+
+    def candidates(self, config_fingerprint: str, normalized_text: str,
+                   limit: int = ROUTE_CANDIDATES) -> list[tuple[str, str]]:
+        """``(id, problem_text)`` of up to ``limit`` top-level artifacts under this config whose problem text
+        shares a MinHash band with ``normalized_text`` (most shared bands first, then id), for similarity routing.
+
+        Reads at most ``BAND_ROWS`` index rows for each of the query's 20 band keys
+        (:mod:`graftbench.similarity`), so its cost is bounded whatever the store holds. A band that many
+        deposits share (a common phrase) contributes only its first ``BAND_ROWS`` rows; a near-duplicate still
+        shares most of the query's bands, including rare ones.
+        """
+        keys = similarity.band_keys(config_fingerprint, normalized_text)
+        if not keys:
+            return []
+        shared: Counter[int] = Counter()
+        with self._index() as db:
+            for key in keys:
+                shared.update(row[0] for row in db.execute(
+                    "SELECT artifact FROM bands WHERE key = ? LIMIT ?", (key, BAND_ROWS)))
+            top = sorted(shared.items(), key=lambda item: -item[1])[: limit * 4]
+            rows = db.execute(
+                f"SELECT rowid, id, problem_text FROM artifacts WHERE rowid IN ({','.join('?' * len(top))}) "
+                "AND config_fingerprint = ? AND parent IS NULL",
+                (*[rowid for rowid, _ in top], config_fingerprint),
+            ).fetchall()
+        ranked = sorted(rows, key=lambda row: (-shared[row[0]], row[1]))
+        return [(artifact_id, text) for _, artifact_id, text in ranked[:limit]]
+
+    def rows(self) -> list[dict]:
+        """Every index row as a dict (id, config_fingerprint, problem_key, answer, n_tokens, parent, bytes, source)."""
+        with self._index() as db:
+            db.row_factory = sqlite3.Row
+            return [dict(r) for r in db.execute("SELECT * FROM artifacts ORDER BY id")]
+
+    def ids(self) -> list[str]:
+        """Every indexed artifact id, sorted."""
+        with self._index() as db:
+            return [r[0] for r in db.execute("SELECT id FROM artifacts ORDER BY id")]
+
+    def verify(self) -> list[str]:
+        """Re-check every indexed artifact with SHA-256 (file against id, payload against header) and its indexed
+        XXH3-128 (``read_audited``); returns one line per problem found (empty when all hold)."""
+        problems = []
+        for artifact_id in self.ids():
+            try:
+                self.read_audited(artifact_id)
+            except ArtifactError as exc:
+                problems.append(str(exc))
+        return problems
