@@ -100,9 +100,9 @@ def run_eval(session: Session, problems: list[Problem], source: str, run_name: s
     run = RunDir(runs_root, run_name)
     shard_problems = [p for _, p in select(problems, parse_shard(settings.shard))]
     store = Store(store_root, create=new_store) if settings.graft and store_root is not None else None
-    config = session.config.to_dict()
     with run:
         run.lock()  # first: a run that another process holds is refused before anything else
+        config = session.config.to_dict()
         run.open(run_record(command, config, session.config.fingerprint, problems, settings))
         meter = EnergyMeter(device=session.config.device)
         samples = evaluate(session, shard_problems, run, settings, store, meter, on_sample)
