@@ -53,4 +53,5 @@ def flywheel(
     path = f"{runs_dir}/{prefix}-summary.json"
     with open(path, "w", encoding="utf-8") as handle:
         json.dump(summary, handle, indent=1, sort_keys=True)
-    console.print(f"summary: {path}; plot the curve with graftbench report {runs_dir}/{prefix}-r*-graft --rounds")
+    console.print(f"summary: {path}; plot the curve with graftbench report {runs_dir}/{prefix}-r*-baseline "
+                  f"{runs_dir}/{prefix}-r*-graft (each run's round is its settings.round)")
