@@ -301,13 +301,7 @@ class ObjectStore(Store):
         """Fetch the object of ``artifact_id``, check that its SHA-256 equals the id, keep it in the cache
         (atomically) and record its XXH3-128 in the local index. Raises :class:`ArtifactError`: ``missing``,
         ``read`` (including a copy that cannot be kept), ``hash`` (the object is damaged; nothing is kept)."""
-        name = self._name(artifact_id)
-        try:
-            data = self.objects.get(name)
-        except FileNotFoundError as exc:
-            raise ArtifactError(artifact_id, "missing", f"no object {self.url}/{name}") from exc
-        except _ERRORS as exc:
-            raise ArtifactError(artifact_id, "read", f"cannot read {self.url}/{name}: {exc}") from exc
+        name, data = self._name(artifact_id), self._get_object(artifact_id)
         if artifact_id_of(data) != artifact_id:
             raise ArtifactError(artifact_id, "hash", f"SHA-256 of the object {self.url}/{name} does not equal its "
                                                      "id (damaged in the store; not kept)")
@@ -349,6 +343,10 @@ class ObjectStore(Store):
         :meth:`Store.read_audited` does (size, SHA-256 against the id, payload against the header, XXH3-128
         against the local index). Raises :class:`ArtifactError` (also ``missing`` and ``read``)."""
         indexed = self._indexed(artifact_id)
+        return self._audit(artifact_id, self._get_object(artifact_id), indexed)
+
+    def _get_object(self, artifact_id: str) -> bytes:
+        """The whole object of ``artifact_id``. Raises :class:`ArtifactError`: ``missing`` or ``read``."""
         name = self._name(artifact_id)
         try:
             data = self.objects.get(name)
@@ -356,7 +354,7 @@ class ObjectStore(Store):
             raise ArtifactError(artifact_id, "missing", f"no object {self.url}/{name}") from exc
         except _ERRORS as exc:
             raise ArtifactError(artifact_id, "read", f"cannot read {self.url}/{name}: {exc}") from exc
-        return self._audit(artifact_id, data, indexed)
+        return data
 
     def verify(self) -> list[str]:
         """:meth:`Store.verify` over the objects (each read from the store, not from the cache), and the objects
