@@ -13,4 +13,4 @@ for run in runs/"${PREFIX}"-r*/; do
   name=$(basename "$run"); cp "$run/manifest.json" "manifests/${name}.json"
   $G verify-manifest "manifests/${name}.json" | tail -1
 done
-cp "runs/${PREFIX}-summary.json" "manifests/${PREFIX}-summary.json"
+mkdir -p "benchmarks/results/report-${PREFIX}" && cp "runs/${PREFIX}-summary.json" "benchmarks/results/report-${PREFIX}/"  # not a manifest
