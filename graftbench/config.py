@@ -99,6 +99,8 @@ def pin_fingerprint(pin: dict) -> str:
 class PinnedConfig:
     """Everything that fixes the logits of a run.
 
+    ``attn_implementation`` names the attention function (``graftbench_sdpa``, :mod:`graftbench.attention`) and
+    ``cache_class`` the KV cache's layer class (``preallocated``, :mod:`graftbench.kv_cache`).
     ``isa`` is the instruction-set pin (:mod:`graftbench.isa`): ``native`` or ``avx2``; ``cpu_capability`` is
     the capability torch's kernels run at under it (``AVX2`` on every AVX2-capable CPU under ``avx2``).
     ``chunk_size`` is in tokens: a segment (artifact, chained artifact, query) of n tokens is prefilled in
@@ -118,6 +120,7 @@ class PinnedConfig:
     cpu_capability: str = ""
     machine: str = ""
     isa: str = "native"
+    cache_class: str = ""
 
     def to_dict(self) -> dict:
         """A JSON-ready dict of every field."""
@@ -148,6 +151,7 @@ def build_config(loaded, chunk_size: int = DEFAULT_CHUNK_SIZE, layout: PromptLay
     import torch
 
     from .isa import current
+    from .kv_cache import CACHE_CLASS
 
     if chunk_size < 1:
         raise ValueError(f"chunk size must be a positive number of tokens, got {chunk_size}")
@@ -170,4 +174,5 @@ def build_config(loaded, chunk_size: int = DEFAULT_CHUNK_SIZE, layout: PromptLay
         cpu_capability=capability,
         machine=platform.machine(),
         isa=current(),
+        cache_class=CACHE_CLASS,
     )

@@ -1,6 +1,7 @@
 """Prefill in a fixed chunk schedule, greedy decode under a budget, and logits hashing.
 
-Every forward here runs under ``torch.inference_mode`` on a ``transformers`` ``DynamicCache``. The chunk schedule
+Every forward here runs under ``torch.inference_mode`` on graftbench's KV cache (:mod:`graftbench.kv_cache`:
+preallocated full-attention layers, ``transformers``' sliding-window layers). The chunk schedule
 is the one thing besides the weights that fixes the matmul shapes, so it is explicit: a segment of n tokens is
 prefilled in forwards of ``chunk_size`` tokens from the segment's own first token (boundaries restart at each
 segment: artifact, chained artifact, query).
@@ -16,11 +17,9 @@ import torch
 from transformers import DynamicCache
 
 from .hashing import tensors_sha256
+from .kv_cache import new_cache, reserve
 
-
-def new_cache(model) -> DynamicCache:
-    """An empty cache with one layer object per decoder layer, of the kinds the model's config asks for."""
-    return DynamicCache(config=model.config)
+__all__ = ["new_cache", "reserve", "chunk_bounds", "forward", "forward_batch", "prefill", "greedy_decode"]
 
 
 def chunk_bounds(n_tokens: int, chunk_size: int) -> list[tuple[int, int]]:
@@ -81,6 +80,7 @@ def prefill(model, cache: DynamicCache, ids: list[int], chunk_size: int, all_log
     """
     if not ids:
         raise ValueError("cannot prefill an empty segment")
+    reserve(cache, cache.get_seq_length() + len(ids))
     pieces = [forward(model, cache, ids[start:end], all_logits=all_logits, offset=offset)
               for start, end in chunk_bounds(len(ids), chunk_size)]
     return torch.cat(pieces) if all_logits else pieces[-1]
@@ -125,6 +125,7 @@ def greedy_decode(
     first_token_s = 0.0
     decode_start = time.perf_counter()
     reason = "budget"
+    reserve(cache, cache.get_seq_length() + max_new_tokens)
     while len(tokens) < max_new_tokens:
         token = int(torch.argmax(logits[-1]).item())
         tokens.append(token)

@@ -11,6 +11,7 @@ import torch
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
 from . import engine
+from .kv_cache import PreallocatedLayer
 from .artifact_codec import Artifact, ArtifactError, encode_artifact
 from .config import PinnedConfig
 from .router import Route, route  # noqa: F401 (the router lives in router.py, torch-free)
@@ -27,7 +28,7 @@ def layer_kind(layer) -> str:
     """
     if isinstance(layer, DynamicSlidingWindowLayer):
         return "sliding"
-    if type(layer) is DynamicLayer:
+    if isinstance(layer, PreallocatedLayer) or type(layer) is DynamicLayer:
         return "full"
     raise TypeError(f"cache layer {type(layer).__name__} is not supported for deposit or graft")
 
@@ -119,8 +120,15 @@ def restore(model, config: PinnedConfig, artifact: Artifact, cache=None):
 
 
 def _restore_layer(layer, spec: dict, keys: torch.Tensor, values: torch.Tensor) -> None:
-    # The artifact's tensors are adopted, not copied: cache layers never write in place (every update is a
-    # torch.cat into a new tensor), so a restored cache cannot alter the artifact it came from.
+    # The artifact's tensors are adopted, not copied. A preallocated layer adopts them with no room left, so its
+    # first append moves them to a new buffer; the other layers never write in place (every update is a
+    # torch.cat into a new tensor). Either way a restored cache cannot alter the artifact it came from.
+    if isinstance(layer, PreallocatedLayer):
+        if layer.get_seq_length():
+            layer.update(keys, values)  # a chained artifact: after its parent's positions
+        else:
+            layer.adopt(keys, values)
+        return
     if not layer.is_initialized:
         layer.lazy_initialization(keys, values)
     if spec["kind"] == "full":

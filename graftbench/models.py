@@ -205,6 +205,8 @@ def load_model(spec: str = DEFAULT_MODEL, dtype: str = DEFAULT_DTYPE) -> LoadedM
         raise ModelError(f"dtype '{dtype}' is not supported; choose one of {', '.join(DTYPES)}")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from .attention import ATTENTION
+
     start = time.perf_counter()
     resolved = resolve_model(spec)
     from_cache = False
@@ -220,7 +222,8 @@ def load_model(spec: str = DEFAULT_MODEL, dtype: str = DEFAULT_DTYPE) -> LoadedM
         weights_sha = _folder_weights_sha256(Path(source)) if resolved.kind == "folder" else ""
     try:
         # safetensors only: a folder's pytorch_model.bin would be unpickled by torch.load
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=DTYPES[dtype], use_safetensors=True)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=DTYPES[dtype], use_safetensors=True,
+                                                     attn_implementation=ATTENTION)
         tokenizer = AutoTokenizer.from_pretrained(source)
     except OSError as exc:
         raise ModelError(

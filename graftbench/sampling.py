@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from .engine import Decoded, forward_batch, stop_reached
+from .kv_cache import reserve
 from .seeds import sample_seed  # noqa: F401  (re-exported: the seed of each sample)
 
 
@@ -60,6 +61,7 @@ def sample_decode(model, tokenizer, cache, first_logits: torch.Tensor, max_new_t
     logits = first_logits.expand(n, -1)
     decode_start = time.perf_counter()
     first_token_s = 0.0
+    reserve(cache, cache.get_seq_length() + max_new_tokens)
     if n > 1:
         cache.batch_repeat_interleave(n)
     while active:
