@@ -114,17 +114,54 @@ def rank_candidates(query: str, candidates: list[tuple[str, str]],
     raise ValueError(f"unknown ranker {ranker!r}; choose one of {', '.join(RANKERS)}")
 
 
+def _best_by_ratio(query: str, tied: list[tuple[str, str]]) -> tuple[str, float]:
+    """Among ``(artifact_id, text)`` candidates, the one with the highest :func:`gate_ratio` (then the smallest id)
+    and that ratio. Candidates are tried in order of ``quick_ratio`` (an upper bound of the ratio, linear time), and
+    the search stops when the next bound is below the best ratio found: the result equals computing every ratio."""
+    bounded = []
+    for aid, text in tied:
+        matcher = difflib.SequenceMatcher(None, query, text, autojunk=False)
+        bounded.append((-matcher.quick_ratio(), aid, matcher))
+    bounded.sort(key=lambda item: (item[0], item[1]))
+    best_id, best = None, -1.0
+    for negative_bound, aid, matcher in bounded:
+        if -negative_bound < best:
+            break
+        ratio = matcher.ratio()
+        if ratio > best or (ratio == best and aid < best_id):
+            best_id, best = aid, ratio
+    return best_id, best
+
+
+def top_candidate(query: str, candidates: list[tuple[str, str]],
+                  ranker: str = DEFAULT_RANKER) -> tuple[str, float] | None:
+    """The first of :func:`rank_candidates`' ranking and its :func:`gate_ratio` with ``query``, without ranking the
+    rest: ``bm25`` computes ratios only for the candidates tied at the top score (and of those only as many as
+    :func:`_best_by_ratio` needs). ``None`` without candidates; ``ValueError`` for an unknown ranker."""
+    if not candidates:
+        return None
+    if ranker == "bm25":
+        scores = bm25_scores(query, [text for _, text in candidates])
+        best = scores.max()
+        tied = [candidate for candidate, score in zip(candidates, scores) if score == best]
+        if len(tied) == 1:
+            return tied[0][0], gate_ratio(query, tied[0][1])
+        return _best_by_ratio(query, tied)
+    if ranker == "difflib":
+        return _best_by_ratio(query, candidates)
+    raise ValueError(f"unknown ranker {ranker!r}; choose one of {', '.join(RANKERS)}")
+
+
 def choose(query: str, candidates: list[tuple[str, str]], min_similarity: float,
            ranker: str = DEFAULT_RANKER) -> Route:
     """The similarity route among ``(artifact_id, normalized_text)`` ``candidates`` (no exact lookup): the
-    top-ranked candidate (:func:`rank_candidates`) as kind ``similar`` if its :func:`gate_ratio` with ``query``
-    reaches ``min_similarity`` (in [0, 1]), else kind ``none`` with that ratio (0 with no candidates). Raises
-    ``ValueError`` for an unknown ranker."""
-    ranked = rank_candidates(query, candidates, ranker)
-    if not ranked:
+    top-ranked candidate (:func:`top_candidate`, the first of :func:`rank_candidates`) as kind ``similar`` if its
+    :func:`gate_ratio` with ``query`` reaches ``min_similarity`` (in [0, 1]), else kind ``none`` with that ratio
+    (0 with no candidates). Raises ``ValueError`` for an unknown ranker."""
+    top = top_candidate(query, candidates, ranker)
+    if top is None:
         return Route("none", None, 0.0)
-    top_id = ranked[0][0]
-    ratio = ranked[0][1] if ranker == "difflib" else gate_ratio(query, dict(candidates)[top_id])
+    top_id, ratio = top
     return Route("similar", top_id, ratio) if ratio >= min_similarity else Route("none", None, ratio)
 
 
@@ -154,8 +191,9 @@ def route_other_family(store: Store, config_fingerprint: str, normalized_text: s
     similarity gate, as kind ``other-family`` with its :func:`gate_ratio`; kind ``none`` when the store holds no
     deposit of another family. Raises ``ValueError`` for an unknown ranker."""
     candidates = store.family_candidates(config_fingerprint, family, exclude=True)
-    ranked = rank_candidates(normalized_text, candidates, ranker)
-    if not ranked:
+    if ranker not in RANKERS:
+        raise ValueError(f"unknown ranker {ranker!r}; choose one of {', '.join(RANKERS)}")
+    top = top_candidate(normalized_text, candidates, ranker)
+    if top is None:
         return Route("none", None, 0.0)
-    top_id = ranked[0][0]
-    return Route("other-family", top_id, gate_ratio(normalized_text, dict(candidates)[top_id]))
+    return Route("other-family", *top)

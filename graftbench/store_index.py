@@ -181,6 +181,15 @@ def _row_of_file(path: Path) -> tuple[tuple | None, str]:
         return None, str(exc)
 
 
+def candidate_rows_sql(n: int) -> str:
+    """The query for the index rows of ``n`` candidate rowids under one config fingerprint (``n`` rowid parameters,
+    then the fingerprint). The unary ``+`` keeps SQLite from answering it through the ``by_problem`` index, which
+    its planner otherwise picks for a long ``IN`` list and then scans every row of the fingerprint: 39 ms a lookup
+    at 100,000 artifacts instead of a fraction of a millisecond."""
+    return (f"SELECT rowid, id, problem_text FROM artifacts WHERE rowid IN ({','.join('?' * n)}) "
+            "AND +config_fingerprint = ? AND parent IS NULL")
+
+
 def rebuild_index(artifacts: Path, index_path: Path) -> ReindexReport:
     """Rebuild the index at ``index_path`` from the artifact files in ``artifacts``: each file whose name is an
     artifact id, whose SHA-256 equals that id and whose graftbench header parses gets its row; every other file
@@ -309,9 +318,7 @@ class IndexedStore:
                 shared.update(row[0] for row in db.execute(
                     "SELECT artifact FROM bands WHERE key = ? LIMIT ?", (key, BAND_ROWS)))
             top = sorted(shared.items(), key=lambda item: -item[1])[: limit * 4]
-            rows = db.execute(
-                f"SELECT rowid, id, problem_text FROM artifacts WHERE rowid IN ({','.join('?' * len(top))}) "
-                "AND config_fingerprint = ? AND parent IS NULL",
+            rows = db.execute(candidate_rows_sql(len(top)),
                 (*[rowid for rowid, _ in top], config_fingerprint),
             ).fetchall()
         ranked = sorted(rows, key=lambda row: (-shared[row[0]], row[1]))

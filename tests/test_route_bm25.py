@@ -7,6 +7,8 @@ import json
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from graftbench import graft, router
 from graftbench.problem_types import Problem, normalize_problem_text, problem_key
@@ -162,3 +164,33 @@ def test_route_quality_command_prints_and_writes(tmp_path):
     assert "overall" in result.output
     written = json.loads((tmp_path / "route-quality.json").read_text())
     assert written["library_per_family"] == 1 and written["overall"]["held_out"] == 12
+
+
+_WORDS = st.sampled_from(["sum", "digits", "paths", "grid", "prime", "remainder", "of", "the", "find", "12", "7"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(_WORDS, min_size=1, max_size=8).map(" ".join), min_size=1, max_size=12),
+       st.lists(_WORDS, min_size=1, max_size=8).map(" ".join), st.sampled_from(router.RANKERS))
+def test_the_top_candidate_is_the_first_of_the_full_ranking(texts, query, ranker):
+    """``choose`` finds the top without ranking every candidate (ratios only for ties at the top score, pruned by
+    ``quick_ratio``); it must pick what the full ranking puts first, with that candidate's gate ratio."""
+    candidates = [(f"{i:02d}", text) for i, text in enumerate(texts)]
+    first = router.rank_candidates(query, candidates, ranker)[0][0]
+    assert router.top_candidate(query, candidates, ranker) == (first, router.gate_ratio(query, dict(candidates)[first]))
+
+
+def test_candidate_rows_are_read_by_rowid_not_by_scanning_the_fingerprint(tmp_path):
+    """With a long IN list SQLite's planner preferred the (config_fingerprint, problem_key) index and scanned every
+    row of the fingerprint, so a similarity lookup grew with the store (39 ms at 100,000 artifacts)."""
+    import sqlite3
+
+    from graftbench.store_index import ROUTE_CANDIDATES, candidate_rows_sql
+
+    store = Store(tmp_path / "s")
+    for i in range(40):
+        _plant(store, f"problem number {i} about digits", str(i))
+    n = ROUTE_CANDIDATES * 4
+    with sqlite3.connect(store.index_path) as db:
+        plan = db.execute("EXPLAIN QUERY PLAN " + candidate_rows_sql(n), (*range(1, n + 1), FP)).fetchall()
+    assert [row[-1] for row in plan] == ["SEARCH artifacts USING INTEGER PRIMARY KEY (rowid=?)"]

@@ -90,3 +90,21 @@ def test_a_resumed_sampled_run_draws_the_same_tokens(session, tmp_path):
     resumed = run_eval(session, problems, "builtin", "cut", SAMPLED, runs_root=tmp_path)
     key = [(s.problem_id, s.sample_index, s.seed, s.output_sha256, s.decode_tokens) for s in whole.samples]
     assert [(s.problem_id, s.sample_index, s.seed, s.output_sha256, s.decode_tokens) for s in resumed.samples] == key
+
+
+@pytest.mark.parametrize("scale, top_p", [(8.0, 0.95), (0.05, 0.95), (0.05, 0.5), (3.0, 0.3)])
+def test_the_nucleus_is_the_sorted_prefix_reaching_top_p(scale, top_p):
+    """The top-k search with widening finds the same tokens as a full sort, also when the distribution is so flat
+    that the nucleus holds thousands of tokens (scale 0.05 over 50,000)."""
+    from graftbench.sampling import NUCLEUS_CANDIDATES, nucleus
+
+    logits = torch.randn(50_000, generator=torch.Generator().manual_seed(int(scale * 100))) * scale
+    settings = SamplingSettings(temperature=0.7, top_p=top_p)
+    probs = torch.softmax(logits / 0.7, dim=-1)
+    sorted_probs, order = torch.sort(probs, descending=True)
+    expected = int(((torch.cumsum(sorted_probs, dim=-1) - sorted_probs) < top_p).sum())
+    ids, kept = nucleus(logits, settings)
+    assert len(ids) == expected and set(ids.tolist()) == set(order[:expected].tolist())
+    torch.testing.assert_close(kept, probs[ids])
+    if scale < 1:
+        assert expected > NUCLEUS_CANDIDATES  # the widening path ran
