@@ -45,13 +45,23 @@ class ArtifactError(ValueError):
 @dataclass
 class Artifact:
     """A read and checked artifact: its id, header dict, ``token_ids`` (int64 ``[n]``) and per-layer
-    ``(keys, values)`` tensors; ``timing`` says how long the read took, when it came from a file."""
+    ``(keys, values)`` tensors; ``timing`` says how long the read took, when it came from a file.
+
+    ``room`` holds, when it was read with room (:meth:`Store.read`), per layer the ``(keys, values)`` buffers that
+    ``layers`` are the first positions of, with spare positions after them. The spare positions can be written by
+    one cache only, so they are handed out once (:meth:`claim_room`)."""
 
     id: str
     header: dict
     token_ids: torch.Tensor
     layers: list[tuple[torch.Tensor, torch.Tensor]]
     timing: ReadTiming | None = None
+    room: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+
+    def claim_room(self) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+        """The per-layer buffers with spare positions, to the first caller only (``None`` after, or without)."""
+        room, self.room = self.room, None
+        return room
 
 
 def payload_sha256(token_ids: torch.Tensor, layers: list[tuple[torch.Tensor, torch.Tensor]]) -> str:

@@ -61,7 +61,8 @@ class ReadTiming:
 @dataclass
 class RawArtifact:
     """What one read returns: the safetensors ``__metadata__`` dict, the tensors by name, the hex digest of the
-    whole file under the integrity method used, and the timing. ``layout_error`` is set (and ``tensors`` empty)
+    whole file under the integrity method used, and the timing. ``buffers`` holds, for each 4-D tensor read with
+    room (:func:`read_safetensors`), the whole buffer the tensor is the first positions of. ``layout_error`` is set (and ``tensors`` empty)
     when the header could not be laid out; the caller compares the digest first, so that a damaged file is
     reported as damaged rather than as malformed."""
 
@@ -70,6 +71,7 @@ class RawArtifact:
     digest: str
     timing: ReadTiming = field(default_factory=ReadTiming)
     layout_error: LayoutError | None = None
+    buffers: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def new_hasher(method: str):
@@ -207,11 +209,31 @@ class _Reader:
             self.timing.bytes += n
 
 
-def read_safetensors(path: str | Path, method: str) -> RawArtifact:
+def _allocate(dtype: torch.dtype, shape: list[int], room: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A tensor of ``shape`` to read into and, for a 4-D shape with ``room`` > 0, the buffer it begins: ``room``
+    more positions along dim 2 (``[batch, heads, tokens + room, head_dim]``)."""
+    if room <= 0 or len(shape) != 4:
+        return torch.empty(shape, dtype=dtype), None
+    buffer = torch.empty([shape[0], shape[1], shape[2] + room, shape[3]], dtype=dtype)
+    return buffer[:, :, : shape[2]], buffer
+
+
+def _byte_views(tensor: torch.Tensor) -> list[memoryview]:
+    """Byte views of ``tensor``'s storage in its element order: one for a contiguous tensor, one per
+    ``[batch, head]`` block for a 4-D prefix view of a buffer with room."""
+    if tensor.is_contiguous():
+        return [memoryview(tensor.view(-1).view(torch.uint8).numpy())]
+    return [memoryview(block.reshape(-1).view(torch.uint8).numpy()) for row in tensor for block in row]
+
+
+def read_safetensors(path: str | Path, method: str, room: int = 0) -> RawArtifact:
     """Read a safetensors file in one pass into one new tensor per entry, hashing every byte with ``method``.
 
     Tensor shapes are as the file's table says (``[kv_heads, ...]`` etc.; the caller checks them against its own
-    header). Raises ``OSError`` when the file cannot be opened or read, and ``ValueError`` for an unknown method;
+    header). With ``room`` > 0 every 4-D tensor (``[batch, heads, tokens, head_dim]``: an artifact's keys and
+    values) is read into the first positions of a buffer with ``room`` more positions (``RawArtifact.buffers``),
+    so a KV cache can take the buffer and append without moving it; the bytes read and hashed are the same.
+    Raises ``OSError`` when the file cannot be opened or read, and ``ValueError`` for an unknown method;
     a file whose table cannot be laid out comes back with ``layout_error`` set and the rest of the file hashed.
     """
     timing = ReadTiming()
@@ -227,12 +249,15 @@ def read_safetensors(path: str | Path, method: str) -> RawArtifact:
             table = parse_table(header)
             entries = _layout(table, size - 8 - header_bytes)
             timing.parse_s += time.perf_counter() - started
-            tensors = {}
+            tensors, buffers = {}, {}
             for name, dtype, shape, _, _ in entries:
-                tensor = torch.empty(shape, dtype=dtype)
+                tensor, buffer = _allocate(dtype, shape, room)
                 if tensor.numel():
-                    reader.read_into(memoryview(tensor.view(-1).view(torch.uint8).numpy()))
+                    for view in _byte_views(tensor):
+                        reader.read_into(view)
                 tensors[name] = tensor
+                if buffer is not None:
+                    buffers[name] = buffer
         except LayoutError as exc:
             reader.skip_rest()
             return RawArtifact({}, {}, hasher.hexdigest(), timing, exc)
@@ -240,4 +265,4 @@ def read_safetensors(path: str | Path, method: str) -> RawArtifact:
         metadata = metadata_of(table)
     except LayoutError as exc:
         return RawArtifact({}, {}, hasher.hexdigest(), timing, exc)
-    return RawArtifact(metadata, tensors, hasher.hexdigest(), timing)
+    return RawArtifact(metadata, tensors, hasher.hexdigest(), timing, buffers=buffers)

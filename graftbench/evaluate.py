@@ -71,11 +71,12 @@ def _baseline(session: Session, problem: Problem, budget: int, settings: EvalSet
 
 def _grafted(session: Session, store: Store, problem: Problem, route: Route, budget: int,
              settings: EvalSettings, seeds: list[int] | None, started: float) -> Attempt:
-    cache, chain = graft.restore_chain(session.model, session.config, store, route.artifact_id)
     layout = settings.query_layout(route.kind)
     prompt_layout = session.config.layout
     program = settings.mode == "program" and layout == "solve"  # a recurring problem still answers after the cue
     query = session.program_query_ids(problem.problem) if program else session.query_ids(problem.problem, layout)
+    cache, chain = graft.restore_chain(session.model, session.config, store, route.artifact_id,
+                                       room=len(query) + budget)
     logits = engine.prefill(session.model, cache, query, session.config.chunk_size)
     grafted_hash = engine.logits_sha256(logits)
     stop = PROGRAM_CLOSE if program else prompt_layout.stop(layout)

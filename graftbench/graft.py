@@ -114,20 +114,23 @@ def restore(model, config: PinnedConfig, artifact: Artifact, cache=None):
     start, end = artifact.header["positions"]
     if (artifact.header.get("parent") is None) != (start == 0) or cache.get_seq_length() != start:
         raise ArtifactError(artifact.id, "parent", f"starts at {start} but the cache holds {cache.get_seq_length()}")
-    for layer, spec, (keys, values) in zip(cache.layers, artifact.header["layers"], artifact.layers):
-        _restore_layer(layer, spec, keys, values)
+    room = artifact.claim_room() if start == 0 else None
+    for i, (layer, spec, (keys, values)) in enumerate(zip(cache.layers, artifact.header["layers"], artifact.layers)):
+        _restore_layer(layer, spec, keys, values, room[i] if room else None)
     return cache
 
 
-def _restore_layer(layer, spec: dict, keys: torch.Tensor, values: torch.Tensor) -> None:
-    # The artifact's tensors are adopted, not copied. A preallocated layer adopts them with no room left, so its
-    # first append moves them to a new buffer; the other layers never write in place (every update is a
-    # torch.cat into a new tensor). Either way a restored cache cannot alter the artifact it came from.
+def _restore_layer(layer, spec: dict, keys: torch.Tensor, values: torch.Tensor,
+                   buffers: tuple[torch.Tensor, torch.Tensor] | None) -> None:
+    # The artifact's tensors are adopted, not copied. A preallocated layer adopts them with no room left (so its
+    # first append moves them to a new buffer) unless it was handed the read's buffers with spare positions, which
+    # only the artifact's first restore gets (Artifact.claim_room); the other layers never write in place (every
+    # update is a torch.cat into a new tensor). Either way a restored cache cannot alter the artifact's positions.
     if isinstance(layer, PreallocatedLayer):
         if layer.get_seq_length():
             layer.update(keys, values)  # a chained artifact: after its parent's positions
         else:
-            layer.adopt(keys, values)
+            layer.adopt(keys, values, *(buffers or ()))
         return
     if not layer.is_initialized:
         layer.lazy_initialization(keys, values)
@@ -139,14 +142,17 @@ def _restore_layer(layer, spec: dict, keys: torch.Tensor, values: torch.Tensor) 
         layer.cumulative_length = spec["seen"]
 
 
-def restore_chain(model, config: PinnedConfig, store: Store, artifact_id: str, integrity: str = "xxh3_128"):
+def restore_chain(model, config: PinnedConfig, store: Store, artifact_id: str, integrity: str = "xxh3_128",
+                  room: int = 0):
     """Read ``artifact_id`` and its ancestors from ``store`` (checked with ``integrity``, see
-    :meth:`Store.read`) and graft them root first.
+    :meth:`Store.read`) and graft them root first. ``room`` (tokens: the query and the decode budget) is read
+    into spare positions after an artifact with no parent, so the query and the decode append without moving it.
 
     Returns (cache, list of artifacts root first). Raises :class:`ArtifactError` if any link is refused,
     including a parent that is missing from the store (check ``parent``).
     """
-    chain = [store.read(artifact_id, integrity)]
+    first = store.read(artifact_id, integrity, room=room)
+    chain = [first]
     while chain[-1].header.get("parent"):
         parent_id = chain[-1].header["parent"]
         try:

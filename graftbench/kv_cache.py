@@ -85,13 +85,25 @@ class PreallocatedLayer(DynamicLayer):
         self._expose()
         return self.keys, self.values
 
-    def adopt(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+    def adopt(self, keys: torch.Tensor, values: torch.Tensor, key_buffer: torch.Tensor | None = None,
+              value_buffer: torch.Tensor | None = None) -> None:
         """Take ``keys``/``values`` (``[batch, kv_heads, tokens, head_dim]``, e.g. a restored artifact's) as the whole
-        state, without a copy. They are never written: capacity equals their length, so the next append moves
-        them first."""
+        state, without a copy. Alone they are never written: capacity equals their length, so the next append
+        moves them first. With ``key_buffer``/``value_buffer`` (``[batch, kv_heads, capacity, head_dim]`` whose first
+        ``tokens`` positions ``keys``/``values`` are, as :meth:`Store.read` with room returns them) the buffers
+        become the layer's and appends write into their spare positions.
+
+        Raises ``ValueError`` when ``keys``/``values`` are not the first positions of the buffers given.
+        """
         if not self.is_initialized:
             self.lazy_initialization(keys, values)
-        self._key_buffer, self._value_buffer = keys, values
+        if key_buffer is None or value_buffer is None:
+            key_buffer, value_buffer = keys, values
+        for part, buffer in ((keys, key_buffer), (values, value_buffer)):
+            if (part.data_ptr() != buffer.data_ptr() or part.stride() != buffer.stride()
+                    or part.shape[-2] > buffer.shape[-2] or part.shape[:2] != buffer.shape[:2]):
+                raise ValueError("adopted keys/values are not the first positions of the buffers given")
+        self._key_buffer, self._value_buffer = key_buffer, value_buffer
         self.length = int(keys.shape[-2])
         self._expose()
 

@@ -311,11 +311,11 @@ class ObjectStore(Store):
             raise ArtifactError(artifact_id, "read", str(exc)) from exc
         self._record_xxh3(artifact_id, len(data), xxh3_128_hex(data))
 
-    def read(self, artifact_id: str, integrity: str = "xxh3_128") -> Artifact:
+    def read(self, artifact_id: str, integrity: str = "xxh3_128", room: int = 0) -> Artifact:
         """Read and check one artifact through the read-through cache: fetched and checked (SHA-256 against the
         id) the first time, then read from the local copy with every check of :meth:`Store.read` (XXH3-128
         against the digest recorded when it was fetched). A local copy that fails a check is removed and fetched
-        once more. Raises :class:`ArtifactError` naming the failed check (also ``missing`` and ``read``),
+        once more. ``room`` as for :meth:`Store.read`. Raises :class:`ArtifactError` naming the failed check (also ``missing`` and ``read``),
         :class:`StoreError` for a damaged index."""
         if integrity not in INTEGRITY_METHODS:
             raise ValueError(f"integrity method {integrity!r} is not one of {INTEGRITY_METHODS}")
@@ -325,13 +325,13 @@ class ObjectStore(Store):
             self._fetch(artifact_id)
         indexed_bytes, indexed_xxh3 = self._indexed(artifact_id)
         try:
-            artifact = self._read_file(artifact_id, path, integrity)
+            artifact = self._read_file(artifact_id, path, integrity, room)
         except ArtifactError:
             if fetched:
                 raise
             path.unlink(missing_ok=True)  # a damaged local copy: the object is the truth
             self._fetch(artifact_id)
-            return self._read_file(artifact_id, path, integrity)
+            return self._read_file(artifact_id, path, integrity, room)
         if indexed_bytes is not None and indexed_xxh3 is None:  # checked with SHA-256 just now: keep the fast digest
             data = path.read_bytes()
             if artifact_id_of(data) == artifact_id:

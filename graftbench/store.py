@@ -289,9 +289,11 @@ class Store(IndexedStore):
         except OSError:
             return False
 
-    def read(self, artifact_id: str, integrity: str = "xxh3_128") -> Artifact:
+    def read(self, artifact_id: str, integrity: str = "xxh3_128", room: int = 0) -> Artifact:
         """Read and check one artifact in one pass from its file (:func:`artifact_reader.read_safetensors`): the
-        fast read a graft uses. For the full provenance checks use :meth:`read_audited`.
+        fast read a graft uses. For the full provenance checks use :meth:`read_audited`. With ``room`` (tokens)
+        the keys and values are read into buffers with that many spare positions (:attr:`Artifact.room`), so the
+        cache it is grafted into can take the query and the decode without moving them.
 
         Checks, in order: the size indexed for it (``size``, before reading), the whole file's hash (``hash``:
         XXH3-128 against the digest indexed at deposit, or with ``integrity="sha256"`` or no indexed digest,
@@ -303,9 +305,9 @@ class Store(IndexedStore):
         """
         if integrity not in INTEGRITY_METHODS:
             raise ValueError(f"integrity method {integrity!r} is not one of {INTEGRITY_METHODS}")
-        return self._read_file(artifact_id, self.path(artifact_id), integrity)
+        return self._read_file(artifact_id, self.path(artifact_id), integrity, room)
 
-    def _read_file(self, artifact_id: str, path: Path, integrity: str) -> Artifact:
+    def _read_file(self, artifact_id: str, path: Path, integrity: str, room: int = 0) -> Artifact:
         """:meth:`read` of the artifact file at ``path`` (this store's file, or a store on object storage's
         checked local copy), with the checks :meth:`read` lists."""
         indexed_bytes, indexed_xxh3 = self._indexed(artifact_id)  # a damaged index raises StoreError, not a refusal
@@ -314,7 +316,7 @@ class Store(IndexedStore):
             if indexed_bytes is not None and size != indexed_bytes:
                 raise ArtifactError(artifact_id, "size", f"file is {size} bytes, the index says {indexed_bytes}")
             method = "xxh3_128" if integrity == "xxh3_128" and indexed_xxh3 else "sha256"
-            raw = read_safetensors(path, method)
+            raw = read_safetensors(path, method, room)
         except FileNotFoundError as exc:
             raise ArtifactError(artifact_id, "missing", f"no file {path}") from exc
         except OSError as exc:
@@ -328,7 +330,9 @@ class Store(IndexedStore):
         token_ids, layers = check_tensors(artifact_id, header, raw.tensors)
         if method == "sha256" and payload_sha256(token_ids, layers) != header.get("payload_sha256"):
             raise ArtifactError(artifact_id, "payload", "payload SHA-256 does not equal the header's")
-        return Artifact(artifact_id, header, token_ids, layers, raw.timing)
+        buffers = [(raw.buffers[f"layers.{i}.keys"], raw.buffers[f"layers.{i}.values"])
+                   for i in range(len(layers))] if raw.buffers else None
+        return Artifact(artifact_id, header, token_ids, layers, raw.timing, buffers)
 
     def read_audited(self, artifact_id: str) -> Artifact:
         """Read and check one artifact with every check there is (slower than :meth:`read`; for ``store verify``):

@@ -123,3 +123,45 @@ def test_graft_then_decode_moves_the_artifact_once(session):
     pointer = layer._key_buffer.data_ptr()
     decoded = engine.greedy_decode(model, session.tokenizer, cache, engine.forward(model, cache, ids[:1]), 8, set())
     assert len(decoded.token_ids) == 8 and layer._key_buffer.data_ptr() == pointer
+
+
+def test_adopting_buffers_with_room_appends_in_place_and_refuses_foreign_buffers():
+    buffer_k, buffer_v = _kv(1, 64, 7)
+    layer = PreallocatedLayer()
+    layer.adopt(buffer_k[:, :, :40], buffer_v[:, :, :40], buffer_k, buffer_v)
+    assert layer.capacity == 64 and layer.get_seq_length() == 40
+    step = _kv(1, 3, 8)
+    layer.update(*step)
+    assert layer._key_buffer.data_ptr() == buffer_k.data_ptr() and torch.equal(buffer_k[:, :, 40:43], step[0])
+    with pytest.raises(ValueError, match="first positions"):
+        PreallocatedLayer().adopt(buffer_k[:, :, 1:41], buffer_v[:, :, :40], buffer_k, buffer_v)
+
+
+@pytest.mark.model
+def test_a_read_with_room_is_grafted_without_a_move_and_only_once(session, tmp_path):
+    """Store.read with room reads the keys and values into buffers with spare positions (same bytes, same digest);
+    the first restore takes them and the query and decode append in place; a second restore of the same read
+    artifact gets no room, so two caches never share spare positions."""
+    from graftbench.store import Store
+
+    model = session.model
+    ids = torch.randint(100, 5000, (200,), generator=torch.Generator().manual_seed(2)).tolist()
+    data, _ = graft.build_artifact(model, session.config, ids, {"text_sha256": "t"})
+    store = Store(tmp_path / "s")
+    artifact_id = store.put(data)
+    plain, roomy = store.read(artifact_id), store.read(artifact_id, room=50)
+    assert plain.room is None and all(torch.equal(a, b) for pa, pb in zip(plain.layers, roomy.layers)
+                                      for a, b in zip(pa, pb))
+    kept = [k.clone() for k, _ in roomy.layers]
+    cache = graft.restore(model, session.config, roomy)
+    layer = cache.layers[0]
+    assert layer.capacity == 250 and layer._key_buffer.data_ptr() == roomy.layers[0][0].data_ptr()
+    engine.prefill(model, cache, ids[:10], 64)
+    assert layer.capacity == 250 and layer._key_buffer.data_ptr() == roomy.layers[0][0].data_ptr()
+    assert all(torch.equal(k, kept_k) for (k, _), kept_k in zip(roomy.layers, kept))
+    again = graft.restore(model, session.config, roomy)
+    assert again.layers[0].capacity == 200
+    logits_roomy = engine.prefill(model, graft.restore(model, session.config, store.read(artifact_id, room=9)),
+                                  ids[:10], 64)
+    logits_plain = engine.prefill(model, graft.restore(model, session.config, plain), ids[:10], 64)
+    assert torch.equal(logits_roomy, logits_plain)
