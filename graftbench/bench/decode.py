@@ -1,10 +1,11 @@
-"""Greedy decode throughput of graftbench's engine against ``transformers``' own ``generate``, same model and prompt."""
+"""Greedy decode throughput: graftbench's engine against ``transformers``' own ``generate`` (same model and prompt),
+and after a long graft against an empty cache."""
 
 from __future__ import annotations
 
 import torch
 
-from .. import engine
+from .. import engine, graft
 from ..session import Session
 from .stats import summary, timed
 
@@ -49,3 +50,40 @@ def measure_decode(session: Session, prompt: list[int], new_tokens: int, repeats
         "ratio": ours_s["median"] / theirs_s["median"],
         "method": "greedy, EOS stops both; graftbench engine.greedy_decode vs model.generate(do_sample=False)",
     }
+
+
+def _decode_tok_per_s(session: Session, cache, query: list[int], tokens: int) -> float:
+    logits = engine.prefill(session.model, cache, query, session.config.chunk_size)
+    decoded = engine.greedy_decode(session.model, session.tokenizer, cache, logits, tokens, set())
+    return (len(decoded.token_ids) - 1) / decoded.decode_s
+
+
+def measure_decode_after_graft(session: Session, store, artifact_id: str, query: list[int], tokens: int,
+                               repeats: int) -> dict:
+    """Greedy decode tokens per second after grafting ``artifact_id`` and prefilling ``query``, against the same
+    decode after ``query`` alone in an empty cache; medians of ``repeats``, the two sides alternating.
+
+    Both decode ``tokens`` tokens (no EOS stop, so the counts are equal); tok/s = (tokens - 1) / decode seconds
+    (one forward per token after the first). The graft is read with room for the query and the decode, as
+    ``eval --graft`` reads it, so its cache never moves while decoding. ``ratio`` = after graft / empty cache:
+    every decode step after a graft also reads the artifact's keys and values (the attention's cost grows with
+    the positions held).
+    """
+    after, empty = [], []
+    context = int(store.read(artifact_id).token_ids.numel())
+    for i in range(repeats):
+        def grafted():
+            artifact = store.read(artifact_id, room=len(query) + tokens)
+            return _decode_tok_per_s(session, graft.restore(session.model, session.config, artifact), query, tokens)
+
+        def alone():
+            return _decode_tok_per_s(session, engine.new_cache(session.model), query, tokens)
+
+        for side in ((grafted, alone) if i % 2 == 0 else (alone, grafted)):
+            (after if side is grafted else empty).append(side())
+    after_s, empty_s = summary(after), summary(empty)
+    return {"context_tokens": context, "query_tokens": len(query), "decode_tokens": tokens,
+            "after_graft_tok_per_s": after_s, "empty_cache_tok_per_s": empty_s,
+            "ratio": after_s["median"] / empty_s["median"],
+            "method": "greedy, no EOS stop; tok/s = (tokens - 1) / decode seconds; sides alternate; graft read "
+                      "with room for the query and the decode (as eval --graft)"}

@@ -23,6 +23,7 @@ def _probe(store_root: str, artifact_id: str, model: str, dtype: str, chunk_size
     from .. import engine, graft
     from ..session import open_session
     from ..store import Store
+    from .ttft import DECODE_ROOM
 
     session = open_session(model, dtype=dtype, chunk_size=chunk_size)
     store = Store(store_root)
@@ -30,7 +31,7 @@ def _probe(store_root: str, artifact_id: str, model: str, dtype: str, chunk_size
     with PeakRSS() as peak:
         at_rest = peak.start
         started = time.perf_counter()
-        cache = graft.restore(session.model, session.config, store.read(artifact_id))
+        cache = graft.restore(session.model, session.config, store.read(artifact_id, room=len(query) + DECODE_ROOM))
         engine.prefill(session.model, cache, query, chunk_size)
         first_graft_s = time.perf_counter() - started
     return {"rss_at_rest_bytes": at_rest, "increase_bytes": peak.increase, "rss_after_bytes": rss_bytes(),

@@ -82,6 +82,7 @@ def markdown(result: dict) -> str:
             f"| graftbench | {d['new_tokens']['graftbench']} | {_s(d['graftbench_tok_per_s'])} |",
             f"| transformers generate | {d['new_tokens']['generate']} | {_s(d['generate_tok_per_s'])} |", "",
             f"Ratio {d['ratio']:.2f}×; same greedy tokens: {d['same_tokens']}. {d['method']}.", "",
+            *decode_after_graft_lines(result.get("decode_after_graft")),
             "## Model load", "", "| load | imports, s | load, s | from cache |", "|---|---:|---:|---|"]
     load = result["load"]
     loads = ([("cold", load["cold"])] if "cold" in load else []) + [(f"warm {i + 1}", w) for i, w in enumerate(load["warm"])]
@@ -97,14 +98,27 @@ def markdown(result: dict) -> str:
                    f"| {row['index_bytes'] / 1e6:.1f} | {row['build_s']:.1f} |")
     if "batched_samples" in result:
         out += ["", "## Batched samples", "", *batched_table(result["batched_samples"])]
-    out += ["", "## llama.cpp peer row", "", *peer_lines(result["peer"]), "", "## Targets (issue #4)", "",
-            "| target | goal | measured | met |", "|---|---|---|:---:|"]
+    out += ["", "## llama.cpp peer row", "", *peer_lines(result["peer"]), "", "## Targets", "",
+            "| target | issue | goal | measured | met |", "|---|---:|---|---|:---:|"]
     for name, row in result["targets"].items():
         measured = row["measured"]
         shown = (f"{measured:.3g}" if isinstance(measured, float) else
-                 ", ".join(f"{k} {v:.3g}" for k, v in measured.items()) if isinstance(measured, dict) else str(measured))
-        out.append(f"| {name} | {row['target']} | {shown} | {'yes' if row['met'] else 'no' if row['met'] is False else '—'} |")
+                 ", ".join(f"{k} {v:.3g}" for k, v in measured.items()) if isinstance(measured, dict) else
+                 "not measured" if measured is None else str(measured))
+        met = "yes" if row["met"] else "no" if row["met"] is False else "—"
+        out.append(f"| {name} | #{row.get('issue', 4)} | {row['target']} | {shown} | {met} |")
     return "\n".join(out) + "\n"
+
+
+def decode_after_graft_lines(row: dict | None) -> list[str]:
+    """Markdown for decode after the largest graft against an empty cache (nothing when not measured)."""
+    if not row:
+        return []
+    return ["| decode | context, tokens | tok/s, median (min–max) |", "|---|---:|---:|",
+            f"| after a graft | {row['context_tokens'] + row['query_tokens']:,} | {_s(row['after_graft_tok_per_s'])} |",
+            f"| empty cache | {row['query_tokens']:,} | {_s(row['empty_cache_tok_per_s'])} |", "",
+            f"Decode after a {row['context_tokens']:,}-token graft at **{row['ratio']:.2f}×** the empty-cache rate "
+            f"({row['decode_tokens']} tokens; {row['method']}).", ""]
 
 
 def peer_lines(peer: dict) -> list[str]:

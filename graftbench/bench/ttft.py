@@ -42,14 +42,19 @@ def prefill_once(session: Session, ids: list[int], queries: dict[str, list[int]]
     return out
 
 
+DECODE_ROOM = 128  # tokens of room a TTFT graft reads the artifact with beyond the query, as eval reads it
+
+
 def graft_once(session: Session, store: Store, artifact_id: str, query: list[int], integrity: str) -> dict:
     """One graft of ``artifact_id`` and ``query``: seconds of each component and in all, and the logits SHA-256.
+    The artifact is read with room for the query and :data:`DECODE_ROOM` decode tokens, as ``eval --graft`` reads
+    it with its budget (so the query appends without moving the cache).
 
     ``read_s`` (file to tensors), ``integrity_s`` (hash), ``parse_s`` (header), ``checks_s`` (the rest of
     :meth:`Store.read`: size, tensor set and shapes), ``rebuild_s`` (cache layers set from the artifact),
     ``query_s`` (query forward plus argmax), ``total_s``.
     """
-    read_total, artifact = timed(lambda: store.read(artifact_id, integrity))
+    read_total, artifact = timed(lambda: store.read(artifact_id, integrity, room=len(query) + DECODE_ROOM))
     rebuild, cache = timed(lambda: graft.restore(session.model, session.config, artifact))
     query_s, (_, digest) = timed(lambda: _first_token(session, cache, query))
     t = artifact.timing
