@@ -206,9 +206,10 @@ def test_committed_expectation_replays_on_this_machine(name, replays):
 def test_replays_build_artifacts_under_the_layout_the_expectation_recorded(session):
     from graftbench.exactness import as_recorded
 
-    recorded = json.loads((ROOT / "manifests" / "exact-smollm2-135m.json").read_text())["config"]["layout"]
+    committed = json.loads((ROOT / "manifests" / "exact-smollm2-135m.json").read_text())["config"]["layout"]
+    recorded = {**committed, "query": "Q: {problem}\nA:"}  # an expectation recorded under an earlier eval layout
     replayed = as_recorded(session, recorded)
     assert replayed.config.to_dict()["layout"] == recorded
-    assert replayed.config.to_dict()["layout"] != session.config.to_dict()["layout"]  # the eval layout moved on
+    assert replayed.config.to_dict()["layout"] != session.config.to_dict()["layout"]
     assert {k: v for k, v in replayed.config.to_dict().items() if k != "layout"} == \
         {k: v for k, v in session.config.to_dict().items() if k != "layout"}
