@@ -9,6 +9,7 @@ import torch
 from . import engine
 from .config import PinnedConfig, build_config
 from .isa import configure_torch
+from .kv_pool import PoolReport, reserve_tokens
 from .models import LoadedModel, load_model
 from .settings import DEFAULT_CHUNK_SIZE, DEFAULT_DTYPE, DEFAULT_MODEL
 
@@ -20,6 +21,7 @@ class Session:
     loaded: LoadedModel
     config: PinnedConfig
     eos_ids: set[int]
+    kv_pool: PoolReport = PoolReport(0, 0.0, "no pool asked for")
 
     @property
     def model(self):
@@ -80,15 +82,21 @@ class Session:
 
 
 def open_session(model: str = DEFAULT_MODEL, dtype: str = DEFAULT_DTYPE, chunk_size: int = DEFAULT_CHUNK_SIZE,
-                 threads: int | None = None) -> Session:
+                 threads: int | None = None, kv_pool_tokens: int = 0) -> Session:
     """Load ``model`` in ``dtype`` and pin the config. ``threads`` sets torch's intra-op thread count (part of the pin).
     The instruction-set pin is the one this process was started under (:func:`graftbench.isa.apply`).
+    ``kv_pool_tokens`` > 0 faults in KV memory for that many tokens once, after the load (:mod:`graftbench.kv_pool`:
+    a fresh process's first graft then reads into resident pages); the pool does not change any logits.
 
-    Raises :class:`graftbench.models.ModelError` for a model that cannot be loaded.
+    Raises :class:`graftbench.models.ModelError` for a model that cannot be loaded, ``ValueError`` for a negative
+    ``kv_pool_tokens``.
     """
+    if kv_pool_tokens < 0:
+        raise ValueError(f"kv_pool_tokens must be >= 0, got {kv_pool_tokens}")
     configure_torch()
     if threads:
         torch.set_num_threads(threads)
     loaded = load_model(model, dtype=dtype)
     config = build_config(loaded, chunk_size=chunk_size)
-    return Session(loaded, config, engine.eos_token_ids(loaded.model, loaded.tokenizer))
+    pool = reserve_tokens(loaded.model, kv_pool_tokens)
+    return Session(loaded, config, engine.eos_token_ids(loaded.model, loaded.tokenizer), pool)

@@ -58,10 +58,11 @@ def _decode_tok_per_s(session: Session, cache, query: list[int], tokens: int) ->
     return (len(decoded.token_ids) - 1) / decoded.decode_s
 
 
-def measure_decode_after_graft(session: Session, store, artifact_id: str, query: list[int], tokens: int,
-                               repeats: int) -> dict:
-    """Greedy decode tokens per second after grafting ``artifact_id`` and prefilling ``query``, against the same
-    decode after ``query`` alone in an empty cache; medians of ``repeats``, the two sides alternating.
+def measure_decode_after_graft(session: Session, store, artifact_id: str, context_tokens: int, query: list[int],
+                               tokens: int, repeats: int) -> dict:
+    """Greedy decode tokens per second after grafting ``artifact_id`` (``context_tokens`` long) and prefilling
+    ``query``, against the same decode after ``query`` alone in an empty cache; medians of ``repeats``, the two
+    sides alternating.
 
     Both decode ``tokens`` tokens (no EOS stop, so the counts are equal); tok/s = (tokens - 1) / decode seconds
     (one forward per token after the first). The graft is read with room for the query and the decode, as
@@ -69,20 +70,19 @@ def measure_decode_after_graft(session: Session, store, artifact_id: str, query:
     every decode step after a graft also reads the artifact's keys and values (the attention's cost grows with
     the positions held).
     """
+    def grafted():
+        artifact = store.read(artifact_id, room=len(query) + tokens)
+        return _decode_tok_per_s(session, graft.restore(session.model, session.config, artifact), query, tokens)
+
+    def alone():
+        return _decode_tok_per_s(session, engine.new_cache(session.model), query, tokens)
+
     after, empty = [], []
-    context = int(store.read(artifact_id).token_ids.numel())
     for i in range(repeats):
-        def grafted():
-            artifact = store.read(artifact_id, room=len(query) + tokens)
-            return _decode_tok_per_s(session, graft.restore(session.model, session.config, artifact), query, tokens)
-
-        def alone():
-            return _decode_tok_per_s(session, engine.new_cache(session.model), query, tokens)
-
         for side in ((grafted, alone) if i % 2 == 0 else (alone, grafted)):
             (after if side is grafted else empty).append(side())
     after_s, empty_s = summary(after), summary(empty)
-    return {"context_tokens": context, "query_tokens": len(query), "decode_tokens": tokens,
+    return {"context_tokens": context_tokens, "query_tokens": len(query), "decode_tokens": tokens,
             "after_graft_tok_per_s": after_s, "empty_cache_tok_per_s": empty_s,
             "ratio": after_s["median"] / empty_s["median"],
             "method": "greedy, no EOS stop; tok/s = (tokens - 1) / decode seconds; sides alternate; graft read "

@@ -98,10 +98,13 @@ def measure_size(session: Session, model: str, store_root: Path, ids: list[int],
     artifact_bytes = store.path(artifact_id).stat().st_size
     memory = graft_memory(store_root, artifact_id, model, session.config.dtype, session.config.chunk_size,
                           queries["query_1"])
+    pooled = graft_memory(store_root, artifact_id, model, session.config.dtype, session.config.chunk_size,
+                          queries["query_1"], pool_tokens=len(ids) + 1 + DECODE_ROOM)
     return {
         "tokens": len(ids), "query_tokens": {"query_1": 1, "query_real": len(query)},
         "artifact_bytes": artifact_bytes, "artifact_id": artifact_id,
         "prefill": prefill_fig, "graft": graft_fig, "ttft_ratio": ratio, "logits_equal": logits_equal,
         "graft_memory": memory, "graft_memory_ratio": memory["increase_bytes"] / artifact_bytes,
+        "first_graft_with_kv_pool": pooled,
         "file_read": "page cache warm (artifact written by this run)",
     }

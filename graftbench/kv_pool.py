@@ -1,0 +1,95 @@
+"""A KV pool: memory for KV caches faulted in once, when a session opens, so that a graft in a fresh process reads
+its artifact into pages that are already resident.
+
+Why: a graft reads an artifact into new buffers (``artifact_reader.read_safetensors``). In a fresh process those
+pages have never been touched, and the kernel faults each 4 KiB page in as the read first writes it. For an
+8,192-token smollm2-135m artifact (377 MB) that fault cost was 300-600 ms on this project's machines (Firecracker
+VMs), against a 50 ms read into resident pages: the first graft of a process took 3.5x the median graft. llama.cpp
+pays the same cost when it creates a context (its KV buffer is allocated and cleared for ``n_ctx`` tokens), not at
+state load; the pool does the same, and the benchmark reports its cost at open beside the first graft it speeds up.
+
+How: glibc's allocator returns a freed block to the kernel when the block was ``mmap``-ed (blocks of 128 KiB and up
+by default) or when the heap's free top exceeds the trim threshold. The pool raises both thresholds
+(``mallopt(M_MMAP_THRESHOLD)`` to 32 MiB, glibc's maximum on 64-bit; ``M_TRIM_THRESHOLD`` to the pool's size),
+writes ``bytes`` of heap in blocks and frees them: later KV buffers of up to 32 MiB each, allocated on the same
+thread (the main arena), reuse those pages. Only on Linux with glibc; elsewhere :func:`reserve` does nothing and says
+so. Resident memory stays at least the pool's size for the life of the process.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import time
+from dataclasses import dataclass
+
+import torch
+
+M_TRIM_THRESHOLD = -1  # glibc <malloc.h>
+M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD_MAX = 32 << 20  # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit (bytes)
+_INT_MAX = 2**31 - 1  # mallopt takes a C int
+
+
+@dataclass(frozen=True)
+class PoolReport:
+    """What :func:`reserve` did: ``bytes`` faulted in (0 when nothing was done), ``seconds`` it took, and ``how``
+    (``"glibc heap"`` or why nothing was done)."""
+
+    bytes: int
+    seconds: float
+    how: str
+
+
+def kv_bytes_per_token(model) -> int:
+    """Bytes of keys and values one token takes in ``model``'s cache: layers x 2 x KV heads x head dim x element
+    size. An upper bound for models with sliding-window layers (those keep only their window)."""
+    config = model.config.get_text_config()
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    element = torch.empty((), dtype=model.dtype).element_size()
+    return int(config.num_hidden_layers * 2 * heads * head_dim * element)
+
+
+def _glibc():
+    """glibc's ``mallopt``, or None where the C library is not glibc."""
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    libc = ctypes.CDLL(name)
+    if not hasattr(libc, "mallopt") or not hasattr(libc, "gnu_get_libc_version"):
+        return None
+    libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    return libc.mallopt
+
+
+def reserve(nbytes: int, block_bytes: int = 16 << 20) -> PoolReport:
+    """Fault ``nbytes`` of heap in and free it into glibc's main arena, kept from the kernel, so that later
+    allocations (each below 32 MiB, from this thread) reuse resident pages. ``block_bytes`` is the size written at a
+    time (below :data:`MMAP_THRESHOLD_MAX`). Raises ``ValueError`` for a negative size or a block of 32 MiB or more.
+    Returns a :class:`PoolReport` (bytes 0 where the C library is not glibc or ``nbytes`` is 0)."""
+    if nbytes < 0:
+        raise ValueError(f"KV pool size must be >= 0 bytes, got {nbytes}")
+    if not 0 < block_bytes < MMAP_THRESHOLD_MAX:
+        raise ValueError(f"KV pool block must be between 1 byte and 32 MiB, got {block_bytes}")
+    if nbytes == 0:
+        return PoolReport(0, 0.0, "no pool asked for")
+    mallopt = _glibc()
+    if mallopt is None:
+        return PoolReport(0, 0.0, "not glibc: no pool")
+    started = time.perf_counter()
+    mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX)
+    mallopt(M_TRIM_THRESHOLD, min(_INT_MAX, nbytes + MMAP_THRESHOLD_MAX))
+    blocks = [torch.empty(min(block_bytes, nbytes - start), dtype=torch.uint8) for start in range(0, nbytes, block_bytes)]
+    for block in blocks:
+        block.zero_()
+    del blocks
+    return PoolReport(nbytes, time.perf_counter() - started, "glibc heap")
+
+
+def reserve_tokens(model, tokens: int) -> PoolReport:
+    """:func:`reserve` enough for a KV cache of ``tokens`` tokens of ``model`` (:func:`kv_bytes_per_token`).
+    Raises ``ValueError`` for a negative count."""
+    if tokens < 0:
+        raise ValueError(f"KV pool must be >= 0 tokens, got {tokens}")
+    return reserve(tokens * kv_bytes_per_token(model))
