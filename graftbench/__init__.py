@@ -14,24 +14,12 @@ recorded without them):
   process's resident memory does not shrink after a large graft until it exits.
 """
 
-import ctypes
 import os
 
+from .allocator import keep_freed_memory
+
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
-
-
-def _keep_freed_memory() -> None:
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:  # not glibc: leave the allocator as it is
-        return
-    m_trim_threshold, m_mmap_threshold = -1, -3  # <malloc.h>
-    libc.mallopt(m_mmap_threshold, 32 << 20)
-    libc.mallopt(m_trim_threshold, 1 << 30)
-
-
-if os.environ.get("GRAFTBENCH_MALLOC", "keep") == "keep":
-    _keep_freed_memory()
+keep_freed_memory()
 
 # The instruction-set pin (graftbench/isa.py) must reach the environment before torch is imported.
 if os.environ.get("GRAFTBENCH_ISA"):

@@ -22,6 +22,7 @@ class BenchSection(str, Enum):
     """Sections of ``graftbench bench`` that run alone."""
 
     batched_samples = "batched-samples"
+    load_decode = "load-decode"
 
 
 def bench(
@@ -46,13 +47,15 @@ def bench(
                                               help="tokens of the artifact grafted in the batched-samples row"),
     only: Optional[BenchSection] = typer.Option(None, "--only", help="run one section alone: batched-samples "
                                                 "(writes batched-samples-<model>.json and .md, '-<N>-tokens' added "
-                                                "for a --batch-artifact-tokens other than the default)"),
+                                                "for a --batch-artifact-tokens other than the default) or "
+                                                "load-decode (decode against generate and model load: "
+                                                "load-decode-<model>.json and .md)"),
     smoke: bool = typer.Option(False, "--smoke", help="tiny sizes, one repetition, no cold load or peer: checks it runs"),
 ) -> None:
     """Measure graft against prefill (TTFT), restore throughput, decode, batched samples, model load, store scale and
     llama.cpp."""
     apply_isa(isa)  # before the imports below bring in torch
-    from .bench.report import batched_markdown, markdown, write_batched, write_outputs
+    from .bench.report import markdown, only_markdown, write_json_and_markdown, write_outputs
     from .bench.run import run_bench
 
     settings = BenchSettings(sizes=sorted(int_list(sizes, "--sizes")), repeats=repeats, graft_repeats=graft_repeats,
@@ -72,11 +75,13 @@ def bench(
     except ValueError as exc:
         fail(str(exc))
     stem = (f"{only.value if only else 'bench'}-{Path(model).stem}" + ("" if dtype == DEFAULT_DTYPE else f"-{dtype}")
-            + (f"-{batched.artifact_tokens}-tokens" if only and batched.artifact_tokens != BATCHED.artifact_tokens
+            + (f"-{batched.artifact_tokens}-tokens" if only == BenchSection.batched_samples
+               and batched.artifact_tokens != BATCHED.artifact_tokens
                and not smoke else "") + ("-smoke" if smoke else ""))
     if only:
-        paths = write_batched(result, out, stem)
-        console.print(batched_markdown(result))
+        text = only_markdown(result)
+        paths = write_json_and_markdown(result, text, out, stem)
+        console.print(text)
     else:
         paths = write_outputs(result, out, stem)
         console.print(markdown(result))

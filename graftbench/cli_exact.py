@@ -32,7 +32,6 @@ def check_exact(
     apply_isa(isa)  # before the imports below bring in torch
     from .exactness import check_pair_source, run_check_exact
     from .manifest import write_manifest
-    from .runs import RunDir
 
     problem_list = load_problem_set(problems, None, "id", "problem", "answer", "solution")
     try:
@@ -40,17 +39,23 @@ def check_exact(
     except ValueError as exc:
         fail(str(exc))
     session = open_model(model, dtype, chunk_size, threads, isa)
-    with progress("check-exact", samples) as advance:
-        manifest = run_check_exact(session, problem_list, problems, samples, controls, control_pairs,
-                                   on_pair=lambda r: advance(f"{r['id']} {'✓' if r['equal'] else '✗'} "
-                                                             f"{r['artifact_tokens']} artifact tokens"))
+    run = _open_run(runs_dir, model, session, problem_list)
+    with run, progress("check-exact", samples) as advance:
+        def measured(record):
+            run.append(record)
+            advance(f"{record['id']} {'✓' if record['equal'] else '✗'} {record['artifact_tokens']} artifact tokens")
+
+        try:
+            manifest = run_check_exact(session, problem_list, problems, samples, controls, control_pairs,
+                                       on_pair=measured, done=run.read_samples(),
+                                       on_reused=lambda r: advance(f"{r['id']} resumed"))
+        except OSError as exc:
+            fail(str(exc))
     from .tables import exactness_tables
 
     for table in exactness_tables(manifest):
         console.print(table)
-    run = RunDir(runs_dir, f"exact-{Path(model).stem}-{dtype}")
     try:
-        run.path.mkdir(parents=True, exist_ok=True)
         write_manifest(manifest, run.path / "exactness.json")
         if write_expect:
             write_manifest(manifest, write_expect)
@@ -61,6 +66,25 @@ def check_exact(
                   + (f" · expectation {write_expect}" if write_expect else ""))
     if totals["exact_pairs"] != totals["pairs"]:
         fail("some pairs are not byte-exact", 1)
+
+
+def _open_run(runs_dir: str, model: str, session, problem_list):
+    """The run folder that journals each measured pair (``samples.jsonl``, one record a line), named by the model,
+    the pin's fingerprint and the problem set's hash, so that a re-run under the same pin resumes it and another
+    pin never reads its records. Fails with the holder when another process has it open."""
+    from .problem_types import problem_set_sha256
+    from .runs import RunDir, RunError
+
+    config = session.config
+    name = f"exact-{Path(model).stem}-{config.dtype}-{config.fingerprint[:12]}-{problem_set_sha256(problem_list)[:8]}"
+    run = RunDir(runs_dir, name, key="id")
+    try:
+        done = run.open({"config_fingerprint": config.fingerprint, "problem_set_sha256": problem_set_sha256(problem_list)})
+    except (RunError, OSError) as exc:
+        fail(str(exc))
+    if done:
+        console.print(f"resuming {run.path}: {len(done)} pair records already measured under this pin")
+    return run
 
 
 def _replay(expect: Path, limit, isa: str | None, log: Path | None) -> None:

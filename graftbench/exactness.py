@@ -238,16 +238,34 @@ def summarize(results: list[dict]) -> dict:
     }
 
 
+def reusable(record: dict | None, pair: Pair, with_controls: bool) -> bool:
+    """Whether ``record`` (from an interrupted run under the same pin) was measured on ``pair``'s very tokens, with
+    controls exactly when they are asked for now."""
+    return (record is not None and record.get("tokens_sha256") == pair.tokens_sha256
+            and ("controls" in record) == with_controls)
+
+
 def run_check_exact(session: Session, problems: list[Problem], source: str, samples: int, with_controls: bool,
-                    control_pairs: int, on_pair=None) -> dict:
+                    control_pairs: int, on_pair=None, done: list[dict] | None = None, on_reused=None) -> dict:
     """Check ``samples`` pairs (controls on the first ``control_pairs`` when ``with_controls``) and return the
-    sealed exactness manifest (see :mod:`graftbench.exact_manifest`)."""
+    sealed exactness manifest (see :mod:`graftbench.exact_manifest`).
+
+    ``done``: records of an interrupted run of the same pin (the caller keeps them per config fingerprint); a
+    pair whose id, tokens and controls match one is not measured again (the last matching record counts), and
+    ``on_reused`` is called with it; ``on_pair`` is called with each newly measured record (to journal it)."""
     from .exact_manifest import build_exactness_manifest
     from .problem_types import problem_set_sha256
 
+    previous = {record["id"]: record for record in done or []}
     records = []
     for i, pair in enumerate(build_pairs(session, problems, samples, PAIR_LAYOUT)):
-        records.append(check_pair(session, pair, with_controls and i < control_pairs))
+        controls_here = with_controls and i < control_pairs
+        if reusable(previous.get(pair.id), pair, controls_here):
+            records.append(previous[pair.id])
+            if on_reused:
+                on_reused(records[-1])
+            continue
+        records.append(check_pair(session, pair, controls_here))
         if on_pair:
             on_pair(records[-1])
     return build_exactness_manifest(

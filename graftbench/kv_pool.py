@@ -8,27 +8,21 @@ VMs), against a 50 ms read into resident pages: the first graft of a process too
 pays the same cost when it creates a context (its KV buffer is allocated and cleared for ``n_ctx`` tokens), not at
 state load; the pool does the same, and the benchmark reports its cost at open beside the first graft it speeds up.
 
-How: glibc's allocator returns a freed block to the kernel when the block was ``mmap``-ed (blocks of 128 KiB and up
-by default) or when the heap's free top exceeds the trim threshold. The pool raises both thresholds
-(``mallopt(M_MMAP_THRESHOLD)`` to 32 MiB, glibc's maximum on 64-bit; ``M_TRIM_THRESHOLD`` to the pool's size),
-writes ``bytes`` of heap in blocks and frees them: later KV buffers of up to 32 MiB each, allocated on the same
-thread (the main arena), reuse those pages. Only on Linux with glibc; elsewhere :func:`reserve` does nothing and says
-so. Resident memory stays at least the pool's size for the life of the process.
+How: the package keeps freed heap blocks of up to 32 MiB from the kernel (:mod:`graftbench.allocator`). The pool
+writes ``bytes`` of heap in blocks and frees them, raising the trim threshold to keep them all: later KV buffers of
+up to 32 MiB each, allocated on the same thread (the main arena), reuse those pages. Only with glibc and the
+package's allocator setting (``GRAFTBENCH_MALLOC`` unset or ``keep``); elsewhere :func:`reserve` does nothing and
+says so. Resident memory stays at least the pool's size for the life of the process.
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import time
 from dataclasses import dataclass
 
 import torch
 
-M_TRIM_THRESHOLD = -1  # glibc <malloc.h>
-M_MMAP_THRESHOLD = -3
-MMAP_THRESHOLD_MAX = 32 << 20  # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit (bytes)
-_INT_MAX = 2**31 - 1  # mallopt takes a C int
+from .allocator import MMAP_THRESHOLD_MAX, keep_freed_memory
 
 
 @dataclass(frozen=True)
@@ -51,35 +45,21 @@ def kv_bytes_per_token(model) -> int:
     return int(config.num_hidden_layers * 2 * heads * head_dim * element)
 
 
-def _glibc():
-    """glibc's ``mallopt``, or None where the C library is not glibc."""
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
-    libc = ctypes.CDLL(name)
-    if not hasattr(libc, "mallopt") or not hasattr(libc, "gnu_get_libc_version"):
-        return None
-    libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    return libc.mallopt
-
-
 def reserve(nbytes: int, block_bytes: int = 16 << 20) -> PoolReport:
     """Fault ``nbytes`` of heap in and free it into glibc's main arena, kept from the kernel, so that later
     allocations (each below 32 MiB, from this thread) reuse resident pages. ``block_bytes`` is the size written at a
     time (below :data:`MMAP_THRESHOLD_MAX`). Raises ``ValueError`` for a negative size or a block of 32 MiB or more.
-    Returns a :class:`PoolReport` (bytes 0 where the C library is not glibc or ``nbytes`` is 0)."""
+    Returns a :class:`PoolReport` (bytes 0 where freed memory is not kept, see :mod:`graftbench.allocator`, or
+    ``nbytes`` is 0)."""
     if nbytes < 0:
         raise ValueError(f"KV pool size must be >= 0 bytes, got {nbytes}")
     if not 0 < block_bytes < MMAP_THRESHOLD_MAX:
         raise ValueError(f"KV pool block must be between 1 byte and 32 MiB, got {block_bytes}")
     if nbytes == 0:
         return PoolReport(0, 0.0, "no pool asked for")
-    mallopt = _glibc()
-    if mallopt is None:
-        return PoolReport(0, 0.0, "not glibc: no pool")
     started = time.perf_counter()
-    mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX)
-    mallopt(M_TRIM_THRESHOLD, min(_INT_MAX, nbytes + MMAP_THRESHOLD_MAX))
+    if not keep_freed_memory(nbytes + MMAP_THRESHOLD_MAX):
+        return PoolReport(0, 0.0, "freed memory is not kept (not glibc, or GRAFTBENCH_MALLOC): no pool")
     blocks = [torch.empty(min(block_bytes, nbytes - start), dtype=torch.uint8) for start in range(0, nbytes, block_bytes)]
     for block in blocks:
         block.zero_()

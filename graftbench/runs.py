@@ -54,8 +54,9 @@ class RunDir:
     and while it is open ``run.lock`` with its holder in ``run.lock.json``. Usable as a context manager
     (``with run: run.open(...)`` closes it)."""
 
-    def __init__(self, runs_root: str | Path, name: str):
+    def __init__(self, runs_root: str | Path, name: str, key: str = "problem_id"):
         self.name = check_run_name(name)
+        self.key = key  # the field every line of samples.jsonl names its item by
         self.path = Path(runs_root) / self.name
         self.samples_path = self.path / "samples.jsonl"
         self.manifest_path = self.path / "manifest.json"
@@ -163,7 +164,7 @@ class RunDir:
             sample = loads_strict(line, source=f"{self.samples_path} line {number}")
         except (ValueError, UnicodeDecodeError) as exc:
             sample = exc
-        if not isinstance(sample, dict) or not isinstance(sample.get("problem_id"), str):
+        if not isinstance(sample, dict) or not isinstance(sample.get(self.key), str):
             raise RunError(f"{self.samples_path}: line {number} is not a sample ({str(sample)[:80]}); the file was "
                            "edited or damaged: delete that line to re-run its problem")
         return sample
@@ -172,4 +173,4 @@ class RunDir:
         """Append one sample durably (unbuffered writes, then fsync). Raises
         :class:`~graftbench.durable.StorageError` (e.g. disk full) naming the file; the failed write is cut back
         first, so the file stays as it was."""
-        append_json_line(self.samples_path, sample, f"sample {sample.get('problem_id')!r}", crash="sample")
+        append_json_line(self.samples_path, sample, f"sample {sample.get(self.key)!r}", crash="sample")

@@ -144,6 +144,25 @@ def test_batched_samples_runs_alone(tmp_path):
     assert "## Batched samples" in markdown and "| one batch | 1 |" in markdown and "| one at a time | 3 |" in markdown
 
 
+@pytest.mark.model
+def test_load_and_decode_run_alone(tmp_path):
+    result = runner.invoke(app, ["bench", "--only", "load-decode", "--smoke", "--problems", str(AIME2024),
+                                 "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["load-decode-smollm2-135m-smoke.json",
+                                                          "load-decode-smollm2-135m-smoke.md"]
+    data = json.loads((tmp_path / "load-decode-smollm2-135m-smoke.json").read_text())
+    assert data["only"] == "load-decode" and not {"ttft", "restore", "batched_samples", "peer"} & set(data)
+    decode = data["decode"]
+    assert decode["same_tokens"] is True and decode["graftbench_tok_per_s"]["median"] > 0
+    assert [row["from_cache"] for row in data["load"]["warm"]] == [True, True]
+    assert data["targets"] == {"decode_ratio_vs_generate": {"target": ">= 1.0x", "issue": 14,
+                                                            "measured": decode["ratio"], "met": decode["ratio"] >= 1.0}}
+    markdown = (tmp_path / "load-decode-smollm2-135m-smoke.md").read_text()
+    assert "## Decode throughput" in markdown and "| transformers generate |" in markdown
+    assert "## Model load" in markdown and "| warm 1 |" in markdown
+
+
 @pytest.mark.parametrize("args, message", [
     (["--batch-samples", "0"], "Invalid value for '--batch-samples'"),
     (["--batch-tokens", "1"], "Invalid value for '--batch-tokens'"),

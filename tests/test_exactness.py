@@ -52,6 +52,25 @@ def test_controls_have_teeth(small_manifest):
         assert controls[name]["max_abs_delta"] < 1e-2, name  # small float differences, not a broken graft
 
 
+def test_an_interrupted_check_resumes_from_its_records(session, aime2024, small_manifest):
+    reused, measured = [], []
+    resumed = run_check_exact(session, aime2024, "aime2024", samples=5, with_controls=True, control_pairs=2,
+                              done=small_manifest["pairs"][:3], on_pair=measured.append, on_reused=reused.append)
+    assert [r["id"] for r in reused] == ["pair-000", "pair-001", "pair-002"]
+    assert [r["id"] for r in measured] == ["pair-003", "pair-004"]
+    assert resumed["pairs"] == small_manifest["pairs"]  # the same records as the uninterrupted run
+    assert verify_exactness_manifest(resumed) == []
+
+
+def test_a_record_of_other_tokens_or_controls_is_measured_again(session, aime2024, small_manifest):
+    pair = build_pairs(session, aime2024, 5)[0]
+    record = small_manifest["pairs"][0]  # measured with controls
+    assert exactness.reusable(record, pair, with_controls=True)
+    assert not exactness.reusable(record, pair, with_controls=False)
+    assert not exactness.reusable({**record, "tokens_sha256": "0" * 64}, pair, with_controls=True)
+    assert not exactness.reusable(None, pair, with_controls=True)
+
+
 def test_chunk_boundaries_restart_at_each_segment(session, monkeypatch):
     sizes = []
     real = engine.forward

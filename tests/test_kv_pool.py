@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -28,8 +29,9 @@ print(json.dumps({"growth": rss_bytes() - before, "pool": report.bytes, "how": r
 """
 
 
-def _growth(pool_bytes: int) -> dict:
-    done = subprocess.run([sys.executable, "-c", _PROBE, str(pool_bytes)], capture_output=True, text=True, check=True)
+def _growth(pool_bytes: int, **env) -> dict:
+    done = subprocess.run([sys.executable, "-c", _PROBE, str(pool_bytes)], capture_output=True, text=True, check=True,
+                          env={**os.environ, **env})
     return json.loads(done.stdout)
 
 
@@ -38,6 +40,20 @@ def test_kv_sized_buffers_reuse_the_pool_instead_of_new_pages():
     assert without["pool"] == 0 and without["growth"] > 40 << 20  # 48 MiB of fresh pages faulted in
     assert with_pool == {"growth": with_pool["growth"], "pool": 64 << 20, "how": "glibc heap"}
     assert with_pool["growth"] < 8 << 20  # the pool's pages, already resident
+
+
+def test_without_the_packages_allocator_setting_there_is_no_pool_and_it_says_why():
+    off = _growth(64 << 20, GRAFTBENCH_MALLOC="system")
+    assert off["pool"] == 0 and off["how"] == "freed memory is not kept (not glibc, or GRAFTBENCH_MALLOC): no pool"
+    assert off["growth"] > 40 << 20
+
+
+def test_the_trim_threshold_only_grows():
+    from graftbench import allocator
+
+    assert allocator.keep_freed_memory(2 << 30)  # past a C int: capped
+    assert allocator._trim == 2**31 - 1
+    assert allocator.keep_freed_memory(1 << 20) and allocator._trim == 2**31 - 1
 
 
 def _model(layers, heads, kv_heads, hidden, dtype, head_dim=None):

@@ -36,6 +36,8 @@ from graftbench.store import (
 )
 from graftbench.workflows import deposit_plan, run_eval
 
+from .conftest import AIME2024
+
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
 LAYERS, HEADS, DIM = 2, 2, 4
@@ -414,6 +416,21 @@ def test_check_exact_on_a_set_without_solutions_names_the_file(tmp_path):
     text = " ".join(result.output.split())
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert f"{path}: none of its 1 problems has a solution (no 'solution' field)" in text
+
+
+def test_check_exact_journals_each_pair_and_a_rerun_resumes(tmp_path):
+    args = ["check-exact", "--problems", str(AIME2024), "--runs-dir", str(tmp_path)]
+    first = runner.invoke(app, args + ["--samples", "1"])
+    assert first.exit_code == 0, first.output
+    [run] = list(tmp_path.iterdir())
+    assert run.name.startswith("exact-smollm2-135m-float32-") and len((run / "samples.jsonl").read_text().splitlines()) == 1
+    again = runner.invoke(app, args + ["--samples", "2"])
+    text = " ".join(again.output.split())
+    assert again.exit_code == 0 and f"resuming {run}: 1 pair records already measured under this pin" in text
+    assert "2 of 2 pairs byte-exact" in text
+    lines = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    assert [line["id"] for line in lines] == ["pair-000", "pair-001"]  # pair-000 was not measured twice
+    assert json.loads((run / "exactness.json").read_text())["pairs"] == lines
 
 
 def _sample(problem_id: str, correct: bool) -> Sample:

@@ -86,17 +86,9 @@ def markdown(result: dict) -> str:
             f"In memory: XXH3-128 {hashes['xxh3_128']:.1f} GB/s, SHA-256 {hashes['sha256']:.2f} GB/s. "
             f"Cold file ({r['cold_restore']['method']}): {r['cold_restore']['seconds']:.3f} s, "
             f"{r['cold_restore']['gb_per_s']:.2f} GB/s. Bit flips caught: {r['bit_flips']['caught']} of "
-            f"{r['bit_flips']['tried']}.", "", "## Decode throughput", "",
-            "| engine | tokens | tok/s, median (min–max) |", "|---|---:|---:|",
-            f"| graftbench | {d['new_tokens']['graftbench']} | {_s(d['graftbench_tok_per_s'])} |",
-            f"| transformers generate | {d['new_tokens']['generate']} | {_s(d['generate_tok_per_s'])} |", "",
-            f"Ratio {d['ratio']:.2f}×; same greedy tokens: {d['same_tokens']}. {d['method']}.", "",
-            *decode_after_graft_lines(result.get("decode_after_graft")),
-            "## Model load", "", "| load | imports, s | load, s | from cache |", "|---|---:|---:|---|"]
-    load = result["load"]
-    loads = ([("cold", load["cold"])] if "cold" in load else []) + [(f"warm {i + 1}", w) for i, w in enumerate(load["warm"])]
-    for label, row in loads:
-        out.append(f"| {label} | {row['import_s']:.2f} | {row['load_s']:.2f} | {row['from_cache']} |")
+            f"{r['bit_flips']['tried']}.", "", "## Decode throughput", "", *decode_lines(d),
+            *decode_after_graft_lines(result.get("decode_after_graft")), "## Model load", "",
+            *load_table(result["load"])]
     out += ["", "## Store scale", "", "| artifacts | exact lookup, ms | similar lookup, ms | none lookup, ms "
             "| routed as expected | RSS, MB | index, MB | build, s |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in result["store_scale"]:
@@ -116,6 +108,35 @@ def markdown(result: dict) -> str:
                  "not measured" if measured is None else str(measured))
         met = "yes" if row["met"] else "no" if row["met"] is False else "—"
         out.append(f"| {name} | #{row.get('issue', 4)} | {row['target']} | {shown} | {met} |")
+    return "\n".join(out) + "\n"
+
+
+def decode_lines(d: dict) -> list[str]:
+    """Markdown: graftbench's greedy decode against ``transformers`` ``generate`` (tok/s), the ratio and method."""
+    return ["| engine | tokens | tok/s, median (min–max) |", "|---|---:|---:|",
+            f"| graftbench | {d['new_tokens']['graftbench']} | {_s(d['graftbench_tok_per_s'])} |",
+            f"| transformers generate | {d['new_tokens']['generate']} | {_s(d['generate_tok_per_s'])} |", "",
+            f"Ratio {d['ratio']:.2f}×; same greedy tokens: {d['same_tokens']}. {d['method']}.", ""]
+
+
+def load_table(load: dict) -> list[str]:
+    """Markdown rows: each model load (cold when measured, then warm), imports and load seconds apart."""
+    lines = ["| load | imports, s | load, s | from cache |", "|---|---:|---:|---|"]
+    loads = ([("cold", load["cold"])] if "cold" in load else []) + [(f"warm {i + 1}", w) for i, w in enumerate(load["warm"])]
+    for label, row in loads:
+        lines.append(f"| {label} | {row['import_s']:.2f} | {row['load_s']:.2f} | {row['from_cache']} |")
+    return lines
+
+
+def load_decode_markdown(result: dict) -> str:
+    """A run of the load-and-decode section alone (``graftbench bench --only load-decode``) as markdown."""
+    env = result["environment"]
+    out = [f"# graftbench bench: load and decode, {env['model']} ({env['dtype']})", "",
+           f"{env['date']}; {env['processor']}, {env['cpu_count']} CPUs, {env['torch_threads']} torch threads; torch "
+           f"{env['libraries'].get('torch')}, transformers {env['libraries'].get('transformers')}."
+           + (" **Smoke run: sizes too small for the figures to mean anything.**" if result["smoke"] else ""),
+           "", "## Decode throughput", "", *decode_lines(result["decode"]), "## Model load", "",
+           *load_table(result["load"])]
     return "\n".join(out) + "\n"
 
 
@@ -249,9 +270,9 @@ def batched_markdown(result: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def write_batched(result: dict, out_dir: Path, stem: str) -> list[Path]:
-    """Write the batched-samples run alone as ``{stem}.json`` and ``{stem}.md`` under ``out_dir`` atomically."""
-    return write_json_and_markdown(result, batched_markdown(result), out_dir, stem)
+def only_markdown(result: dict) -> str:
+    """The markdown of a one-section run (``result["only"]``)."""
+    return load_decode_markdown(result) if result["only"] == "load-decode" else batched_markdown(result)
 
 
 def long_context_markdown(result: dict) -> str:
