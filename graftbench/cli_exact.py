@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -76,7 +77,8 @@ def _open_run(runs_dir: str, model: str, session, problem_list):
     from .runs import RunDir, RunError
 
     config = session.config
-    name = f"exact-{Path(model).stem}-{config.dtype}-{config.fingerprint[:12]}-{problem_set_sha256(problem_list)[:8]}"
+    label = re.sub(r"[^A-Za-z0-9._-]", "_", Path(model).name)  # an alias, a hub id's last part, a folder or file name
+    name = f"exact-{label}-{config.dtype}-{config.fingerprint[:12]}-{problem_set_sha256(problem_list)[:8]}"
     run = RunDir(runs_dir, name, key="id")
     try:
         done = run.open({"config_fingerprint": config.fingerprint, "problem_set_sha256": problem_set_sha256(problem_list)})

@@ -17,6 +17,7 @@ Negative controls, which must differ to show that the check has teeth:
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, replace
 
 import torch
@@ -179,6 +180,8 @@ def rotate_cache(session: Session, cache, shift: int) -> None:
     """Re-rotate every cached key by ``shift`` positions with the model's own RoPE (per layer type's base)."""
     rotary = session.model.model.rotary_emb
     layer_types = getattr(session.model.config.get_text_config(), "layer_types", None)
+    if "layer_type" not in inspect.signature(rotary.forward).parameters:
+        layer_types = None  # one RoPE base for every layer (e.g. Qwen2, whose config lists layer types too)
     for i, layer in enumerate(cache.layers):
         kwargs = {"layer_type": layer_types[i]} if layer_types else {}
         cos, sin = rotary(layer.keys, torch.tensor([[shift]]), **kwargs)

@@ -71,6 +71,26 @@ def test_a_record_of_other_tokens_or_controls_is_measured_again(session, aime202
     assert not exactness.reusable(None, pair, with_controls=True)
 
 
+def test_rotate_cache_handles_a_model_whose_config_lists_layer_types_but_has_one_rope_base():
+    from types import SimpleNamespace
+
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=64)
+    model = Qwen2ForCausalLM(config)
+    assert config.layer_types == ["full_attention", "full_attention"]  # listed, though Qwen2's RoPE has one base
+    keys = torch.randn(1, 2, 5, 8)
+    cache = SimpleNamespace(layers=[SimpleNamespace(keys=keys.clone()) for _ in range(2)])
+    exactness.rotate_cache(SimpleNamespace(model=model), cache, 0)
+    assert all(torch.allclose(layer.keys, keys, atol=1e-6) for layer in cache.layers)  # shift 0: unchanged
+    exactness.rotate_cache(SimpleNamespace(model=model), cache, 8)
+    for layer in cache.layers:
+        assert not torch.allclose(layer.keys, keys)
+        assert torch.allclose(layer.keys.norm(dim=-1), keys.norm(dim=-1), atol=1e-5)  # a rotation keeps norms
+
+
 def test_chunk_boundaries_restart_at_each_segment(session, monkeypatch):
     sizes = []
     real = engine.forward
