@@ -147,6 +147,24 @@ def test_every_bundled_model_and_dtype_has_a_committed_expectation_under_the_por
         assert manifest["config"]["cpu_capability"] == "AVX2"
 
 
+# The optional models' expectations (issue #13): pairs and control pairs each must have, by (model, dtype).
+QWEN_EXPECTATIONS = {("qwen2.5-coder-0.5b", "float32"): (30, 10), ("qwen2.5-coder-0.5b", "bfloat16"): (30, 5),
+                     ("qwen2.5-coder-1.5b", "bfloat16"): (20, 3)}
+
+
+def test_committed_qwen_expectations_are_whole_exact_and_portable():
+    committed = [json.loads(p.read_text()) for p in sorted((ROOT / "manifests").glob("exact-qwen*.json"))]
+    assert committed, "no Qwen expectation committed"
+    for manifest in committed:
+        pin = manifest["config"]
+        pairs, control_pairs = QWEN_EXPECTATIONS[(pin["model"], pin["dtype"])]
+        assert verify_exactness_manifest(manifest) == []
+        assert manifest["totals"]["pairs"] == manifest["totals"]["exact_pairs"] == pairs
+        assert len({r["tokens_sha256"] for r in manifest["pairs"]}) == pairs
+        assert sum("controls" in r for r in manifest["pairs"]) == control_pairs
+        assert (pin["isa"], pin["threads"], pin["cpu_capability"]) == ("avx2", 1, "AVX2")
+
+
 def test_fifty_pairs_are_distinct_and_the_first_thirty_keep_their_tokens(session, aime2024):
     pairs = build_pairs(session, aime2024, 50)
     assert len({p.tokens_sha256 for p in pairs}) == 50
