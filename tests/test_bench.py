@@ -128,37 +128,36 @@ def test_smoke_batched_samples_row(smoke):
     assert target["met"] is (target["measured"] >= 3.0)  # reported, never asserted on
 
 
+def _run_alone(section: str, folder) -> tuple[dict, str]:
+    """``bench --only SECTION --smoke`` into ``folder``: checks it wrote exactly its JSON and markdown, returns both."""
+    result = runner.invoke(app, ["bench", "--only", section, "--smoke", "--problems", str(AIME2024),
+                                 "--out", str(folder)])
+    assert result.exit_code == 0, result.output
+    stem = f"{section}-smollm2-135m-smoke"
+    assert sorted(p.name for p in folder.iterdir()) == [f"{stem}.json", f"{stem}.md"]
+    data = json.loads((folder / f"{stem}.json").read_text())
+    assert data["only"] == section and data["smoke"] is True
+    return data, (folder / f"{stem}.md").read_text()
+
+
 @pytest.mark.model
 def test_batched_samples_runs_alone(tmp_path):
-    result = runner.invoke(app, ["bench", "--only", "batched-samples", "--smoke", "--problems", str(AIME2024),
-                                 "--out", str(tmp_path)])
-    assert result.exit_code == 0, result.output
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["batched-samples-smollm2-135m-smoke.json",
-                                                          "batched-samples-smollm2-135m-smoke.md"]
-    data = json.loads((tmp_path / "batched-samples-smollm2-135m-smoke.json").read_text())
-    assert data["only"] == "batched-samples" and data["smoke"] is True
+    data, markdown = _run_alone("batched-samples", tmp_path)
     assert not {"ttft", "restore", "decode", "load", "store_scale", "peer"} & set(data)
     _check_batched_row(data["batched_samples"], data["workload"]["query_problem"])
     assert list(data["targets"]) == ["batched_samples_decode_ratio"]
-    markdown = (tmp_path / "batched-samples-smollm2-135m-smoke.md").read_text()
     assert "## Batched samples" in markdown and "| one batch | 1 |" in markdown and "| one at a time | 3 |" in markdown
 
 
 @pytest.mark.model
 def test_load_and_decode_run_alone(tmp_path):
-    result = runner.invoke(app, ["bench", "--only", "load-decode", "--smoke", "--problems", str(AIME2024),
-                                 "--out", str(tmp_path)])
-    assert result.exit_code == 0, result.output
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["load-decode-smollm2-135m-smoke.json",
-                                                          "load-decode-smollm2-135m-smoke.md"]
-    data = json.loads((tmp_path / "load-decode-smollm2-135m-smoke.json").read_text())
-    assert data["only"] == "load-decode" and not {"ttft", "restore", "batched_samples", "peer"} & set(data)
+    data, markdown = _run_alone("load-decode", tmp_path)
+    assert not {"ttft", "restore", "batched_samples", "peer"} & set(data)
     decode = data["decode"]
     assert decode["same_tokens"] is True and decode["graftbench_tok_per_s"]["median"] > 0
     assert [row["from_cache"] for row in data["load"]["warm"]] == [True, True]
     assert data["targets"] == {"decode_ratio_vs_generate": {"target": ">= 1.0x", "issue": 14,
                                                             "measured": decode["ratio"], "met": decode["ratio"] >= 1.0}}
-    markdown = (tmp_path / "load-decode-smollm2-135m-smoke.md").read_text()
     assert "## Decode throughput" in markdown and "| transformers generate |" in markdown
     assert "## Model load" in markdown and "| warm 1 |" in markdown
 
