@@ -32,17 +32,12 @@ def _mallopt():
     return mallopt
 
 
-def keeps_freed_memory() -> bool:
-    """Whether this process keeps freed memory (glibc present and ``GRAFTBENCH_MALLOC`` unset or ``keep``)."""
-    return os.environ.get(POLICY_VAR, "keep") == "keep" and _mallopt() is not None
-
-
 def keep_freed_memory(trim_bytes: int = DEFAULT_TRIM_BYTES) -> bool:
     """Keep freed blocks of up to 32 MiB, and up to ``trim_bytes`` of free heap top (capped at 2 GiB - 1, a C int),
     from the kernel. Never lowers the trim threshold this module set before. Returns False (nothing done) where
     the C library is not glibc or ``GRAFTBENCH_MALLOC`` says otherwise."""
     global _trim
-    mallopt = _mallopt() if keeps_freed_memory() else None
+    mallopt = _mallopt() if os.environ.get(POLICY_VAR, "keep") == "keep" else None
     if mallopt is None:
         return False
     _trim = max(_trim, min(_INT_MAX, trim_bytes))

@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from .bench.batched_settings import BatchedSettings
 from .cli_common import (BENCH, DEFAULT_DTYPE, DTYPE_NAMES, ChunkOpt, DtypeOpt, IsaOpt, ModelOpt, apply_isa, console,
-                         fail, int_list, load_problem_set, open_model, progress_bar)
+                         fail, int_list, load_problem_set, model_label, open_model, progress_bar)
 from .settings import BenchSettings
 
 BATCHED = BatchedSettings()
@@ -74,7 +74,7 @@ def bench(
                                only.value if only else None)
     except ValueError as exc:
         fail(str(exc))
-    stem = (f"{only.value if only else 'bench'}-{Path(model).stem}" + ("" if dtype == DEFAULT_DTYPE else f"-{dtype}")
+    stem = (f"{only.value if only else 'bench'}-{model_label(model)}" + ("" if dtype == DEFAULT_DTYPE else f"-{dtype}")
             + (f"-{batched.artifact_tokens}-tokens" if only == BenchSection.batched_samples
                and batched.artifact_tokens != BATCHED.artifact_tokens
                and not smoke else "") + ("-smoke" if smoke else ""))
@@ -111,7 +111,7 @@ def bench_isa(
             result = measure(model, names, problems, prompt_tokens, decode_tokens, threads, repeats, advance)
     except RuntimeError as exc:
         fail(str(exc))
-    paths = write_outputs(result, out, f"isa-cost-{Path(model).stem}")
+    paths = write_outputs(result, out, f"isa-cost-{model_label(model)}")
     console.print(markdown(result))
     console.print("wrote " + ", ".join(str(p) for p in paths))
 
@@ -143,6 +143,6 @@ def bench_long_context(
     except (ValueError, OSError) as exc:
         fail(str(exc))
     result["problems"] = problems
-    paths = write_long_context(result, out, f"long-context-{Path(model).stem}")
+    paths = write_long_context(result, out, f"long-context-{model_label(model)}")
     console.print(long_context_markdown(result))
     console.print("wrote " + ", ".join(str(p) for p in paths))

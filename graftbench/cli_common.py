@@ -7,8 +7,10 @@ Imports no torch: a command applies its instruction-set pin (:func:`apply_isa`) 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from contextlib import contextmanager
+from pathlib import Path
 
 import typer
 from rich.console import Console
@@ -165,6 +167,13 @@ def stage_progress(n_problems: int | None = None):
             current["task"] = bar.add_task(name, total=total, last="")
 
         yield (lambda item: bar.update(current["task"], advance=1, last=describe(item))), on_stage
+
+
+def model_label(model: str) -> str:
+    """``model`` as a file or folder name part: an alias as it is (``qwen2.5-coder-0.5b`` keeps its dots), a hub
+    id's or a folder's last part, a GGUF file's name without ``.gguf``; other characters become ``_``."""
+    name = Path(model).name
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name[: -len(".gguf")] if name.endswith(".gguf") else name)
 
 
 def int_list(text: str, name: str) -> list[int]:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from .cli_common import (ChunkOpt, DtypeOpt, ModelOpt, ProblemsOpt, RunsOpt, apply_isa, console, fail,
-                         load_problem_set, open_model, progress)
+                         load_problem_set, model_label, open_model, progress)
 
 
 def check_exact(
@@ -40,7 +39,7 @@ def check_exact(
     except ValueError as exc:
         fail(str(exc))
     session = open_model(model, dtype, chunk_size, threads, isa)
-    run = _open_run(runs_dir, model, session, problem_list)
+    run, done = _open_run(runs_dir, model, session, problem_list)
     with run, progress("check-exact", samples) as advance:
         def measured(record):
             run.append(record)
@@ -48,7 +47,7 @@ def check_exact(
 
         try:
             manifest = run_check_exact(session, problem_list, problems, samples, controls, control_pairs,
-                                       on_pair=measured, done=run.read_samples(),
+                                       on_pair=measured, done=done,
                                        on_reused=lambda r: advance(f"{r['id']} resumed"))
         except OSError as exc:
             fail(str(exc))
@@ -72,21 +71,21 @@ def check_exact(
 def _open_run(runs_dir: str, model: str, session, problem_list):
     """The run folder that journals each measured pair (``samples.jsonl``, one record a line), named by the model,
     the pin's fingerprint and the problem set's hash, so that a re-run under the same pin resumes it and another
-    pin never reads its records. Fails with the holder when another process has it open."""
+    pin never reads its records; returns it open, with the records already in it. Fails with the holder when
+    another process has it open."""
     from .problem_types import problem_set_sha256
     from .runs import RunDir, RunError
 
-    config = session.config
-    label = re.sub(r"[^A-Za-z0-9._-]", "_", Path(model).name)  # an alias, a hub id's last part, a folder or file name
-    name = f"exact-{label}-{config.dtype}-{config.fingerprint[:12]}-{problem_set_sha256(problem_list)[:8]}"
+    config, problems_sha = session.config, problem_set_sha256(problem_list)
+    name = f"exact-{model_label(model)}-{config.dtype}-{config.fingerprint[:12]}-{problems_sha[:8]}"
     run = RunDir(runs_dir, name, key="id")
     try:
-        done = run.open({"config_fingerprint": config.fingerprint, "problem_set_sha256": problem_set_sha256(problem_list)})
+        done = run.open({"config_fingerprint": config.fingerprint, "problem_set_sha256": problems_sha})
     except (RunError, OSError) as exc:
         fail(str(exc))
     if done:
         console.print(f"resuming {run.path}: {len(done)} pair records already measured under this pin")
-    return run
+    return run, done
 
 
 def _replay(expect: Path, limit, isa: str | None, log: Path | None) -> None:

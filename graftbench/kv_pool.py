@@ -35,6 +35,9 @@ class PoolReport:
     how: str
 
 
+NO_POOL = PoolReport(0, 0.0, "no pool asked for")
+
+
 def kv_bytes_per_token(model) -> int:
     """Bytes of keys and values one token takes in ``model``'s cache: layers x 2 x KV heads x head dim x element
     size. An upper bound for models with sliding-window layers (those keep only their window)."""
@@ -56,7 +59,7 @@ def reserve(nbytes: int, block_bytes: int = 16 << 20) -> PoolReport:
     if not 0 < block_bytes < MMAP_THRESHOLD_MAX:
         raise ValueError(f"KV pool block must be between 1 byte and 32 MiB, got {block_bytes}")
     if nbytes == 0:
-        return PoolReport(0, 0.0, "no pool asked for")
+        return NO_POOL
     started = time.perf_counter()
     if not keep_freed_memory(nbytes + MMAP_THRESHOLD_MAX):
         return PoolReport(0, 0.0, "freed memory is not kept (not glibc, or GRAFTBENCH_MALLOC): no pool")

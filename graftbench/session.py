@@ -9,7 +9,7 @@ import torch
 from . import engine
 from .config import PinnedConfig, build_config
 from .isa import configure_torch
-from .kv_pool import PoolReport, reserve_tokens
+from .kv_pool import NO_POOL, PoolReport, reserve_tokens
 from .models import LoadedModel, load_model
 from .settings import DEFAULT_CHUNK_SIZE, DEFAULT_DTYPE, DEFAULT_MODEL
 
@@ -21,7 +21,7 @@ class Session:
     loaded: LoadedModel
     config: PinnedConfig
     eos_ids: set[int]
-    kv_pool: PoolReport = PoolReport(0, 0.0, "no pool asked for")
+    kv_pool: PoolReport = NO_POOL
 
     @property
     def model(self):

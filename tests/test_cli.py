@@ -87,3 +87,15 @@ def test_committed_manifests_verify(name):
 def test_committed_aime_manifests_are_present():
     names = {p.name for p in (ROOT / "manifests").glob("*.json")}
     assert {"aime2024-baseline-smollm2-135m.json", "aime2024-recurring-smollm2-135m.json"} <= names
+
+
+@pytest.mark.parametrize("model, label", [
+    ("qwen2.5-coder-0.5b", "qwen2.5-coder-0.5b"),  # an alias keeps its dots (Path.stem would cut ".5b")
+    ("HuggingFaceTB/SmolLM2-135M", "SmolLM2-135M"),
+    ("/models/gemma-3-270m-q4_k_m.gguf", "gemma-3-270m-q4_k_m"),
+    ("/models/my model/", "my_model"),
+])
+def test_model_label_names_outputs_and_runs(model, label):
+    from graftbench.cli_common import model_label
+
+    assert model_label(model) == label

@@ -99,7 +99,7 @@ def measure_size(session: Session, model: str, store_root: Path, ids: list[int],
     memory = graft_memory(store_root, artifact_id, model, session.config.dtype, session.config.chunk_size,
                           queries["query_1"])
     pooled = graft_memory(store_root, artifact_id, model, session.config.dtype, session.config.chunk_size,
-                          queries["query_1"], pool_tokens=len(ids) + 1 + DECODE_ROOM)
+                          queries["query_1"], pool_tokens=len(ids) + len(queries["query_1"]) + DECODE_ROOM)
     return {
         "tokens": len(ids), "query_tokens": {"query_1": 1, "query_real": len(query)},
         "artifact_bytes": artifact_bytes, "artifact_id": artifact_id,
