@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from .report import Report, RunEntry
 
 MODE_STYLE = {"baseline": ("tab:gray", "o"), "graft": ("tab:blue", "s")}
+ROUND_DODGE = {"baseline": -0.06, "graft": 0.06}  # rounds apart, so that equal accuracies do not hide a line
 
 
 def _figure(width: float = 7.0, height: float = 4.5) -> Figure:
@@ -92,14 +93,15 @@ def family_bars(runs: list[RunEntry], path: Path) -> Path:
 
 
 def rounds_curve(rounds: list[RunEntry], path: Path) -> Path:
-    """Accuracy (with 95% intervals) over flywheel rounds, one line per mode."""
+    """Accuracy (with 95% intervals) over flywheel rounds, one line per mode, each mode shifted a little along the
+    round axis (``ROUND_DODGE``) so that a graft line equal to the baseline stays visible beside it."""
     figure = _figure()
     axes = figure.add_subplot()
     for mode, (color, marker) in MODE_STYLE.items():
         chosen = [r for r in rounds if r.mode == mode and r.summary["avg_at_n"] is not None]
         if not chosen:
             continue
-        xs = [r.round for r in chosen]
+        xs = [r.round + ROUND_DODGE[mode] for r in chosen]
         ys = [r.summary["avg_at_n"] for r in chosen]
         errors = list(zip(*[_error(r.summary["avg_at_n"], r.summary["accuracy_ci95"]) for r in chosen]))
         axes.errorbar(xs, ys, yerr=errors, fmt=marker + "-", color=color, capsize=4, label=mode)

@@ -199,3 +199,17 @@ def test_the_report_imports_no_torch_and_the_cli_default_matches_metrics():
     from graftbench import cli_report, metrics
 
     assert cli_report.RESAMPLES == metrics.RESAMPLES
+
+
+def test_rounds_curve_keeps_an_equal_baseline_line_visible(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from graftbench import report_plots
+
+    drawn = {}
+    monkeypatch.setattr(report_plots, "_finish", lambda figure, axes, title, path: drawn.setdefault("axes", axes))
+    summary = {"avg_at_n": 0.25, "accuracy_ci95": [0.1, 0.5]}
+    rounds = [SimpleNamespace(round=r, mode=mode, summary=summary) for r in (1, 2) for mode in ("baseline", "graft")]
+    report_plots.rounds_curve(rounds, tmp_path / "rounds.png")
+    lines = {bars.get_label(): [round(x, 6) for x in bars.lines[0].get_xdata()] for bars in drawn["axes"].containers}
+    assert lines == {"baseline": [0.94, 1.94], "graft": [1.06, 2.06]}
