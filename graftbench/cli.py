@@ -41,6 +41,10 @@ AddressOpt = typer.Option(CLUSTER.address, "--address", help=escape(
     "with --executor ray: join this running Ray cluster (host:port, or auto) [default: start a local one for the run "
     "and stop it at the end]"))
 
+ProblemTimeoutOpt = typer.Option(CLUSTER.problem_timeout_s, "--problem-timeout", min=1.0, help=escape(
+    "with --executor ray: seconds a worker may hold one problem; past it the worker counts as hung, is stopped, and "
+    "the problem goes to another"))
+
 
 def _print_cleaned(cleaned) -> None:
     if cleaned:
@@ -111,20 +115,21 @@ def _executor(cluster: ClusterOptions | None, model, dtype, chunk_size, isa):
     return partial(run_eval_ray, pin=pin, options=cluster, on_event=console.print)
 
 
-def _cluster(executor: str, workers: int | None, threads: int, address: str | None) -> ClusterOptions | None:
+def _cluster(executor: str, workers: int | None, threads: int, address: str | None,
+             problem_timeout: float = CLUSTER.problem_timeout_s) -> ClusterOptions | None:
     """The Ray options of ``--executor ray`` (``None`` for ``process``). Exits 2 for an unknown executor, Ray
     options without ``--executor ray``, or Ray not installed (before any model loads)."""
     if executor not in EXECUTORS:
         fail(f"executor {executor!r} is not one of {', '.join(EXECUTORS)}")
     if executor == "process":
-        if workers is not None or address is not None:
-            fail("--workers and --address apply to --executor ray")
+        if workers is not None or address is not None or problem_timeout != CLUSTER.problem_timeout_s:
+            fail("--workers, --address and --problem-timeout apply to --executor ray")
         return None
     from importlib.util import find_spec
 
     if find_spec("ray") is None:
         fail(escape(f"--executor ray needs Ray, which is not installed here: {RAY_EXTRA}"))
-    return ClusterOptions(workers=workers, threads=threads, address=address)
+    return ClusterOptions(workers=workers, threads=threads, address=address, problem_timeout_s=problem_timeout)
 
 
 def _settings(**values) -> EvalSettings:
@@ -152,7 +157,7 @@ def solve(
     samples: int = SamplesOpt, temperature: float = TemperatureOpt, top_p: float = TopPOpt, seed: int = SeedOpt,
     shard: Optional[str] = ShardOpt,
     executor: str = ExecutorOpt, workers: Optional[int] = WorkersOpt, worker_threads: int = WorkerThreadsOpt,
-    address: Optional[str] = AddressOpt,
+    address: Optional[str] = AddressOpt, problem_timeout: float = ProblemTimeoutOpt,
     id_field: str = IdFieldOpt, problem_field: str = ProblemFieldOpt, answer_field: str = AnswerFieldOpt,
     solution_field: str = SolutionFieldOpt, mode: str = ModeOpt,
 ) -> None:
@@ -162,7 +167,7 @@ def solve(
     settings = _in_mode(settings, mode)
     _eval_command("solve", model, problems, dtype, chunk_size, runs_dir, run, limit, settings, None,
                   (id_field, problem_field, answer_field, solution_field), isa,
-                  cluster=_cluster(executor, workers, worker_threads, address))
+                  cluster=_cluster(executor, workers, worker_threads, address, problem_timeout))
 
 
 @app.command(name="eval")
@@ -184,7 +189,7 @@ def eval_(
     samples: int = SamplesOpt, temperature: float = TemperatureOpt, top_p: float = TopPOpt, seed: int = SeedOpt,
     shard: Optional[str] = ShardOpt,
     executor: str = ExecutorOpt, workers: Optional[int] = WorkersOpt, worker_threads: int = WorkerThreadsOpt,
-    address: Optional[str] = AddressOpt,
+    address: Optional[str] = AddressOpt, problem_timeout: float = ProblemTimeoutOpt,
     id_field: str = IdFieldOpt, problem_field: str = ProblemFieldOpt, answer_field: str = AnswerFieldOpt,
     solution_field: str = SolutionFieldOpt, mode: str = ModeOpt,
 ) -> None:
@@ -195,7 +200,7 @@ def eval_(
     settings = _in_mode(settings, mode)
     _eval_command("eval", model, problems, dtype, chunk_size, runs_dir, run, limit, settings, store,
                   (id_field, problem_field, answer_field, solution_field), isa, new_store,
-                  cluster=_cluster(executor, workers, worker_threads, address))
+                  cluster=_cluster(executor, workers, worker_threads, address, problem_timeout))
 
 
 @app.command()

@@ -36,8 +36,10 @@ class ClusterOptions:
     artifacts were deposited under) and the CPUs each worker reserves; ``address``: join this running Ray cluster
     (``None``: start a local one for the run, with ``local_cpus`` CPUs, by default ``workers x threads`` or this
     machine's CPU count, and shut it down at the end); ``ready_timeout_s``: seconds to wait for the first worker to
-    load the model; ``max_losses``: workers a problem may lose before the run fails; ``replace_lost``: start a new
-    worker for each one lost (at most ``workers`` replacements in a run).
+    load the model; ``problem_timeout_s``: seconds a worker may hold one problem before it is counted as lost (a
+    hung worker: it is killed and the problem handed to another; ``None`` waits for ever); ``max_losses``: workers a
+    problem may lose before the run fails; ``replace_lost``: start a new worker for each one lost (at most
+    ``workers`` replacements in a run).
 
     Raises ``ValueError`` for a count below 1 or a timeout that is not positive.
     """
@@ -47,6 +49,7 @@ class ClusterOptions:
     address: str | None = None
     local_cpus: int | None = None
     ready_timeout_s: float = 600.0
+    problem_timeout_s: float | None = 3600.0
     max_losses: int = 3
     replace_lost: bool = True
 
@@ -55,8 +58,11 @@ class ClusterOptions:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}")
-        if not self.ready_timeout_s > 0:
-            raise ValueError(f"ready_timeout_s must be positive seconds, got {self.ready_timeout_s!r}")
+        for name in ("ready_timeout_s", "problem_timeout_s"):
+            value = getattr(self, name)
+            if not (value is None and name == "problem_timeout_s") and not (
+                    isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0):
+                raise ValueError(f"{name} must be positive seconds, got {value!r}")
 
     def local_cluster_cpus(self) -> int:
         """The CPUs a local cluster is started with: ``local_cpus``, else ``workers x threads``, else this

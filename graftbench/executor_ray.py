@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -58,9 +59,12 @@ class WorkerPin:
 @dataclass(frozen=True)
 class WorkerFaults:
     """Test hooks of one worker: ``crash_after`` problems run, the worker's process exits (as a killed worker
-    does) when handed the next one; ``threads`` loads the model with another thread count (another pin)."""
+    does) when handed the next one; ``hang_after`` problems run, it sleeps ``hang_s`` seconds on the next one (as a
+    hung worker does) and then runs it; ``threads`` loads the model with another thread count (another pin)."""
 
     crash_after: int | None = None
+    hang_after: int | None = None
+    hang_s: float = 3600.0
     threads: int | None = None
 
 
@@ -130,6 +134,8 @@ class ProblemWorker:
 
         if self.faults.crash_after is not None and self.runs >= self.faults.crash_after:
             os._exit(70)  # the test hook: die as a killed worker does, with a problem in hand
+        if self.faults.hang_after is not None and self.runs >= self.faults.hang_after:
+            time.sleep(self.faults.hang_s)  # the test hook: hang with a problem in hand (the driver should kill it)
         samples = run_problem(self.session, problem, self.settings, budget, self.store, self.meter)
         self.runs += 1
         return [sample.to_json() for sample in samples]
@@ -194,6 +200,15 @@ class _Workers:
         self.actors: dict[int, object] = {}
         self.loading: dict[object, int] = {}  # describe() call -> worker index
         self.running: dict[object, tuple[int, int]] = {}  # run() call -> (worker index, problem position)
+        self.deadlines: dict[object, float] = {}  # run() call -> time.monotonic() by which it must return
+
+    def overdue(self, now: float) -> list[object]:
+        """The run() calls in flight past their deadline at ``now`` (``time.monotonic()`` seconds)."""
+        return [ref for ref, deadline in self.deadlines.items() if deadline <= now]
+
+    def wait_s(self, now: float) -> float | None:
+        """Seconds until the earliest deadline of a call in flight (``None``: no deadline to wait for)."""
+        return max(0.0, min(self.deadlines.values()) - now) if self.deadlines else None
 
     def start(self) -> int:
         index = self.report.started
@@ -295,8 +310,6 @@ def _first_pin(workers: _Workers, options: ClusterOptions, event) -> tuple[int, 
     """Wait for the workers to load the model, in worker order; the first that does gives the run's pin (its
     index and :meth:`ProblemWorker.describe`). Raises
     :class:`DispatchError` when none does within ``options.ready_timeout_s``."""
-    import time
-
     ray = workers.ray
     deadline = time.monotonic() + options.ready_timeout_s
     for ref, index in sorted(workers.loading.items(), key=lambda item: item[1]):
@@ -370,13 +383,22 @@ def _dispatch(workers: _Workers, ledger: Ledger, problems: list[Problem], run, s
                 break
             ref = workers.actors[index].run.remote(problems[position], settings.max_new_tokens)
             workers.running[ref] = (index, position)
+            if options.problem_timeout_s is not None:
+                workers.deadlines[ref] = time.monotonic() + options.problem_timeout_s
             report.dispatched += 1
         waiting = list(workers.loading) + list(workers.running)
         if not waiting:
             raise DispatchError(f"no worker is left to run the {ledger.queued} problem(s) still queued ("
                                 f"{len(report.refused)} refused, {len(report.lost)} lost): see the lines above")
-        done, _ = ray.wait(waiting, num_returns=1)
+        done, _ = ray.wait(waiting, num_returns=1, timeout=workers.wait_s(time.monotonic()))
+        if not done:
+            for ref in workers.overdue(time.monotonic()):
+                index, _ = workers.running.pop(ref)
+                del workers.deadlines[ref]
+                lose(index, TimeoutError(f"hung: no result within {options.problem_timeout_s:g} s"))
+            continue
         ref = done[0]
+        workers.deadlines.pop(ref, None)
         if ref in workers.loading:
             index = workers.loading.pop(ref)
             try:

@@ -109,8 +109,11 @@ def test_cluster_options_defaults_and_refusals():
     assert ClusterOptions(threads=4).worker_count(available_cpus=2.0) == 1
     assert ClusterOptions(workers=3, threads=2).local_cluster_cpus() == 6
     assert ClusterOptions(workers=3, local_cpus=2).local_cluster_cpus() == 2
-    for bad in ({"workers": 0}, {"threads": 0}, {"max_losses": 0}, {"ready_timeout_s": 0}, {"workers": True}):
-        with pytest.raises(ValueError):
+    assert ClusterOptions().problem_timeout_s == 3600.0 and ClusterOptions(problem_timeout_s=None).problem_timeout_s is None
+    for bad in ({"workers": 0}, {"threads": 0}, {"max_losses": 0}, {"ready_timeout_s": 0}, {"workers": True},
+                {"ready_timeout_s": None}, {"problem_timeout_s": 0}, {"problem_timeout_s": -5.0},
+                {"problem_timeout_s": True}):
+        with pytest.raises(ValueError, match="must be"):
             ClusterOptions(**bad)
 
 
@@ -136,7 +139,9 @@ def test_without_ray_the_executor_names_the_extra(monkeypatch):
 
 @pytest.mark.parametrize("args, message", [
     (["--executor", "threads"], "executor 'threads' is not one of process, ray"),
-    (["--workers", "2"], "--workers and --address apply to --executor ray"),
+    (["--workers", "2"], "--workers, --address and --problem-timeout apply to --executor ray"),
+    (["--problem-timeout", "60"], "--workers, --address and --problem-timeout apply to --executor ray"),
+    (["--executor", "ray", "--problem-timeout", "0"], "Invalid value for '--problem-timeout'"),
 ])
 def test_bad_executor_options_exit_2(args, message):
     result = runner.invoke(app, ["solve", "--limit", "2", *args])
@@ -263,6 +268,27 @@ def test_a_killed_worker_gives_its_problem_to_another_and_every_sample_is_record
     assert any(f"worker 0 lost (problem {lost_problem} queued again)" in line for line in events), events
     assert report.started == 3  # a worker was started in its place
     assert report.dispatched == N_PROBLEMS + 1 and report.ignored == 0
+    assert len(_recorded_once(result.run)) == N_PROBLEMS
+    _assert_equal_runs(result.manifest, single.manifest)
+
+
+@pytest.mark.slow
+def test_a_hung_worker_is_stopped_at_the_problem_timeout_and_its_problem_runs_elsewhere(ray_cluster, single,
+                                                                                        problems, tmp_path):
+    from graftbench.executor_ray import DriverHooks, WorkerFaults, run_eval_ray
+
+    events = []
+    # worker 0 hangs on its second problem: 10 minutes, so that a driver that waits fails the test, late
+    hooks = DriverHooks(faults={0: WorkerFaults(hang_after=1, hang_s=600.0)})
+    options = ClusterOptions(workers=2, problem_timeout_s=90.0)  # a problem here takes 1-2 s on a quiet machine
+    result = run_eval_ray(problems, "builtin", "hung", SETTINGS, pin=_pin(), options=options, command="solve",
+                          runs_root=tmp_path, on_event=events.append, hooks=hooks)
+    report: DispatchReport = result.dispatch
+    assert [index for index, _ in report.lost] == [0], events
+    hung_problem = report.lost[0][1]
+    assert any(f"worker 0 lost (problem {hung_problem} queued again): hung: no result within 90 s" in line
+               for line in events), events
+    assert report.started == 3 and report.dispatched == N_PROBLEMS + 1
     assert len(_recorded_once(result.run)) == N_PROBLEMS
     _assert_equal_runs(result.manifest, single.manifest)
 
