@@ -2,16 +2,23 @@
 # Issue #12: AIME 2025 as held-out against the verified AIME 2024 library, greedy, 1,024 decode tokens per problem:
 # baseline, graft behind the similarity gate (--min-similarity 0.6), and graft with the gate off (the top-ranked
 # AIME 2024 example for every problem that has a candidate). Each run resumes; finished manifests go to manifests/.
+# MODE=program (issue #13): every run in program mode, 512 decode tokens, named aime2025-MODEL-program-*; the
+# library is the same store of AIME 2024 reference solutions. TOKENS overrides the budget.
 # Usage: experiments/aime2025.sh MODEL [DTYPE]   (THREADS=1 by default)
 set -euo pipefail
-MODEL=${1:?model alias}; DTYPE=${2:-float32}; THREADS=${THREADS:-1}
+MODEL=${1:?model alias}; DTYPE=${2:-float32}; THREADS=${THREADS:-1}; MODE=${MODE:-text}
 G="${G:-.venv/bin/graftbench}"; TAG="aime2025-${MODEL}"; STORE="store-aime2024-${MODEL}"
+case "$MODE" in
+  text) MODE_ARGS=(); TOKENS=${TOKENS:-1024} ;;
+  program) MODE_ARGS=(--mode program); TOKENS=${TOKENS:-512}; TAG="${TAG}-program" ;;
+  *) echo "MODE must be text or program, not '$MODE'" >&2; exit 2 ;;
+esac
 DATA=../shared/data
-COMMON=(--model "$MODEL" --dtype "$DTYPE" --problems "$DATA/aime2025.jsonl" --max-new-tokens 1024)
+COMMON=(--model "$MODEL" --dtype "$DTYPE" --problems "$DATA/aime2025.jsonl" --max-new-tokens "$TOKENS" "${MODE_ARGS[@]}")
 export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
 keep() { cp "runs/$1/manifest.json" "manifests/$1.json"; $G verify-manifest "manifests/$1.json" | tail -1; }
+arm() { local name=$1; shift; "$G" "$@" --run "$name"; keep "$name"; }
 $G deposit --model "$MODEL" --dtype "$DTYPE" --problems "$DATA/aime2024.jsonl" --store "$STORE"
-$G solve "${COMMON[@]}" --run "${TAG}-baseline" && keep "${TAG}-baseline"
-$G eval "${COMMON[@]}" --graft --store "$STORE" --run "${TAG}-graft-gated" && keep "${TAG}-graft-gated"
-$G eval "${COMMON[@]}" --graft --store "$STORE" --min-similarity 0 --run "${TAG}-graft-ungated" \
-  && keep "${TAG}-graft-ungated"
+arm "${TAG}-baseline" solve "${COMMON[@]}"
+arm "${TAG}-graft-gated" eval "${COMMON[@]}" --graft --store "$STORE"
+arm "${TAG}-graft-ungated" eval "${COMMON[@]}" --graft --store "$STORE" --min-similarity 0
