@@ -40,10 +40,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from contextlib import contextmanager
 from pathlib import Path
-
-from filelock import FileLock, Timeout
 
 from .artifact_codec import Artifact, ArtifactError, check_artifact_id, decode_header
 from .artifact_ids import ARTIFACTS_DIR, SUFFIX, artifact_id_of, id_of_path
@@ -54,8 +51,8 @@ from .models import cache_root
 from .object_backend import BACKEND_ERRORS as _ERRORS
 from .object_backend import ENDPOINT_ENV, Objects
 from .store import Store
-from .store_index import (INDEX_NAME, ReindexReport, StoreError, create_or_upgrade, insert_row, is_damaged,
-                          row_from_header, row_of, write_index)
+from .store_index import (INDEX_NAME, ReindexReport, StoreError, create_or_upgrade, held_lock, insert_row,
+                          is_damaged, row_from_header, row_of, write_index)
 
 __all__ = ["ENDPOINT_ENV", "CACHE_ENV", "ObjectStore", "Objects", "clean_object_store", "require_object_store",
            "store_cache"]
@@ -156,18 +153,9 @@ class ObjectStore(Store):
     def _connect(self) -> sqlite3.Connection:
         return sqlite3.connect(self.index_path, timeout=60)  # this machine's cache: written even when read-only
 
-    @contextmanager
     def _index_lock(self):
-        lock = FileLock(self.cache / "index.lock", timeout=LOCK_TIMEOUT_S)
-        try:
-            lock.acquire()
-        except Timeout as exc:
-            raise StoreError(f"the local index of {self.url} ({self.index_path}) is locked for more than "
-                             f"{LOCK_TIMEOUT_S:.0f} s by another process") from exc
-        try:
-            yield
-        finally:
-            lock.release()
+        return held_lock(self.cache / "index.lock", LOCK_TIMEOUT_S, f"the local index of {self.url} ("
+                         f"{self.index_path}) is locked for more than {LOCK_TIMEOUT_S:.0f} s by another process")
 
     def _ready_index(self) -> None:
         """Create or upgrade the local index; a damaged one (it is only a cache) is removed and started again."""

@@ -33,10 +33,9 @@ import errno
 import os
 import re
 import sqlite3
-from contextlib import closing, contextmanager
+from contextlib import closing
 from pathlib import Path
 
-from filelock import FileLock, Timeout
 
 from .artifact_codec import (
     Artifact,
@@ -73,6 +72,7 @@ from .store_index import (
     StoreError,
     check_tables,
     create_or_upgrade,
+    held_lock,
     index_error,
     insert_row,
     is_damaged,
@@ -175,18 +175,9 @@ def reindex_store(root: str | Path) -> tuple[ReindexReport, list[Path]]:
         return rebuild_index(artifacts_dir(root), root / INDEX_NAME), cleaned
 
 
-@contextmanager
 def _write_lock(root: Path):
-    lock = FileLock(root / WRITE_LOCK, timeout=WRITE_LOCK_TIMEOUT_S)
-    try:
-        lock.acquire()
-    except Timeout as exc:
-        raise StoreError(f"the store {root} is locked by another writer ({root / WRITE_LOCK}) for more than "
-                         f"{WRITE_LOCK_TIMEOUT_S:.0f} s; wait for it or stop it") from exc
-    try:
-        yield
-    finally:
-        lock.release()
+    return held_lock(root / WRITE_LOCK, WRITE_LOCK_TIMEOUT_S, f"the store {root} is locked by another writer ("
+                     f"{root / WRITE_LOCK}) for more than {WRITE_LOCK_TIMEOUT_S:.0f} s; wait for it or stop it")
 
 
 class Store(IndexedStore):

@@ -68,6 +68,23 @@ class StoreError(OSError):
         self.missing = missing
 
 
+@contextmanager
+def held_lock(path: Path, timeout_s: float, busy: str):
+    """Hold the ``filelock`` lock file at ``path`` for the ``with`` block. Raises :class:`StoreError` with the
+    message ``busy`` when another process holds it for more than ``timeout_s`` seconds."""
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(path, timeout=timeout_s)
+    try:
+        lock.acquire()
+    except Timeout as exc:
+        raise StoreError(busy) from exc
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 def reindex_advice(root: Path) -> str:
     """The sentence that tells how to rebuild a store's index from its files."""
     return ("the artifact files are the source of truth: rebuild the index with "
