@@ -368,9 +368,11 @@ def _check_totals(manifest: dict, samples: list[dict]) -> list[str]:
     ]
 
 
-def _check_artifacts(manifest: dict, store_root: Path | None, require: bool = False) -> tuple[list[str], str]:
-    """Artifact list and payloads. An artifact the store holds is hashed (a different payload is a mismatch); one
-    it does not hold, or no store at all, is counted as not checked, and is a mismatch only when ``require``."""
+def _check_artifacts(manifest: dict, store: str | Path | None, require: bool = False) -> tuple[list[str], str]:
+    """Artifact list and payloads. An artifact the store (a folder, or a URL such as ``s3://bucket/prefix``, read
+    from the objects themselves) holds is hashed (a different payload is a mismatch); one it does not hold, or no
+    store at all, or a URL store that cannot be reached, is counted as not checked, and is a mismatch only when
+    ``require``."""
     mismatches = []
     entries = manifest.get("artifacts", [])
     entries = [a for a in entries if isinstance(a, dict)] if isinstance(entries, list) else []
@@ -384,23 +386,57 @@ def _check_artifacts(manifest: dict, store_root: Path | None, require: bool = Fa
     listed = {a: e for a, e in listed.items() if a not in bad}
     if not listed:
         return mismatches, "no artifacts used"
-    if store_root is None or not artifacts_dir(store_root).is_dir():
+    digest_of, absence = _payload_reader(store)
+    if digest_of is None:
         if require:
-            mismatches.append(f"artifacts: {len(listed)} required but no store at {store_root or '(none recorded)'}")
-        return mismatches, f"{len(listed)} artifact payloads not checked (store not present)"
+            mismatches.append(f"artifacts: {len(listed)} required but {absence}")
+        return mismatches, f"{len(listed)} artifact payloads not checked ({absence})"
     absent = checked = 0
     for artifact_id, entry in listed.items():
-        path = artifact_path(store_root, artifact_id)
-        if not path.is_file():
+        try:
+            digest = digest_of(artifact_id)
+        except OSError as exc:  # ArtifactError: an object that cannot be read
+            digest, why = None, f"cannot be read from store {store}: {exc}"
+        else:
+            why = f"absent from store {store}"
+        if digest is None:
             absent += 1
             if require:
-                mismatches.append(f"artifact {artifact_id[:16]}: absent from store {store_root}")
+                mismatches.append(f"artifact {artifact_id[:16]}: {why}")
             continue
         checked += 1
-        if sha256_file(path) != entry.get("sha256") or entry.get("sha256") != artifact_id:
+        if digest != entry.get("sha256") or entry.get("sha256") != artifact_id:
             mismatches.append(f"artifact {artifact_id[:16]}: payload SHA-256 differs from the manifest")
-    note = f"{checked} artifact payloads checked against {store_root}"
+    note = f"{checked} artifact payloads checked against {store}"
     return mismatches, note + (f", {absent} not checked (absent from the store)" if absent else "")
+
+
+def _payload_reader(store: str | Path | None):
+    """``(digest_of, None)``: ``digest_of(artifact_id)`` gives the SHA-256 of the payload ``store`` holds
+    (``None`` when it holds none; :class:`OSError` when it cannot be read); or ``(None, why)`` when there is no
+    store to read (none given or recorded, no folder, a URL store that cannot be opened)."""
+    from .store import is_store_url
+
+    if store is None:
+        return None, "no store recorded"
+    if is_store_url(str(store)):
+        from .object_store import ObjectStore
+        from .store_index import StoreError
+
+        try:
+            opened = ObjectStore(str(store), readonly=True)
+        except StoreError as exc:
+            return None, f"store {store} cannot be opened: {exc}"
+        return opened.payload_sha256, None
+    root = Path(store)
+    if not artifacts_dir(root).is_dir():
+        return None, f"no store at {root}"
+
+    def digest_of(artifact_id: str) -> str | None:
+        path = artifact_path(root, artifact_id)
+        return sha256_file(path) if path.is_file() else None
+
+    return digest_of, None
 
 
 def _check_seal(manifest: dict) -> list[str]:
@@ -420,8 +456,9 @@ def verify_manifest(path: str | Path, store: str | Path | None = None,
     sample field that changed), every output hash, every verdict (re-extracted and re-verified from the stored
     output and key; a program-mode sample's from its recorded stdout, with its program and stdout hash, and no
     program is ever run), problem hashes and keys, the totals, the config fingerprint, the artifact list, and
-    artifact payloads when the store is present (``store``, else the path recorded in the manifest). An artifact
-    the store does not hold is reported as not checked, not as a mismatch, unless ``require_artifacts``.
+    artifact payloads when the store is present (``store``, else the store recorded in the manifest: a folder, or a
+    URL such as ``s3://bucket/prefix`` whose objects are read). An artifact the store does not hold, or a store
+    that cannot be reached, is reported as not checked, not as a mismatch, unless ``require_artifacts``.
 
     Returns ``(mismatches, notes)``: it holds only when ``mismatches`` is empty. Raises :class:`ManifestError`
     when the file is not a manifest at all; any edit inside a manifest is a mismatch, never an exception.
@@ -443,7 +480,7 @@ def verify_manifest(path: str | Path, store: str | Path | None = None,
     mismatches += _check_totals(manifest, samples) + _check_derived(manifest, problems_list, samples)
     mismatches += _check_metrics(manifest, problems_list, samples)
     recorded_store = manifest.get("store")
-    store_root = Path(store) if store else (Path(recorded_store) if isinstance(recorded_store, str) and recorded_store else None)
+    store_root = store if store else (recorded_store if isinstance(recorded_store, str) and recorded_store else None)
     artifact_problems, note = _check_artifacts(manifest, store_root, require_artifacts)
     mismatches.extend(artifact_problems)
     notes.append(f"{len(samples)} samples re-verified under verifier {version}; {note}")

@@ -46,7 +46,7 @@ from .artifact_codec import Artifact, ArtifactError, check_artifact_id, decode_h
 from .artifact_ids import ARTIFACTS_DIR, SUFFIX, artifact_id_of, id_of_path
 from .artifact_reader import INTEGRITY_METHODS, LayoutError, header_length, xxh3_128_hex
 from .durable import TEMP_PREFIX, StorageError, clean_temporaries, crash_point, storage_error, write_file_atomic
-from .hashing import canonical_json, sha256_text
+from .hashing import canonical_json, sha256_bytes, sha256_text
 from .models import cache_root
 from .object_backend import BACKEND_ERRORS as _ERRORS
 from .object_backend import ENDPOINT_ENV, Objects
@@ -343,6 +343,16 @@ class ObjectStore(Store):
         except _ERRORS as exc:
             raise ArtifactError(artifact_id, "read", f"cannot read {self.url}/{name}: {exc}") from exc
         return data
+
+    def payload_sha256(self, artifact_id: str) -> str | None:
+        """SHA-256 (hex) of the object of ``artifact_id`` as the store holds it (not the local copy), ``None`` when
+        the store has no such object. Raises :class:`ArtifactError` ``read`` when it cannot be read."""
+        try:
+            return sha256_bytes(self._get_object(artifact_id))
+        except ArtifactError as exc:
+            if exc.check == "missing":
+                return None
+            raise
 
     def verify(self) -> list[str]:
         """:meth:`Store.verify` over the objects (each read from the store, not from the cache), and the objects

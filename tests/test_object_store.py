@@ -342,6 +342,30 @@ def test_store_verify_catches_a_corrupted_object(s3, caches):
         assert artifact_id_of(intact)[:16] not in result.output and "2 artifact(s) in" in result.output
 
 
+def test_manifest_artifacts_are_checked_against_the_objects_of_a_url_store(s3, caches, tmp_path):
+    from graftbench.manifest import _check_artifacts
+
+    held, damaged, absent = artifact("mod-1"), artifact("paths-1"), artifact("digits-1")
+    store = Store(s3.url)
+    store.put(held)
+    store.put(damaged)
+    flipped = bytearray(damaged)
+    flipped[-3] ^= 0x10
+    s3.fs.pipe_file(f"{s3.key}/{object_name(damaged)}", bytes(flipped))
+    ids = [artifact_id_of(data) for data in (held, damaged, absent)]
+    manifest = {"artifacts": [{"id": i, "sha256": i} for i in ids],
+                "samples": [{"problem_id": f"p{n}", "artifact_id": i} for n, i in enumerate(ids)]}
+    caches("verifier")  # another machine: its own cache, the objects read from the store
+    mismatches, note = _check_artifacts(manifest, s3.url)
+    assert mismatches == [f"artifact {ids[1][:16]}: payload SHA-256 differs from the manifest"]
+    assert note == f"2 artifact payloads checked against {s3.url}, 1 not checked (absent from the store)"
+    mismatches, _ = _check_artifacts(manifest, s3.url, require=True)
+    assert mismatches[1] == f"artifact {ids[2][:16]}: absent from store {s3.url}"
+    nowhere = s3.url.replace("/store", "/no-store")
+    mismatches, note = _check_artifacts(manifest, nowhere)
+    assert mismatches == [] and note.startswith(f"3 artifact payloads not checked (store {nowhere} cannot be opened")
+
+
 def test_reindex_rebuilds_the_index_from_the_objects_alone(s3, tmp_path, caches):
     folder = Store(tmp_path / "folder")
     for data in (artifact(name) for name in TEXTS):
