@@ -58,10 +58,11 @@ class ClusterOptions:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}")
-        for name in ("ready_timeout_s", "problem_timeout_s"):
-            value = getattr(self, name)
-            if not (value is None and name == "problem_timeout_s") and not (
-                    isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0):
+        timeouts = {"ready_timeout_s": self.ready_timeout_s}
+        if self.problem_timeout_s is not None:  # None: wait for ever
+            timeouts["problem_timeout_s"] = self.problem_timeout_s
+        for name, value in timeouts.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"{name} must be positive seconds, got {value!r}")
 
     def local_cluster_cpus(self) -> int:

@@ -419,12 +419,12 @@ def _payload_reader(store: str | Path | None):
 
     if store is None:
         return None, "no store recorded"
-    if is_store_url(str(store)):
+    if is_store_url(store):
         from .object_store import ObjectStore
         from .store_index import StoreError
 
         try:
-            opened = ObjectStore(str(store), readonly=True)
+            opened = ObjectStore(store, readonly=True)
         except StoreError as exc:
             return None, f"store {store} cannot be opened: {exc}"
         return opened.payload_sha256, None
