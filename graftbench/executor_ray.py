@@ -31,7 +31,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from .dispatch import RAY_EXTRA, ClusterOptions, DispatchError, DispatchReport, Ledger
 from .problem_types import Problem
@@ -189,6 +189,15 @@ class _Cluster:
             self.ray.shutdown()
 
 
+class _Call(NamedTuple):
+    """A run() call in flight: the worker's index, the problem's position in the run, and the
+    ``time.monotonic()`` second by which it must return (``None``: no limit)."""
+
+    index: int
+    position: int
+    deadline: float | None
+
+
 class _Workers:
     """The run's actors by index, the calls in flight, and the report."""
 
@@ -199,16 +208,23 @@ class _Workers:
         self.remote = ray.remote(ProblemWorker)
         self.actors: dict[int, object] = {}
         self.loading: dict[object, int] = {}  # describe() call -> worker index
-        self.running: dict[object, tuple[int, int]] = {}  # run() call -> (worker index, problem position)
-        self.deadlines: dict[object, float] = {}  # run() call -> time.monotonic() by which it must return
+        self.running: dict[object, _Call] = {}  # run() call -> what it runs and by when
+
+    def dispatch(self, index: int, problem: Problem, position: int, timeout_s: float | None) -> None:
+        """Send ``problem`` (at ``position`` in the run) to worker ``index``; it must return within ``timeout_s``
+        seconds (``None``: no limit)."""
+        ref = self.actors[index].run.remote(problem, self.settings.max_new_tokens)
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        self.running[ref] = _Call(index, position, deadline)
 
     def overdue(self, now: float) -> list[object]:
         """The run() calls in flight past their deadline at ``now`` (``time.monotonic()`` seconds)."""
-        return [ref for ref, deadline in self.deadlines.items() if deadline <= now]
+        return [ref for ref, call in self.running.items() if call.deadline is not None and call.deadline <= now]
 
     def wait_s(self, now: float) -> float | None:
         """Seconds until the earliest deadline of a call in flight (``None``: no deadline to wait for)."""
-        return max(0.0, min(self.deadlines.values()) - now) if self.deadlines else None
+        deadlines = [call.deadline for call in self.running.values() if call.deadline is not None]
+        return max(0.0, min(deadlines) - now) if deadlines else None
 
     def start(self) -> int:
         index = self.report.started
@@ -381,10 +397,7 @@ def _dispatch(workers: _Workers, ledger: Ledger, problems: list[Problem], run, s
             if position is None:
                 idle.append(index)
                 break
-            ref = workers.actors[index].run.remote(problems[position], settings.max_new_tokens)
-            workers.running[ref] = (index, position)
-            if options.problem_timeout_s is not None:
-                workers.deadlines[ref] = time.monotonic() + options.problem_timeout_s
+            workers.dispatch(index, problems[position], position, options.problem_timeout_s)
             report.dispatched += 1
         waiting = list(workers.loading) + list(workers.running)
         if not waiting:
@@ -393,12 +406,10 @@ def _dispatch(workers: _Workers, ledger: Ledger, problems: list[Problem], run, s
         done, _ = ray.wait(waiting, num_returns=1, timeout=workers.wait_s(time.monotonic()))
         if not done:
             for ref in workers.overdue(time.monotonic()):
-                index, _ = workers.running.pop(ref)
-                del workers.deadlines[ref]
-                lose(index, TimeoutError(f"hung: no result within {options.problem_timeout_s:g} s"))
+                hung = TimeoutError(f"hung: no result within {options.problem_timeout_s:g} s")
+                lose(workers.running.pop(ref).index, hung)
             continue
         ref = done[0]
-        workers.deadlines.pop(ref, None)
         if ref in workers.loading:
             index = workers.loading.pop(ref)
             try:
@@ -408,7 +419,7 @@ def _dispatch(workers: _Workers, ledger: Ledger, problems: list[Problem], run, s
                 event(f"ray: worker {index} could not start: {_short(_cause(exc))}")
                 workers.stop(index)
             continue
-        index, position = workers.running.pop(ref)
+        index, position, _ = workers.running.pop(ref)
         try:
             samples = ray.get(ref)
         except ray.exceptions.RayTaskError as exc:  # the problem raised in the worker: as in one process

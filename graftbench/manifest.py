@@ -391,16 +391,17 @@ def _check_artifacts(manifest: dict, store: str | Path | None, require: bool = F
         if require:
             mismatches.append(f"artifacts: {len(listed)} required but {absence}")
         return mismatches, f"{len(listed)} artifact payloads not checked ({absence})"
-    absent = checked = 0
+    unchecked = {"absent from the store": 0, "cannot be read": 0}
+    checked = 0
     for artifact_id, entry in listed.items():
         try:
             digest = digest_of(artifact_id)
-        except OSError as exc:  # ArtifactError: an object that cannot be read
-            digest, why = None, f"cannot be read from store {store}: {exc}"
+        except OSError as exc:
+            digest, reason, why = None, "cannot be read", f"cannot be read from store {store}: {exc}"
         else:
-            why = f"absent from store {store}"
+            reason, why = "absent from the store", f"absent from store {store}"
         if digest is None:
-            absent += 1
+            unchecked[reason] += 1
             if require:
                 mismatches.append(f"artifact {artifact_id[:16]}: {why}")
             continue
@@ -408,7 +409,7 @@ def _check_artifacts(manifest: dict, store: str | Path | None, require: bool = F
         if digest != entry.get("sha256") or entry.get("sha256") != artifact_id:
             mismatches.append(f"artifact {artifact_id[:16]}: payload SHA-256 differs from the manifest")
     note = f"{checked} artifact payloads checked against {store}"
-    return mismatches, note + (f", {absent} not checked (absent from the store)" if absent else "")
+    return mismatches, note + "".join(f", {n} not checked ({reason})" for reason, n in unchecked.items() if n)
 
 
 def _payload_reader(store: str | Path | None):
@@ -420,6 +421,7 @@ def _payload_reader(store: str | Path | None):
     if store is None:
         return None, "no store recorded"
     if is_store_url(store):
+        from .artifact_codec import ArtifactError
         from .object_store import ObjectStore
         from .store_index import StoreError
 
@@ -427,7 +429,14 @@ def _payload_reader(store: str | Path | None):
             opened = ObjectStore(store, readonly=True)
         except StoreError as exc:
             return None, f"store {store} cannot be opened: {exc}"
-        return opened.payload_sha256, None
+
+        def object_digest(artifact_id: str) -> str | None:
+            try:
+                return opened.payload_sha256(artifact_id)
+            except ArtifactError as exc:  # check "read": the object is there but cannot be read
+                raise OSError(str(exc)) from exc
+
+        return object_digest, None
     root = Path(store)
     if not artifacts_dir(root).is_dir():
         return None, f"no store at {root}"

@@ -342,7 +342,7 @@ def test_store_verify_catches_a_corrupted_object(s3, caches):
         assert artifact_id_of(intact)[:16] not in result.output and "2 artifact(s) in" in result.output
 
 
-def test_manifest_artifacts_are_checked_against_the_objects_of_a_url_store(s3, caches, tmp_path):
+def test_manifest_artifacts_are_checked_against_the_objects_of_a_url_store(s3, caches, tmp_path, monkeypatch):
     from graftbench.manifest import _check_artifacts
 
     held, damaged, absent = artifact("mod-1"), artifact("paths-1"), artifact("digits-1")
@@ -361,6 +361,19 @@ def test_manifest_artifacts_are_checked_against_the_objects_of_a_url_store(s3, c
     assert note == f"2 artifact payloads checked against {s3.url}, 1 not checked (absent from the store)"
     mismatches, _ = _check_artifacts(manifest, s3.url, require=True)
     assert mismatches[1] == f"artifact {ids[2][:16]}: absent from store {s3.url}"
+    unreadable = ObjectStore._get_object
+
+    def read_fails_for_the_first(self, artifact_id):
+        if artifact_id == ids[0]:
+            raise ArtifactError(artifact_id, "read", "cannot read: connection reset")
+        return unreadable(self, artifact_id)
+
+    monkeypatch.setattr(ObjectStore, "_get_object", read_fails_for_the_first)
+    mismatches, note = _check_artifacts(manifest, s3.url, require=True)
+    assert note == (f"1 artifact payloads checked against {s3.url}, 1 not checked (absent from the store), "
+                    "1 not checked (cannot be read)")
+    assert mismatches[0].startswith(f"artifact {ids[0][:16]}: cannot be read from store {s3.url}: artifact")
+    monkeypatch.undo()
     nowhere = s3.url.replace("/store", "/no-store")
     mismatches, note = _check_artifacts(manifest, nowhere)
     assert mismatches == [] and note.startswith(f"3 artifact payloads not checked (store {nowhere} cannot be opened")
