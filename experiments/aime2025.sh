@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue #12: AIME 2025 as held-out against the verified AIME 2024 library, greedy, 1,024 decode tokens per problem:
 # baseline, graft behind the similarity gate (--min-similarity 0.6), and graft with the gate off (the top-ranked
-# AIME 2024 example for every problem that has a candidate). Each run resumes; finished manifests go to manifests/.
+# AIME 2024 example for every problem that has a candidate). Each run resumes; finished manifests go to manifests/
+# (an arm already there is skipped, experiments/arms.sh).
 # MODE=program (issue #13): every run in program mode, 512 decode tokens, named aime2025-MODEL-program-*; the
 # library is the same store of AIME 2024 reference solutions. TOKENS overrides the budget.
 # Usage: experiments/aime2025.sh MODEL [DTYPE]   (THREADS=1 by default)
@@ -16,8 +17,7 @@ esac
 DATA=../shared/data
 COMMON=(--model "$MODEL" --dtype "$DTYPE" --problems "$DATA/aime2025.jsonl" --max-new-tokens "$TOKENS" "${MODE_ARGS[@]}")
 export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
-keep() { cp "runs/$1/manifest.json" "manifests/$1.json"; $G verify-manifest "manifests/$1.json" | tail -1; }
-arm() { local name=$1; shift; "$G" "$@" --run "$name"; keep "$name"; }
+source "$(dirname "$0")/arms.sh"
 $G deposit --model "$MODEL" --dtype "$DTYPE" --problems "$DATA/aime2024.jsonl" --store "$STORE"
 arm "${TAG}-baseline" solve "${COMMON[@]}"
 arm "${TAG}-graft-gated" eval "${COMMON[@]}" --graft --store "$STORE"

@@ -2,7 +2,8 @@
 # Issue #12's held-out transfer on the built-in families, for one model: a library of the first 2 problems of each
 # family, 60 held-out problems (the next 10 of each family), 256 decode tokens.
 # Arms: baseline, graft (solve layout), graft from another family (the control); with SAMPLED=1 also avg@4 arms
-# (temperature 0.7, top-p 0.95, seed 0). Every run resumes; a finished run's manifest is copied to manifests/.
+# (temperature 0.7, top-p 0.95, seed 0). Every run resumes; a finished run's manifest is copied to manifests/, and an
+# arm whose manifest is already there is skipped (experiments/arms.sh).
 # MODE=text (default): the library holds the reference solutions. MODE=program (issue #13): every run is in program
 # mode and the library holds the model's own verified programs for the library problems (a program-mode solve of
 # builtin:2, re-run in the sandbox at deposit); the runs are named transfer-MODEL-program-*.
@@ -19,9 +20,7 @@ STORE="store-${TAG}"
 COMMON=(--model "$MODEL" --dtype "$DTYPE" --max-new-tokens 256 "${MODE_ARGS[@]}")
 HELD_OUT=("${COMMON[@]}" --problems builtin:2-12)
 export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
-keep() { cp "runs/$1/manifest.json" "manifests/$1.json"; $G verify-manifest "manifests/$1.json" | tail -1; }
-# A failed arm stops the script (an arm held by another process, a refused run folder), not the next arm.
-arm() { local name=$1; shift; "$G" "$@" --run "$name"; keep "$name"; }
+source "$(dirname "$0")/arms.sh"
 if [ "$MODE" = program ]; then
   arm "${TAG}-library" solve "${COMMON[@]}" --problems builtin:2
   $G deposit --model "$MODEL" --dtype "$DTYPE" --mode program --problems builtin:2 --from-run "${TAG}-library" \
