@@ -65,7 +65,7 @@ def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, ru
                   store, fields, isa, new_store=False, cluster: ClusterOptions | None = None) -> None:
     from .evaluate import StrictFallbackError
     from .sandbox import SandboxError
-    from .workflows import run_eval, shard_size
+    from .workflows import shard_size
     from .runs import RunError
     from .store import StoreError
 

@@ -10,7 +10,6 @@ import hashlib
 import json
 from pathlib import Path
 
-import pytest
 import rfc8785
 from typer.testing import CliRunner
 
