@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The AIME 2024 baseline, greedy, no graft. MODE=text (default): 1,024 decode tokens per problem, the run
+# aime2024-baseline-MODEL (the 1,024-token baseline of issue #13). MODE=program: 512 decode tokens, the model writes
+# a Python program, the sandbox runs it and the verifier judges its last printed line, the run
+# aime2024-program-baseline-MODEL (issue #13's program-mode baseline). TOKENS overrides the budget. The run resumes;
+# its finished manifest goes to manifests/ (skipped when it is already there, experiments/arms.sh).
+# Usage: experiments/aime2024_baseline.sh MODEL [DTYPE]   (THREADS=1 by default)
+set -euo pipefail
+MODEL=${1:?model alias}; DTYPE=${2:-float32}; THREADS=${THREADS:-1}; MODE=${MODE:-text}
+G="${G:-.venv/bin/graftbench}"
+case "$MODE" in
+  text) NAME="aime2024-baseline-${MODEL}"; TOKENS=${TOKENS:-1024} ;;
+  program) NAME="aime2024-program-baseline-${MODEL}"; TOKENS=${TOKENS:-512} ;;
+  *) echo "MODE must be text or program, not '$MODE'" >&2; exit 2 ;;
+esac
+export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
+source "$(dirname "$0")/arms.sh"
+arm "$NAME" solve --model "$MODEL" --dtype "$DTYPE" --mode "$MODE" --problems ../shared/data/aime2024.jsonl \
+  --max-new-tokens "$TOKENS"
