@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue #12: AIME 2025 as held-out against the verified AIME 2024 library, greedy, 1,024 decode tokens per problem:
-# baseline, graft behind the similarity gate (--min-similarity 0.6), and graft with the gate off (the top-ranked
-# AIME 2024 example for every problem that has a candidate). Each run resumes; finished manifests go to manifests/
+# baseline, graft behind the similarity gate (--min-similarity 0.6), and graft with the gate off (--graft-from
+# top-ranked: the top-ranked AIME 2024 example of the whole library for every problem, whether or not it shares a
+# MinHash band with one). Each run resumes; finished manifests go to manifests/
 # (an arm already there is skipped, experiments/arms.sh).
 # MODE=program (issue #13): every run in program mode, 512 decode tokens, named aime2025-MODEL-program-*; the
 # library is the same store of AIME 2024 reference solutions. TOKENS overrides the budget.
@@ -21,4 +22,4 @@ source "$(dirname "$0")/arms.sh"
 $G deposit --model "$MODEL" --dtype "$DTYPE" --problems "$DATA/aime2024.jsonl" --store "$STORE"
 arm "${TAG}-baseline" solve "${COMMON[@]}"
 arm "${TAG}-graft-gated" eval "${COMMON[@]}" --graft --store "$STORE"
-arm "${TAG}-graft-ungated" eval "${COMMON[@]}" --graft --store "$STORE" --min-similarity 0
+arm "${TAG}-graft-ungated" eval "${COMMON[@]}" --graft --store "$STORE" --graft-from top-ranked

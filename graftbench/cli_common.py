@@ -46,8 +46,9 @@ SeedOpt = typer.Option(EVAL.seed, "--seed", min=0, max=2**31 - 1,
                        help="run seed; each sample's seed derives from (run seed, problem id, sample index)")
 LayoutOpt = typer.Option(EVAL.layout, "--layout", help="query layout after a graft: answer (the answer cue), solve "
                          "(a full solution), or auto (answer on exact routes, solve on similar ones)")
-GraftFromOpt = typer.Option(EVAL.graft_from, "--graft-from", help="nearest (the router's choice) or other-family "
-                            "(the control: the nearest deposit of another family, no similarity gate)")
+GraftFromOpt = typer.Option(EVAL.graft_from, "--graft-from", help="nearest (the router's choice), other-family "
+                            "(the control: the nearest deposit of another family, no similarity gate) or top-ranked "
+                            "(the gate off: the top-ranked deposit of the whole library for every problem)")
 ShardOpt = typer.Option(None, "--shard", help="run only shard i of N (i/N, from 0): a problem's shard is SHA-256 "
                         "of its id mod N, whatever the file's order; merge the shards with graftbench merge")
 ModeOpt = typer.Option(EVAL.mode, "--mode", help="text (the model's own final answer is judged) or program (the model "

@@ -99,6 +99,8 @@ def _route(session: Session, store: Store, problem: Problem, settings: EvalSetti
     text = normalize_problem_text(problem.problem)
     if settings.graft_from == "other-family":
         return router.route_other_family(store, session.config.fingerprint, text, family(problem), settings.ranker)
+    if settings.graft_from == "top-ranked":
+        return router.route_top_ranked(store, session.config.fingerprint, text, settings.ranker)
     return router.route(store, session.config.fingerprint, problem_key(problem), text, settings.min_similarity,
                         settings.ranker)
 

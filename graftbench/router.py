@@ -190,10 +190,25 @@ def route_other_family(store: Store, config_fingerprint: str, normalized_text: s
     than ``family`` (:meth:`Store.family_candidates`: every such deposit, not only band candidates), with no
     similarity gate, as kind ``other-family`` with its :func:`gate_ratio`; kind ``none`` when the store holds no
     deposit of another family. Raises ``ValueError`` for an unknown ranker."""
-    candidates = store.family_candidates(config_fingerprint, family, exclude=True)
+    return _top_of(store.family_candidates(config_fingerprint, family, exclude=True), normalized_text,
+                   "other-family", ranker)
+
+
+def route_top_ranked(store: Store, config_fingerprint: str, normalized_text: str,
+                     ranker: str = DEFAULT_RANKER) -> Route:
+    """The graft with the gate off: the top-ranked deposit (:func:`rank_candidates`) of the whole library
+    (:meth:`Store.family_candidates` with no family: every deposit, not only those sharing a MinHash band), with
+    no similarity gate, as kind ``similar`` with its :func:`gate_ratio`; kind ``none`` only when the store holds no
+    deposit under this config. Unlike :func:`route` with ``min_similarity`` 0, a problem that shares no band with
+    any deposit is grafted too. Reads every deposit: for experiments on a library, not routing at scale. Raises
+    ``ValueError`` for an unknown ranker."""
+    return _top_of(store.family_candidates(config_fingerprint, None), normalized_text, "similar", ranker)
+
+
+def _top_of(candidates: list[tuple[str, str]], normalized_text: str, kind: str, ranker: str) -> Route:
     if ranker not in RANKERS:
         raise ValueError(f"unknown ranker {ranker!r}; choose one of {', '.join(RANKERS)}")
     top = top_candidate(normalized_text, candidates, ranker)
     if top is None:
         return Route("none", None, 0.0)
-    return Route("other-family", *top)
+    return Route(kind, *top)

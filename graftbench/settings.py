@@ -19,7 +19,7 @@ DEFAULT_RUNS_DIR = "runs"
 DEFAULT_STORE = "store"
 LAYOUT_CHOICES = ("auto", "answer", "solve")
 MODES = ("text", "program")  # text: the model's own final answer; program: a Python program run in the sandbox
-GRAFT_FROM_CHOICES = ("nearest", "other-family")
+GRAFT_FROM_CHOICES = ("nearest", "other-family", "top-ranked")
 SAMPLED_TEMPERATURE = 0.7  # the documented setting for sampled runs (with top-p 0.95), as in the runs
 SAMPLED_TOP_P = 0.95
 
@@ -65,8 +65,9 @@ class EvalSettings:
     ``layout``: the query's layout after a graft (``answer``, ``solve``, or ``auto``: see :meth:`query_layout`).
     ``samples`` per problem, decoded greedily at ``temperature`` 0 (one sample) or drawn at ``temperature`` within
     the ``top_p`` nucleus with seeds derived from ``seed`` (:func:`graftbench.sampling.sample_seed`).
-    ``graft_from``: ``nearest`` (the router's choice) or ``other-family`` (the control: the nearest deposit of
-    another family, so that relevance can be told from the mere presence of a worked solution). ``round`` labels a
+    ``graft_from``: ``nearest`` (the router's choice), ``other-family`` (the control: the nearest deposit of
+    another family, so that relevance can be told from the mere presence of a worked solution) or ``top-ranked``
+    (the gate off: the top-ranked deposit of the whole library for every problem, band candidate or not). ``round`` labels a
     run of the flywheel over rounds (:mod:`graftbench.flywheel_rounds`); it changes nothing else. ``ranker``
     records how similar routes were ranked (:data:`graftbench.router.RANKERS`: ``bm25`` by default). ``shard``
 (``"i/N"``, :mod:`graftbench.shards`) runs only the problems of that shard; ``None`` runs them all.

@@ -303,17 +303,21 @@ class IndexedStore:
             ).fetchone()
         return row[0] if row else None
 
-    def family_candidates(self, config_fingerprint: str, family: str, exclude: bool = True) -> list[tuple[str, str]]:
+    def family_candidates(self, config_fingerprint: str, family: str | None,
+                          exclude: bool = True) -> list[tuple[str, str]]:
         """``(id, problem_text)`` of the top-level artifacts under this config whose family is not ``family``
-        (``exclude``) or is ``family``, by id. Rows without a recorded family (an index upgraded from an older
-        graftbench and not yet reindexed) are left out. Reads every such row: it serves controls on a library, not
+        (``exclude``) or is ``family``, by id; with ``family`` ``None``, every top-level artifact with a recorded
+        problem text. Rows without a recorded family (an index upgraded from an older graftbench and not yet
+        reindexed) are left out of a family filter. Reads every such row: it serves controls on a library, not
         routing at scale."""
-        op = "!=" if exclude else "="
+        clause, params = "", (config_fingerprint,)
+        if family is not None:
+            op = "!=" if exclude else "="
+            clause, params = f"AND family IS NOT NULL AND family {op} ? ", (config_fingerprint, family)
         with self._index() as db:
             return db.execute(
                 f"SELECT id, problem_text FROM artifacts WHERE config_fingerprint = ? AND parent IS NULL "
-                f"AND family IS NOT NULL AND problem_text IS NOT NULL AND family {op} ? ORDER BY id",
-                (config_fingerprint, family),
+                f"AND problem_text IS NOT NULL {clause}ORDER BY id", params,
             ).fetchall()
 
     def candidates(self, config_fingerprint: str, normalized_text: str,

@@ -30,7 +30,7 @@ from graftbench.cli import app
 from graftbench.faults.harness import IMPORT_ROOT
 from graftbench import object_backend
 from graftbench.object_store import CACHE_ENV, ENDPOINT_ENV, ObjectStore
-from graftbench.router import route, route_other_family
+from graftbench.router import Route, gate_ratio, rank_candidates, route, route_other_family, route_top_ranked
 from graftbench.store import Store, StoreError, is_store_url, require_store
 
 runner = CliRunner()
@@ -485,6 +485,20 @@ def test_routing_against_a_url_store_equals_routing_against_a_folder(kind, reque
     kinds = [route(reader, FINGERPRINT, f"key-{q}", q, 0.6).kind for q in QUERIES]
     assert kinds == ["exact", "similar", "similar", "none"]
     assert all(reader.read(aid).header == folder.read(aid).header for aid in folder.ids())
+
+
+def test_the_gate_off_grafts_the_top_ranked_deposit_even_without_a_shared_band(tmp_path):
+    store = Store(tmp_path / "store")
+    ids = {name: store.put(artifact(name)) for name in TEXTS}
+    unrelated = QUERIES[-1]
+    assert store.candidates(FINGERPRINT, unrelated) == []
+    assert route(store, FINGERPRINT, "key-q", unrelated, 0.0) == Route("none", None, 0.0)
+    library = {aid: TEXTS[name] for name, aid in ids.items()}
+    for query in QUERIES:
+        top_id = rank_candidates(query, list(library.items()))[0][0]
+        assert route_top_ranked(store, FINGERPRINT, query) == Route("similar", top_id, gate_ratio(query,
+                                                                                                 library[top_id]))
+    assert route_top_ranked(store, "d" * 64, unrelated) == Route("none", None, 0.0)  # nothing under that config
 
 
 # ------------------------------------------------------------------------------------------ file:// and memory://

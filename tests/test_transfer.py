@@ -9,6 +9,7 @@ from graftbench.router import Route
 from graftbench.builtin_problems import builtin_problems
 from graftbench.deposit import deposit_items, items_from_problems
 from graftbench.engine import Decoded
+from graftbench.problem_types import Problem
 from graftbench.evaluate import _sample
 from graftbench.settings import EvalSettings
 from graftbench.store import Store
@@ -91,3 +92,15 @@ def test_the_other_family_control_grafts_an_example_of_another_family(session, l
                       runs_root=root, store_root=root / "store")
     assert [(s.problem_id, s.route, s.example_id, s.layout) for s in result.samples] == [
         ("mod-1", "other-family", "paths-0", "solve"), ("paths-1", "other-family", "mod-0", "solve")]
+
+
+def test_the_gate_off_grafts_every_problem_even_one_sharing_no_words_with_the_library(session, library):
+    root, _ = library
+    unrelated = Problem(id="other-0", problem="Name the capital city of a country in Europe.", answer="7")
+    arms = {graft_from: run_eval(session, [unrelated], "builtin", f"g-{graft_from}",
+                                 EvalSettings(max_new_tokens=4, graft=True, min_similarity=0.0, graft_from=graft_from),
+                                 runs_root=root, store_root=root / "store").samples[0]
+            for graft_from in ("nearest", "top-ranked")}
+    assert (arms["nearest"].route, arms["nearest"].example_id) == ("none", None)
+    assert arms["top-ranked"].route == "similar" and arms["top-ranked"].example_id in ("mod-0", "paths-0")
+    assert arms["top-ranked"].layout == "solve" and arms["top-ranked"].artifact_tokens > 0
