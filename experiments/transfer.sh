@@ -6,7 +6,8 @@
 # arm whose manifest is already there is skipped (experiments/arms.sh).
 # MODE=text (default): the library holds the reference solutions. MODE=program (issue #13): every run is in program
 # mode and the library holds the model's own verified programs for the library problems (a program-mode solve of
-# builtin:2, re-run in the sandbox at deposit); the runs are named transfer-MODEL-program-*.
+# builtin:2, deposited from its committed manifest, so a later session needs no run folder, and re-run in the
+# sandbox at deposit); the runs are named transfer-MODEL-program-*.
 # Usage: experiments/transfer.sh MODEL [DTYPE]   (THREADS=1 by default: leave a core for other work)
 set -euo pipefail
 MODEL=${1:?model alias}; DTYPE=${2:-float32}; THREADS=${THREADS:-1}; MODE=${MODE:-text}
@@ -23,8 +24,8 @@ export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
 source "$(dirname "$0")/arms.sh"
 if [ "$MODE" = program ]; then
   arm "${TAG}-library" solve "${COMMON[@]}" --problems builtin:2
-  $G deposit --model "$MODEL" --dtype "$DTYPE" --mode program --problems builtin:2 --from-run "${TAG}-library" \
-    --no-references --store "$STORE"
+  $G deposit --model "$MODEL" --dtype "$DTYPE" --mode program --problems builtin:2 \
+    --from-manifest "manifests/${TAG}-library.json" --no-references --store "$STORE"
 else
   $G deposit --model "$MODEL" --dtype "$DTYPE" --problems builtin:2 --store "$STORE"
 fi

@@ -209,6 +209,9 @@ def deposit(
     isa: Optional[str] = IsaOpt,
     store: str = StoreOpt, runs_dir: str = RunsOpt, limit: Optional[int] = LimitOpt,
     from_run: Optional[str] = typer.Option(None, "--from-run", help="deposit this solve run's verified samples"),
+    from_manifest: Optional[Path] = typer.Option(None, "--from-manifest", help="deposit the verified samples "
+                                                 "recorded in this solve run's manifest (e.g. a committed one), "
+                                                 "once it verifies"),
     references: bool = typer.Option(True, "--references/--no-references",
                                     help="deposit the problem set's solution field"),
     shard: Optional[str] = ShardOpt,
@@ -232,8 +235,8 @@ def deposit(
     if source_run is not None and not source_run.samples_path.exists():
         fail(f"run '{from_run}' has no samples at {source_run.samples_path}")
     try:
-        items = deposit_plan(problem_list, references=references, from_run=source_run)
-    except (RunError, ValueError) as exc:
+        items = deposit_plan(problem_list, references=references, from_run=source_run, from_manifest=from_manifest)
+    except (RunError, ValueError) as exc:  # ValueError includes ManifestError
         fail(str(exc))
     session = open_model(model, dtype, chunk_size, isa=isa)
     try:

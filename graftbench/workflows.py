@@ -10,7 +10,7 @@ from .dispatch import DispatchReport
 from .deposit import DepositItem, DepositReport, deposit_items, items_from_problems, items_from_samples
 from .energy import EnergyMeter
 from .evaluate import evaluate
-from .manifest import build_manifest, verify_manifest, write_manifest
+from .manifest import ManifestError, build_manifest, load_manifest, verify_manifest, write_manifest
 from .problem_types import Problem, problem_set_sha256, problem_text_sha256
 from .runs import RunDir
 from .sample import Sample
@@ -114,17 +114,38 @@ def run_eval(session: Session, problems: list[Problem], source: str, run_name: s
     return RunResult(run, samples, manifest, run.cleaned + (store.cleaned if store is not None else []))
 
 
-def deposit_plan(problems: list[Problem], *, references: bool, from_run: RunDir | None = None) -> list[DepositItem]:
+def deposit_plan(problems: list[Problem], *, references: bool, from_run: RunDir | None = None,
+                 from_manifest: str | Path | None = None) -> list[DepositItem]:
     """The solutions a deposit job offers, in order: the problems' reference solutions (``references``), then
-    the verified samples of the solve run ``from_run`` whose problem is in ``problems``. Each is re-verified when
-    deposited; its length is the deposit's progress total.
+    the verified samples of the solve run ``from_run`` whose problem is in ``problems``, then those recorded in the
+    run manifest ``from_manifest`` (a committed manifest stands in for its run folder; see
+    :func:`manifest_samples`). Each is re-verified when deposited; its length is the deposit's progress total.
 
-    Raises :class:`graftbench.runs.RunError` for a damaged samples line and ``ValueError`` for a recorded sample
-    without the fields of a :class:`~graftbench.sample.Sample`."""
+    Raises :class:`graftbench.runs.RunError` for a damaged samples line, :class:`graftbench.manifest.ManifestError`
+    for a manifest that is not one or does not verify, and ``ValueError`` for a recorded sample without the fields
+    of a :class:`~graftbench.sample.Sample`."""
     items = items_from_problems(problems) if references else []
     if from_run is not None:
         items += items_from_samples([Sample.from_json(s) for s in from_run.read_samples()], problems, from_run.name)
+    if from_manifest is not None:
+        run_name, samples = manifest_samples(from_manifest)
+        items += items_from_samples([Sample.from_json(s) for s in samples], problems, run_name)
     return items
+
+
+def manifest_samples(path: str | Path) -> tuple[str, list[dict]]:
+    """The run name and the samples recorded in the run manifest at ``path``, once
+    :func:`graftbench.manifest.verify_manifest` holds for it (artifacts are not required). A deposit from it writes
+    the same ``solve:RUN`` source as a deposit from the run folder, so the artifacts are the same bytes.
+
+    Raises :class:`graftbench.manifest.ManifestError` naming ``path`` when it is not a run manifest or does not
+    verify (with its first mismatch)."""
+    mismatches, _ = verify_manifest(path)
+    if mismatches:
+        raise ManifestError(f"manifest '{path}' does not verify ({len(mismatches)} mismatches; the first: "
+                            f"{mismatches[0]}): refusing to deposit its samples")
+    manifest = load_manifest(path)
+    return manifest["run"], manifest["samples"]
 
 
 def deposit_job(session: Session, store_root: str | Path, problems: list[Problem], *, references: bool,

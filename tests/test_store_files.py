@@ -20,9 +20,11 @@ from typer.testing import CliRunner
 
 from graftbench.artifact_codec import ArtifactError, encode_artifact
 from graftbench.artifact_ids import artifact_id_of
+from graftbench.builtin_problems import builtin_problems
 from graftbench.cli import app
 from graftbench.durable import clean_temporaries, locked_temp
 from graftbench.faults.harness import IMPORT_ROOT, FullIndex, put_in_subprocess, write_payloads
+from graftbench.manifest import ManifestError
 from graftbench.problem_types import Problem
 from graftbench.runs import RunDir, RunError
 from graftbench.sample import Sample
@@ -36,7 +38,7 @@ from graftbench.store import (
 )
 from graftbench.workflows import deposit_plan, run_eval
 
-from .conftest import AIME2024
+from .conftest import AIME2024, ROOT
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -450,3 +452,21 @@ def test_the_deposit_plan_counts_only_what_will_be_offered(tmp_path):
     assert [(item.problem.id, item.source) for item in plan] == [("a", "reference"), ("c", "solve:solve"),
                                                                  ("a", "solve:solve")]
     assert len(deposit_plan(problems[:1], references=False, from_run=run)) == 1
+
+
+LIBRARY_MANIFEST = ROOT / "manifests" / "transfer-qwen2.5-coder-0.5b-program-library.json"
+
+
+def test_a_committed_manifest_stands_in_for_its_run_folder_and_a_tampered_one_is_refused(tmp_path):
+    problems = builtin_problems(n_per_family=2)
+    recorded = json.loads(LIBRARY_MANIFEST.read_text())["samples"]
+    plan = deposit_plan(problems, references=False, from_manifest=LIBRARY_MANIFEST)
+    assert [item.problem.id for item in plan] == [s["problem_id"] for s in recorded if s["correct"]]
+    assert len(plan) == 9 and {item.source for item in plan} == {"solve:transfer-qwen2.5-coder-0.5b-program-library"}
+    assert all(item.program == s["program"] for item, s in zip(plan, [s for s in recorded if s["correct"]]))
+    tampered = json.loads(LIBRARY_MANIFEST.read_text())
+    wrong = next(s for s in tampered["samples"] if not s["correct"])
+    wrong["correct"] = True
+    (tmp_path / "tampered.json").write_text(json.dumps(tampered))
+    with pytest.raises(ManifestError, match="tampered.json' does not verify"):
+        deposit_plan(problems, references=False, from_manifest=tmp_path / "tampered.json")
