@@ -53,6 +53,15 @@ class RunEntry:
         return "graft" if "graft" in modes else "baseline"
 
     @property
+    def series(self) -> str:
+        """The line a run belongs to on the rounds curve: ``recurring`` for a graft run whose every sample was
+        routed ``exact`` (a flywheel round asking its library's problems again), else :attr:`mode`."""
+        samples = self.manifest["samples"]
+        if self.mode == "graft" and samples and all(s.get("route") == "exact" for s in samples):
+            return "recurring"
+        return self.mode
+
+    @property
     def layout(self) -> str:
         """The samples' ``layout`` names, or ``—`` when the manifest records none."""
         names = sorted({s["layout"] for s in self.manifest["samples"] if isinstance(s.get("layout"), str)})

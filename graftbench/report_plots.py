@@ -3,7 +3,8 @@
 - ``accuracy_vs_tokens.png``: each run's accuracy (with its 95% interval) against its mean decode tokens per
   sample, baseline and graft runs marked apart (a log axis when the token counts span more than 20×);
 - ``families.png``: accuracy per family, one bar per run, with the 95% intervals as error bars;
-- ``rounds.png``: accuracy over flywheel rounds, one line per mode (only when runs carry a round).
+- ``rounds.png``: accuracy over flywheel rounds, one line per series: held-out baseline and graft, recurring
+  (only when runs carry a round).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ if TYPE_CHECKING:
     from .report import Report, RunEntry
 
 MODE_STYLE = {"baseline": ("tab:gray", "o"), "graft": ("tab:blue", "s")}
-ROUND_DODGE = {"baseline": -0.06, "graft": 0.06}  # rounds apart, so that equal accuracies do not hide a line
+SERIES_STYLE = {**MODE_STYLE, "recurring": ("tab:green", "^")}
+ROUND_DODGE = {"baseline": -0.06, "graft": 0.06, "recurring": 0.12}  # apart, so equal accuracies hide no line
 
 
 def _figure(width: float = 7.0, height: float = 4.5) -> Figure:
@@ -93,22 +95,23 @@ def family_bars(runs: list[RunEntry], path: Path) -> Path:
 
 
 def rounds_curve(rounds: list[RunEntry], path: Path) -> Path:
-    """Accuracy (with 95% intervals) over flywheel rounds, one line per mode, each mode shifted a little along the
-    round axis (``ROUND_DODGE``) so that a graft line equal to the baseline stays visible beside it."""
+    """Accuracy (with 95% intervals) over flywheel rounds, one line per series (:attr:`RunEntry.series`: held-out
+    ``baseline`` and ``graft``, and ``recurring`` for the library asked again), each shifted a little along the
+    round axis (``ROUND_DODGE``) so that a line equal to another stays visible beside it."""
     figure = _figure()
     axes = figure.add_subplot()
-    for mode, (color, marker) in MODE_STYLE.items():
-        chosen = [r for r in rounds if r.mode == mode and r.summary["avg_at_n"] is not None]
+    for series, (color, marker) in SERIES_STYLE.items():
+        chosen = [r for r in rounds if r.series == series and r.summary["avg_at_n"] is not None]
         if not chosen:
             continue
-        xs = [r.round + ROUND_DODGE[mode] for r in chosen]
+        xs = [r.round + ROUND_DODGE[series] for r in chosen]
         ys = [r.summary["avg_at_n"] for r in chosen]
         errors = list(zip(*[_error(r.summary["avg_at_n"], r.summary["accuracy_ci95"]) for r in chosen]))
-        axes.errorbar(xs, ys, yerr=errors, fmt=marker + "-", color=color, capsize=4, label=mode)
+        axes.errorbar(xs, ys, yerr=errors, fmt=marker + "-", color=color, capsize=4, label=series)
     axes.set_xlabel("round")
     axes.set_ylabel("accuracy (avg@N, 95% interval)")
     axes.set_xticks(sorted({r.round for r in rounds}))
-    return _finish(figure, axes, "held-out accuracy over rounds", path)
+    return _finish(figure, axes, "accuracy over rounds", path)
 
 
 def write_plots(report: Report, out_dir: Path) -> list[Path]:

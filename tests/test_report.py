@@ -209,7 +209,17 @@ def test_rounds_curve_keeps_an_equal_baseline_line_visible(tmp_path, monkeypatch
     drawn = {}
     monkeypatch.setattr(report_plots, "_finish", lambda figure, axes, title, path: drawn.setdefault("axes", axes))
     summary = {"avg_at_n": 0.25, "accuracy_ci95": [0.1, 0.5]}
-    rounds = [SimpleNamespace(round=r, mode=mode, summary=summary) for r in (1, 2) for mode in ("baseline", "graft")]
+    rounds = [SimpleNamespace(round=r, series=series, summary=summary) for r in (1, 2)
+              for series in ("baseline", "graft", "recurring")]
     report_plots.rounds_curve(rounds, tmp_path / "rounds.png")
     lines = {bars.get_label(): [round(x, 6) for x in bars.lines[0].get_xdata()] for bars in drawn["axes"].containers}
-    assert lines == {"baseline": [0.94, 1.94], "graft": [1.06, 2.06]}
+    assert lines == {"baseline": [0.94, 1.94], "graft": [1.06, 2.06], "recurring": [1.12, 2.12]}
+
+
+def test_a_flywheel_recurring_run_is_its_own_series_not_the_held_out_graft_line():
+    flywheel = ROOT / "manifests" / "flywheel-qwen2.5-coder-0.5b-program"
+    report = build_report([f"{flywheel}-r1-baseline.json", f"{flywheel}-r1-graft.json",
+                           f"{flywheel}-r1-recurring.json"], resamples=100)
+    assert [(r.label.rsplit("-", 1)[-1], r.mode, r.series) for r in report.rounds] == [
+        ("baseline", "baseline", "baseline"), ("graft", "graft", "graft"), ("recurring", "graft", "recurring")]
+    assert len(report.comparisons) == 1  # the recurring run shares no problem with the held-out baseline
