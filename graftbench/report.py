@@ -260,12 +260,13 @@ def comparison_rows(report: Report) -> list[list[str]]:
              str(c["graft_better"]), str(c["baseline_better"])] for c in report.comparisons]
 
 
-ROUND_COLUMNS = ("round", "run", "mode", "accuracy [95% CI]", "decode tok / sample")
+ROUND_COLUMNS = ("round", "run", "series", "accuracy [95% CI]", "decode tok / sample")
 
 
 def round_rows(report: Report) -> list[list[str]]:
-    """One row per run that carries a round, by round, in :data:`ROUND_COLUMNS` order."""
-    return [[str(r.round), r.label, r.mode, _pct(r.summary["avg_at_n"]) + _ci(r.summary["accuracy_ci95"]),
+    """One row per run that carries a round, by round, in :data:`ROUND_COLUMNS` order; the series is
+    :attr:`RunEntry.series` (``baseline``, ``graft`` or ``recurring``)."""
+    return [[str(r.round), r.label, r.series, _pct(r.summary["avg_at_n"]) + _ci(r.summary["accuracy_ci95"]),
              _num(r.summary["mean_decode_tokens"])] for r in report.rounds]
 
 

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from graftbench.cli import app
 from graftbench.manifest import load_manifest, recorded_verifier_version
 from graftbench.metrics import summarize
-from graftbench.report import RUN_COLUMNS, build_report, run_row
+from graftbench.report import RUN_COLUMNS, build_report, round_rows, run_row
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = ROOT / "manifests" / "aime2024-baseline-smollm2-135m.json"
@@ -223,3 +223,4 @@ def test_a_flywheel_recurring_run_is_its_own_series_not_the_held_out_graft_line(
     assert [(r.label.rsplit("-", 1)[-1], r.mode, r.series) for r in report.rounds] == [
         ("baseline", "baseline", "baseline"), ("graft", "graft", "graft"), ("recurring", "graft", "recurring")]
     assert len(report.comparisons) == 1  # the recurring run shares no problem with the held-out baseline
+    assert [row[2] for row in round_rows(report)] == ["baseline", "graft", "recurring"]
