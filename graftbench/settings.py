@@ -67,9 +67,9 @@ class EvalSettings:
     the ``top_p`` nucleus with seeds derived from ``seed`` (:func:`graftbench.sampling.sample_seed`).
     ``graft_from``: ``nearest`` (the router's choice), ``other-family`` (the control: the nearest deposit of
     another family, so that relevance can be told from the mere presence of a worked solution) or ``top-ranked``
-    (the gate off: the top-ranked deposit of the whole library for every problem, band candidate or not). ``round`` labels a
-    run of the flywheel over rounds (:mod:`graftbench.flywheel_rounds`); it changes nothing else. ``ranker``
-    records how similar routes were ranked (:data:`graftbench.router.RANKERS`: ``bm25`` by default). ``shard``
+    (the gate off: the top-ranked deposit of the whole library for every problem, band candidate or not).
+    ``round`` labels a run of the flywheel over rounds (:mod:`graftbench.flywheel_rounds`); it changes nothing
+    else. ``ranker`` records how similar routes were ranked (:data:`graftbench.router.RANKERS`: ``bm25`` by default). ``shard``
 (``"i/N"``, :mod:`graftbench.shards`) runs only the problems of that shard; ``None`` runs them all.
 
     Raises ``ValueError`` for an unknown layout or ``graft_from``, several greedy samples, a malformed shard, or a

@@ -38,7 +38,7 @@ from graftbench.store import (
 )
 from graftbench.workflows import deposit_plan, run_eval
 
-from .conftest import AIME2024, ROOT
+from .conftest import AIME2024
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -459,11 +459,10 @@ LIBRARY_MANIFEST = ROOT / "manifests" / "transfer-qwen2.5-coder-0.5b-program-lib
 
 def test_a_committed_manifest_stands_in_for_its_run_folder_and_a_tampered_one_is_refused(tmp_path):
     problems = builtin_problems(n_per_family=2)
-    recorded = json.loads(LIBRARY_MANIFEST.read_text())["samples"]
+    verified = [s for s in json.loads(LIBRARY_MANIFEST.read_text())["samples"] if s["correct"]]
     plan = deposit_plan(problems, references=False, from_manifest=LIBRARY_MANIFEST)
-    assert [item.problem.id for item in plan] == [s["problem_id"] for s in recorded if s["correct"]]
+    assert [(item.problem.id, item.program) for item in plan] == [(s["problem_id"], s["program"]) for s in verified]
     assert len(plan) == 9 and {item.source for item in plan} == {"solve:transfer-qwen2.5-coder-0.5b-program-library"}
-    assert all(item.program == s["program"] for item, s in zip(plan, [s for s in recorded if s["correct"]]))
     tampered = json.loads(LIBRARY_MANIFEST.read_text())
     wrong = next(s for s in tampered["samples"] if not s["correct"])
     wrong["correct"] = True
