@@ -69,8 +69,9 @@ class EvalSettings:
     another family, so that relevance can be told from the mere presence of a worked solution) or ``top-ranked``
     (the gate off: the top-ranked deposit of the whole library for every problem, band candidate or not).
     ``round`` labels a run of the flywheel over rounds (:mod:`graftbench.flywheel_rounds`); it changes nothing
-    else. ``ranker`` records how similar routes were ranked (:data:`graftbench.router.RANKERS`: ``bm25`` by default). ``shard``
-(``"i/N"``, :mod:`graftbench.shards`) runs only the problems of that shard; ``None`` runs them all.
+    else. ``ranker`` records how similar routes were ranked (:data:`graftbench.router.RANKERS`: ``bm25`` by
+    default). ``shard`` (``"i/N"``, :mod:`graftbench.shards`) runs only the problems of that shard; ``None`` runs
+    them all.
 
     Raises ``ValueError`` for an unknown layout or ``graft_from``, several greedy samples, a malformed shard, or a
     shard with a run-wide ``token_budget``.
