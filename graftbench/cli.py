@@ -217,8 +217,11 @@ def deposit(
     shard: Optional[str] = ShardOpt,
     id_field: str = IdFieldOpt, problem_field: str = ProblemFieldOpt, answer_field: str = AnswerFieldOpt,
     solution_field: str = SolutionFieldOpt, mode: str = ModeOpt,
+    recompute: bool = typer.Option(False, "--recompute", help="prefill every solution, even one whose artifact "
+                                   "the store already holds intact (equal bytes keep the one copy)"),
 ) -> None:
-    """Re-verify solutions against their keys and deposit the verified ones as KV artifacts."""
+    """Re-verify solutions against their keys and deposit the verified ones as KV artifacts (a solution already
+    stored under the same pin is reused without a prefill)."""
     from .workflows import deposit_job, deposit_plan
     from .tables import deposit_table
     from .runs import RunDir, RunError
@@ -242,14 +245,15 @@ def deposit(
     try:
         with progress("deposit", len(items)) as advance:
             report = deposit_job(session, store, problem_list, references=references, items=items, on_item=advance,
-                                 mode=mode)
+                                 mode=mode, recompute=recompute)
     except (RunError, OSError, SandboxError) as exc:  # OSError includes StorageError (disk full) and StoreError
         fail(str(exc))
     _print_cleaned(report.cleaned)
     console.print(deposit_table(report, store))
     for pid, reason in report.refused:
         console.print(f"[yellow]refused[/yellow] {pid}: {reason}")
-    console.print(f"{len(report.deposited)} deposited, {len(report.refused)} refused")
+    console.print(f"{len(report.deposited)} deposited ({len(report.reused)} reused without a prefill), "
+                  f"{len(report.refused)} refused")
 
 
 @app.command(name="verify-manifest")

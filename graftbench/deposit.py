@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from . import graft
+from .artifact_codec import ArtifactError
 from .hashing import sha256_text
 from .problem_types import Problem, family, normalize_problem_text, problem_key, problem_text_sha256
 from .program_mode import program_verdict, solution_text
@@ -39,10 +40,12 @@ class DepositItem:
 @dataclass
 class DepositReport:
     """``deposited``: (problem id, artifact id, tokens, newly written); ``refused``: (problem id, reason);
-    ``cleaned``: temporary files of killed writers removed when the store was opened."""
+    ``reused``: ids of the deposited artifacts the store already held intact, taken without a prefill (see
+    :func:`stored_artifact`); ``cleaned``: temporary files of killed writers removed when the store was opened."""
 
     deposited: list[tuple[str, str, int, bool]] = field(default_factory=list)
     refused: list[tuple[str, str]] = field(default_factory=list)
+    reused: set[str] = field(default_factory=set)
     cleaned: list = field(default_factory=list)
 
 
@@ -82,6 +85,27 @@ def deposit_meta(session: Session, problem: Problem, ids: list[int], source: str
     }
 
 
+def _deposit_one(session: Session, store: Store, item: DepositItem, report: DepositReport,
+                 recompute: bool) -> str | None:
+    """Deposit one verified item into ``report`` (prefilled, or reused when the store holds it and not
+    ``recompute``); returns why it is refused when its deposit text does not fit the context window."""
+    problem = item.problem
+    ids = session.deposit_ids(problem.problem, problem.answer, item.solution)
+    limit = session.context_window - len(session.query_ids(problem.problem)) - QUERY_MARGIN
+    if len(ids) > limit:
+        return f"deposit text is {len(ids)} tokens, over the {limit} that fit"
+    meta = deposit_meta(session, problem, ids, item.source)
+    held = None if recompute else stored_artifact(session, store, ids, meta)
+    if held is not None:
+        report.reused.add(held)
+        report.deposited.append((problem.id, held, len(ids), False))
+        return None
+    data, _ = graft.build_artifact(session.model, session.config, ids, meta)
+    artifact_id, written = store.put_reporting(data)
+    report.deposited.append((problem.id, artifact_id, len(ids), written))
+    return None
+
+
 def _refusal(item: DepositItem, mode: str, limits: SandboxLimits) -> str | None:
     """Why the item is refused (its answer does not verify against the key, or its program cannot be re-run in
     this mode), or ``None`` when it verifies."""
@@ -99,11 +123,36 @@ def _refusal(item: DepositItem, mode: str, limits: SandboxLimits) -> str | None:
     return f"its program {what}: does not verify against key {problem.answer!r}"
 
 
+def stored_artifact(session: Session, store: Store, ids: list[int], meta: dict) -> str | None:
+    """The id of an intact artifact in ``store`` that a deposit of token ids ``ids`` (shape ``[n_tokens]``) with
+    header fields ``meta`` (:func:`deposit_meta`) would write again, or ``None``.
+
+    It must be a top-level artifact under the session's config fingerprint (weights, tokenizer, dtype, chunk
+    schedule, kernels: the pin), pass every check of :meth:`Store.read_audited` (SHA-256 of the file against its
+    id, of the payload against its header), hold the same token ids at positions ``[0, n_tokens)`` and carry the
+    same ``meta`` fields. The exactness contract says a prefill of the same ids under the same pin gives the same
+    bytes, so such a deposit is taken as it is; ``deposit --recompute`` prefills anyway and checks it. A damaged
+    copy is not held: the deposit prefills and replaces it."""
+    for artifact_id in store.exact_ids(session.config.fingerprint, meta["problem_key"]):
+        try:
+            artifact = store.read_audited(artifact_id)
+        except ArtifactError:
+            continue
+        header = artifact.header
+        if (header.get("positions") == [0, len(ids)] and artifact.token_ids.tolist() == ids
+                and all(header.get(name) == value for name, value in meta.items())):
+            return artifact_id
+    return None
+
+
 def deposit_items(session: Session, store: Store, items: list[DepositItem],
             on_item: Callable[[DepositItem], None] | None = None, mode: str = "text",
-            limits: SandboxLimits = SandboxLimits()) -> DepositReport:
+            limits: SandboxLimits = SandboxLimits(), recompute: bool = False) -> DepositReport:
     """Re-verify each item's final answer against its key, then prefill its deposit text with the pinned chunk
-    schedule and write the artifact. Unverified or over-long items are refused and listed, never deposited.
+    schedule and write the artifact. Unverified or over-long items are refused and listed, never deposited. An
+    item whose artifact the store already holds intact (:func:`stored_artifact`) is reported as deposited and
+    listed in ``reused`` without a prefill, unless ``recompute`` (then its bytes are rebuilt, and equal bytes
+    keep the one copy).
 
     An item with a ``program`` is re-verified by running it in the sandbox under ``limits`` when ``mode`` is
     ``program``, and refused otherwise. Raises :class:`graftbench.sandbox.SandboxError` when no sandbox can be
@@ -111,20 +160,11 @@ def deposit_items(session: Session, store: Store, items: list[DepositItem],
     """
     report = DepositReport()
     for item in items:
-        problem = item.problem
         refusal = _refusal(item, mode, limits)
+        if refusal is None:
+            refusal = _deposit_one(session, store, item, report, recompute)
         if refusal is not None:
-            report.refused.append((problem.id, refusal))
-        else:
-            ids = session.deposit_ids(problem.problem, problem.answer, item.solution)
-            limit = session.context_window - len(session.query_ids(problem.problem)) - QUERY_MARGIN
-            if len(ids) > limit:
-                report.refused.append((problem.id, f"deposit text is {len(ids)} tokens, over the {limit} that fit"))
-            else:
-                meta = deposit_meta(session, problem, ids, item.source)
-                data, _ = graft.build_artifact(session.model, session.config, ids, meta)
-                artifact_id, written = store.put_reporting(data)
-                report.deposited.append((problem.id, artifact_id, len(ids), written))
+            report.refused.append((item.problem.id, refusal))
         if on_item:
             on_item(item)
     return report

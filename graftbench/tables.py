@@ -93,12 +93,14 @@ def exactness_tables(manifest: dict) -> list[Table]:
 
 
 def deposit_table(report: DepositReport, store) -> Table:
-    """One row per deposited solution: problem, artifact id (first 16 hex digits), tokens, newly written or not."""
+    """One row per deposited solution: problem, artifact id (first 16 hex digits), tokens, and whether it was
+    newly written, prefilled again to the bytes already stored, or reused without a prefill."""
     table = Table(title=f"deposited into {store}")
     for name in ("problem", "artifact id", "tokens", "new"):
         table.add_column(name)
     for pid, aid, tokens, new in report.deposited:
-        table.add_row(pid, aid[:16], str(tokens), "yes" if new else "already stored")
+        stored = "already stored, reused" if aid in report.reused else "already stored, same bytes"
+        table.add_row(pid, aid[:16], str(tokens), "yes" if new else stored)
     return table
 
 

@@ -150,11 +150,12 @@ def manifest_samples(path: str | Path) -> tuple[str, list[dict]]:
 
 def deposit_job(session: Session, store_root: str | Path, problems: list[Problem], *, references: bool,
                 from_run: RunDir | None = None, on_item=None, items: list[DepositItem] | None = None,
-                mode: str = "text", limits: SandboxLimits = SandboxLimits()) -> DepositReport:
+                mode: str = "text", limits: SandboxLimits = SandboxLimits(), recompute: bool = False) -> DepositReport:
     """Deposit reference solutions (``references``) and/or a solve run's verified samples (or the ``items`` of a
     :func:`deposit_plan` already made) into the store at ``store_root``, created if it does not exist. In
     ``program`` mode a program-mode sample's program is re-run in the sandbox under ``limits`` to re-verify it; in
-    ``text`` mode such a sample is refused.
+    ``text`` mode such a sample is refused. A solution whose artifact the store already holds intact is taken
+    without a prefill unless ``recompute`` (:func:`graftbench.deposit.deposit_items`).
 
     Raises :class:`graftbench.store.StoreError` when the store's index is missing or damaged,
     :class:`graftbench.durable.StorageError` when a write fails (e.g. disk full), and
@@ -162,7 +163,7 @@ def deposit_job(session: Session, store_root: str | Path, problems: list[Problem
     if items is None:
         items = deposit_plan(problems, references=references, from_run=from_run)
     store = Store(store_root)
-    report = deposit_items(session, store, items, on_item, mode=mode, limits=limits)
+    report = deposit_items(session, store, items, on_item, mode=mode, limits=limits, recompute=recompute)
     report.cleaned = store.cleaned
     return report
 

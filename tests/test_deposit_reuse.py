@@ -1,0 +1,101 @@
+"""A deposit the store already holds intact is taken without a prefill; anything else about it is prefilled again."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from graftbench import graft
+from graftbench.deposit import DepositItem, deposit_items, items_from_problems
+from graftbench.faults.catalogue import Lab, flip_bit, tiny_problem
+from graftbench.store import Store
+
+
+@pytest.fixture()
+def lab(session, tmp_path):
+    return Lab(session, Store(tmp_path / "store"))
+
+
+@pytest.fixture()
+def prefills(monkeypatch):
+    """Counts the prefills a deposit makes (each artifact it builds)."""
+    calls = []
+    build = graft.build_artifact
+
+    def counting(*args, **kwargs):
+        calls.append(args[2])
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(graft, "build_artifact", counting)
+    return calls
+
+
+def _deposit(lab, items, **kwargs):
+    report = deposit_items(lab.session, lab.store, items, **kwargs)
+    return [(pid, aid, new) for pid, aid, _, new in report.deposited], report
+
+
+def test_a_second_deposit_of_the_same_solution_reuses_the_artifact_without_a_prefill(lab, prefills):
+    items = items_from_problems([tiny_problem(500), tiny_problem(501)])
+    first, report = _deposit(lab, items)
+    assert [new for *_, new in first] == [True, True] and report.reused == set() and len(prefills) == 2
+
+    again, report = _deposit(lab, items)
+    assert again == [(pid, aid, False) for pid, aid, _ in first]
+    assert report.reused == {aid for _, aid, _ in first}
+    assert len(prefills) == 2  # nothing prefilled the second time
+    assert lab.store.ids() == sorted(aid for _, aid, _ in first) and lab.store.verify() == []
+
+
+def test_recompute_prefills_again_and_lands_on_the_same_bytes(lab, prefills):
+    items = items_from_problems([tiny_problem(502)])
+    first, _ = _deposit(lab, items)
+    again, report = _deposit(lab, items, recompute=True)
+    assert len(prefills) == 2 and report.reused == set()
+    assert again == [(first[0][0], first[0][1], False)]  # rebuilt to the same id: the one copy is kept
+
+
+def test_a_damaged_copy_is_not_reused_but_prefilled_and_replaced(lab, prefills):
+    items = items_from_problems([tiny_problem(503)])
+    (_, artifact_id, _), = _deposit(lab, items)[0]
+    path = lab.store.path(artifact_id)
+    path.write_bytes(flip_bit(path.read_bytes(), 4000))
+    again, report = _deposit(lab, items)
+    assert again == [(items[0].problem.id, artifact_id, True)] and report.reused == set() and len(prefills) == 2
+    assert lab.store.verify() == []
+
+
+def test_another_solution_source_or_pin_for_the_same_problem_is_not_reused(lab, prefills):
+    problem = tiny_problem(504)
+    (_, reference_id, _), = _deposit(lab, items_from_problems([problem]))[0]
+
+    other_solution = DepositItem(problem, f"So the sum is {problem.answer}. Final answer: {problem.answer}", "reference")
+    other_source = DepositItem(problem, problem.solution, "solve:earlier-run")
+    deposited, report = _deposit(lab, [other_solution, other_source])
+    assert report.reused == set() and len(prefills) == 3
+    ids = [aid for _, aid, _ in deposited]
+    assert len({reference_id, *ids}) == 3 and all(new for *_, new in deposited)
+
+    other_pin = dataclasses.replace(lab.session.config, weights_sha256="0" * 64)
+    lab.store.put(lab.build(tiny_problem(505), config=other_pin)[0])
+    deposited, report = _deposit(lab, items_from_problems([tiny_problem(505)]))
+    assert report.reused == set() and deposited[0][2] is True  # under the session's own pin it is new
+
+
+def test_the_deposit_command_says_what_it_reused_and_recompute_prefills(session, tmp_path):
+    from typer.testing import CliRunner
+
+    from graftbench.cli import app
+
+    args = ["deposit", "--problems", "builtin", "--limit", "2", "--store", str(tmp_path / "store")]
+    outputs = []
+    for extra in ([], [], ["--recompute"]):
+        result = CliRunner().invoke(app, [*args, *extra], terminal_width=200)
+        assert result.exit_code == 0, result.output
+        outputs.append(result.output)
+    assert "2 deposited (0 reused without a prefill), 0 refused" in outputs[0]
+    assert "2 deposited (2 reused without a prefill), 0 refused" in outputs[1]
+    assert outputs[1].count("already stored, reused") == 2
+    assert "2 deposited (0 reused without a prefill), 0 refused" in outputs[2]
+    assert outputs[2].count("already stored, same bytes") == 2
