@@ -133,7 +133,7 @@ def stored_artifact(session: Session, store: Store, ids: list[int], meta: dict) 
     same ``meta`` fields. The exactness contract says a prefill of the same ids under the same pin gives the same
     bytes, so such a deposit is taken as it is; ``deposit --recompute`` prefills anyway and checks it. A damaged
     copy is not held: the deposit prefills and replaces it."""
-    for artifact_id in store.exact_ids(session.config.fingerprint, meta["problem_key"]):
+    for artifact_id in store.exact_ids(session.config.fingerprint, meta["problem_key"], len(ids)):
         try:
             artifact = store.read_audited(artifact_id)
         except ArtifactError:

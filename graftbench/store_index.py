@@ -303,13 +303,13 @@ class IndexedStore:
             ).fetchone()
         return row[0] if row else None
 
-    def exact_ids(self, config_fingerprint: str, problem_key: str) -> list[str]:
-        """The ids of every top-level artifact deposited for this normalized problem under this config (shortest
-        first, then by id): the deposits :func:`graftbench.deposit.stored_artifact` compares a new one with."""
+    def exact_ids(self, config_fingerprint: str, problem_key: str, n_tokens: int) -> list[str]:
+        """The ids of every top-level artifact of ``n_tokens`` tokens deposited for this normalized problem under
+        this config, by id: the deposits :func:`graftbench.deposit.stored_artifact` compares a new one with."""
         with self._index() as db:
             return [row[0] for row in db.execute(
-                "SELECT id FROM artifacts WHERE config_fingerprint=? AND problem_key=? AND parent IS NULL "
-                "ORDER BY n_tokens, id", (config_fingerprint, problem_key))]
+                "SELECT id FROM artifacts WHERE config_fingerprint=? AND problem_key=? AND n_tokens=? "
+                "AND parent IS NULL ORDER BY id", (config_fingerprint, problem_key, n_tokens))]
 
     def family_candidates(self, config_fingerprint: str, family: str | None,
                           exclude: bool = True) -> list[tuple[str, str]]:
