@@ -472,7 +472,13 @@ def verify_manifest(path: str | Path, store: str | Path | None = None,
     Returns ``(mismatches, notes)``: it holds only when ``mismatches`` is empty. Raises :class:`ManifestError`
     when the file is not a manifest at all; any edit inside a manifest is a mismatch, never an exception.
     """
-    manifest = load_manifest(path)
+    return check_manifest(load_manifest(path), store, require_artifacts)
+
+
+def check_manifest(manifest: dict, store: str | Path | None = None,
+                   require_artifacts: bool = False) -> tuple[list[str], list[str]]:
+    """:func:`verify_manifest` on a manifest already loaded (:func:`load_manifest`), so that a caller who checks it
+    and then uses it reads the file once. Returns ``(mismatches, notes)`` as :func:`verify_manifest` does."""
     mismatches, notes = _check_seal(manifest), []
     digest_problems, digest_note = _check_digests(manifest)
     mismatches += _check_structure(manifest) + digest_problems

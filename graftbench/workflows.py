@@ -10,7 +10,7 @@ from .dispatch import DispatchReport
 from .deposit import DepositItem, DepositReport, deposit_items, items_from_problems, items_from_samples
 from .energy import EnergyMeter
 from .evaluate import evaluate
-from .manifest import ManifestError, build_manifest, load_manifest, verify_manifest, write_manifest
+from .manifest import ManifestError, build_manifest, check_manifest, load_manifest, verify_manifest, write_manifest
 from .problem_types import Problem, problem_set_sha256, problem_text_sha256
 from .runs import RunDir
 from .sample import Sample
@@ -140,11 +140,11 @@ def manifest_samples(path: str | Path) -> tuple[str, list[dict]]:
 
     Raises :class:`graftbench.manifest.ManifestError` naming ``path`` when it is not a run manifest or does not
     verify (with its first mismatch)."""
-    mismatches, _ = verify_manifest(path)
+    manifest = load_manifest(path)
+    mismatches, _ = check_manifest(manifest)
     if mismatches:
         raise ManifestError(f"manifest '{path}' does not verify ({len(mismatches)} mismatches; the first: "
                             f"{mismatches[0]}): refusing to deposit its samples")
-    manifest = load_manifest(path)
     return manifest["run"], manifest["samples"]
 
 
