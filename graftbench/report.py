@@ -62,6 +62,21 @@ class RunEntry:
         return self.mode
 
     @property
+    def arm(self) -> tuple:
+        """What a graft run and a baseline run must share to be compared pair by pair: model, dtype, solve mode
+        (``text`` when not recorded), decode budget (``max_new_tokens``, ``token_budget``), samples per problem,
+        sampling (``greedy``, or temperature and top-p) and round. Settings an older manifest does not record take
+        their defaults (text, one greedy sample)."""
+        settings = self.manifest.get("settings")
+        settings = settings if isinstance(settings, dict) else {}
+        config = self.manifest.get("config")
+        dtype = config.get("dtype") if isinstance(config, dict) else None
+        temperature = settings.get("temperature") or 0
+        sampling = ("greedy",) if temperature == 0 else (temperature, settings.get("top_p", 1))
+        return (self.model, dtype, settings.get("mode") or "text", settings.get("max_new_tokens"),
+                settings.get("token_budget"), settings.get("samples") or 1, sampling, self.round)
+
+    @property
     def layout(self) -> str:
         """The samples' ``layout`` names, or ``—`` when the manifest records none."""
         names = sorted({s["layout"] for s in self.manifest["samples"] if isinstance(s.get("layout"), str)})
@@ -153,11 +168,13 @@ def _common_problems(a: RunEntry, b: RunEntry) -> list[dict]:
 
 def compare_runs(runs: list[RunEntry], seed: int = 0, resamples: int = RESAMPLES) -> list[dict]:
     """Paired differences (graft − baseline accuracy per problem, bootstrap over problems) for every graft run and
-    baseline run of the same model and round that share problems (same id and text hash)."""
+    baseline run of the same arm (:attr:`RunEntry.arm`: model, dtype, solve mode, budget, sampling, round) that
+    share problems (same id and text hash). A program-mode graft is never paired with a text baseline, nor an
+    avg@4 run with a greedy one: the difference would mix the graft with another change."""
     rows = []
     for graft in (r for r in runs if r.mode == "graft"):
         for baseline in (r for r in runs if r.mode == "baseline"):
-            if graft.model != baseline.model or graft.round != baseline.round:
+            if graft.arm != baseline.arm:
                 continue
             common = _common_problems(graft, baseline)
             try:
@@ -312,7 +329,7 @@ def markdown(report: Report, plots: list[str] = ()) -> str:
              "## Runs", "", _md_table(RUN_COLUMNS, [run_row(r) for r in report.runs]), "",
              "## Per family", "", _md_table(FAMILY_COLUMNS, family_rows(report)), ""]
     if report.comparisons:
-        parts += ["## Paired comparisons (same problems, same model)", "",
+        parts += ["## Paired comparisons (same problems, model, mode, budget and sampling)", "",
                   _md_table(COMPARISON_COLUMNS, comparison_rows(report)), ""]
     if report.rounds:
         parts += ["## Rounds", "", _md_table(ROUND_COLUMNS, round_rows(report)), ""]

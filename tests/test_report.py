@@ -224,3 +224,15 @@ def test_a_flywheel_recurring_run_is_its_own_series_not_the_held_out_graft_line(
         ("baseline", "baseline", "baseline"), ("graft", "graft", "graft"), ("recurring", "graft", "recurring")]
     assert len(report.comparisons) == 1  # the recurring run shares no problem with the held-out baseline
     assert [row[2] for row in round_rows(report)] == ["baseline", "graft", "recurring"]
+
+
+def test_a_graft_run_is_paired_only_with_a_baseline_of_the_same_mode_budget_and_sampling():
+    qwen = ROOT / "manifests" / "transfer-qwen2.5-coder-0.5b"
+    runs = [f"{qwen}-program-graft-avg4.json", f"{qwen}-program-baseline-avg4.json",  # program, avg@4
+            f"{qwen}-baseline-avg4.json", f"{qwen}-baseline.json", f"{qwen}-program-baseline.json"]
+    report = build_report(runs)
+    assert [(c["graft"], c["baseline"]) for c in report.comparisons] == [
+        ("transfer-qwen2.5-coder-0.5b-program-graft-avg4", "transfer-qwen2.5-coder-0.5b-program-baseline-avg4")]
+    arms = {r.label: r.arm for r in report.runs}
+    assert arms["transfer-qwen2.5-coder-0.5b-baseline"][2:7] == ("text", 256, None, 1, ("greedy",))
+    assert arms["transfer-qwen2.5-coder-0.5b-program-baseline-avg4"][2:7] == ("program", 256, None, 4, (0.7, 0.95))
