@@ -23,6 +23,8 @@ def check_exact(
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="with --expect: replay only the first N pairs"),
     log: Optional[Path] = typer.Option(None, "--log", help="with --expect: append the outcome and both CPUs to this "
                                        "replay log (JSON lines, e.g. manifests/replays.jsonl)"),
+    extend: Optional[Path] = typer.Option(None, "--extend", help="start from this expectation's pair records "
+                                          "(same pin and problem set) and measure only the pairs it lacks"),
     runs_dir: str = RunsOpt,
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch intra-op threads (pinned; default: torch's)"),
 ) -> None:
@@ -39,7 +41,9 @@ def check_exact(
     except ValueError as exc:
         fail(str(exc))
     session = open_model(model, dtype, chunk_size, threads, isa)
+    session, recorded = _extension(extend, session, problem_list, samples) if extend else (session, [])
     run, done = _open_run(runs_dir, model, session, problem_list)
+    done = recorded + done  # the journal's records come last, so they win
     with run, progress("check-exact", samples) as advance:
         def measured(record):
             run.append(record)
@@ -66,6 +70,21 @@ def check_exact(
                   + (f" · expectation {write_expect}" if write_expect else ""))
     if totals["exact_pairs"] != totals["pairs"]:
         fail("some pairs are not byte-exact", 1)
+
+
+def _extension(expect: Path, session, problem_list, samples: int):
+    """The session and pair records to extend the expectation at ``expect`` from
+    (:func:`graftbench.exactness.extension_base`); fails with the reason when it cannot be extended."""
+    from .exact_manifest import load_expectation
+    from .exactness import extension_base
+    from .manifest import ManifestError
+
+    try:
+        session, records = extension_base(session, load_expectation(expect), problem_list, samples)
+    except (ManifestError, ValueError) as exc:
+        fail(f"{expect}: {exc}")
+    console.print(f"extending {expect}: {len(records)} pair records reused from it, {samples - len(records)} to measure")
+    return session, records
 
 
 def _open_run(runs_dir: str, model: str, session, problem_list):

@@ -303,6 +303,40 @@ def as_recorded(session: Session, recorded_layout: dict) -> Session:
     return replace(session, config=replace(session.config, layout=recorded_layout))
 
 
+def extension_base(session: Session, expected: dict, problems: list[Problem],
+                   samples: int) -> tuple[Session, list[dict]]:
+    """What extending the committed expectation ``expected`` to more pairs starts from: ``session`` with the eval
+    layout the expectation was recorded under (:func:`as_recorded`, so new artifact ids match the old ones), and the
+    expectation's pair records, to be reused as an interrupted run's records are (:func:`reusable`: same id, tokens
+    and controls). Pair ``i`` depends only on ``i`` (:func:`build_pairs`), so the first pairs of a longer list are
+    the recorded ones.
+
+    Raises ``ValueError`` naming what differs when the expectation was recorded under another pin (any field but
+    the display name and the eval layout), another problem set, or another pair layout: its records would not be
+    measurements of this pin, when ``samples`` is fewer than its pairs (the extension would drop some), or when its
+    seal or totals do not hold (:func:`graftbench.exact_manifest.verify_exactness_manifest`)."""
+    from .exact_manifest import pin_differences, verify_exactness_manifest
+    from .problem_types import problem_set_sha256
+
+    broken = verify_exactness_manifest(expected)
+    if broken:
+        raise ValueError(f"not a sound expectation: {'; '.join(broken)}")
+    differing = pin_differences(expected["config"], session.config.to_dict())
+    if problem_set_sha256(problems) != expected["problem_set"]["sha256"]:
+        differing.append("problem_set.sha256")
+    if expected["settings"].get("pair_layout") != PAIR_LAYOUT.to_dict():
+        differing.append("settings.pair_layout")
+    if samples < len(expected["pairs"]):
+        raise ValueError(f"{samples} pairs asked for, fewer than the expectation's {len(expected['pairs'])}")
+    if differing:
+        raise ValueError(f"cannot extend an expectation recorded under another pin; differing: {', '.join(differing)}")
+    recorded = as_recorded(session, expected["config"]["layout"])
+    if recorded.config.fingerprint != expected["config_fingerprint"]:
+        raise ValueError(f"cannot extend: this pin's fingerprint {recorded.config.fingerprint[:12]} is not the "
+                         f"expectation's {expected['config_fingerprint'][:12]}")
+    return recorded, list(expected["pairs"])
+
+
 def replay(session: Session, expected: dict, problems: list[Problem], limit: int | None = None,
            on_pair=None) -> Replay:
     """Recompute the expectation's pairs (the first ``limit``) under this machine's pin, built with the pair layout

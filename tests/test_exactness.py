@@ -62,6 +62,38 @@ def test_an_interrupted_check_resumes_from_its_records(session, aime2024, small_
     assert verify_exactness_manifest(resumed) == []
 
 
+def test_an_expectation_extends_to_more_pairs_measuring_only_the_new_ones(session, aime2024, small_manifest):
+    start, records = exactness.extension_base(session, small_manifest, aime2024, samples=7)
+    assert start.config.fingerprint == small_manifest["config_fingerprint"] and records == small_manifest["pairs"]
+    measured = []
+    extended = run_check_exact(start, aime2024, "aime2024", samples=7, with_controls=True, control_pairs=2,
+                               done=records, on_pair=measured.append)
+    assert [r["id"] for r in measured] == ["pair-005", "pair-006"]
+    assert extended["pairs"][:5] == small_manifest["pairs"] and extended["totals"]["exact_pairs"] == 7
+    assert extended["config_fingerprint"] == small_manifest["config_fingerprint"]
+    assert verify_exactness_manifest(extended) == []
+
+
+def test_an_expectation_of_another_pin_set_or_seal_is_not_extended(session, aime2024, small_manifest):
+    with pytest.raises(ValueError, match="differing: threads"):
+        other_pin = {**small_manifest, "config": {**small_manifest["config"], "threads": 64}}
+        exactness.extension_base(session, {**other_pin, "manifest_sha256": _seal(other_pin)}, aime2024, samples=7)
+    with pytest.raises(ValueError, match="differing: problem_set.sha256"):
+        exactness.extension_base(session, small_manifest, aime2024[1:], samples=7)
+    with pytest.raises(ValueError, match="4 pairs asked for, fewer than the expectation's 5"):
+        exactness.extension_base(session, small_manifest, aime2024, samples=4)
+    tampered = copy.deepcopy(small_manifest)
+    tampered["pairs"][0]["graft_logits_sha256"] = "0" * 64
+    with pytest.raises(ValueError, match="not a sound expectation: .*pair pair-000"):
+        exactness.extension_base(session, tampered, aime2024, samples=7)
+
+
+def _seal(manifest: dict) -> str:
+    from graftbench.hashing import sha256_json
+
+    return sha256_json({k: v for k, v in manifest.items() if k != "manifest_sha256"})
+
+
 def test_a_record_of_other_tokens_or_controls_is_measured_again(session, aime2024, small_manifest):
     pair = build_pairs(session, aime2024, 5)[0]
     record = small_manifest["pairs"][0]  # measured with controls

@@ -435,6 +435,24 @@ def test_check_exact_journals_each_pair_and_a_rerun_resumes(tmp_path):
     assert json.loads((run / "exactness.json").read_text())["pairs"] == lines
 
 
+def test_check_exact_extends_a_committed_expectation_without_measuring_its_pairs_again(tmp_path):
+    expectation = tmp_path / "exact.json"
+    args = ["check-exact", "--problems", str(AIME2024)]
+    first = runner.invoke(app, args + ["--samples", "1", "--runs-dir", str(tmp_path / "a"), "--write-expect",
+                                       str(expectation)])
+    assert first.exit_code == 0, first.output
+    recorded = json.loads(expectation.read_text())["pairs"]
+    longer = runner.invoke(app, args + ["--samples", "2", "--runs-dir", str(tmp_path / "b"), "--extend",
+                                        str(expectation), "--write-expect", str(expectation)])
+    text = " ".join(longer.output.split())
+    assert longer.exit_code == 0 and f"extending {expectation}: 1 pair records reused from it, 1 to measure" in text
+    [run] = list((tmp_path / "b").iterdir())
+    assert [json.loads(line)["id"] for line in (run / "samples.jsonl").read_text().splitlines()] == ["pair-001"]
+    assert json.loads(expectation.read_text())["pairs"][:1] == recorded and "2 of 2 pairs byte-exact" in text
+    fewer = runner.invoke(app, args + ["--samples", "1", "--extend", str(expectation), "--runs-dir", str(tmp_path)])
+    assert fewer.exit_code == 2 and "1 pairs asked for, fewer than the expectation's 2" in " ".join(fewer.output.split())
+
+
 def _sample(problem_id: str, correct: bool) -> Sample:
     values = {f.name: None for f in dataclasses.fields(Sample)}
     values.update(problem_id=problem_id, correct=correct, output="Final answer: 2", key="2")
