@@ -254,6 +254,11 @@ def deposit(
         console.print(f"[yellow]refused[/yellow] {pid}: {reason}")
     console.print(f"{len(report.deposited)} deposited ({len(report.reused)} reused without a prefill), "
                   f"{len(report.refused)} refused")
+    for fingerprint, held in sorted(report.other_pins.items()):
+        console.print(f"[yellow]note[/yellow]: {held} of the {len(set(report.prefilled_keys))} problems prefilled "
+                      f"were already stored under another pin, config {fingerprint[:12]} (this one is "
+                      f"{session.config.fingerprint[:12]}); a deposit reuses only artifacts of its own pin: "
+                      "the same weights, dtype, chunk size, thread count, --isa and layout")
 
 
 @app.command(name="verify-manifest")

@@ -41,11 +41,16 @@ class DepositItem:
 class DepositReport:
     """``deposited``: (problem id, artifact id, tokens, newly written); ``refused``: (problem id, reason);
     ``reused``: ids of the deposited artifacts the store already held intact, taken without a prefill (see
-    :func:`stored_artifact`); ``cleaned``: temporary files of killed writers removed when the store was opened."""
+    :func:`stored_artifact`); ``prefilled_keys``: problem keys of the items prefilled; ``other_pins``: for each
+    other config fingerprint of the store, how many of those prefilled problems it already held (a deposit under
+    another pin, e.g. another thread count, which this one could not reuse); ``cleaned``: temporary files of
+    killed writers removed when the store was opened."""
 
     deposited: list[tuple[str, str, int, bool]] = field(default_factory=list)
     refused: list[tuple[str, str]] = field(default_factory=list)
     reused: set[str] = field(default_factory=set)
+    prefilled_keys: list[str] = field(default_factory=list)
+    other_pins: dict[str, int] = field(default_factory=dict)
     cleaned: list = field(default_factory=list)
 
 
@@ -102,6 +107,7 @@ def _deposit_one(session: Session, store: Store, item: DepositItem, report: Depo
         return None
     data, _ = graft.build_artifact(session.model, session.config, ids, meta)
     artifact_id, written = store.put_reporting(data)
+    report.prefilled_keys.append(meta["problem_key"])
     report.deposited.append((problem.id, artifact_id, len(ids), written))
     return None
 
@@ -152,7 +158,8 @@ def deposit_items(session: Session, store: Store, items: list[DepositItem],
     schedule and write the artifact. Unverified or over-long items are refused and listed, never deposited. An
     item whose artifact the store already holds intact (:func:`stored_artifact`) is reported as deposited and
     listed in ``reused`` without a prefill, unless ``recompute`` (then its bytes are rebuilt, and equal bytes
-    keep the one copy).
+    keep the one copy). ``other_pins`` of the report counts the prefilled problems that the store held under
+    another pin.
 
     An item with a ``program`` is re-verified by running it in the sandbox under ``limits`` when ``mode`` is
     ``program``, and refused otherwise. Raises :class:`graftbench.sandbox.SandboxError` when no sandbox can be
@@ -167,4 +174,5 @@ def deposit_items(session: Session, store: Store, items: list[DepositItem],
             report.refused.append((item.problem.id, refusal))
         if on_item:
             on_item(item)
+    report.other_pins = store.other_pins_holding(session.config.fingerprint, report.prefilled_keys)
     return report

@@ -311,6 +311,22 @@ class IndexedStore:
                 "SELECT id FROM artifacts WHERE config_fingerprint=? AND problem_key=? AND n_tokens=? "
                 "AND parent IS NULL ORDER BY id", (config_fingerprint, problem_key, n_tokens))]
 
+    def other_pins_holding(self, config_fingerprint: str, problem_keys: list[str]) -> dict[str, int]:
+        """For every config fingerprint but ``config_fingerprint``: how many of the distinct ``problem_keys`` have
+        a top-level artifact under it (fingerprints that hold none are left out). Asks the index in batches of
+        500 keys, below SQLite's limit on bound parameters."""
+        keys, counts = sorted(set(problem_keys)), {}
+        with self._index() as db:
+            for start in range(0, len(keys), 500):
+                batch = keys[start:start + 500]
+                rows = db.execute(
+                    f"SELECT config_fingerprint, COUNT(DISTINCT problem_key) FROM artifacts WHERE parent IS NULL "
+                    f"AND config_fingerprint != ? AND problem_key IN ({','.join('?' * len(batch))}) "
+                    f"GROUP BY config_fingerprint", (config_fingerprint, *batch))
+                for fingerprint, n in rows:
+                    counts[fingerprint] = counts.get(fingerprint, 0) + n
+        return counts
+
     def family_candidates(self, config_fingerprint: str, family: str | None,
                           exclude: bool = True) -> list[tuple[str, str]]:
         """``(id, problem_text)`` of the top-level artifacts under this config whose family is not ``family``

@@ -79,8 +79,10 @@ def test_another_solution_source_or_pin_for_the_same_problem_is_not_reused(lab, 
 
     other_pin = dataclasses.replace(lab.session.config, weights_sha256="0" * 64)
     lab.store.put(lab.build(tiny_problem(505), config=other_pin)[0])
-    deposited, report = _deposit(lab, items_from_problems([tiny_problem(505)]))
+    deposited, report = _deposit(lab, items_from_problems([tiny_problem(505), tiny_problem(506)]))
     assert report.reused == set() and deposited[0][2] is True  # under the session's own pin it is new
+    assert report.other_pins == {other_pin.fingerprint: 1}  # 505 was there under the other pin, 506 nowhere
+    assert _deposit(lab, items_from_problems([tiny_problem(507)]))[1].other_pins == {}
 
 
 def test_the_deposit_command_says_what_it_reused_and_recompute_prefills(session, tmp_path):
@@ -99,3 +101,19 @@ def test_the_deposit_command_says_what_it_reused_and_recompute_prefills(session,
     assert outputs[1].count("already stored, reused") == 2
     assert "2 deposited (0 reused without a prefill), 0 refused" in outputs[2]
     assert outputs[2].count("already stored, same bytes") == 2
+
+
+def test_the_deposit_command_notes_problems_stored_under_another_pin(session, tmp_path):
+    from typer.testing import CliRunner
+
+    from graftbench.cli import app
+
+    args = ["deposit", "--problems", "builtin", "--limit", "2", "--store", str(tmp_path / "store")]
+    other = CliRunner().invoke(app, [*args, "--chunk-size", "64"], terminal_width=200)
+    assert other.exit_code == 0, other.output
+    assert "another pin" not in other.output
+    result = CliRunner().invoke(app, args, terminal_width=400)
+    text = " ".join(result.output.split())
+    assert result.exit_code == 0 and "2 deposited (0 reused without a prefill), 0 refused" in text
+    assert "note: 2 of the 2 problems prefilled were already stored under another pin, config" in text
+    assert "the same weights, dtype, chunk size, thread count, --isa and layout" in text
