@@ -83,7 +83,8 @@ def _extension(expect: Path, session, problem_list, samples: int):
         session, records = extension_base(session, load_expectation(expect), problem_list, samples)
     except (ManifestError, ValueError) as exc:
         fail(f"{expect}: {exc}")
-    console.print(f"extending {expect}: {len(records)} pair records reused from it, {samples - len(records)} to measure")
+    console.print(f"extending {expect}: {len(records)} pair records from it (each reused when its pair's tokens and "
+                  f"controls match), {samples - len(records)} new pairs")
     return session, records
 
 

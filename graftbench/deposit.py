@@ -174,5 +174,6 @@ def deposit_items(session: Session, store: Store, items: list[DepositItem],
             report.refused.append((item.problem.id, refusal))
         if on_item:
             on_item(item)
-    report.other_pins = store.other_pins_holding(session.config.fingerprint, report.prefilled_keys)
+    if report.prefilled_keys:
+        report.other_pins = store.other_pins_holding(session.config.fingerprint, report.prefilled_keys)
     return report

@@ -445,7 +445,9 @@ def test_check_exact_extends_a_committed_expectation_without_measuring_its_pairs
     longer = runner.invoke(app, args + ["--samples", "2", "--runs-dir", str(tmp_path / "b"), "--extend",
                                         str(expectation), "--write-expect", str(expectation)])
     text = " ".join(longer.output.split())
-    assert longer.exit_code == 0 and f"extending {expectation}: 1 pair records reused from it, 1 to measure" in text
+    assert longer.exit_code == 0, longer.output
+    assert f"extending {expectation}: 1 pair records from it (each reused when its pair's tokens and controls " \
+        "match), 1 new pairs" in text
     [run] = list((tmp_path / "b").iterdir())
     assert [json.loads(line)["id"] for line in (run / "samples.jsonl").read_text().splitlines()] == ["pair-001"]
     assert json.loads(expectation.read_text())["pairs"][:1] == recorded and "2 of 2 pairs byte-exact" in text
