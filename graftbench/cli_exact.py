@@ -80,8 +80,12 @@ def _extension(expect: Path, session, problem_list, samples: int):
     from .manifest import ManifestError
 
     try:
-        session, records = extension_base(session, load_expectation(expect), problem_list, samples)
-    except (ManifestError, ValueError) as exc:
+        expected = load_expectation(expect)
+    except ManifestError as exc:  # it names the path
+        fail(str(exc))
+    try:
+        session, records = extension_base(session, expected, problem_list, samples)
+    except ValueError as exc:
         fail(f"{expect}: {exc}")
     console.print(f"extending {expect}: {len(records)} pair records from it (each reused when its pair's tokens and "
                   f"controls match), {samples - len(records)} new pairs")

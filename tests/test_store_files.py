@@ -453,6 +453,8 @@ def test_check_exact_extends_a_committed_expectation_without_measuring_its_pairs
     assert json.loads(expectation.read_text())["pairs"][:1] == recorded and "2 of 2 pairs byte-exact" in text
     fewer = runner.invoke(app, args + ["--samples", "1", "--extend", str(expectation), "--runs-dir", str(tmp_path)])
     assert fewer.exit_code == 2 and "1 pairs asked for, fewer than the expectation's 2" in " ".join(fewer.output.split())
+    missing = runner.invoke(app, args + ["--samples", "2", "--extend", str(tmp_path / "none.json")])
+    assert missing.exit_code == 2 and f"manifest '{tmp_path / 'none.json'}' does not exist" in " ".join(missing.output.split())
 
 
 def _sample(problem_id: str, correct: bool) -> Sample:
