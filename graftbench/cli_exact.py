@@ -40,8 +40,9 @@ def check_exact(
         check_pair_source(problem_list, problems, samples)
     except ValueError as exc:
         fail(str(exc))
+    expected = _load_expectation(extend) if extend else None  # a bad file fails before the model loads
     session = open_model(model, dtype, chunk_size, threads, isa)
-    session, recorded = _extension(extend, session, problem_list, samples) if extend else (session, [])
+    session, recorded = _extension(extend, expected, session, problem_list, samples) if extend else (session, [])
     run, done = _open_run(runs_dir, model, session, problem_list)
     done = recorded + done  # the journal's records come last, so they win
     with run, progress("check-exact", samples) as advance:
@@ -72,17 +73,22 @@ def check_exact(
         fail("some pairs are not byte-exact", 1)
 
 
-def _extension(expect: Path, session, problem_list, samples: int):
-    """The session and pair records to extend the expectation at ``expect`` from
-    (:func:`graftbench.exactness.extension_base`); fails with the reason when it cannot be extended."""
+def _load_expectation(expect: Path) -> dict:
+    """The exactness manifest at ``expect``; fails naming the path when it is missing or not one."""
     from .exact_manifest import load_expectation
-    from .exactness import extension_base
     from .manifest import ManifestError
 
     try:
-        expected = load_expectation(expect)
+        return load_expectation(expect)
     except ManifestError as exc:  # it names the path
         fail(str(exc))
+
+
+def _extension(expect: Path, expected: dict, session, problem_list, samples: int):
+    """The session and pair records to extend ``expected`` (read from ``expect``) from
+    (:func:`graftbench.exactness.extension_base`); fails with the reason when it cannot be extended."""
+    from .exactness import extension_base
+
     try:
         session, records = extension_base(session, expected, problem_list, samples)
     except ValueError as exc:
@@ -113,13 +119,7 @@ def _open_run(runs_dir: str, model: str, session, problem_list):
 
 
 def _replay(expect: Path, limit, isa: str | None, log: Path | None) -> None:
-    from .exact_manifest import load_expectation
-    from .manifest import ManifestError
-
-    try:
-        expected = load_expectation(expect)
-    except ManifestError as exc:
-        fail(str(exc))
+    expected = _load_expectation(expect)
     pin = expected["config"]
     apply_isa(isa or pin.get("isa", "native"))
     from .exactness import replay_and_log

@@ -455,6 +455,7 @@ def test_check_exact_extends_a_committed_expectation_without_measuring_its_pairs
     assert fewer.exit_code == 2 and "1 pairs asked for, fewer than the expectation's 2" in " ".join(fewer.output.split())
     missing = runner.invoke(app, args + ["--samples", "2", "--extend", str(tmp_path / "none.json")])
     assert missing.exit_code == 2 and f"manifest '{tmp_path / 'none.json'}' does not exist" in " ".join(missing.output.split())
+    assert "model smollm2-135m:" not in missing.output  # refused before the model loads
 
 
 def _sample(problem_id: str, correct: bool) -> Sample:
