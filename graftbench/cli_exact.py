@@ -41,8 +41,9 @@ def check_exact(
     except ValueError as exc:
         fail(str(exc))
     expected = _load_expectation(extend) if extend else None  # a bad file fails before the model loads
-    session = open_model(model, dtype, chunk_size, threads, isa)
-    session, recorded = _extension(extend, expected, session, problem_list, samples) if extend else (session, [])
+    session, recorded = open_model(model, dtype, chunk_size, threads, isa), []
+    if extend:
+        session, recorded = _extension(extend, expected, session, problem_list, samples)
     run, done = _open_run(runs_dir, model, session, problem_list)
     done = recorded + done  # the journal's records come last, so they win
     with run, progress("check-exact", samples) as advance:

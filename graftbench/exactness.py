@@ -303,6 +303,19 @@ def as_recorded(session: Session, recorded_layout: dict) -> Session:
     return replace(session, config=replace(session.config, layout=recorded_layout))
 
 
+def not_comparable(session: Session, expected: dict, problems: list[Problem]) -> list[str]:
+    """What keeps the expectation ``expected`` from being measured again by ``session`` on ``problems``: the pin
+    fields that differ (:func:`graftbench.exact_manifest.pin_differences`) and ``problem_set.sha256`` when the
+    problem set is another; empty when comparable."""
+    from .exact_manifest import pin_differences
+    from .problem_types import problem_set_sha256
+
+    differing = pin_differences(expected["config"], session.config.to_dict())
+    if problem_set_sha256(problems) != expected["problem_set"]["sha256"]:
+        differing.append("problem_set.sha256")
+    return differing
+
+
 def extension_base(session: Session, expected: dict, problems: list[Problem],
                    samples: int) -> tuple[Session, list[dict]]:
     """What extending the committed expectation ``expected`` to more pairs starts from: ``session`` with the eval
@@ -315,15 +328,12 @@ def extension_base(session: Session, expected: dict, problems: list[Problem],
     the display name and the eval layout), another problem set, or another pair layout: its records would not be
     measurements of this pin, when ``samples`` is fewer than its pairs (the extension would drop some), or when its
     seal or totals do not hold (:func:`graftbench.exact_manifest.verify_exactness_manifest`)."""
-    from .exact_manifest import pin_differences, verify_exactness_manifest
-    from .problem_types import problem_set_sha256
+    from .exact_manifest import verify_exactness_manifest
 
     broken = verify_exactness_manifest(expected)
     if broken:
         raise ValueError(f"not a sound expectation: {'; '.join(broken)}")
-    differing = pin_differences(expected["config"], session.config.to_dict())
-    if problem_set_sha256(problems) != expected["problem_set"]["sha256"]:
-        differing.append("problem_set.sha256")
+    differing = not_comparable(session, expected, problems)
     if expected["settings"].get("pair_layout") != PAIR_LAYOUT.to_dict():
         differing.append("settings.pair_layout")
     if samples < len(expected["pairs"]):
@@ -342,12 +352,7 @@ def replay(session: Session, expected: dict, problems: list[Problem], limit: int
     """Recompute the expectation's pairs (the first ``limit``) under this machine's pin, built with the pair layout
     the expectation records; stop at the first hash that differs. A pin that differs makes the replay not
     comparable and nothing is computed."""
-    from .exact_manifest import pin_differences
-    from .problem_types import problem_set_sha256
-
-    differing = pin_differences(expected["config"], session.config.to_dict())
-    if problem_set_sha256(problems) != expected["problem_set"]["sha256"]:
-        differing.append("problem_set.sha256")
+    differing = not_comparable(session, expected, problems)
     if differing:
         return Replay(0, 0, None, differing)
     records = expected["pairs"][:limit] if limit else expected["pairs"]
