@@ -90,6 +90,9 @@ def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, ru
         fail(escape(str(exc)))
     except (RunError, StrictFallbackError, OSError, SandboxError) as exc:  # OSError includes StorageError
         fail(str(exc))
+    except KeyboardInterrupt:
+        fail(f"interrupted: the samples finished so far are kept in {Path(runs_dir) / name}; the same command "
+             "resumes the run", 130)
     _print_run(result, result.manifest["energy"]["method"])
     if result.certificate_mismatches:
         fail(f"certificate mismatch (graft logits differ from a fresh recompute): {result.certificate_mismatches}", 1)
@@ -222,7 +225,7 @@ def deposit(
 ) -> None:
     """Re-verify solutions against their keys and deposit the verified ones as KV artifacts (a solution already
     stored under the same pin is reused without a prefill)."""
-    from .workflows import deposit_job, deposit_plan
+    from .workflows import deposit_job, deposit_plan, empty_plan_reasons
     from .tables import deposit_table
     from .runs import RunDir, RunError
     from .sandbox import SandboxError
@@ -241,6 +244,12 @@ def deposit(
         items = deposit_plan(problem_list, references=references, from_run=source_run, from_manifest=from_manifest)
     except (RunError, ValueError) as exc:  # ValueError includes ManifestError
         fail(str(exc))
+    if not items:
+        reasons = empty_plan_reasons(problem_list, references=references, from_run=source_run,
+                                     from_manifest=from_manifest)
+        fail(f"nothing to deposit from problem set '{problems}' (solution field '{solution_field}'"
+             f"{f', shard {shard}' if shard else ''}): "
+             + ("; ".join(reasons) or "--no-references without --from-run or --from-manifest"))
     session = open_model(model, dtype, chunk_size, isa=isa)
     try:
         with progress("deposit", len(items)) as advance:
@@ -248,6 +257,9 @@ def deposit(
                                  mode=mode, recompute=recompute)
     except (RunError, OSError, SandboxError) as exc:  # OSError includes StorageError (disk full) and StoreError
         fail(str(exc))
+    except KeyboardInterrupt:
+        fail(f"interrupted: the artifacts deposited so far are kept in {store}; the same command reuses them "
+             "without a prefill", 130)
     _print_cleaned(report.cleaned)
     console.print(deposit_table(report, store))
     for pid, reason in report.refused:
@@ -403,9 +415,11 @@ def run(
 ) -> None:
     """The whole flywheel on the built-in set: solve, deposit, eval with graft, verify manifests, one table."""
     from .workflows import flywheel
-    from .builtin_problems import builtin_problems
+    from .builtin_problems import MAX_PER_FAMILY, builtin_problems
     from .tables import summary_table
 
+    if n_per_family > MAX_PER_FAMILY:
+        fail(f"--per-family {n_per_family}: the built-in families hold {MAX_PER_FAMILY} distinct problems each")
     problem_list = builtin_problems(n_per_family=n_per_family)
     session = open_model(model, dtype, chunk_size, isa=isa)
     from .runs import RunError

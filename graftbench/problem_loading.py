@@ -21,7 +21,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from .builtin_problems import builtin_problems
+from .builtin_problems import MAX_PER_FAMILY, builtin_problems
 from .problem_sources import SUPPORTED_SUFFIXES, RawTable, is_hub_id, read_hub, read_local, suffix_list
 from .problem_types import Problem, ProblemSetError
 
@@ -48,13 +48,14 @@ binary64 (pandas, JavaScript, Python's own ``json``)."""
 _INTEGER_ONLY = "answers must be integers (the command line reads integer keys only; correct the key in the file)"
 
 
-_BUILTIN_SLICE = re.compile(r"builtin(?::(?:(\d{1,3})-)?(\d{1,3}))?")
+_BUILTIN_SLICE = re.compile(r"builtin(?::(?:(\d+)-)?(\d+))?")
 
 
 def builtin_slice(source: str) -> list[Problem]:
     """The built-in problems named by ``source``: ``builtin`` (the default 2 per family), ``builtin:N`` (the first
     N of every family) or ``builtin:A-B`` (problems A to B - 1 of every family, by their index in the family: the
-    same problems whatever B is). Raises :class:`ProblemSetError` for another spelling or an empty range."""
+    same problems whatever B is). Raises :class:`ProblemSetError` for another spelling, an empty range, or more
+    than :data:`~graftbench.builtin_problems.MAX_PER_FAMILY` per family."""
     match = _BUILTIN_SLICE.fullmatch(source)
     if not match:
         raise ProblemSetError(f"problem set {source!r}: write builtin, builtin:N or builtin:A-B (A < B, "
@@ -64,6 +65,9 @@ def builtin_slice(source: str) -> list[Problem]:
     start, end = int(match.group(1) or 0), int(match.group(2))
     if start >= end:
         raise ProblemSetError(f"problem set {source!r}: the range {start}-{end} holds no problem (A < B)")
+    if end > MAX_PER_FAMILY:
+        raise ProblemSetError(f"problem set {source!r}: the built-in families hold {MAX_PER_FAMILY} distinct "
+                              f"problems each, not {end}")
     return [p for p in builtin_problems(n_per_family=end) if int(p.id.rsplit("-", 1)[1]) >= start]
 
 

@@ -133,6 +133,24 @@ def deposit_plan(problems: list[Problem], *, references: bool, from_run: RunDir 
     return items
 
 
+def empty_plan_reasons(problems: list[Problem], *, references: bool, from_run: RunDir | None = None,
+                       from_manifest: str | Path | None = None) -> list[str]:
+    """Why :func:`deposit_plan` offers nothing for these arguments: one clause per source asked for (the problem
+    set's reference solutions, the run, the manifest), each saying what it held. An empty list when no source was
+    asked for at all. Raises what :func:`deposit_plan` raises."""
+    reasons = [f"none of the {len(problems)} problems has a reference solution"] if references else []
+    ids = {p.id for p in problems}
+    sources = [(f"run '{from_run.name}'", [Sample.from_json(s) for s in from_run.read_samples()])] if from_run else []
+    if from_manifest is not None:
+        run_name, samples = manifest_samples(from_manifest)
+        sources.append((f"manifest '{from_manifest}' (run '{run_name}')", [Sample.from_json(s) for s in samples]))
+    for name, samples in sources:
+        correct = [s for s in samples if s.correct]
+        reasons.append(f"{name} has {len(samples)} samples, {len(correct)} verified, "
+                       f"{sum(s.problem_id in ids for s in correct)} of them on a problem of this set")
+    return reasons
+
+
 def manifest_samples(path: str | Path) -> tuple[str, list[dict]]:
     """The run name and the samples recorded in the run manifest at ``path``, once
     :func:`graftbench.manifest.verify_manifest` holds for it (artifacts are not required). A deposit from it writes

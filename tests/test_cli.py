@@ -99,3 +99,30 @@ def test_model_label_names_outputs_and_runs(model, label):
     from graftbench.cli_common import model_label
 
     assert model_label(model) == label
+
+
+def _interrupt(*args, **kwargs):
+    raise KeyboardInterrupt
+
+
+def test_an_interrupted_eval_says_where_its_samples_are_and_how_to_resume(tmp_path, monkeypatch):
+    from graftbench import cli
+
+    monkeypatch.setattr(cli, "_executor", lambda *args: _interrupt)
+    result = runner.invoke(app, ["solve", "--problems", "builtin", "--limit", "1", "--run", "cut",
+                                 "--runs-dir", str(tmp_path)], terminal_width=400)
+    assert result.exit_code == 130, result.output
+    assert (f"interrupted: the samples finished so far are kept in {tmp_path / 'cut'}; the same command resumes "
+            "the run") in " ".join(result.output.split())
+
+
+def test_an_interrupted_deposit_says_the_same_command_reuses_what_it_stored(tmp_path, monkeypatch):
+    from graftbench import cli, workflows
+
+    monkeypatch.setattr(cli, "open_model", lambda *args, **kwargs: None)
+    monkeypatch.setattr(workflows, "deposit_job", _interrupt)
+    result = runner.invoke(app, ["deposit", "--problems", "builtin", "--limit", "1", "--store",
+                                 str(tmp_path / "store")], terminal_width=400)
+    assert result.exit_code == 130, result.output
+    assert (f"interrupted: the artifacts deposited so far are kept in {tmp_path / 'store'}; the same command "
+            "reuses them without a prefill") in " ".join(result.output.split())

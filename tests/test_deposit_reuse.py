@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +11,8 @@ from graftbench import graft
 from graftbench.deposit import DepositItem, deposit_items, items_from_problems
 from graftbench.faults.catalogue import Lab, flip_bit, tiny_problem
 from graftbench.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture()
@@ -117,3 +120,39 @@ def test_the_deposit_command_notes_problems_stored_under_another_pin(session, tm
     assert result.exit_code == 0 and "2 deposited (0 reused without a prefill), 0 refused" in text
     assert "note: 2 of the 2 problems prefilled were already stored under another pin, config" in text
     assert "the same weights, dtype, chunk size, thread count, --isa and layout" in text
+
+
+def test_why_a_deposit_plan_is_empty_names_each_source():
+    from graftbench.problem_loading import load_problems
+    from graftbench.workflows import deposit_plan, empty_plan_reasons
+
+    aime2025 = load_problems(str(ROOT.parent / "shared" / "data" / "aime2025.jsonl"))
+    manifest = ROOT / "manifests" / "aime2024-recurring-smollm2-135m.json"
+    assert deposit_plan(aime2025, references=True, from_manifest=manifest) == []
+    assert empty_plan_reasons(aime2025, references=True, from_manifest=manifest) == [
+        "none of the 30 problems has a reference solution",
+        f"manifest '{manifest}' (run 'aime2024-recurring-smollm2-135m') has 30 samples, 29 verified, "
+        "0 of them on a problem of this set"]
+    assert empty_plan_reasons(aime2025, references=False) == []
+
+
+@pytest.mark.parametrize("extra, reason", [
+    (["--solution-field", "nosuchfield"], "none of the 2 problems has a reference solution"),
+    (["--no-references"], "--no-references without --from-run or --from-manifest")])
+def test_a_deposit_with_nothing_to_deposit_is_refused_before_the_model_loads(extra, reason, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from graftbench import cli
+    from graftbench.cli import app
+
+    monkeypatch.setattr(cli, "open_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    problems = tmp_path / "two.jsonl"
+    problems.write_text('{"id": "a", "problem": "1+1?", "answer": 2, "solution": "Final answer: 2"}\n'
+                        '{"id": "b", "problem": "2+2?", "answer": 4, "solution": "Final answer: 4"}\n')
+    store = tmp_path / "store"
+    result = CliRunner().invoke(app, ["deposit", "--problems", str(problems), "--store", str(store), *extra],
+                                terminal_width=400)
+    text = " ".join(result.output.split())
+    assert result.exit_code == 2, result.output
+    assert f"nothing to deposit from problem set '{problems}'" in text and reason in text
+    assert not store.exists()

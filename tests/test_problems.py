@@ -852,9 +852,32 @@ def test_builtin_slices_name_problems_per_family():
 
 
 @pytest.mark.parametrize("source, message", [("builtin:5-2", "holds no problem"), ("builtin:x", "write builtin"),
-                                             ("builtin:0-0", "holds no problem")])
+                                             ("builtin:0-0", "holds no problem"),
+                                             ("builtin:118", "hold 117 distinct problems each, not 118"),
+                                             ("builtin:0-99999999999999999999", "each, not 99999999999999999999")])
 def test_bad_builtin_slices_are_refused(source, message):
     from graftbench.problem_loading import load_problems
 
     with pytest.raises(ProblemSetError, match=message):
         load_problems(source)
+
+
+def test_max_per_family_is_the_most_every_family_yields():
+    from graftbench.builtin_problems import MAX_PER_FAMILY, builtin_problems
+
+    assert len(builtin_problems(n_per_family=MAX_PER_FAMILY)) == 6 * MAX_PER_FAMILY
+    with pytest.raises(ValueError, match=f"could not produce {MAX_PER_FAMILY + 1} distinct problems"):
+        builtin_problems(n_per_family=MAX_PER_FAMILY + 1)
+
+
+@pytest.mark.parametrize("args", [["solve", "--problems", "builtin:150"], ["run", "--per-family", "200"]])
+def test_too_many_builtin_problems_is_a_one_line_error_before_any_model_loads(args, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from graftbench import cli
+    from graftbench.cli import app
+
+    monkeypatch.setattr(cli, "open_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    result = CliRunner().invoke(app, [*args, "--runs-dir", str(tmp_path)], terminal_width=200)
+    assert result.exit_code == 2, result.output
+    assert "117 distinct problems each" in result.output and "Traceback" not in result.output
