@@ -67,20 +67,23 @@ record-exact: $(STAMP)
 	$(MAKE) -j2 manifests/exact-smollm2-135m.json manifests/exact-smollm2-135m-bf16.json \
 	  manifests/exact-gemma3-270m.json manifests/exact-gemma3-270m-bf16.json
 # The optional Qwen models' expectations (issue #13; `make models` first): 50 pairs each, controls on 3 for the
-# 1.5B model in bfloat16. Hours here (about 4 minutes a pair for the 1.5B model): each recording journals its pairs
-# and a re-run resumes it; an expectation already committed is extended (--extend), never measured again.
+# 1.5B model. Hours here (about 5 minutes a pair for the 1.5B model in bfloat16, 2-3 in float32): each recording
+# journals its pairs and a re-run resumes it; an expectation already committed is extended (--extend), never
+# measured again.
 record-exact-qwen: models
 	$(MAKE) -B -j2 manifests/exact-qwen2.5-coder-0.5b.json manifests/exact-qwen2.5-coder-0.5b-bf16.json
-	$(MAKE) -B manifests/exact-qwen2.5-coder-1.5b-bf16.json
+	$(MAKE) -B -j2 manifests/exact-qwen2.5-coder-1.5b.json manifests/exact-qwen2.5-coder-1.5b-bf16.json
 SAMPLES = 50
 BF16_CONTROL_PAIRS = 5
+FP32_CONTROL_PAIRS = 10
 manifests/exact-qwen2.5-coder-1.5b%: BF16_CONTROL_PAIRS = 3
+manifests/exact-qwen2.5-coder-1.5b%: FP32_CONTROL_PAIRS = 3
 RECORD = $(BIN)/graftbench check-exact --isa avx2 --threads 1 --samples $(SAMPLES) --controls \
 	--problems ../shared/data/aime2024.jsonl $(if $(wildcard $@),--extend $@)
 manifests/exact-%-bf16.json:
 	$(RECORD) --model $* --dtype bfloat16 --control-pairs $(BF16_CONTROL_PAIRS) --write-expect $@
 manifests/exact-%.json:
-	$(RECORD) --model $* --dtype float32 --control-pairs 10 --write-expect $@
+	$(RECORD) --model $* --dtype float32 --control-pairs $(FP32_CONTROL_PAIRS) --write-expect $@
 
 # The benchmark (issue #4): figures, tables and plots under benchmarks/results. Needs a quiet machine.
 bench: $(STAMP)
