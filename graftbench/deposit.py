@@ -60,10 +60,12 @@ def items_from_problems(problems: list[Problem]) -> list[DepositItem]:
 
 
 def items_from_samples(samples: list[Sample], problems: list[Problem], run_name: str) -> list[DepositItem]:
-    """The outputs of a solve run's samples recorded as correct, paired with their problems by id."""
+    """The outputs of a run's samples recorded as correct, paired with their problems by id. A sample of a graft
+    run in the ``answer`` layout is left out: its output is only the answer after the grafted example's cue, not a
+    solution (a ``solve``-layout graft sample is a whole solution and is offered)."""
     by_id = {p.id: p for p in problems}
     return [item_from_sample(by_id[s.problem_id], s, f"solve:{run_name}")
-            for s in samples if s.correct and s.problem_id in by_id]
+            for s in samples if s.correct and s.problem_id in by_id and s.layout != "answer"]
 
 
 def item_from_sample(problem: Problem, sample: Sample, source: str) -> DepositItem:

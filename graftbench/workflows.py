@@ -145,9 +145,12 @@ def empty_plan_reasons(problems: list[Problem], *, references: bool, from_run: R
         run_name, samples = manifest_samples(from_manifest)
         sources.append((f"manifest '{from_manifest}' (run '{run_name}')", [Sample.from_json(s) for s in samples]))
     for name, samples in sources:
-        correct = [s for s in samples if s.correct]
-        reasons.append(f"{name} has {len(samples)} samples, {len(correct)} verified, "
-                       f"{sum(s.problem_id in ids for s in correct)} of them on a problem of this set")
+        correct = [s for s in samples if s.correct and s.problem_id in ids]
+        cued = sum(s.layout == "answer" for s in correct)
+        reasons.append(f"{name} has {len(samples)} samples, {sum(s.correct for s in samples)} verified, "
+                       f"{len(correct)} of them on a problem of this set"
+                       + (f" ({cued} in the answer layout of a recurring graft: an answer after the grafted "
+                          "example's cue, not a solution)" if cued else ""))
     return reasons
 
 

@@ -136,6 +136,26 @@ def test_why_a_deposit_plan_is_empty_names_each_source():
     assert empty_plan_reasons(aime2025, references=False) == []
 
 
+def test_answer_layout_graft_samples_are_not_offered_as_solutions():
+    from graftbench.problem_loading import load_problems
+    from graftbench.workflows import deposit_plan, empty_plan_reasons
+
+    aime2024 = load_problems(str(ROOT.parent / "shared" / "data" / "aime2024.jsonl"))
+    recurring = ROOT / "manifests" / "aime2024-recurring-smollm2-135m.json"  # 29 of 30 correct, answer layout
+    assert deposit_plan(aime2024, references=False, from_manifest=recurring) == []
+    assert empty_plan_reasons(aime2024, references=False, from_manifest=recurring) == [
+        f"manifest '{recurring}' (run 'aime2024-recurring-smollm2-135m') has 30 samples, 29 verified, 29 of them on "
+        "a problem of this set (29 in the answer layout of a recurring graft: an answer after the grafted example's "
+        "cue, not a solution)"]
+    from graftbench.deposit import items_from_samples
+    from graftbench.sample import Sample
+    from graftbench.workflows import manifest_samples
+
+    answer = Sample.from_json(next(s for s in manifest_samples(recurring)[1] if s["correct"]))
+    solve = dataclasses.replace(answer, layout="solve")  # a held-out graft's whole solution is offered
+    assert [item.problem.id for item in items_from_samples([answer, solve], aime2024, "r")] == [answer.problem_id]
+
+
 @pytest.mark.parametrize("extra, reason", [
     (["--solution-field", "nosuchfield"], "none of the 2 problems has a reference solution"),
     (["--no-references"], "--no-references without --from-run or --from-manifest")])
