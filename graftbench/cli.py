@@ -22,7 +22,7 @@ from . import cli_merge, cli_route
 from .cli_common import (EVAL, FLYWHEEL, AnswerFieldOpt, ChunkOpt, DtypeOpt, GraftFromOpt, IdFieldOpt, IsaOpt,
                          LayoutOpt, LimitOpt, ModelOpt, ProblemFieldOpt, ProblemsOpt, RunsOpt, SamplesOpt, SeedOpt,
                          ShardOpt, SolutionFieldOpt, StoreOpt, TemperatureOpt, TopPOpt, console, fail, load_problem_set,
-                         open_model, progress, shard_problems, stage_progress)
+                         model_label, open_model, progress, shard_problems, stage_progress)
 from .settings import EvalSettings
 from .dispatch import EXECUTORS, RAY_EXTRA, ClusterOptions, DispatchError
 from .cli_common import ModeOpt, announce_sandbox
@@ -66,7 +66,7 @@ def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, ru
     from .evaluate import StrictFallbackError
     from .sandbox import SandboxError
     from .workflows import shard_size
-    from .runs import RunError
+    from .runs import RunError, check_run_name
     from .store import StoreError
 
     problem_list = load_problem_set(problems, limit, *fields)
@@ -77,9 +77,12 @@ def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, ru
             require_store(store)  # before the model loads: a mistyped --store fails at once
         except StoreError as exc:
             fail(str(exc) + (" or pass --new-store to start an empty one" if exc.missing else ""))
+    name = run or default_run_name(command, model, problems, settings.graft)
+    try:
+        check_run_name(name)  # before the model loads
+    except RunError as exc:
+        fail(str(exc))
     execute = _executor(cluster, model, dtype, chunk_size, isa)  # loads the model here, or leaves it to workers
-    name = run or re.sub(r"[^A-Za-z0-9._-]", "_", f"{command}-{model}-{Path(problems).stem}"
-                                                     f"{'-graft' if settings.graft else ''}")
     try:
         with progress(command, shard_size(problem_list, settings) * settings.samples) as advance:
             result = execute(problem_list, problems, name, settings, command=command, runs_root=runs_dir,
@@ -96,6 +99,14 @@ def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, ru
     _print_run(result, result.manifest["energy"]["method"])
     if result.certificate_mismatches:
         fail(f"certificate mismatch (graft logits differ from a fresh recompute): {result.certificate_mismatches}", 1)
+
+
+def default_run_name(command: str, model: str, problems: str, graft: bool) -> str:
+    """The run name when ``--run`` is not given: ``COMMAND-MODEL-PROBLEMS[-graft]`` from the model's label and the
+    problem set's stem, as a plain folder name (other characters become ``_``, at most 128)."""
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", f"{command}-{model_label(model)}-{Path(problems).stem}"
+                                           f"{'-graft' if graft else ''}")
+    return name.replace("..", "_")[:128]
 
 
 def _executor(cluster: ClusterOptions | None, model, dtype, chunk_size, isa):

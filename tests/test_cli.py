@@ -126,3 +126,26 @@ def test_an_interrupted_deposit_says_the_same_command_reuses_what_it_stored(tmp_
     assert result.exit_code == 130, result.output
     assert (f"interrupted: the artifacts deposited so far are kept in {tmp_path / 'store'}; the same command "
             "reuses them without a prefill") in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize("model, problems, name", [
+    ("smollm2-135m", "../shared/data/aime2024.jsonl", "solve-smollm2-135m-aime2024"),
+    ("../models/tiny.gguf", "builtin", "solve-tiny-builtin"),
+    ("HuggingFaceTB/SmolLM2-135M", "a..b.jsonl", "solve-SmolLM2-135M-a_b")])
+def test_default_run_names_are_plain_folder_names(model, problems, name):
+    from graftbench.cli import default_run_name
+    from graftbench.runs import check_run_name
+
+    assert check_run_name(default_run_name("solve", model, problems, False)) == name
+    assert default_run_name("eval", "x" * 300, "p", True).startswith("eval-xxx")
+    assert len(default_run_name("eval", "x" * 300, "p", True)) == 128
+
+
+def test_a_run_name_that_leaves_the_runs_folder_is_refused_before_the_model_loads(tmp_path, monkeypatch):
+    from graftbench import cli
+
+    monkeypatch.setattr(cli, "open_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
+    result = runner.invoke(app, ["solve", "--problems", "builtin", "--run", "../escape", "--runs-dir",
+                                 str(tmp_path)], terminal_width=400)
+    assert result.exit_code == 2, result.output
+    assert "run name '../escape' is not a plain folder name" in result.output
