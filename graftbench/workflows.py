@@ -125,12 +125,22 @@ def deposit_plan(problems: list[Problem], *, references: bool, from_run: RunDir 
     for a manifest that is not one or does not verify, and ``ValueError`` for a recorded sample without the fields
     of a :class:`~graftbench.sample.Sample`."""
     items = items_from_problems(problems) if references else []
+    for _, run_name, samples in _sample_sources(from_run, from_manifest):
+        items += items_from_samples(samples, problems, run_name)
+    return items
+
+
+def _sample_sources(from_run: RunDir | None, from_manifest: str | Path | None) -> list[tuple[str, str, list[Sample]]]:
+    """The samples a deposit may draw from, per source: (label, run name, samples) for the run folder ``from_run``
+    and the run manifest ``from_manifest``, in that order (each only when given). Raises what
+    :func:`deposit_plan` raises."""
+    sources = []
     if from_run is not None:
-        items += items_from_samples([Sample.from_json(s) for s in from_run.read_samples()], problems, from_run.name)
+        sources.append((f"run '{from_run.name}'", from_run.name, from_run.read_samples()))
     if from_manifest is not None:
         run_name, samples = manifest_samples(from_manifest)
-        items += items_from_samples([Sample.from_json(s) for s in samples], problems, run_name)
-    return items
+        sources.append((f"manifest '{from_manifest}' (run '{run_name}')", run_name, samples))
+    return [(label, name, [Sample.from_json(s) for s in samples]) for label, name, samples in sources]
 
 
 def empty_plan_reasons(problems: list[Problem], *, references: bool, from_run: RunDir | None = None,
@@ -140,14 +150,10 @@ def empty_plan_reasons(problems: list[Problem], *, references: bool, from_run: R
     asked for at all. Raises what :func:`deposit_plan` raises."""
     reasons = [f"none of the {len(problems)} problems has a reference solution"] if references else []
     ids = {p.id for p in problems}
-    sources = [(f"run '{from_run.name}'", [Sample.from_json(s) for s in from_run.read_samples()])] if from_run else []
-    if from_manifest is not None:
-        run_name, samples = manifest_samples(from_manifest)
-        sources.append((f"manifest '{from_manifest}' (run '{run_name}')", [Sample.from_json(s) for s in samples]))
-    for name, samples in sources:
+    for label, _, samples in _sample_sources(from_run, from_manifest):
         correct = [s for s in samples if s.correct and s.problem_id in ids]
         cued = sum(s.layout == "answer" for s in correct)
-        reasons.append(f"{name} has {len(samples)} samples, {sum(s.correct for s in samples)} verified, "
+        reasons.append(f"{label} has {len(samples)} samples, {sum(s.correct for s in samples)} verified, "
                        f"{len(correct)} of them on a problem of this set"
                        + (f" ({cued} in the answer layout of a recurring graft: an answer after the grafted "
                           "example's cue, not a solution)" if cued else ""))
