@@ -67,7 +67,7 @@ record-exact: $(STAMP)
 	$(MAKE) -j2 manifests/exact-smollm2-135m.json manifests/exact-smollm2-135m-bf16.json \
 	  manifests/exact-gemma3-270m.json manifests/exact-gemma3-270m-bf16.json
 # The optional Qwen models' expectations (issue #13; `make models` first): 50 pairs each, controls on 3 for the
-# 1.5B model. Hours here (about 5 minutes a pair for the 1.5B model in bfloat16, 2-3 in float32): each recording
+# 1.5B model. Hours here (about 5 minutes a pair for the 1.5B model in bfloat16, under 2 in float32): each recording
 # journals its pairs and a re-run resumes it; an expectation already committed is extended (--extend), never
 # measured again.
 record-exact-qwen: models
