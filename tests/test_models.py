@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from graftbench import engine
-from graftbench.models import ModelError, load_model, resolve_model
+from graftbench.models import ModelError, dequantized_dir, load_model, resolve_model
 
 
 def _logits_hash(loaded) -> str:
@@ -30,9 +30,7 @@ def test_local_folder_and_gguf_path_resolve(tmp_path, session):
     resolved = resolve_model("smollm2-135m")
     assert resolved.kind == "gguf" and resolved.path.endswith("SmolLM2-135M-Instruct.Q4_1.gguf")
     assert resolve_model(resolved.path).kind == "gguf"
-    from graftbench.models import cache_root
-
-    folder = cache_root() / "weights" / session.loaded.weights_sha256
+    folder = dequantized_dir(session.loaded.weights_sha256)
     assert resolve_model(str(folder)).kind == "folder"
     by_folder = load_model(str(folder))
     assert _logits_hash(by_folder) == _logits_hash(session.loaded)
@@ -62,3 +60,58 @@ def test_hub_id_offline_gives_a_clear_error(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ModelError, match="without network access pass a local folder or a .gguf file"):
         load_model("graftbench-test/no-such-model")
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("alias", ["smollm2-135m", "gemma3-270m"])
+def test_cached_checkpoint_holds_the_tied_embedding_once_and_loads_with_no_key_missing(alias):
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM
+
+    folder = dequantized_dir(load_model(alias).weights_sha256)
+    with safe_open(str(folder / "model.safetensors"), "pt") as checkpoint:
+        names = set(checkpoint.keys())
+    assert "model.embed_tokens.weight" in names and "lm_head.weight" not in names
+    model, info = AutoModelForCausalLM.from_pretrained(folder, output_loading_info=True)
+    assert info["missing_keys"] == set() and not info["unexpected_keys"]  # so nothing was filled with random values
+    assert model.lm_head.weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("alias", ["smollm2-135m", "gemma3-270m"])
+def test_cached_tokenizer_matches_the_model_class_tokenizer(alias, aime2024):
+    from transformers import AutoTokenizer
+
+    from graftbench.models import tokenizer_sha256
+
+    loaded = load_model(alias)
+    fast, reference = loaded.tokenizer, AutoTokenizer.from_pretrained(dequantized_dir(loaded.weights_sha256))
+    assert tokenizer_sha256(reference) == loaded.tokenizer_sha256
+    texts = [problem.problem for problem in aime2024] + ["  héllo\t<bos>x<eos> 日本語 🙂", ""]
+    for text in texts:
+        for special in (True, False):
+            ids = fast(text, add_special_tokens=special).input_ids
+            assert ids == reference(text, add_special_tokens=special).input_ids
+            assert fast.decode(ids) == reference.decode(ids)
+    for attribute in ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id", "all_special_ids",
+                      "added_tokens_decoder", "chat_template"):
+        assert getattr(fast, attribute) == getattr(reference, attribute), attribute
+
+
+@pytest.mark.model
+def test_cached_tokenizer_falls_back_to_its_class_when_the_recorded_sha256_differs_or_is_missing(tmp_path):
+    from graftbench.models import TOKENIZER_PIN, _load_cached_tokenizer
+
+    loaded = load_model("gemma3-270m")
+    source = dequantized_dir(loaded.weights_sha256)
+    assert (source / TOKENIZER_PIN).read_text() == loaded.tokenizer_sha256
+    assert type(loaded.tokenizer).__name__ == "TokenizersBackend"  # the fast path was taken
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (tmp_path / name).write_bytes((source / name).read_bytes())
+    for pin in ("0" * 64, None):
+        if pin is not None:
+            (tmp_path / TOKENIZER_PIN).write_text(pin)
+        else:
+            (tmp_path / TOKENIZER_PIN).unlink()
+        tokenizer, digest = _load_cached_tokenizer(tmp_path)
+        assert type(tokenizer).__name__ == "GemmaTokenizer" and digest == loaded.tokenizer_sha256
