@@ -66,8 +66,9 @@ def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, ru
     from .evaluate import StrictFallbackError
     from .sandbox import SandboxError
     from .workflows import shard_size
-    from .runs import RunError, check_run_name
+    from .runs import RunError
     from .store import StoreError
+    from .workflows import check_resume_before_load
 
     problem_list = load_problem_set(problems, limit, *fields)
     if settings.graft and not new_store:
@@ -79,7 +80,7 @@ def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, ru
             fail(str(exc) + (" or pass --new-store to start an empty one" if exc.missing else ""))
     name = run or default_run_name(command, model, problems, settings.graft)
     try:
-        check_run_name(name)  # before the model loads
+        check_resume_before_load(runs_dir, name, command, model, problem_list, settings)  # checks the name too
     except RunError as exc:
         fail(str(exc))
     execute = _executor(cluster, model, dtype, chunk_size, isa)  # loads the model here, or leaves it to workers
@@ -240,6 +241,7 @@ def deposit(
     from .tables import deposit_table
     from .runs import RunDir, RunError
     from .sandbox import SandboxError
+    from .store import StoreError, check_store_target
 
     announce_sandbox(mode)
 
@@ -254,6 +256,10 @@ def deposit(
     try:
         items = deposit_plan(problem_list, references=references, from_run=source_run, from_manifest=from_manifest)
     except (RunError, ValueError) as exc:  # ValueError includes ManifestError
+        fail(str(exc))
+    try:
+        check_store_target(store)
+    except StoreError as exc:
         fail(str(exc))
     if not items:
         reasons = empty_plan_reasons(problem_list, references=references, from_run=source_run,

@@ -41,6 +41,8 @@ def check_exact(
     except ValueError as exc:
         fail(str(exc))
     expected = _load_expectation(extend) if extend else None  # a bad file fails before the model loads
+    if extend:
+        _check_extendable_before_load(extend, expected, model, dtype, chunk_size, threads, problem_list, samples)
     session, recorded = open_model(model, dtype, chunk_size, threads, isa), []
     if extend:
         session, recorded = _extension(extend, expected, session, problem_list, samples)
@@ -83,6 +85,28 @@ def _load_expectation(expect: Path) -> dict:
         return load_expectation(expect)
     except ManifestError as exc:  # it names the path
         fail(str(exc))
+
+
+def _check_extendable_before_load(expect: Path, expected: dict, model: str, dtype: str, chunk_size: int,
+                                  threads: int | None, problem_list, samples: int) -> None:
+    """Fail before the model loads when ``expected`` cannot be extended with these options: the pin fields known
+    without a model (dtype, chunk size, threads when given, and the weights' SHA-256 when the spec is an alias,
+    whose GGUF file is pinned), the problem set, the pair layout and count (:func:`check_extendable`)."""
+    from .exactness import check_extendable
+    from .models import ModelError, resolve_model
+
+    known = {"dtype": dtype, "chunk_size": chunk_size, **({"threads": threads} if threads is not None else {})}
+    try:
+        resolved = resolve_model(model)
+    except ModelError as exc:
+        fail(str(exc))
+    if resolved.sha256:
+        known["weights_sha256"] = resolved.sha256
+    differing = [name for name, value in known.items() if expected["config"].get(name) != value]
+    try:
+        check_extendable(expected, problem_list, samples, differing)
+    except ValueError as exc:
+        fail(f"{expect}: {exc}")
 
 
 def _extension(expect: Path, expected: dict, session, problem_list, samples: int):

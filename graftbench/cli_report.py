@@ -38,12 +38,13 @@ def report(
                                   help="bootstrap resamples over problems"),
 ) -> None:
     """Compare runs from their manifests: accuracy with 95% intervals, pass@k, maj@N, tokens, energy, copy controls; writes markdown and plots."""
-    from .report import ReportError, build_report, default_out_dir, write_report
+    from .report import ReportError, build_report, check_out_dir, default_out_dir, write_report
     from .tables import report_tables
 
     try:
         built = build_report(paths, seed=seed, resamples=resamples, rounds=rounds)
         out_dir = out if out is not None else default_out_dir(name)
+        check_out_dir(out_dir)
     except ReportError as exc:
         fail(str(exc))
     for table in report_tables(built):

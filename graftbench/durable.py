@@ -25,6 +25,9 @@ from pathlib import Path
 
 FAULT_ENV = "GRAFTBENCH_FAULT"
 TEMP_PREFIX = ".tmp-"  # the name every temporary file of an atomic write starts with
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+FILE_MODE = 0o644 & ~_UMASK  # every file written here: what open() gives a new file under the process's umask
 
 
 class StorageError(OSError):
@@ -74,7 +77,7 @@ def append_json_line(path: Path, record: dict, what: str, crash: str | None = No
     if crash:
         crash_point(f"{crash}-before-append")
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
     except OSError as exc:
         raise storage_error(exc, f"{path}") from exc
     try:
@@ -107,7 +110,8 @@ def fsync_dir(path: Path) -> None:
 def locked_temp(folder: Path, suffix: str = "") -> tuple[int, Path]:
     """Create a temporary file ``.tmp-*<suffix>`` in ``folder`` and return ``(fd, path)`` with an exclusive
     ``flock`` held on it, which marks it as being written: :func:`clean_temporaries` leaves it alone until the
-    descriptor is closed (or the process dies). The caller closes ``fd``.
+    descriptor is closed (or the process dies). The caller closes ``fd``. Its mode is :data:`FILE_MODE`, as for
+    an appended file, not ``mkstemp``'s 0600.
 
     Raises ``OSError`` when the file cannot be created.
     """
@@ -118,6 +122,7 @@ def locked_temp(folder: Path, suffix: str = "") -> tuple[int, Path]:
             mine = os.fstat(fd)
             now = os.stat(name, follow_symlinks=False)
             if (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino):
+                os.fchmod(fd, FILE_MODE)
                 return fd, Path(name)
         except FileNotFoundError:
             pass  # a cleaner removed it between its creation and our lock: take another name

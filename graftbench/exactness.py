@@ -316,6 +316,28 @@ def not_comparable(session: Session, expected: dict, problems: list[Problem]) ->
     return differing
 
 
+def check_extendable(expected: dict, problems: list[Problem], samples: int, differing: list[str]) -> None:
+    """Raise ``ValueError`` when the expectation ``expected`` cannot be extended to ``samples`` pairs on
+    ``problems``: its seal or totals do not hold (:func:`graftbench.exact_manifest.verify_exactness_manifest`),
+    ``samples`` is fewer than its pairs (the extension would drop some), or it was recorded on another problem set,
+    pair layout or pin (``differing``: the pin fields the caller found to differ, named in the message)."""
+    from .exact_manifest import verify_exactness_manifest
+    from .problem_types import problem_set_sha256
+
+    broken = verify_exactness_manifest(expected)
+    if broken:
+        raise ValueError(f"not a sound expectation: {'; '.join(broken)}")
+    differing = list(differing)
+    if problem_set_sha256(problems) != expected["problem_set"]["sha256"]:
+        differing.append("problem_set.sha256")
+    if expected["settings"].get("pair_layout") != PAIR_LAYOUT.to_dict():
+        differing.append("settings.pair_layout")
+    if samples < len(expected["pairs"]):
+        raise ValueError(f"{samples} pairs asked for, fewer than the expectation's {len(expected['pairs'])}")
+    if differing:
+        raise ValueError(f"cannot extend an expectation recorded under another pin; differing: {', '.join(differing)}")
+
+
 def extension_base(session: Session, expected: dict, problems: list[Problem],
                    samples: int) -> tuple[Session, list[dict]]:
     """What extending the committed expectation ``expected`` to more pairs starts from: ``session`` with the eval
@@ -324,22 +346,11 @@ def extension_base(session: Session, expected: dict, problems: list[Problem],
     and controls). Pair ``i`` depends only on ``i`` (:func:`build_pairs`), so the first pairs of a longer list are
     the recorded ones.
 
-    Raises ``ValueError`` naming what differs when the expectation was recorded under another pin (any field but
-    the display name and the eval layout), another problem set, or another pair layout: its records would not be
-    measurements of this pin, when ``samples`` is fewer than its pairs (the extension would drop some), or when its
-    seal or totals do not hold (:func:`graftbench.exact_manifest.verify_exactness_manifest`)."""
-    from .exact_manifest import verify_exactness_manifest
+    Raises ``ValueError`` as :func:`check_extendable` does, with every pin field that differs (any but the display
+    name and the eval layout): its records would not be measurements of this pin."""
+    from .exact_manifest import pin_differences
 
-    broken = verify_exactness_manifest(expected)
-    if broken:
-        raise ValueError(f"not a sound expectation: {'; '.join(broken)}")
-    differing = not_comparable(session, expected, problems)
-    if expected["settings"].get("pair_layout") != PAIR_LAYOUT.to_dict():
-        differing.append("settings.pair_layout")
-    if samples < len(expected["pairs"]):
-        raise ValueError(f"{samples} pairs asked for, fewer than the expectation's {len(expected['pairs'])}")
-    if differing:
-        raise ValueError(f"cannot extend an expectation recorded under another pin; differing: {', '.join(differing)}")
+    check_extendable(expected, problems, samples, pin_differences(expected["config"], session.config.to_dict()))
     recorded = as_recorded(session, expected["config"]["layout"])
     if recorded.config.fingerprint != expected["config_fingerprint"]:
         raise ValueError(f"cannot extend: this pin's fingerprint {recorded.config.fingerprint[:12]} is not the "

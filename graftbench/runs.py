@@ -129,19 +129,27 @@ class RunDir:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def check_resumable(self, settings: dict, partial: bool = False) -> None:
+        """Raise :class:`RunError` when the folder records a run (``run.json``) whose settings differ from
+        ``settings``, or whose ``run.json`` does not parse; nothing when there is none. With ``partial``, only the
+        keys ``settings`` holds are compared: what a command can check before its model loads (the pin's
+        fingerprint is then left to :meth:`open`). Reads only; takes no lock."""
+        if not self.settings_path.exists():
+            return
+        try:
+            previous = load_strict(self.settings_path)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise RunError(f"{self.settings_path} is not valid JSON ({exc}); delete the run folder or pass "
+                           "another --run name") from exc
+        keys = set(settings) if partial else set(previous) | set(settings)
+        changed = sorted(k for k in keys if previous.get(k) != settings.get(k))
+        if changed:
+            raise RunError(f"run '{self.name}' exists with other settings ({', '.join(changed)}); "
+                           "pass another --run name or delete the folder")
+
     def _resume(self, settings: dict) -> list[dict]:
         if self.settings_path.exists():
-            try:
-                previous = load_strict(self.settings_path)
-            except (ValueError, UnicodeDecodeError) as exc:
-                raise RunError(f"{self.settings_path} is not valid JSON ({exc}); delete the run folder or pass "
-                               "another --run name") from exc
-            changed = sorted(k for k in set(previous) | set(settings) if previous.get(k) != settings.get(k))
-            if changed:
-                raise RunError(
-                    f"run '{self.name}' exists with other settings ({', '.join(changed)}); "
-                    "pass another --run name or delete the folder"
-                )
+            self.check_resumable(settings)
         else:
             write_atomic(self.settings_path, json.dumps(settings, indent=1, sort_keys=True))
         return self.read_samples(repair=True)

@@ -136,6 +136,22 @@ def require_store(root: str | Path) -> None:
     _check_store_folder(root, root / INDEX_NAME, create=False)
 
 
+def check_store_target(root: str | Path) -> None:
+    """Check, without opening or creating anything, that a store can be opened or created at ``root`` (what
+    ``deposit`` checks before it loads a model): raises :class:`StoreError` naming the path when it, or the nearest
+    of its parents that exists, is a file, or when it is a folder with artifact files but no index. A URL is left to
+    its object storage."""
+    if is_store_url(root):
+        return
+    root = Path(root)
+    for folder in root.parents:
+        if folder.exists():
+            if not folder.is_dir():
+                raise StoreError(f"no store can be made at {root}: {folder} is a file, not a folder")
+            break
+    _check_store_folder(root, root / INDEX_NAME, create=True)
+
+
 def clean_store(root: str | Path) -> list[Path]:
     """Remove the ``.tmp-*`` files that writers killed before their rename left in the store at ``root`` (its
     ``artifacts/`` folder and its root), never one that a live process is still writing; the index is not

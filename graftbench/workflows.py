@@ -70,6 +70,16 @@ def run_record(command: str, config: dict, config_fingerprint: str, problems: li
             "problem_set_sha256": problem_set_sha256(problems), **settings.to_dict()}
 
 
+def check_resume_before_load(runs_root: str | Path, run_name: str, command: str, model: str,
+                             problems: list[Problem], settings: EvalSettings) -> None:
+    """Refuse, before a model loads, to resume ``runs/<run_name>`` when its ``run.json`` records another command,
+    model spec, problem set or settings than these (:func:`run_record` without the pin's fingerprint, which needs
+    the loaded model and is compared when the run opens). Raises :class:`graftbench.runs.RunError`."""
+    record = {"command": command, "model": model, "problem_set_sha256": problem_set_sha256(problems),
+              **settings.to_dict()}
+    RunDir(runs_root, run_name).check_resumable(record, partial=True)
+
+
 def eval_manifest(*, run_name: str, command: str, config: dict, config_fingerprint: str, settings: EvalSettings,
                   source: str, problems: list[Problem], samples: list[dict], energy: dict,
                   store_root: str | Path | None, extra: dict | None = None) -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -149,3 +150,70 @@ def test_a_run_name_that_leaves_the_runs_folder_is_refused_before_the_model_load
                                  str(tmp_path)], terminal_width=400)
     assert result.exit_code == 2, result.output
     assert "run name '../escape' is not a plain folder name" in result.output
+
+
+def _recorded_run(runs: Path, name: str, **settings) -> None:
+    """A run folder whose run.json records a solve of builtin:0-1 on smollm2-135m with ``settings``."""
+    from graftbench.problem_types import problem_set_sha256
+
+    record = {"command": "solve", "model": "smollm2-135m", "config_fingerprint": "f" * 64,
+              "problem_set_sha256": problem_set_sha256(builtin_problems()[:2]), **EvalSettings(**settings).to_dict()}
+    (runs / name).mkdir(parents=True)
+    (runs / name / "run.json").write_text(json.dumps(record))
+
+
+def test_resuming_a_run_with_other_settings_is_refused_before_the_model_loads(tmp_path, monkeypatch):
+    from graftbench import cli
+
+    monkeypatch.setattr(cli, "open_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
+    _recorded_run(tmp_path, "r", max_new_tokens=64)
+    result = runner.invoke(app, ["solve", "--problems", "builtin", "--limit", "2", "--run", "r", "--runs-dir",
+                                 str(tmp_path), "--max-new-tokens", "32"], terminal_width=400)
+    assert result.exit_code == 2, result.output
+    assert "run 'r' exists with other settings (max_new_tokens)" in " ".join(result.output.split())
+
+
+def test_the_check_before_load_accepts_the_recorded_settings_and_names_each_difference(tmp_path):
+    from graftbench.runs import RunError
+    from graftbench.workflows import check_resume_before_load
+
+    _recorded_run(tmp_path, "r", max_new_tokens=64)
+    two = builtin_problems()[:2]
+    check_resume_before_load(tmp_path, "r", "solve", "smollm2-135m", two, EvalSettings(max_new_tokens=64))
+    check_resume_before_load(tmp_path, "new", "solve", "smollm2-135m", two, EvalSettings(max_new_tokens=8))
+    with pytest.raises(RunError, match=r"other settings \(command, model, problem_set_sha256\)"):
+        check_resume_before_load(tmp_path, "r", "eval", "gemma3-270m", builtin_problems()[:3],
+                                 EvalSettings(max_new_tokens=64))
+    assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("store", ["file", "file/store"])
+def test_a_deposit_into_a_store_path_that_is_or_runs_through_a_file_is_refused_before_the_model_loads(
+        store, tmp_path, monkeypatch):
+    from graftbench import cli
+
+    monkeypatch.setattr(cli, "open_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
+    (tmp_path / "file").write_text("not a store")
+    result = runner.invoke(app, ["deposit", "--problems", "builtin", "--limit", "2", "--store",
+                                 str(tmp_path / store)], terminal_width=400)
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())
+    assert f"{tmp_path / 'file'} is " in text and "a file, not a folder" in text
+
+
+@pytest.mark.parametrize("options, reason", [
+    (["--dtype", "bfloat16", "--threads", "2", "--samples", "60"],
+     "recorded under another pin; differing: dtype, threads"),
+    (["--model", "gemma3-270m", "--threads", "1", "--samples", "60"], "differing: weights_sha256"),
+    (["--threads", "1", "--samples", "40"], "40 pairs asked for, fewer than the expectation's 50")])
+def test_an_extension_that_cannot_be_made_is_refused_before_the_model_loads(options, reason, monkeypatch):
+    from graftbench import cli_exact
+
+    from .conftest import AIME2024, ROOT
+
+    monkeypatch.setattr(cli_exact, "open_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
+    expectation = ROOT / "manifests" / "exact-smollm2-135m.json"
+    result = runner.invoke(app, ["check-exact", "--problems", str(AIME2024), "--extend", str(expectation),
+                                 *options], terminal_width=400)
+    assert result.exit_code == 2, result.output
+    assert f"{expectation}: " in " ".join(result.output.split()) and reason in " ".join(result.output.split())

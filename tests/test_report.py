@@ -118,6 +118,15 @@ def test_a_run_folder_and_the_default_out_folder(tmp_path):
     assert result.exit_code == 2 and "not a plain folder name" in text
 
 
+@pytest.mark.parametrize("out", ["taken", "taken/report"])
+def test_an_out_path_that_is_or_runs_through_a_file_is_refused_before_the_tables(out, tmp_path):
+    (tmp_path / "taken").write_text("a file")
+    result, text = invoke(BASELINE, "--out", tmp_path / out)
+    assert result.exit_code == 2
+    assert f"'{tmp_path / 'taken'}' is a file, not a folder" in text and "runs: accuracy" not in result.output
+    assert (tmp_path / "taken").read_text() == "a file"
+
+
 def _manifest(run: str, mode: str, table: list[list[bool]], round_: int | None = None) -> dict:
     problems = [{"id": f"mod-{i}", "problem_sha256": f"{i:064x}", "key": "3"} for i in range(len(table))]
     samples = []

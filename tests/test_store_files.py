@@ -492,3 +492,22 @@ def test_a_committed_manifest_stands_in_for_its_run_folder_and_a_tampered_one_is
     (tmp_path / "tampered.json").write_text(json.dumps(tampered))
     with pytest.raises(ManifestError, match="tampered.json' does not verify"):
         deposit_plan(problems, references=False, from_manifest=tmp_path / "tampered.json")
+
+
+_MODES_PROBE = """
+import os, stat, sys
+from pathlib import Path
+from graftbench.durable import append_json_line, write_file_atomic
+folder = Path(sys.argv[1])
+write_file_atomic(folder / "manifest.json", b"{}")
+append_json_line(folder / "samples.jsonl", {"a": 1}, "a sample")
+print(" ".join(oct(stat.S_IMODE(os.stat(folder / name).st_mode)) for name in ("manifest.json", "samples.jsonl")))
+"""
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, "0o644"), (0o077, "0o600"), (0o002, "0o644")])
+def test_atomic_writes_and_appends_give_files_the_same_mode_under_the_umask(umask, mode, tmp_path):
+    probe = f"import os; os.umask({umask})\n" + _MODES_PROBE
+    done = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(IMPORT_ROOT)}, check=True)
+    assert done.stdout.split() == [mode, mode]  # an atomic write's temporary file is not left at mkstemp's 0600
