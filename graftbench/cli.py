@@ -68,7 +68,7 @@ def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, ru
     from .workflows import shard_size
     from .runs import RunError
     from .store import StoreError
-    from .workflows import check_resume_before_load
+    from .workflows import check_resume_before_load, samples_recorded
 
     problem_list = load_problem_set(problems, limit, *fields)
     if settings.graft and not new_store:
@@ -85,7 +85,8 @@ def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, ru
         fail(str(exc))
     execute = _executor(cluster, model, dtype, chunk_size, isa)  # loads the model here, or leaves it to workers
     try:
-        with progress(command, shard_size(problem_list, settings) * settings.samples) as advance:
+        with progress(command, shard_size(problem_list, settings) * settings.samples,
+                      samples_recorded(runs_dir, name, problem_list, settings)) as advance:
             result = execute(problem_list, problems, name, settings, command=command, runs_root=runs_dir,
                              store_root=store if settings.graft else None, on_sample=advance, new_store=new_store)
     except StoreError as exc:

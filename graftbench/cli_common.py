@@ -149,9 +149,11 @@ def describe(sample_or_item) -> str:
 
 
 @contextmanager
-def progress(label: str, total: int):
+def progress(label: str, total: int, completed: int = 0):
+    """A progress bar of ``total`` items starting at ``completed`` (a resumed run's recorded samples); yields the
+    callback that advances it by one item and shows the item's label."""
     with Progress(*progress_columns(), console=console) as bar:
-        task = bar.add_task(label, total=total, last="")
+        task = bar.add_task(label, total=total, completed=completed, last="resumed" if completed else "")
         yield lambda item: bar.update(task, advance=1, last=describe(item))
 
 

@@ -61,6 +61,21 @@ def shard_size(problems: list[Problem], settings: EvalSettings) -> int:
     return len(select(problems, parse_shard(settings.shard)))
 
 
+def samples_recorded(runs_root: str | Path, run_name: str, problems: list[Problem], settings: EvalSettings) -> int:
+    """How many of the samples a run of ``settings`` over ``problems`` (its shard's) makes are already recorded in
+    ``runs/<run_name>/samples.jsonl``: where a resumed run's progress starts. 0 for a run that does not exist, or
+    whose samples file is damaged (opening the run then names the line)."""
+    from .runs import RunError
+
+    ids = {p.id for _, p in select(problems, parse_shard(settings.shard))}
+    try:
+        recorded = RunDir(runs_root, run_name).read_samples()
+    except (RunError, OSError):
+        return 0
+    return len({(s.get("problem_id"), s.get("sample_index")) for s in recorded
+                if s.get("problem_id") in ids and s.get("sample_index") in range(settings.samples)})
+
+
 def run_record(command: str, config: dict, config_fingerprint: str, problems: list[Problem],
                settings: EvalSettings) -> dict:
     """What a run folder's ``run.json`` records, and what a resumed run must match (:meth:`RunDir.open`): the

@@ -217,3 +217,22 @@ def test_an_extension_that_cannot_be_made_is_refused_before_the_model_loads(opti
                                  *options], terminal_width=400)
     assert result.exit_code == 2, result.output
     assert f"{expectation}: " in " ".join(result.output.split()) and reason in " ".join(result.output.split())
+
+
+def test_a_resumed_runs_progress_starts_at_the_samples_already_recorded_in_its_shard(tmp_path):
+    from graftbench.workflows import samples_recorded
+
+    problems = builtin_problems()[:4]  # shard 0/2 holds the first alone (shards hash the problem id)
+    run = tmp_path / "r"
+    run.mkdir()
+    lines = [{"problem_id": problems[0].id, "sample_index": 0}, {"problem_id": problems[0].id, "sample_index": 1},
+             {"problem_id": problems[0].id, "sample_index": 1},  # a duplicate counts once
+             {"problem_id": problems[0].id, "sample_index": 2},  # beyond --samples 2
+             {"problem_id": problems[1].id, "sample_index": 0},  # another shard's problem
+             {"problem_id": problems[2].id, "sample_index": 0}]
+    (run / "samples.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert samples_recorded(tmp_path, "r", problems, EvalSettings(samples=2, temperature=0.7, shard="0/2")) == 2
+    assert samples_recorded(tmp_path, "r", problems, EvalSettings(samples=1)) == 3
+    assert samples_recorded(tmp_path, "missing", problems, EvalSettings()) == 0
+    (run / "samples.jsonl").write_text("not json\n")
+    assert samples_recorded(tmp_path, "r", problems, EvalSettings()) == 0
