@@ -92,6 +92,7 @@ def _check_extendable_before_load(expect: Path, expected: dict, model: str, dtyp
     """Fail before the model loads when ``expected`` cannot be extended with these options: the pin fields known
     without a model (dtype, chunk size, threads when given, and the weights' SHA-256 when the spec is an alias,
     whose GGUF file is pinned), the problem set, the pair layout and count (:func:`check_extendable`)."""
+    from .exact_manifest import pin_differences
     from .exactness import check_extendable
     from .models import ModelError, resolve_model
 
@@ -102,7 +103,7 @@ def _check_extendable_before_load(expect: Path, expected: dict, model: str, dtyp
         fail(str(exc))
     if resolved.sha256:
         known["weights_sha256"] = resolved.sha256
-    differing = [name for name, value in known.items() if expected["config"].get(name) != value]
+    differing = pin_differences({name: expected["config"].get(name) for name in known}, known)
     try:
         check_extendable(expected, problem_list, samples, differing)
     except ValueError as exc:

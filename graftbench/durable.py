@@ -107,6 +107,15 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def blocking_file(path: str | Path) -> Path | None:
+    """The nearest of ``path`` and its parents that exists, when it is not a folder: what keeps anything from being
+    created at ``path``. ``None`` when that nearest one is a folder."""
+    for folder in (Path(path), *Path(path).parents):
+        if folder.exists():
+            return None if folder.is_dir() else folder
+    return None
+
+
 def locked_temp(folder: Path, suffix: str = "") -> tuple[int, Path]:
     """Create a temporary file ``.tmp-*<suffix>`` in ``folder`` and return ``(fd, path)`` with an exclusive
     ``flock`` held on it, which marks it as being written: :func:`clean_temporaries` leaves it alone until the

@@ -198,16 +198,17 @@ def _load_cached_tokenizer(folder: Path) -> tuple[object, str]:
     from transformers import AutoTokenizer
     from transformers.tokenization_utils_tokenizers import TokenizersBackend
 
-    config = json.loads((folder / "tokenizer_config.json").read_text())
-    special = {key: value for key, value in config.items() if key.endswith("_token") or key == "model_max_length"}
-    tokenizer = TokenizersBackend(tokenizer_file=str(folder / "tokenizer.json"), **special)
-    template = folder / "chat_template.jinja"
-    if template.is_file():
-        tokenizer.chat_template = template.read_text()
     pin = folder / TOKENIZER_PIN
-    digest = tokenizer_sha256(tokenizer)
-    if pin.is_file() and pin.read_text() == digest:
-        return tokenizer, digest
+    if pin.is_file():
+        config = json.loads((folder / "tokenizer_config.json").read_text())
+        special = {key: value for key, value in config.items() if key.endswith("_token") or key == "model_max_length"}
+        tokenizer = TokenizersBackend(tokenizer_file=str(folder / "tokenizer.json"), **special)
+        template = folder / "chat_template.jinja"
+        if template.is_file():
+            tokenizer.chat_template = template.read_text()
+        digest = tokenizer_sha256(tokenizer)
+        if pin.read_text() == digest:
+            return tokenizer, digest
     tokenizer = AutoTokenizer.from_pretrained(folder)
     return tokenizer, tokenizer_sha256(tokenizer)
 

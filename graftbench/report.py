@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .durable import write_atomic
+from .durable import blocking_file, write_atomic
 from .manifest import ManifestError, load_manifest, recorded_verifier_version
 from .metrics import RESAMPLES, paired_difference, summarize
 
@@ -362,12 +362,9 @@ def summaries_json(report: Report) -> dict:
 def check_out_dir(out_dir: str | Path) -> None:
     """Raise :class:`ReportError` when ``out_dir``, or the nearest of its parents that exists, is not a folder,
     so a report that cannot be written is refused before anything is printed."""
-    out = Path(out_dir)
-    for folder in (out, *out.parents):
-        if folder.exists():
-            if not folder.is_dir():
-                raise ReportError(f"cannot write the report into '{out}': '{folder}' is a file, not a folder")
-            return
+    blocking = blocking_file(out_dir)
+    if blocking is not None:
+        raise ReportError(f"cannot write the report into '{out_dir}': '{blocking}' is a file, not a folder")
 
 
 def write_report(report: Report, out_dir: str | Path, lm_eval: bool = False) -> list[Path]:

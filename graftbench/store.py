@@ -57,6 +57,7 @@ from .artifact_ids import (
 from .artifact_reader import INTEGRITY_METHODS, read_safetensors, xxh3_128_hex
 from .durable import (
     TEMP_PREFIX,
+    blocking_file,
     clean_temporaries,
     crash_point,
     storage_error,
@@ -144,11 +145,9 @@ def check_store_target(root: str | Path) -> None:
     if is_store_url(root):
         return
     root = Path(root)
-    for folder in root.parents:
-        if folder.exists():
-            if not folder.is_dir():
-                raise StoreError(f"no store can be made at {root}: {folder} is a file, not a folder")
-            break
+    blocking = blocking_file(root.parent)  # root itself is checked by _check_store_folder
+    if blocking is not None:
+        raise StoreError(f"no store can be made at {root}: {blocking} is a file, not a folder")
     _check_store_folder(root, root / INDEX_NAME, create=True)
 
 

@@ -81,8 +81,13 @@ def run_record(command: str, config: dict, config_fingerprint: str, problems: li
     """What a run folder's ``run.json`` records, and what a resumed run must match (:meth:`RunDir.open`): the
     command, the model's name, the pin's fingerprint, the whole problem set's SHA-256 and the settings. How the
     run is executed (one process, or Ray workers) is not part of it: either can resume the other's run."""
-    return {"command": command, "model": config["model"], "config_fingerprint": config_fingerprint,
-            "problem_set_sha256": problem_set_sha256(problems), **settings.to_dict()}
+    return {**_run_identity(command, config["model"], problems, settings), "config_fingerprint": config_fingerprint}
+
+
+def _run_identity(command: str, model: str, problems: list[Problem], settings: EvalSettings) -> dict:
+    """:func:`run_record` less the pin's fingerprint: what is known before the model loads."""
+    return {"command": command, "model": model, "problem_set_sha256": problem_set_sha256(problems),
+            **settings.to_dict()}
 
 
 def check_resume_before_load(runs_root: str | Path, run_name: str, command: str, model: str,
@@ -90,9 +95,7 @@ def check_resume_before_load(runs_root: str | Path, run_name: str, command: str,
     """Refuse, before a model loads, to resume ``runs/<run_name>`` when its ``run.json`` records another command,
     model spec, problem set or settings than these (:func:`run_record` without the pin's fingerprint, which needs
     the loaded model and is compared when the run opens). Raises :class:`graftbench.runs.RunError`."""
-    record = {"command": command, "model": model, "problem_set_sha256": problem_set_sha256(problems),
-              **settings.to_dict()}
-    RunDir(runs_root, run_name).check_resumable(record, partial=True)
+    RunDir(runs_root, run_name).check_resumable(_run_identity(command, model, problems, settings), partial=True)
 
 
 def eval_manifest(*, run_name: str, command: str, config: dict, config_fingerprint: str, settings: EvalSettings,
