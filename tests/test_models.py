@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graftbench import engine
-from graftbench.models import ModelError, dequantized_dir, load_model, resolve_model
+from graftbench import engine, models
+from graftbench.models import ModelError, cast_dir, dequantized_dir, load_model, resolve_model
 
 
 def _logits_hash(loaded) -> str:
@@ -24,6 +24,35 @@ def test_cold_and_warm_loads_give_byte_identical_logits(session, tmp_path, monke
     rotary = warm.model.model.rotary_emb.inv_freq  # a non-persistent buffer: must not be left uninitialised
     assert torch.equal(rotary, cold.model.model.rotary_emb.inv_freq)
     assert _logits_hash(cold) == _logits_hash(warm) == _logits_hash(session.loaded)
+
+
+def test_a_bfloat16_load_keeps_its_cast_copy_and_the_next_load_gives_the_same_tensors(session, tmp_path, monkeypatch):
+    from safetensors import safe_open
+
+    monkeypatch.setenv("GRAFTBENCH_CACHE", str(tmp_path))
+    cast = load_model("smollm2-135m", dtype="bfloat16")  # de-quantizes, then casts the float32 checkpoint
+    copy = cast_dir(dequantized_dir(cast.weights_sha256), "bfloat16") / "model.safetensors"
+    assert copy.is_file() and not list(copy.parent.parent.glob(".staging-*"))
+    with safe_open(str(copy), "pt") as checkpoint:
+        assert {checkpoint.get_slice(name).get_dtype() for name in checkpoint.keys()} == {"BF16"}
+    mapped = load_model("smollm2-135m", dtype="bfloat16")  # from the copy
+    ours, theirs = cast.model.state_dict(), mapped.model.state_dict()
+    assert ours.keys() == theirs.keys()
+    assert all(ours[k].dtype == theirs[k].dtype and torch.equal(ours[k], theirs[k]) for k in ours)
+    assert mapped.model.lm_head.weight.data_ptr() == mapped.model.get_input_embeddings().weight.data_ptr()
+    assert _logits_hash(cast) == _logits_hash(mapped)
+    assert (cast.weights_sha256, cast.tokenizer_sha256) == (mapped.weights_sha256, mapped.tokenizer_sha256)
+
+
+def test_a_cast_copy_that_cannot_be_written_only_warns(session, tmp_path, monkeypatch):
+    monkeypatch.setenv("GRAFTBENCH_CACHE", str(tmp_path))
+    load_model("smollm2-135m")
+    folder = dequantized_dir(session.loaded.weights_sha256)
+    monkeypatch.setattr(models, "_save_checkpoint", lambda model, target: (_ for _ in ()).throw(OSError("disk full")))
+    with pytest.warns(UserWarning, match="disk full"):
+        loaded = load_model("smollm2-135m", dtype="bfloat16")
+    assert loaded.model.dtype == torch.bfloat16
+    assert folder.is_relative_to(tmp_path) and not cast_dir(folder, "bfloat16").exists()
 
 
 def test_local_folder_and_gguf_path_resolve(tmp_path, session):
