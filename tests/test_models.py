@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+
 import pytest
 import torch
 
@@ -26,11 +29,28 @@ def test_cold_and_warm_loads_give_byte_identical_logits(session, tmp_path, monke
     assert _logits_hash(cold) == _logits_hash(warm) == _logits_hash(session.loaded)
 
 
+def _float32_cache_only(session, tmp_path, monkeypatch):
+    """Point the cache at ``tmp_path`` holding the session's de-quantized float32 checkpoint (hard links, no
+    de-quantization) and no cast copy; returns the checkpoint's folder there."""
+    source = dequantized_dir(session.loaded.weights_sha256)
+    monkeypatch.setenv("GRAFTBENCH_CACHE", str(tmp_path))
+    target = dequantized_dir(session.loaded.weights_sha256)
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("bfloat16"), copy_function=_link_or_copy)
+    return target
+
+
+def _link_or_copy(source, target):
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
 def test_a_bfloat16_load_keeps_its_cast_copy_and_the_next_load_gives_the_same_tensors(session, tmp_path, monkeypatch):
     from safetensors import safe_open
 
-    monkeypatch.setenv("GRAFTBENCH_CACHE", str(tmp_path))
-    cast = load_model("smollm2-135m", dtype="bfloat16")  # de-quantizes, then casts the float32 checkpoint
+    _float32_cache_only(session, tmp_path, monkeypatch)
+    cast = load_model("smollm2-135m", dtype="bfloat16")  # casts the float32 checkpoint
     copy = cast_dir(dequantized_dir(cast.weights_sha256), "bfloat16") / "model.safetensors"
     assert copy.is_file() and not list(copy.parent.parent.glob(".staging-*"))
     with safe_open(str(copy), "pt") as checkpoint:
@@ -45,9 +65,7 @@ def test_a_bfloat16_load_keeps_its_cast_copy_and_the_next_load_gives_the_same_te
 
 
 def test_a_cast_copy_that_cannot_be_written_only_warns(session, tmp_path, monkeypatch):
-    monkeypatch.setenv("GRAFTBENCH_CACHE", str(tmp_path))
-    load_model("smollm2-135m")
-    folder = dequantized_dir(session.loaded.weights_sha256)
+    folder = _float32_cache_only(session, tmp_path, monkeypatch)
     monkeypatch.setattr(models, "_save_checkpoint", lambda model, target: (_ for _ in ()).throw(OSError("disk full")))
     with pytest.warns(UserWarning, match="disk full"):
         loaded = load_model("smollm2-135m", dtype="bfloat16")
