@@ -305,18 +305,18 @@ def load_model(spec: str = DEFAULT_MODEL, dtype: str = DEFAULT_DTYPE) -> LoadedM
         if not from_cache:
             _write_dequantized(Path(resolved.path), folder)
             shutil.rmtree(cache_root() / "weights" / weights_sha, ignore_errors=True)  # the v1 copy, superseded
-        source = str(folder)
+        cast = cast_dir(folder, dtype)
+        cast_to_write = None if (cast / "model.safetensors").is_file() else cast
+        source = str(folder if cast_to_write else cast)
     else:
-        source = resolved.path
+        source, cast_to_write = resolved.path, None
         weights_sha = _folder_weights_sha256(Path(source)) if resolved.kind == "folder" else ""
     try:
-        cast = cast_dir(folder, dtype) if resolved.kind == "gguf" else None
-        cached_cast = cast is not None and (cast / "model.safetensors").is_file()
         # safetensors only: a folder's pytorch_model.bin would be unpickled by torch.load
-        model = AutoModelForCausalLM.from_pretrained(str(cast) if cached_cast else source, dtype=DTYPES[dtype],
-                                                     use_safetensors=True, attn_implementation=ATTENTION)
-        if cast is not None and not cached_cast:
-            _write_cast(model, cast)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=DTYPES[dtype], use_safetensors=True,
+                                                     attn_implementation=ATTENTION)
+        if cast_to_write is not None:
+            _write_cast(model, cast_to_write)
         if resolved.kind == "gguf":
             tokenizer, tokenizer_digest = _load_cached_tokenizer(folder)
         else:

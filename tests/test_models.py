@@ -66,7 +66,10 @@ def test_a_bfloat16_load_keeps_its_cast_copy_and_the_next_load_gives_the_same_te
 
 def test_a_cast_copy_that_cannot_be_written_only_warns(session, tmp_path, monkeypatch):
     folder = _float32_cache_only(session, tmp_path, monkeypatch)
-    monkeypatch.setattr(models, "_save_checkpoint", lambda model, target: (_ for _ in ()).throw(OSError("disk full")))
+    def disk_full(model, folder):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(models, "_save_checkpoint", disk_full)
     with pytest.warns(UserWarning, match="disk full"):
         loaded = load_model("smollm2-135m", dtype="bfloat16")
     assert loaded.model.dtype == torch.bfloat16
