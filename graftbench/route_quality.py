@@ -16,12 +16,11 @@ deposit at all (the ceiling of every ranker).
 
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 
+from .bench.history import write_json_and_markdown
 from .builtin_problems import builtin_problems
-from .durable import write_atomic
 from .problem_types import Problem, normalize_problem_text, problem_key
 from .router import BM25_B, BM25_K1, RANKERS, rank_candidates, route
 
@@ -164,9 +163,6 @@ def markdown(result: dict) -> str:
 
 def write_results(result: dict, out_dir: Path, stem: str = RESULTS_STEM) -> list[Path]:
     """Write ``{stem}.json`` (the whole result, sorted keys) and ``{stem}.md`` under ``out_dir`` (created if
-    needed), each atomically; returns the two paths. Raises ``OSError`` when they cannot be written."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    json_path, md_path = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
-    write_atomic(json_path, json.dumps(result, indent=1, sort_keys=True) + "\n")
-    write_atomic(md_path, markdown(result))
-    return [json_path, md_path]
+    needed), each atomically, an earlier pair moving to ``runs/`` first; returns the two paths. Raises ``OSError``
+    when they cannot be written."""
+    return write_json_and_markdown(result, markdown(result), out_dir, stem)

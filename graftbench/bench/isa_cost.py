@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from .history import write_json_and_markdown
+
 
 def _probe(model: str, dtype: str, prompt_tokens: int, decode_tokens: int, threads: int, problems: str) -> dict:
     from graftbench import engine
@@ -107,8 +109,6 @@ def markdown(result: dict) -> str:
 
 def write_outputs(result: dict, out: Path, stem: str) -> list[Path]:
     """Write ``stem.json`` and ``stem.md`` under ``out`` atomically; returns their paths."""
-    from .report import write_json_and_markdown  # imports matplotlib: not in the probe processes
-
     return write_json_and_markdown(result, markdown(result), out, stem)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import matplotlib
@@ -11,7 +10,7 @@ import matplotlib.ticker
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from ..durable import write_atomic  # noqa: E402
+from .history import write_json_and_markdown  # noqa: E402
 
 
 def _ms(summary: dict) -> str:
@@ -202,16 +201,6 @@ def plot(result: dict, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-
-
-def write_json_and_markdown(result: dict, text: str, out_dir: Path, stem: str) -> list[Path]:
-    """Write ``result`` as ``{stem}.json`` and ``text`` as ``{stem}.md`` under ``out_dir`` (created if needed),
-    each atomically; returns the two paths."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    json_path, md_path = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
-    write_atomic(json_path, json.dumps(result, indent=1, sort_keys=True) + "\n")
-    write_atomic(md_path, text)
-    return [json_path, md_path]
 
 
 def write_outputs(result: dict, out_dir: Path, stem: str) -> list[Path]:
