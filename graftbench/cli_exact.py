@@ -149,6 +149,7 @@ def _replay(expect: Path, limit, isa: str | None, log: Path | None) -> None:
     pin = expected["config"]
     apply_isa(isa or pin.get("isa", "native"))
     from .exactness import replay_and_log
+    from .isa import describe_cpu
 
     problem_list = load_problem_set(expected["problem_set"]["source"], None, "id", "problem", "answer", "solution")
     session = open_model(pin["model"], pin["dtype"], pin["chunk_size"], pin["threads"])
@@ -157,8 +158,8 @@ def _replay(expect: Path, limit, isa: str | None, log: Path | None) -> None:
         result, record = replay_and_log(session, expected, problem_list, limit, log,
                                         on_pair=lambda r: advance(f"{r['id']} equal"))
     recorded, here = record["recorded_on"], record["replayed_on"]
-    console.print(f"recorded on {recorded['cpu_model'] or '?'} ({recorded['cpu_capability_native'] or '?'}), replayed "
-                  f"on {here['cpu_model']} ({here['cpu_capability_native']}) under --isa {session.config.isa}")
+    console.print(f"recorded on {describe_cpu(recorded)}, replayed on {describe_cpu(here)} under --isa "
+                  f"{session.config.isa}")
     if result.pin_differences:
         fail(f"not comparable: this machine's pin differs from {expect} in {', '.join(result.pin_differences)}", 1)
     console.print(f"{result.compared} compared, {result.equal} equal")

@@ -13,6 +13,7 @@ from .config import UNPINNED_FIELDS
 from .durable import append_json_line
 from .hashing import sha256_json
 from .isa import environment as cpu_environment
+from .isa import same_cpu_kind
 from .manifest import environment, load_manifest
 from .strict_json import loads_strict
 
@@ -125,7 +126,8 @@ def replay_record(expected: dict, *, compared: int, equal: int, first_difference
         "model": expected["config"].get("model"),
         "dtype": expected["config"].get("dtype"),
         "isa": expected["config"].get("isa", "native"),
-        "recorded_on": {k: recorded.get(k, "") for k in ("cpu_model", "cpu_capability_native")},
+        "recorded_on": {k: recorded[k] for k in ("cpu_model", "cpu_capability_native", "cpu_kernel_flags")
+                        if k in recorded},
         "replayed_on": cpu_environment(),
         "compared": compared,
         "equal": equal,
@@ -159,12 +161,18 @@ def read_replay_log(path) -> list[dict]:
     return records
 
 
-def verified_capabilities(expected: dict, records: list[dict]) -> set[str]:
-    """Native CPU capabilities on which ``expected`` is known to reproduce: the one it was recorded on, plus every
-    capability a logged replay of this very expectation (same ``manifest_sha256``) found equal on every pair."""
-    verified = {expected.get("environment", {}).get("cpu_capability_native", "")} - {""}
+def verified_cpus(expected: dict, records: list[dict]) -> list[dict]:
+    """The CPUs (recorded environments, see :func:`graftbench.isa.environment`) on which ``expected`` is known to
+    reproduce: the one it was recorded on, plus every CPU on which a logged replay of this very expectation (same
+    ``manifest_sha256``, no pin difference) found every compared pair equal."""
+    verified = [expected.get("environment", {})]
     for record in records:
         if (record.get("expectation_sha256") == expected.get("manifest_sha256") and not record.get("pin_differences")
                 and record.get("compared", 0) > 0 and record.get("compared") == record.get("equal")):
-            verified.add(record.get("replayed_on", {}).get("cpu_capability_native", ""))
-    return verified - {""}
+            verified.append(record.get("replayed_on", {}))
+    return [env for env in verified if env.get("cpu_model")]
+
+
+def known_to_reproduce(expected: dict, records: list[dict], here: dict) -> bool:
+    """Whether the CPU ``here`` is of a kind (:func:`graftbench.isa.same_cpu_kind`) in :func:`verified_cpus`."""
+    return any(same_cpu_kind(env, here) for env in verified_cpus(expected, records))

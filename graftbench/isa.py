@@ -5,14 +5,18 @@ torch's CPU math picks code by instruction set in three places, and each has a d
 - ATen's own kernels dispatch on ``ATEN_CPU_CAPABILITY`` (``default``, ``avx2``, ``avx512``), read once at
   the first dispatch (PyTorch docs, "CPU capability");
 - MKL's BLAS honours ``MKL_ENABLE_INSTRUCTIONS`` and its conditional numerical reproducibility mode
-  ``MKL_CBWR`` (Intel oneMKL developer guide, "Obtaining Numerically Reproducible Results": with ``AVX2,STRICT``
-  and a fixed thread count, results are the same on every processor that supports AVX2);
+  ``MKL_CBWR`` (Intel oneMKL developer guide, "Getting Started with Conditional Numerical Reproducibility": with
+  ``AVX2`` and a fixed thread count, results are the same on every *Intel* CPU with AVX2; on non-Intel CPUs the
+  setting "may cause results to differ because the AUTO branch is used instead");
 - oneDNN honours ``ONEDNN_MAX_CPU_ISA`` (oneDNN docs, "CPU Dispatcher Control"); torch calls it for bfloat16
   matrix products only on CPUs with AVX-512, so the portable pin also turns torch's oneDNN use off
   (``torch.backends.mkldnn.enabled = False``) and bfloat16 products take ATen's own kernels on every CPU.
 
 ``native`` leaves all of them alone (fastest, numbers tied to this CPU's instruction set). ``avx2`` caps every
-library at AVX2, the portable pin: the same bytes are expected on an AVX-512 machine and on an AVX2 machine.
+library at AVX2, meant as the portable pin: the same bytes on an AVX-512 machine and on an AVX2 machine. Measured,
+it is not portable across CPU vendors: expectations recorded under it on an AMD EPYC gave other bytes on an Intel
+Xeon (float32 and bfloat16, ``manifests/replays.jsonl``), so an expectation is trusted only on the kind of CPU
+(:func:`same_cpu_kind`) it was recorded or replayed on.
 The library variables are read when the libraries load, so the pin is applied through the environment before
 torch is imported (:func:`apply`); a process that already imported torch under another pin is refused.
 
@@ -39,6 +43,10 @@ CAPS: dict[str, dict[str, str]] = {
 CAP_VARIABLES = tuple(sorted({name for caps in CAPS.values() for name in caps}))
 # The CPU flags each pin needs (Linux /proc/cpuinfo names); AVX2 kernels are compiled with FMA.
 REQUIRED_FLAGS = {"native": (), "avx2": ("avx2", "fma")}
+# Flags beyond the native capability that the math libraries dispatch on (bfloat16 and float16 arithmetic, VNNI dot
+# products, AMX tiles). Not part of the pin: they tell apart two CPUs of one capability, which may still compute
+# other bytes under one pin (an AMD EPYC and an Intel Xeon with AMX did, float32 included: manifests/replays.jsonl).
+KERNEL_FLAGS = ("amx_bf16", "amx_int8", "amx_tile", "avx512_bf16", "avx512_fp16", "avx512_vnni", "avx_vnni")
 
 
 class IsaError(RuntimeError):
@@ -139,7 +147,31 @@ def configure_torch() -> str:
     return isa
 
 
+def kernel_flags(flags: set[str] | None = None) -> list[str]:
+    """The :data:`KERNEL_FLAGS` this CPU has, sorted."""
+    flags = cpu_flags() if flags is None else flags
+    return sorted(set(KERNEL_FLAGS) & flags)
+
+
 def environment() -> dict:
-    """What the manifest's environment records about the CPU: model name and native capability (not pinned:
-    under ``--isa avx2`` two CPUs of different native capability share one pin)."""
-    return {"cpu_model": cpu_model(), "cpu_capability_native": native_capability()}
+    """What the manifest's environment records about the CPU: model name, native capability and
+    :func:`kernel_flags` (none of them pinned: under ``--isa avx2`` two CPUs of different native capability share
+    one pin)."""
+    return {"cpu_model": cpu_model(), "cpu_capability_native": native_capability(), "cpu_kernel_flags": kernel_flags()}
+
+
+def same_cpu_kind(a: dict, b: dict) -> bool:
+    """Whether two recorded CPU environments (:func:`environment`) name one kind of CPU: the same model name and
+    native capability, and the same kernel flags where both record them (records older than the flags match on
+    the first two). Expectations are known to reproduce only on a kind they were recorded or replayed on."""
+    if not a.get("cpu_model") or (a.get("cpu_model"), a.get("cpu_capability_native")) != \
+            (b.get("cpu_model"), b.get("cpu_capability_native")):
+        return False
+    return "cpu_kernel_flags" not in a or "cpu_kernel_flags" not in b or a["cpu_kernel_flags"] == b["cpu_kernel_flags"]
+
+
+def describe_cpu(env: dict) -> str:
+    """``model (capability; flags)`` for messages, from a recorded CPU environment; ``?`` for what is missing."""
+    flags = env.get("cpu_kernel_flags")
+    extra = "" if flags is None else "; " + (" ".join(flags) or "no kernel flags")
+    return f"{env.get('cpu_model') or '?'} ({env.get('cpu_capability_native') or '?'}{extra})"

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from graftbench import engine, exactness, isa
-from graftbench.exact_manifest import pin_differences, read_replay_log, verified_capabilities, verify_exactness_manifest
+from graftbench.exact_manifest import (known_to_reproduce, pin_differences, read_replay_log,
+                                       verify_exactness_manifest)
 from graftbench.exactness import build_pairs, replay, run_check_exact
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -163,20 +164,35 @@ def test_replay_under_another_pin_is_not_comparable(session, aime2024, small_man
 
 
 BUNDLED_MODELS = ("smollm2-135m", "gemma3-270m")  # installed by `make`; optional models replay via `make replay-exact`
-COMMITTED = sorted(p.name for p in (ROOT / "manifests").glob("exact-*.json")
+MANIFESTS = ROOT / "manifests"
+# The first recordings lie in manifests/, those of other kinds of CPU in manifests/cpu/<kind>/ (make record-exact-cpu).
+EXPECTATION_FOLDERS = [MANIFESTS, *sorted(p for p in (MANIFESTS / "cpu").glob("*") if p.is_dir())]
+COMMITTED = sorted(str(p.relative_to(MANIFESTS)) for folder in EXPECTATION_FOLDERS for p in folder.glob("exact-*.json")
                    if json.loads(p.read_text())["config"]["model"] in BUNDLED_MODELS)
-REPLAY_LOG = ROOT / "manifests" / "replays.jsonl"
+REPLAY_LOG = MANIFESTS / "replays.jsonl"
 REPLAY_PAIRS = 5
 
 
-def test_every_bundled_model_and_dtype_has_a_committed_expectation_under_the_portable_pin():
-    pins = {(m["config"]["model"], m["config"]["dtype"], m["config"].get("isa")): m for m in
-            (json.loads((ROOT / "manifests" / name).read_text()) for name in COMMITTED)}
+@pytest.mark.parametrize("folder", EXPECTATION_FOLDERS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_bundled_model_and_dtype_has_a_committed_expectation_under_the_portable_pin(folder):
+    manifests = [json.loads(p.read_text()) for p in sorted(folder.glob("exact-*.json"))
+                 if json.loads(p.read_text())["config"]["model"] in BUNDLED_MODELS]
+    pins = {(m["config"]["model"], m["config"]["dtype"], m["config"].get("isa")): m for m in manifests}
+    assert len(pins) == len(manifests)
     assert set(pins) == {(model, dtype, "avx2") for model in BUNDLED_MODELS for dtype in ("float32", "bfloat16")}
-    for manifest in pins.values():
+    for manifest in manifests:
+        assert verify_exactness_manifest(manifest) == []
         assert manifest["totals"]["pairs"] == manifest["totals"]["exact_pairs"] == 50
         assert len({r["tokens_sha256"] for r in manifest["pairs"]}) == 50
         assert manifest["config"]["cpu_capability"] == "AVX2"
+        assert isa.same_cpu_kind(manifest["environment"], manifests[0]["environment"])  # one kind of CPU a folder
+
+
+def test_each_folder_of_expectations_is_another_kind_of_cpu():
+    kinds = [json.loads((folder / "exact-smollm2-135m.json").read_text())["environment"]
+             for folder in EXPECTATION_FOLDERS]
+    assert kinds[0]["cpu_model"] == "AMD EPYC"
+    assert not any(isa.same_cpu_kind(a, b) for i, a in enumerate(kinds) for b in kinds[i + 1:])
 
 
 # The optional models' expectations (issue #13): pairs and control pairs each must have, by (model, dtype).
@@ -217,17 +233,46 @@ def test_pairs_come_from_check_exacts_own_layout_not_evals(session, aime2024):
     assert build_pairs(session, aime2024, 1, other)[0].tokens_sha256 != build_pairs(session, aime2024, 1)[0].tokens_sha256
 
 
-def test_verified_capabilities_grow_only_with_equal_replays_of_the_same_expectation():
-    from graftbench.exact_manifest import verified_capabilities
+AMD = {"cpu_model": "AMD EPYC", "cpu_capability_native": "AVX512"}  # as recorded before the kernel flags
+XEON = {"cpu_model": "Intel(R) Xeon(R) Processor", "cpu_capability_native": "AVX512",
+        "cpu_kernel_flags": ["amx_bf16", "amx_tile", "avx512_bf16"]}
 
-    expected = {"manifest_sha256": "m", "environment": {"cpu_capability_native": "AVX512"}}
-    good = {"expectation_sha256": "m", "pin_differences": [], "compared": 5, "equal": 5,
-            "replayed_on": {"cpu_capability_native": "AVX2"}}
-    assert verified_capabilities(expected, []) == {"AVX512"}
-    assert verified_capabilities(expected, [good]) == {"AVX512", "AVX2"}
-    assert verified_capabilities(expected, [{**good, "equal": 4}]) == {"AVX512"}
-    assert verified_capabilities(expected, [{**good, "expectation_sha256": "other"}]) == {"AVX512"}
-    assert verified_capabilities(expected, [{**good, "pin_differences": ["threads"]}]) == {"AVX512"}
+
+def test_verified_cpus_grow_only_with_equal_replays_of_the_same_expectation():
+    from graftbench.exact_manifest import verified_cpus
+
+    expected = {"manifest_sha256": "m", "environment": AMD}
+    good = {"expectation_sha256": "m", "pin_differences": [], "compared": 5, "equal": 5, "replayed_on": XEON}
+    assert verified_cpus(expected, []) == [AMD]
+    assert verified_cpus(expected, [good]) == [AMD, XEON]
+    assert verified_cpus(expected, [{**good, "equal": 4}]) == [AMD]
+    assert verified_cpus(expected, [{**good, "expectation_sha256": "other"}]) == [AMD]
+    assert verified_cpus(expected, [{**good, "pin_differences": ["threads"]}]) == [AMD]
+
+
+def test_an_expectation_is_trusted_only_on_the_kind_of_cpu_it_reproduced_on():
+    """The replay test is strict only where the expectation is known to reproduce. One capability is not one kind
+    of CPU: an AMD EPYC and an Intel Xeon, both AVX512, computed other bytes under the same pin."""
+    from graftbench.exact_manifest import known_to_reproduce
+
+    expected = {"manifest_sha256": "m", "environment": AMD}
+    failed = {"expectation_sha256": "m", "pin_differences": [], "compared": 1, "equal": 0, "replayed_on": XEON}
+    assert known_to_reproduce(expected, [], {**AMD, "cpu_kernel_flags": ["avx512_bf16"]})  # older record: no flags
+    assert not known_to_reproduce(expected, [failed], XEON)
+    assert not known_to_reproduce(expected, [], {**AMD, "cpu_capability_native": "AVX2"})
+    assert known_to_reproduce(expected, [{**failed, "compared": 5, "equal": 5}], XEON)
+    xeon_expected = {"manifest_sha256": "x", "environment": XEON}
+    assert known_to_reproduce(xeon_expected, [], dict(XEON))
+    assert not known_to_reproduce(xeon_expected, [], {**XEON, "cpu_kernel_flags": ["avx512_bf16"]})  # no AMX
+    assert not known_to_reproduce({"environment": {}}, [], XEON)
+
+
+def test_cpu_kind_is_read_from_cpuinfo_flags():
+    flags = {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq", "amx_bf16", "sse2"}
+    assert isa.kernel_flags(flags) == ["amx_bf16"]
+    assert isa.describe_cpu(XEON) == "Intel(R) Xeon(R) Processor (AVX512; amx_bf16 amx_tile avx512_bf16)"
+    assert isa.describe_cpu(AMD) == "AMD EPYC (AVX512)"
+    assert isa.describe_cpu({**AMD, "cpu_kernel_flags": []}) == "AMD EPYC (AVX512; no kernel flags)"
 
 
 def _recorded_on(expected: dict) -> str:
@@ -280,14 +325,13 @@ def test_committed_expectation_replays_on_this_machine(name, replays):
     reason = _cannot_run(name, expected)
     if reason is not None:
         pytest.skip(reason)
-    pin_isa, here = expected["config"].get("isa", "native"), isa.native_capability()
-    recorded_on = _recorded_on(expected)
+    pin_isa, here = expected["config"].get("isa", "native"), isa.environment()
     done = replays[name]
     output = done.stdout + done.stderr
-    verified = verified_capabilities(expected, read_replay_log(REPLAY_LOG))
-    if here not in verified and done.returncode != 0:
-        pytest.xfail(f"{name} (--isa {pin_isa}) recorded on {recorded_on}, not yet reproduced on {here}: "
-                     f"{output.strip().splitlines()[-1]} (log it with `make replay-exact`)")
+    if not known_to_reproduce(expected, read_replay_log(REPLAY_LOG), here) and done.returncode != 0:
+        pytest.xfail(f"{name} (--isa {pin_isa}) recorded on {isa.describe_cpu(expected['environment'])}, not "
+                     f"reproduced on {isa.describe_cpu(here)}: {output.strip().splitlines()[-1]} (log it with "
+                     "`make replay-exact`)")
     assert done.returncode == 0, output
     assert f"{REPLAY_PAIRS} compared, {REPLAY_PAIRS} equal" in output
 
