@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 from graftbench import isa
 from graftbench.bench import long_context
 from graftbench.bench.batched_settings import BatchedSettings
-from graftbench.bench.peer import measure_peer
+from graftbench.bench.peer import measure_peer, peer_options
+from graftbench.bench.report import peer_lines
 from graftbench.bench.run import targets
 from graftbench.bench.stats import PeakRSS, summary
 from graftbench.bench.ttft import DECODE_ROOM
@@ -257,6 +258,22 @@ def test_peer_row_without_a_peer_python_says_why(session, aime2024, tmp_path):
     result = measure_peer(session, tmp_path / "missing" / "python", workload, [64], 1, 4, 1)
     assert result == {"skipped": f"no peer Python at {tmp_path / 'missing' / 'python'} "
                                  "(make bench-peer-env builds llama-cpp-python there)"}
+
+
+def test_peer_loads_without_extra_buffers_only_on_a_cpu_with_amx():
+    assert peer_options({"avx2", "avx512f", "amx_tile", "amx_int8", "amx_bf16"}) == ["--no-extra-buffers"]
+    assert peer_options({"avx2", "avx512f", "avx512_bf16"}) == []
+
+
+def test_peer_row_says_when_llama_cpp_ran_without_extra_buffers():
+    seconds = {"median": 0.02, "min": 0.01, "max": 0.03}
+    row = {"n": 512, "ttft_prefill_1tok_s": seconds, "ttft_restore_1tok_s": seconds, "save_state_s": seconds,
+           "state_file_bytes": 12e6, "restore_logits_equal": True,
+           "file_read": "page cache warm"}
+    peer = {"llama_cpp_version": "0.3.36", "n_threads": 2, "n_ctx": 8448, "sizes": [row]}
+    assert "issue #20824" not in peer_lines(peer)[0]
+    assert "use_extra_bufts = false" in peer_lines({**peer, "extra_buffer_types": False})[0]
+    assert "issue #20824" not in peer_lines({**peer, "extra_buffer_types": True})[0]
 
 
 def test_workload_is_real_aime_text(session, aime2024):

@@ -9,10 +9,21 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from .. import isa
 from ..session import Session
 from .workload import Workload
 
 SCRIPT = Path(__file__).resolve().with_name("peer_llama.py")
+# llama.cpp's AMX matrix product segfaults on the first eval on an Intel Xeon with AMX (llama.cpp issue #20824, seen
+# here with llama-cpp-python 0.3.36): on such a CPU the peer loads without extra buffer types (AMX, repacking).
+AMX_FLAGS = frozenset({"amx_int8", "amx_tile"})
+
+
+def peer_options(flags: set[str] | None = None) -> list[str]:
+    """Extra ``peer_llama.py`` options for a CPU with ``flags`` (default: this CPU's): ``--no-extra-buffers`` where
+    it has AMX (see :data:`AMX_FLAGS`), none elsewhere."""
+    flags = isa.cpu_flags() if flags is None else flags
+    return ["--no-extra-buffers"] if AMX_FLAGS & flags else []
 
 
 def measure_peer(session: Session, python: Path, workload: Workload, sizes: list[int], repeats: int,
@@ -29,7 +40,8 @@ def measure_peer(session: Session, python: Path, workload: Workload, sizes: list
                                       "decode_prompt": workload.decode_prompt}))
         command = [str(python), str(SCRIPT), "--gguf", session.loaded.resolved.path, "--tokens-file", str(tokens),
                    "--sizes", ",".join(map(str, sizes)), "--repeats", str(repeats),
-                   "--decode-tokens", str(decode_tokens), "--threads", str(threads), "--work-dir", folder]
+                   "--decode-tokens", str(decode_tokens), "--threads", str(threads), "--work-dir", folder,
+                   *peer_options()]
         done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         return {"skipped": f"peer script failed (exit {done.returncode}): {done.stderr.strip()[-400:]}"}

@@ -18,6 +18,9 @@ restore_logits_equal / restore_query_logits_equal: np.array_equal of C's (D's) l
 
 Decode: greedy (argmax of the last logits, no stop on EOS) of --decode-tokens tokens after decode_prompt;
 decode_s times only the --decode-tokens - 1 steps after the first generated token (see "decode_method").
+--no-extra-buffers loads the model with use_extra_bufts = false (llama.cpp's --no-repack): no AMX or repacked
+weight layouts. graftbench.bench.peer passes it on CPUs with AMX, where llama.cpp's AMX matrix product segfaults
+on the first eval (llama.cpp issue #20824, seen here with llama-cpp-python 0.3.36 on an Intel Xeon).
 Exit status 2 with one line on stderr for a bad --gguf or --tokens-file.
 """
 import argparse
@@ -196,6 +199,8 @@ def parse_args(argv):
     p.add_argument("--decode-tokens", type=int, default=64)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--work-dir", default=None)
+    p.add_argument("--no-extra-buffers", action="store_true",
+                   help="load with use_extra_bufts = false: no AMX or repacked weight layouts")
     a = p.parse_args(argv)
     try:
         a.sizes = [int(s) for s in a.sizes.split(",") if s.strip()]
@@ -204,6 +209,18 @@ def parse_args(argv):
     if not a.sizes or min(a.sizes) < 1 or a.repeats < 1 or a.decode_tokens < 2 or a.threads < 1:
         p.error("--sizes must be positive, --repeats >= 1, --decode-tokens >= 2, --threads >= 1")
     return a
+
+
+def without_extra_buffers():
+    """Make every later llama.cpp model load use ``use_extra_bufts = false``: ``Llama`` takes its model
+    parameters from ``llama_model_default_params`` and has no argument for this one."""
+    defaults = llama_cpp.llama_cpp.llama_model_default_params
+
+    def params():
+        p = defaults()
+        p.use_extra_bufts = False
+        return p
+    llama_cpp.llama_cpp.llama_model_default_params = params
 
 
 def main(argv=None):
@@ -216,6 +233,8 @@ def main(argv=None):
     n_ctx = max(max(a.sizes) + len(tok["query"]), len(tok["decode_prompt"]) + a.decode_tokens) + 8
     stdout = os.dup(1)
     os.dup2(2, 1)  # anything llama.cpp prints on stdout goes to stderr; the JSON goes to the saved fd
+    if a.no_extra_buffers:
+        without_extra_buffers()
     try:
         llm = llama_cpp.Llama(model_path=a.gguf, n_ctx=n_ctx, n_batch=BATCH, n_ubatch=BATCH, n_threads=a.threads,
                               n_threads_batch=a.threads, logits_all=False, verbose=False)
@@ -238,7 +257,8 @@ def main(argv=None):
         shutil.rmtree(work_dir, ignore_errors=True)
     result = {"engine": "llama.cpp via llama-cpp-python", "llama_cpp_version": llama_cpp.__version__,
               "gguf": os.path.abspath(a.gguf), "gguf_bytes": os.path.getsize(a.gguf),
-              "n_threads": a.threads, "n_ctx": llm.n_ctx(), "n_ctx_requested": n_ctx,
+              "n_threads": a.threads, "extra_buffer_types": not a.no_extra_buffers,
+              "n_ctx": llm.n_ctx(), "n_ctx_requested": n_ctx,
               "n_ctx_train": llm._model.n_ctx_train(), "n_batch": BATCH, "n_ubatch": BATCH, "n_vocab": llm.n_vocab(),
               "repeats": a.repeats, "query_tokens": len(tok["query"]),
               "decode_prompt_tokens": len(tok["decode_prompt"]), "rss_bytes_after_load": rss_after_load,

@@ -150,6 +150,13 @@ def decode_after_graft_lines(row: dict | None) -> list[str]:
             f"({row['decode_tokens']} tokens; {row['method']}).", ""]
 
 
+def _extra_buffers_note(peer: dict) -> str:
+    if peer.get("extra_buffer_types", True):
+        return ""
+    return (" Loaded without extra buffer types (use_extra_bufts = false, llama.cpp's --no-repack: no AMX or repacked"
+            " weights), because llama.cpp's AMX matrix product segfaults on this CPU (llama.cpp issue #20824).")
+
+
 def peer_lines(peer: dict) -> list[str]:
     """Markdown for the llama.cpp row: its TTFT by prefill and by state load, beside its state file size."""
     if "skipped" in peer:
@@ -157,7 +164,8 @@ def peer_lines(peer: dict) -> list[str]:
     sizes = peer.get("sizes", [])
     file_read = sizes[0].get("file_read", "") if sizes else ""
     lines = [f"llama-cpp-python {peer.get('llama_cpp_version')}, {peer.get('n_threads')} threads, n_ctx "
-             f"{peer.get('n_ctx')}, KV cache in llama.cpp's default type; state file read {file_read}.", "",
+             f"{peer.get('n_ctx')}, KV cache in llama.cpp's default type; state file read {file_read}."
+             + _extra_buffers_note(peer), "",
              "| tokens | prefill + 1-token query, s | state load + 1-token query, ms | state save, ms | state file, MB "
              "| logits after load equal |", "|---:|---:|---:|---:|---:|:---:|"]
     for row in sizes:
