@@ -23,6 +23,7 @@ class BenchSection(str, Enum):
 
     batched_samples = "batched-samples"
     load_decode = "load-decode"
+    store_scale = "store-scale"
 
 
 def bench(
@@ -49,7 +50,9 @@ def bench(
                                                 "(writes batched-samples-<model>.json and .md, '-<N>-tokens' added "
                                                 "for a --batch-artifact-tokens other than the default) or "
                                                 "load-decode (decode against generate and model load: "
-                                                "load-decode-<model>.json and .md)"),
+                                                "load-decode-<model>.json and .md) or store-scale (router "
+                                                "lookups at --store-sizes artifacts, no model: store-scale.json "
+                                                "and .md)"),
     smoke: bool = typer.Option(False, "--smoke", help="tiny sizes, one repetition, no cold load or peer: checks it runs"),
 ) -> None:
     """Measure graft against prefill (TTFT), restore throughput, decode, batched samples, model load, store scale and
@@ -74,10 +77,7 @@ def bench(
                                only.value if only else None)
     except ValueError as exc:
         fail(str(exc))
-    stem = (f"{only.value if only else 'bench'}-{model_label(model)}" + ("" if dtype == DEFAULT_DTYPE else f"-{dtype}")
-            + (f"-{batched.artifact_tokens}-tokens" if only == BenchSection.batched_samples
-               and batched.artifact_tokens != BATCHED.artifact_tokens
-               and not smoke else "") + ("-smoke" if smoke else ""))
+    stem = _stem(only, model, dtype, batched, smoke)
     if only:
         text = only_markdown(result)
         paths = write_json_and_markdown(result, text, out, stem)
@@ -86,6 +86,18 @@ def bench(
         paths = write_outputs(result, out, stem)
         console.print(markdown(result))
     console.print("wrote " + ", ".join(str(p) for p in paths))
+
+
+def _stem(only: BenchSection | None, model: str, dtype: str, batched: BatchedSettings, smoke: bool) -> str:
+    """The result files' name: ``bench-<model>[-<dtype>]``, ``<section>-<model>[-<dtype>]`` for a section alone
+    (``-<N>-tokens`` for a batched-samples artifact size other than the default), ``store-scale`` (no model);
+    ``-smoke`` for a smoke run."""
+    if only == BenchSection.store_scale:
+        return "store-scale" + ("-smoke" if smoke else "")
+    other_size = (only == BenchSection.batched_samples and batched.artifact_tokens != BATCHED.artifact_tokens
+                  and not smoke)
+    return (f"{only.value if only else 'bench'}-{model_label(model)}" + ("" if dtype == DEFAULT_DTYPE else f"-{dtype}")
+            + (f"-{batched.artifact_tokens}-tokens" if other_size else "") + ("-smoke" if smoke else ""))
 
 
 def bench_isa(

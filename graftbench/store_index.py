@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Iterable
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 from urllib.parse import quote
 
@@ -27,7 +28,7 @@ from .durable import TEMP_PREFIX, fsync_dir, locked_temp
 from .problem_types import family_of_id
 
 INDEX_NAME = "index.sqlite"
-ROUTE_CANDIDATES = 32  # most artifacts compared with difflib per similarity lookup
+ROUTE_CANDIDATES = 32  # most artifacts ranked per similarity lookup
 BAND_ROWS = 256  # most index rows read per band key in a similarity lookup
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS artifacts (
@@ -207,6 +208,37 @@ def candidate_rows_sql(n: int) -> str:
             "AND +config_fingerprint = ? AND parent IS NULL")
 
 
+def exact_id(db: sqlite3.Connection, config_fingerprint: str, problem_key: str) -> str | None:
+    """The id of an artifact deposited for this normalized problem under this config (the shortest, then the
+    smallest id), or ``None``."""
+    row = db.execute("SELECT id FROM artifacts WHERE config_fingerprint=? AND problem_key=? ORDER BY n_tokens, id "
+                     "LIMIT 1", (config_fingerprint, problem_key)).fetchone()
+    return row[0] if row else None
+
+
+def band_candidates(db: sqlite3.Connection, config_fingerprint: str, normalized_text: str,
+                    limit: int) -> list[tuple[str, str]]:
+    """``(id, problem_text)`` of up to ``limit`` top-level artifacts under this config whose problem text shares a
+    MinHash band with ``normalized_text``: those sharing the most bands (among equal counts, those read first:
+    the query's bands in order, each band's rows in deposit order), returned most shared bands first, then by id.
+
+    Reads at most ``BAND_ROWS`` index rows for each of the query's 20 band keys (:mod:`graftbench.similarity`), so
+    its cost is bounded whatever the store holds. A band that many deposits share (a common phrase) contributes
+    only its first ``BAND_ROWS`` rows; a near-duplicate still shares most of the query's bands, including rare
+    ones. Empty for an empty text.
+    """
+    keys = similarity.band_keys(config_fingerprint, normalized_text)
+    if not keys:
+        return []
+    shared: Counter[int] = Counter()
+    for key in keys:
+        shared.update(map(itemgetter(0), db.execute("SELECT artifact FROM bands WHERE key = ? LIMIT ?",
+                                                    (key, BAND_ROWS))))
+    top = shared.most_common(limit)
+    rows = db.execute(candidate_rows_sql(len(top)), (*[rowid for rowid, _ in top], config_fingerprint)).fetchall()
+    return [(artifact_id, text) for _, artifact_id, text in sorted(rows, key=lambda row: (-shared[row[0]], row[1]))]
+
+
 def rebuild_index(artifacts: Path, index_path: Path) -> ReindexReport:
     """Rebuild the index at ``index_path`` from the artifact files in ``artifacts``: each file whose name is an
     artifact id, whose SHA-256 equals that id and whose graftbench header parses gets its row; every other file
@@ -297,11 +329,16 @@ class IndexedStore:
     def find_exact(self, config_fingerprint: str, problem_key: str) -> str | None:
         """The id of an artifact deposited for this normalized problem under this config, or ``None``."""
         with self._index() as db:
-            row = db.execute(
-                "SELECT id FROM artifacts WHERE config_fingerprint=? AND problem_key=? ORDER BY n_tokens, id LIMIT 1",
-                (config_fingerprint, problem_key),
-            ).fetchone()
-        return row[0] if row else None
+            return exact_id(db, config_fingerprint, problem_key)
+
+    def lookup(self, config_fingerprint: str, problem_key: str, normalized_text: str,
+               limit: int = ROUTE_CANDIDATES) -> tuple[str | None, list[tuple[str, str]]]:
+        """The router's reads in one connection to the index: ``(exact id, [])`` as :meth:`find_exact` gives it,
+        or, when there is none, ``(None, candidates)`` as :meth:`candidates` gives them. One connection instead of
+        two saves SQLite's parse of the schema that each new connection does on its first statement."""
+        with self._index() as db:
+            exact = exact_id(db, config_fingerprint, problem_key)
+            return exact, [] if exact else band_candidates(db, config_fingerprint, normalized_text, limit)
 
     def exact_ids(self, config_fingerprint: str, problem_key: str, n_tokens: int) -> list[str]:
         """The ids of every top-level artifact of ``n_tokens`` tokens deposited for this normalized problem under
@@ -347,27 +384,9 @@ class IndexedStore:
     def candidates(self, config_fingerprint: str, normalized_text: str,
                    limit: int = ROUTE_CANDIDATES) -> list[tuple[str, str]]:
         """``(id, problem_text)`` of up to ``limit`` top-level artifacts under this config whose problem text
-        shares a MinHash band with ``normalized_text`` (most shared bands first, then id), for similarity routing.
-
-        Reads at most ``BAND_ROWS`` index rows for each of the query's 20 band keys
-        (:mod:`graftbench.similarity`), so its cost is bounded whatever the store holds. A band that many
-        deposits share (a common phrase) contributes only its first ``BAND_ROWS`` rows; a near-duplicate still
-        shares most of the query's bands, including rare ones.
-        """
-        keys = similarity.band_keys(config_fingerprint, normalized_text)
-        if not keys:
-            return []
-        shared: Counter[int] = Counter()
+        shares a MinHash band with ``normalized_text``, for similarity routing (:func:`band_candidates`)."""
         with self._index() as db:
-            for key in keys:
-                shared.update(row[0] for row in db.execute(
-                    "SELECT artifact FROM bands WHERE key = ? LIMIT ?", (key, BAND_ROWS)))
-            top = sorted(shared.items(), key=lambda item: -item[1])[: limit * 4]
-            rows = db.execute(candidate_rows_sql(len(top)),
-                (*[rowid for rowid, _ in top], config_fingerprint),
-            ).fetchall()
-        ranked = sorted(rows, key=lambda row: (-shared[row[0]], row[1]))
-        return [(artifact_id, text) for _, artifact_id, text in ranked[:limit]]
+            return band_candidates(db, config_fingerprint, normalized_text, limit)
 
     def rows(self) -> list[dict]:
         """Every index row as a dict (id, config_fingerprint, problem_key, answer, n_tokens, parent, bytes, source)."""

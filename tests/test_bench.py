@@ -163,6 +163,28 @@ def test_load_and_decode_run_alone(tmp_path):
     assert "## Model load" in markdown and "| warm 1 |" in markdown
 
 
+@pytest.mark.model
+def test_store_scale_runs_alone(tmp_path):
+    """The router needs no model, so the section's files carry no model name; the smoke run's two store sizes give
+    both store targets, each computed from the rows it shows."""
+    result = runner.invoke(app, ["bench", "--only", "store-scale", "--smoke", "--problems", str(AIME2024),
+                                 "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["store-scale-smoke.json", "store-scale-smoke.md"]
+    data = json.loads((tmp_path / "store-scale-smoke.json").read_text())
+    assert data["only"] == "store-scale" and data["settings"] == {"store_sizes": [10, 100]}
+    assert not {"ttft", "restore", "decode", "load", "batched_samples", "peer", "workload"} & set(data)
+    rows = data["store_scale"]
+    assert [row["artifacts"] for row in rows] == [10, 100]
+    assert all(row["routed_as_expected"] == {"exact": 50, "similar": 50, "none": 50} for row in rows)
+    slowest = max(rows[-1]["lookup_s"][k]["median"] for k in ("similar", "none")) * 1e3
+    assert sorted(data["targets"]) == ["similarity_lookup_ms_at_100_artifacts", "store_lookup_growth"]
+    assert data["targets"]["similarity_lookup_ms_at_100_artifacts"]["measured"] == slowest
+    markdown = (tmp_path / "store-scale-smoke.md").read_text()
+    assert "## Store scale" in markdown and "| 100 |" in markdown and "50/50/50 of 50 each" in markdown
+    assert "| similarity_lookup_ms_at_100_artifacts | #14 | <= 5 ms (similar and none) |" in markdown
+
+
 @pytest.mark.parametrize("args, message", [
     (["--batch-samples", "0"], "Invalid value for '--batch-samples'"),
     (["--batch-tokens", "1"], "Invalid value for '--batch-tokens'"),

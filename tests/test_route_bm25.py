@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import random
 
+import bm25s
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -194,3 +197,57 @@ def test_candidate_rows_are_read_by_rowid_not_by_scanning_the_fingerprint(tmp_pa
     with sqlite3.connect(store.index_path) as db:
         plan = db.execute("EXPLAIN QUERY PLAN " + candidate_rows_sql(n), (*range(1, n + 1), FP)).fetchall()
     assert [row[-1] for row in plan] == ["SEARCH artifacts USING INTEGER PRIMARY KEY (rowid=?)"]
+
+
+_TEXT = st.text(alphabet=st.sampled_from("ab cd\\$0123xyz,.éπ"), max_size=400)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_TEXT, _TEXT)
+def test_the_gate_ratio_is_the_standard_librarys_difflib_ratio(query, text):
+    """The router's ratio comes from cydifflib (compiled); it must equal ``difflib.SequenceMatcher``'s, with
+    ``autojunk`` off, on texts long enough (over 200 characters) that ``autojunk`` would have mattered."""
+    assert router.gate_ratio(query, text) == difflib.SequenceMatcher(None, query, text, autojunk=False).ratio()
+
+
+def _bm25_full_vocabulary(query: str, texts: list[str]) -> np.ndarray:
+    """BM25 through bm25s with every term of the texts in the vocabulary, as the router computed it before it
+    folded the terms no query asks for into one id."""
+    docs = [router.terms(text) for text in texts]
+    vocab = {term: i for i, term in enumerate(sorted({t for doc in docs for t in doc}))}
+    ids = [vocab[t] for t in sorted(set(router.terms(query))) if t in vocab]
+    if not ids:
+        return np.zeros(len(texts))
+    retriever = bm25s.BM25(k1=router.BM25_K1, b=router.BM25_B, method="lucene", dtype="float64", backend="numpy",
+                           csc_backend="numpy")
+    retriever.index(([[vocab[t] for t in doc] for doc in docs], vocab), show_progress=False)
+    return np.asarray(retriever.get_scores_from_ids(ids), dtype=np.float64)
+
+
+def _bm25_textbook(query: str, texts: list[str]) -> np.ndarray:
+    """Robertson and Zaragoza (2009), Lucene's idf: sum over distinct query terms t of
+    idf(t) * tf / (tf + k1 * (1 - b + b * |d| / avgdl)), idf = ln(1 + (N - df + 0.5) / (df + 0.5))."""
+    docs = [router.terms(text) for text in texts]
+    lengths = np.array([len(doc) for doc in docs], dtype=np.float64)
+    scores = np.zeros(len(docs))
+    for term in set(router.terms(query)):
+        tf = np.array([doc.count(term) for doc in docs], dtype=np.float64)
+        df = np.count_nonzero(tf)
+        if df:
+            norm = router.BM25_K1 * (1 - router.BM25_B + router.BM25_B * lengths / lengths.mean())
+            scores += np.log(1 + (len(docs) - df + 0.5) / (df + 0.5)) * tf / (tf + norm)
+    return scores
+
+
+_SENTENCE = st.lists(st.sampled_from(["sum", "digits", "paths", "grid", "prime", "remainder", "of", "the", "find",
+                                      "12", "7", "\\cdot", "tiles", "coins"]), max_size=25).map(" ".join)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_SENTENCE, st.lists(_SENTENCE, min_size=1, max_size=32))
+def test_bm25_scores_equal_a_full_vocabulary_index_and_the_textbook_formula(query, texts):
+    """Folding the terms the query does not hold into one id leaves every score bit for bit as a full-vocabulary
+    bm25s index gives it, and equal to the formula written out (to rounding)."""
+    scores = router.bm25_scores(query, texts)
+    assert scores.tobytes() == _bm25_full_vocabulary(query, texts).tobytes()
+    np.testing.assert_allclose(scores, _bm25_textbook(query, texts), rtol=1e-12, atol=1e-12)

@@ -88,25 +88,50 @@ def markdown(result: dict) -> str:
             f"{r['bit_flips']['tried']}.", "", "## Decode throughput", "", *decode_lines(d),
             *decode_after_graft_lines(result.get("decode_after_graft")), "## Model load", "",
             *load_table(result["load"])]
-    out += ["", "## Store scale", "", "| artifacts | exact lookup, ms | similar lookup, ms | none lookup, ms "
-            "| routed as expected | RSS, MB | index, MB | build, s |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for row in result["store_scale"]:
+    out += ["", "## Store scale", "", *store_scale_table(result["store_scale"])]
+    if "batched_samples" in result:
+        out += ["", "## Batched samples", "", *batched_table(result["batched_samples"])]
+    out += ["", "## llama.cpp peer row", "", *peer_lines(result["peer"]), "", "## Targets", "",
+            *targets_table(result["targets"])]
+    return "\n".join(out) + "\n"
+
+
+def store_scale_table(rows: list[dict]) -> list[str]:
+    """Markdown rows: per store size, each lookup kind's median (min–max) in ms, how many routed as expected,
+    resident memory and index size (MB), build seconds."""
+    out = ["| artifacts | exact lookup, ms | similar lookup, ms | none lookup, ms | routed as expected | RSS, MB "
+           "| index, MB | build, s |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for row in rows:
         lk = row["lookup_s"]
         routed = "/".join(str(row["routed_as_expected"].get(k, 0)) for k in ("exact", "similar", "none"))
         out.append(f"| {row['artifacts']:,} | {_ms(lk['exact'])} | {_ms(lk['similar'])} | {_ms(lk['none'])} "
                    f"| {routed} of {row['lookups_per_kind']} each | {row['rss_bytes'] / 1e6:.0f} "
                    f"| {row['index_bytes'] / 1e6:.1f} | {row['build_s']:.1f} |")
-    if "batched_samples" in result:
-        out += ["", "## Batched samples", "", *batched_table(result["batched_samples"])]
-    out += ["", "## llama.cpp peer row", "", *peer_lines(result["peer"]), "", "## Targets", "",
-            "| target | issue | goal | measured | met |", "|---|---:|---|---|:---:|"]
-    for name, row in result["targets"].items():
+    return out
+
+
+def targets_table(targets: dict) -> list[str]:
+    """Markdown rows: each target's name, issue, goal, measured value and whether it was met."""
+    out = ["| target | issue | goal | measured | met |", "|---|---:|---|---|:---:|"]
+    for name, row in targets.items():
         measured = row["measured"]
         shown = (f"{measured:.3g}" if isinstance(measured, float) else
                  ", ".join(f"{k} {v:.3g}" for k, v in measured.items()) if isinstance(measured, dict) else
                  "not measured" if measured is None else str(measured))
         met = "yes" if row["met"] else "no" if row["met"] is False else "—"
         out.append(f"| {name} | #{row.get('issue', 4)} | {row['target']} | {shown} | {met} |")
+    return out
+
+
+def store_scale_markdown(result: dict) -> str:
+    """A run of the store-scale section alone (``graftbench bench --only store-scale``) as markdown."""
+    env = result["environment"]
+    out = ["# graftbench bench: store scale", "",
+           f"{env['date']}; {env['processor']}, {env['cpu_count']} CPUs; graftbench {env.get('graftbench_commit')}. "
+           f"Problem texts built from the words of {result['problems']}; no model runs (the router is torch-free)."
+           + (" **Smoke run: store sizes too small for the figures to mean anything.**" if result["smoke"] else ""),
+           "", "## Store scale", "", *store_scale_table(result["store_scale"]), "", "## Targets", "",
+           *targets_table(result["targets"])]
     return "\n".join(out) + "\n"
 
 
@@ -269,6 +294,8 @@ def batched_markdown(result: dict) -> str:
 
 def only_markdown(result: dict) -> str:
     """The markdown of a one-section run (``result["only"]``)."""
+    if result["only"] == "store-scale":
+        return store_scale_markdown(result)
     return load_decode_markdown(result) if result["only"] == "load-decode" else batched_markdown(result)
 
 
