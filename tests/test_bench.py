@@ -13,7 +13,7 @@ from graftbench import isa
 from graftbench.bench import long_context
 from graftbench.bench.batched_settings import BatchedSettings
 from graftbench.bench.peer import measure_peer, peer_options
-from graftbench.bench.report import peer_lines
+from graftbench.bench.report import peer_lines, ttft_table
 from graftbench.bench.run import targets
 from graftbench.bench.stats import PeakRSS, summary
 from graftbench.bench.ttft import DECODE_ROOM
@@ -58,6 +58,8 @@ def test_smoke_ttft_rows_record_what_they_measured(smoke):
     for row in result["ttft"]:
         # the grafted logits are byte-identical to the prefilled ones, for both query lengths
         assert row["logits_equal"] == {"query_1": True, "query_real": True}
+        for sides in row["logits_sha256"].values():  # one digest over every repetition, the same on both sides
+            assert sides["prefill"] == sides["graft"] and len(sides["graft"]) == 1 and len(sides["graft"][0]) == 64
         assert row["query_tokens"] == {"query_1": 1, "query_real": query_tokens}
         assert row["artifact_bytes"] > row["tokens"] * SMOLLM2_BYTES_PER_TOKEN
         assert row["artifact_bytes"] < row["tokens"] * SMOLLM2_BYTES_PER_TOKEN + 64 * 1024
@@ -229,6 +231,20 @@ def test_summary_and_peak_rss():
     with PeakRSS() as peak:
         pass
     assert peak.increase < 60 << 20
+
+
+def test_a_ttft_row_with_unequal_logits_says_which_side_moved():
+    row = {"tokens": 512, "artifact_bytes": 18.9e6, "ttft_ratio": {"query_1": 15.0, "query_real": 6.0},
+           "prefill": {k: {"median": 1.6, "min": 1.6, "max": 2.1} for k in ("ttft_query_1_s", "ttft_query_real_s")},
+           "graft": {k: {"total_s": {"median": 0.1, "min": 0.1, "max": 0.1}}
+                     for k in ("query_1/xxh3_128", "query_real/xxh3_128")},
+           "logits_equal": {"query_1": False, "query_real": True},
+           "logits_sha256": {"query_1": {"prefill": ["a" * 64, "b" * 64], "graft": ["a" * 64]},
+                             "query_real": {"prefill": ["c" * 64], "graft": ["c" * 64]}}}
+    line = ttft_table({"workload": {"query_tokens": 98}, "ttft": [row]})[-1]
+    assert line.endswith("| NO (distinct digests, query_1: 2 prefill, 1 graft) |")
+    del row["logits_sha256"]  # a row measured before the digests were kept
+    assert ttft_table({"workload": {"query_tokens": 98}, "ttft": [row]})[-1].endswith("| NO |")
 
 
 def _graft_parts(total_s: float) -> dict:

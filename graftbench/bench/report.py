@@ -29,12 +29,23 @@ def ttft_table(result: dict) -> list[str]:
              "|---:|---:|---:|---:|---:|---:|---:|---:|:---:|"]
     for row in result["ttft"]:
         p, g = row["prefill"], row["graft"]
-        equal = "yes" if all(row["logits_equal"].values()) else "NO"
+        equal = "yes" if all(row["logits_equal"].values()) else f"NO{_digest_counts(row)}"
         lines.append(f"| {row['tokens']:,} | {row['artifact_bytes'] / 1e6:,.1f} | {_s(p['ttft_query_1_s'])} "
                      f"| {_ms(g['query_1/xxh3_128']['total_s'])} | {row['ttft_ratio']['query_1']:,.0f}× "
                      f"| {_s(p['ttft_query_real_s'])} | {_ms(g['query_real/xxh3_128']['total_s'])} "
                      f"| {row['ttft_ratio']['query_real']:,.0f}× | {equal} |")
     return lines
+
+
+def _digest_counts(row: dict) -> str:
+    """For a row whose logits differ: how many distinct logits digests each side gave, per query (rows measured
+    before the digests were kept say nothing more)."""
+    digests = row.get("logits_sha256")
+    if not digests:
+        return ""
+    counts = "; ".join(f"{name}: {len(sides['prefill'])} prefill, {len(sides['graft'])} graft"
+                       for name, sides in digests.items() if not row["logits_equal"][name])
+    return f" (distinct digests, {counts})"
 
 
 def _pooled(row: dict) -> str:

@@ -75,6 +75,10 @@ def measure_size(session: Session, model: str, store_root: Path, ids: list[int],
     """Every TTFT figure for one artifact size (``len(ids)`` tokens): prefill against graft, with a 1-token
     query and with ``query``; the graft with XXH3-128 and with SHA-256 integrity; memory; logits equality.
 
+    ``logits_sha256`` holds, per query, the distinct SHA-256 digests of the last position's logits over every
+    prefill repetition and every graft (both integrity checks), so that a row whose ``logits_equal`` is false says
+    which side moved; ``logits_equal`` is the equality of the two sets.
+
     ``on_step`` is called after each repetition (for a progress bar).
     """
     store = Store(store_root)
@@ -93,8 +97,10 @@ def measure_size(session: Session, model: str, store_root: Path, ids: list[int],
     graft_fig = {f"{name}/{integrity}": _summaries(runs, _GRAFT_KEYS) for (name, integrity), runs in grafts.items()}
     ratio = {name: prefill_fig[f"ttft_{name}_s"]["median"] / graft_fig[f"{name}/xxh3_128"]["total_s"]["median"]
              for name in queries}
-    logits_equal = {name: {run["logits"] for (n, _), runs in grafts.items() if n == name for run in runs}
-                    == {p[f"{name}_logits"] for p in prefills} for name in queries}
+    digests = {name: {"prefill": sorted({p[f"{name}_logits"] for p in prefills}),
+                      "graft": sorted({run["logits"] for (n, _), runs in grafts.items() if n == name for run in runs})}
+               for name in queries}
+    logits_equal = {name: sides["prefill"] == sides["graft"] for name, sides in digests.items()}
     artifact_bytes = store.path(artifact_id).stat().st_size
     memory = graft_memory(store_root, artifact_id, model, session.config.dtype, session.config.chunk_size,
                           queries["query_1"])
@@ -104,6 +110,7 @@ def measure_size(session: Session, model: str, store_root: Path, ids: list[int],
         "tokens": len(ids), "query_tokens": {"query_1": 1, "query_real": len(query)},
         "artifact_bytes": artifact_bytes, "artifact_id": artifact_id,
         "prefill": prefill_fig, "graft": graft_fig, "ttft_ratio": ratio, "logits_equal": logits_equal,
+        "logits_sha256": digests,
         "graft_memory": memory, "graft_memory_ratio": memory["increase_bytes"] / artifact_bytes,
         "first_graft_with_kv_pool": pooled,
         "file_read": "page cache warm (artifact written by this run)",
