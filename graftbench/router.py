@@ -22,7 +22,7 @@ a shorter document outscore the query itself). So ``--min-similarity`` keeps the
 had with the difflib ranker, and :attr:`Route.similarity` stays a ratio. Only the top candidate is gated: a weak
 best match means no graft, not a walk down the ranking. The ratio is computed by ``cydifflib`` (Max Bachmann's
 compiled port of the standard library's ``difflib``, whose ``SequenceMatcher`` it reproduces: same matching blocks,
-same ratio), about ten times faster on a problem statement; ``tests/test_router_ratio.py`` checks it against
+same ratio), about ten times faster on a problem statement; ``tests/test_route_bm25.py`` checks it against
 ``difflib`` on generated texts.
 
 Routing is deterministic: BM25 is computed in float64 and summed term by term in a fixed order, so a candidate's
@@ -87,7 +87,7 @@ def bm25_scores(query: str, texts: list[str]) -> np.ndarray:
     vocab = {term: i for i, term in enumerate(sorted(set(terms(query))), start=1)}
     # A score needs only the query terms' counts, each text's length and the mean length: every other term is
     # indexed as one id (0), which keeps the lengths and skips work on terms no query asks for.
-    docs = [[vocab.get(word, 0) for word in _WORD.findall(text) if word not in _STOP] for text in texts]
+    docs = [[vocab.get(term, 0) for term in terms(text)] for text in texts]
     ids = sorted({i for doc in docs for i in doc} - {0})
     if not ids:
         return np.zeros(len(texts), dtype=np.float64)
