@@ -165,3 +165,70 @@ def test_cached_tokenizer_falls_back_to_its_class_when_the_recorded_sha256_diffe
             (tmp_path / TOKENIZER_PIN).unlink()
         tokenizer, digest = _load_cached_tokenizer(tmp_path)
         assert type(tokenizer).__name__ == "GemmaTokenizer" and digest == loaded.tokenizer_sha256
+
+
+def _tokenizer_copy(source, target):
+    from graftbench.tokenizer_check import FILES
+
+    for name in FILES:
+        if (source / name).is_file():
+            (target / name).write_bytes((source / name).read_bytes())
+
+
+@pytest.mark.model
+def test_a_passed_tokenizer_check_is_recorded_and_reused_until_a_file_or_library_changes(tmp_path, monkeypatch):
+    import json
+
+    from graftbench.tokenizer_check import RECORD
+
+    loaded = load_model("smollm2-135m")
+    _tokenizer_copy(dequantized_dir(loaded.weights_sha256), tmp_path)
+    serialized = []
+    real = models.tokenizer_sha256
+    monkeypatch.setattr(models, "tokenizer_sha256", lambda tok: serialized.append(1) or real(tok))
+
+    def load() -> str:
+        tokenizer, digest = models._load_cached_tokenizer(tmp_path)
+        assert type(tokenizer).__name__ == "TokenizersBackend"
+        return digest
+
+    assert load() == loaded.tokenizer_sha256 and len(serialized) == 1  # first load: full check, recorded
+    record = json.loads((tmp_path / RECORD).read_text())
+    assert record["digest"] == loaded.tokenizer_sha256 and set(record["files"]) >= {"tokenizer.json"}
+    assert load() == loaded.tokenizer_sha256 and len(serialized) == 1  # taken from the record
+    record["libraries"]["tokenizers"] = "0.0.0"
+    (tmp_path / RECORD).write_text(json.dumps(record))
+    assert load() == loaded.tokenizer_sha256 and len(serialized) == 2  # another library version: checked again
+    (tmp_path / "tokenizer.json").write_text(json.dumps(json.loads((tmp_path / "tokenizer.json").read_text())))
+    assert load() == loaded.tokenizer_sha256 and len(serialized) == 3  # other bytes, same tokenizer: checked again
+    assert load() == loaded.tokenizer_sha256 and len(serialized) == 3
+    (tmp_path / RECORD).write_text("{not json")
+    assert load() == loaded.tokenizer_sha256 and len(serialized) == 4
+
+
+@pytest.mark.model
+def test_a_recorded_check_never_vouches_for_a_tokenizer_whose_pin_changed(tmp_path):
+    from graftbench.tokenizer_check import RECORD
+
+    loaded = load_model("smollm2-135m")
+    _tokenizer_copy(dequantized_dir(loaded.weights_sha256), tmp_path)
+    models._load_cached_tokenizer(tmp_path)
+    assert (tmp_path / RECORD).is_file()
+    (tmp_path / models.TOKENIZER_PIN).write_text("0" * 64)
+    _, digest = models._load_cached_tokenizer(tmp_path)
+    assert digest == loaded.tokenizer_sha256  # not the recorded pin: the pin file is part of what was recorded
+
+
+@pytest.mark.model
+def test_a_tokenizer_folder_that_cannot_be_written_keeps_no_record_and_still_loads(tmp_path, monkeypatch):
+    from graftbench import tokenizer_check
+    from graftbench.durable import StorageError
+
+    def full_disk(path, data):
+        raise StorageError(28, f"no space left writing {path}")
+
+    loaded = load_model("smollm2-135m")
+    _tokenizer_copy(dequantized_dir(loaded.weights_sha256), tmp_path)
+    monkeypatch.setattr(tokenizer_check, "write_file_atomic", full_disk)
+    _, digest = models._load_cached_tokenizer(tmp_path)
+    assert digest == loaded.tokenizer_sha256 and not (tmp_path / tokenizer_check.RECORD).exists()
