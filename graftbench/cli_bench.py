@@ -22,6 +22,7 @@ class BenchSection(str, Enum):
     """Sections of ``graftbench bench`` that run alone."""
 
     batched_samples = "batched-samples"
+    head_to_head = "head-to-head"
     load_decode = "load-decode"
     store_scale = "store-scale"
 
@@ -50,7 +51,10 @@ def bench(
                                                 "(writes batched-samples-<model>.json and .md, '-<N>-tokens' added "
                                                 "for a --batch-artifact-tokens other than the default) or "
                                                 "load-decode (decode against generate and model load: "
-                                                "load-decode-<model>.json and .md) or store-scale (router "
+                                                "load-decode-<model>.json and .md) or head-to-head (the graft "
+                                                "against llama.cpp's state load at the largest --sizes, one "
+                                                "repetition of each in turn: head-to-head-<model>.json and .md) "
+                                                "or store-scale (router "
                                                 "lookups at --store-sizes artifacts, no model: store-scale.json "
                                                 "and .md)"),
     smoke: bool = typer.Option(False, "--smoke", help="tiny sizes, one repetition, no cold load or peer: checks it runs"),

@@ -190,6 +190,7 @@ class BenchSettings:
     store_sizes: list[int] = field(default_factory=lambda: [10, 1000, 100_000])
     cold_load: bool = True
     peer_python: Path | None = Path(".venv-peer/bin/python")
+    head_to_head_repeats: int = 10  # pairs of graft and llama.cpp state load, alternating (bench/head_to_head.py)
     bit_flips: int = 64
     smoke: bool = False
 

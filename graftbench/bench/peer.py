@@ -26,14 +26,25 @@ def peer_options(flags: set[str] | None = None) -> list[str]:
     return ["--no-extra-buffers"] if AMX_FLAGS & flags else []
 
 
+def peer_skip(session: Session, python: Path | None) -> str | None:
+    """Why the peer cannot run for ``session`` with ``python``: no peer Python given or found, a model that is not
+    a GGUF file, or the script missing; ``None`` when it can."""
+    if python is None:
+        return "no --peer-python given"
+    if not python.is_file():
+        return f"no peer Python at {python} (make bench-peer-env builds llama-cpp-python there)"
+    if session.loaded.resolved.kind != "gguf" or not SCRIPT.is_file():
+        return f"the model is not a GGUF file, or {SCRIPT} is missing"
+    return None
+
+
 def measure_peer(session: Session, python: Path, workload: Workload, sizes: list[int], repeats: int,
                  decode_tokens: int, threads: int) -> dict:
-    """Run the peer script; returns its JSON, or ``{"skipped": reason}`` when there is no peer Python, the model
-    is not a GGUF file, or the script fails (its stderr tail is kept)."""
-    if not python.is_file():
-        return {"skipped": f"no peer Python at {python} (make bench-peer-env builds llama-cpp-python there)"}
-    if session.loaded.resolved.kind != "gguf" or not SCRIPT.is_file():
-        return {"skipped": f"the model is not a GGUF file, or {SCRIPT} is missing"}
+    """Run the peer script; returns its JSON, or ``{"skipped": reason}`` when the peer cannot run
+    (:func:`peer_skip`) or the script fails (its stderr tail is kept)."""
+    skipped = peer_skip(session, python)
+    if skipped:
+        return {"skipped": skipped}
     with tempfile.TemporaryDirectory(prefix="graftbench-peer-") as folder:
         tokens = Path(folder) / "tokens.json"
         tokens.write_text(json.dumps({"context": workload.context, "query": workload.query,

@@ -22,6 +22,11 @@ decode_s times only the --decode-tokens - 1 steps after the first generated toke
 weight layouts. graftbench.bench.peer passes it on CPUs with AMX, where llama.cpp's AMX matrix product segfaults
 on the first eval (llama.cpp issue #20824, seen here with llama-cpp-python 0.3.36 on an Intel Xeon).
 Exit status 2 with one line on stderr for a bad --gguf or --tokens-file.
+
+--serve-size N (graftbench.bench.head_to_head): prefill context[:N] and save its state once, print one JSON line
+{"ready": true, "n", "state_file_bytes"}, then answer each "restore" line on stdin with one JSON line of pass C
+({"load_state_s", "ttft_restore_1tok_s", "logits_equal"}: the logits after the load against those after the
+prefill) until "quit" or end of input, so that graftbench can alternate its graft with llama.cpp's state load.
 """
 import argparse
 import ctypes
@@ -166,6 +171,28 @@ def run_size(llm, ctx_ids, query, repeats, work_dir):
             "restore_logits_equal": eq1, "restore_query_logits_equal": eqq}
 
 
+def serve(llm, ctx_ids, query, work_dir, out):
+    """The --serve-size loop (see the module docstring); ``out`` is the saved stdout (a text file)."""
+    path = os.path.join(work_dir, f"state_{len(ctx_ids)}.bin")
+    clear(llm)
+    llm.eval(ctx_ids)
+    save_state(llm, path, ctx_ids)
+    _, reference = timed_eval(llm, query[:1])
+    out.write(json.dumps({"ready": True, "n": len(ctx_ids), "state_file_bytes": os.path.getsize(path)}) + "\n")
+    out.flush()
+    for line in sys.stdin:
+        if line.strip() == "quit":
+            break
+        if line.strip() != "restore":
+            fail(f"--serve-size: unknown request {line.strip()!r} (expected restore or quit)")
+        clear(llm)
+        load = load_state(llm, path, ctx_ids)
+        dt, logits = timed_eval(llm, query[:1])
+        out.write(json.dumps({"load_state_s": load, "ttft_restore_1tok_s": load + dt,
+                              "logits_equal": bool(np.array_equal(logits, reference))}) + "\n")
+        out.flush()
+
+
 def run_decode(llm, prompt, n_new, repeats):
     """Greedy decode of n_new tokens after prompt; times the n_new - 1 steps after the first token."""
     secs, ids = [], None
@@ -199,6 +226,8 @@ def parse_args(argv):
     p.add_argument("--decode-tokens", type=int, default=64)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--work-dir", default=None)
+    p.add_argument("--serve-size", type=int, default=0,
+                   help="answer restore requests on stdin for one context size (see the module docstring)")
     p.add_argument("--no-extra-buffers", action="store_true",
                    help="load with use_extra_bufts = false: no AMX or repacked weight layouts")
     a = p.parse_args(argv)
@@ -206,8 +235,10 @@ def parse_args(argv):
         a.sizes = [int(s) for s in a.sizes.split(",") if s.strip()]
     except ValueError:
         p.error(f"--sizes {a.sizes!r}: expected comma-separated integers")
+    if a.serve_size:
+        a.sizes = [a.serve_size]
     if not a.sizes or min(a.sizes) < 1 or a.repeats < 1 or a.decode_tokens < 2 or a.threads < 1:
-        p.error("--sizes must be positive, --repeats >= 1, --decode-tokens >= 2, --threads >= 1")
+        p.error("--sizes and --serve-size must be positive, --repeats >= 1, --decode-tokens >= 2, --threads >= 1")
     return a
 
 
@@ -247,6 +278,10 @@ def main(argv=None):
     os.makedirs(a.work_dir or "/tmp", exist_ok=True)
     work_dir = tempfile.mkdtemp(prefix="peer_llama_", dir=a.work_dir or "/tmp")  # removed at the end
     try:
+        if a.serve_size:
+            with os.fdopen(stdout, "w") as out:
+                serve(llm, tok["context"][:a.serve_size], tok["query"], work_dir, out)
+            return 0
         sizes = []
         for n in a.sizes:
             print(f"peer_llama: size {n} ...", file=sys.stderr)

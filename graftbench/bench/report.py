@@ -102,8 +102,35 @@ def markdown(result: dict) -> str:
     out += ["", "## Store scale", "", *store_scale_table(result["store_scale"])]
     if "batched_samples" in result:
         out += ["", "## Batched samples", "", *batched_table(result["batched_samples"])]
-    out += ["", "## llama.cpp peer row", "", *peer_lines(result["peer"]), "", "## Targets", "",
-            *targets_table(result["targets"])]
+    out += ["", "## llama.cpp peer row", "", *peer_lines(result["peer"])]
+    if "head_to_head" in result:
+        out += ["", "## Graft against llama.cpp's state load, alternating", "",
+                *head_to_head_lines(result["head_to_head"])]
+    out += ["", "## Targets", "", *targets_table(result["targets"])]
+    return "\n".join(out) + "\n"
+
+
+def head_to_head_lines(h2h: dict) -> list[str]:
+    """Markdown for the alternating graft against llama.cpp's state load (:mod:`.head_to_head`)."""
+    if "skipped" in h2h:
+        return [f"Not measured: {h2h['skipped']}."]
+    return [f"{h2h['repeats']} pairs at {h2h['tokens']:,} tokens, 1-token query; {h2h['method']}.", "",
+            "| side | restore (llama.cpp: state load), ms | + 1-token query, ms |", "|---|---:|---:|",
+            f"| graftbench | {_ms(h2h['graftbench_restore_s'])} | {_ms(h2h['graftbench_total_s'])} |",
+            f"| llama.cpp | {_ms(h2h['llama_cpp_load_state_s'])} | {_ms(h2h['llama_cpp_ttft_restore_1tok_s'])} |", "",
+            f"Ratios (llama.cpp over graftbench, > 1 where graftbench is faster): restore **{h2h['restore_ratio']:.2f}×**, "
+            f"graft + 1 token **{h2h['graft_ratio']:.2f}×**. graftbench's logits the same every repetition: "
+            f"{h2h['graftbench_logits_stable']}; llama.cpp's logits after every load equal to its prefill's: "
+            f"{h2h['llama_cpp_logits_equal']}."]
+
+
+def head_to_head_markdown(result: dict) -> str:
+    """A run of the alternating section alone (``graftbench bench --only head-to-head``) as markdown."""
+    env = result["environment"]
+    out = [f"# graftbench bench: graft against llama.cpp's state load, {env['model']} ({env['dtype']})", "",
+           f"{env['date']}; {env['processor']}, {env['cpu_count']} CPUs, {env['torch_threads']} torch threads; torch "
+           f"{env['libraries'].get('torch')}, transformers {env['libraries'].get('transformers')}.", "",
+           *head_to_head_lines(result["head_to_head"]), "", "## Targets", "", *targets_table(result["targets"])]
     return "\n".join(out) + "\n"
 
 
@@ -307,6 +334,8 @@ def only_markdown(result: dict) -> str:
     """The markdown of a one-section run (``result["only"]``)."""
     if result["only"] == "store-scale":
         return store_scale_markdown(result)
+    if result["only"] == "head-to-head":
+        return head_to_head_markdown(result)
     return load_decode_markdown(result) if result["only"] == "load-decode" else batched_markdown(result)
 
 

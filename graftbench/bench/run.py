@@ -25,6 +25,7 @@ from .load import measure_load
 from .peer import measure_peer
 from .restore import measure_restore
 from .store_scale import measure_store_scale, vocabulary
+from .head_to_head import measure_head_to_head
 from .ttft import measure_size
 from .workload import build_workload
 
@@ -54,6 +55,7 @@ def targets(result: dict) -> dict:
             rows["decode_ratio_vs_generate"] = _decode_target(result["decode"])
         if "store_scale" in result:
             _store_scale_targets(result["store_scale"], add)
+        _head_to_head_targets(result.get("head_to_head"), add)
         return rows
     by_tokens = {row["tokens"]: row for row in result["ttft"]}
     largest = result["ttft"][-1]
@@ -63,6 +65,7 @@ def targets(result: dict) -> dict:
         add(f"ttft_ratio_{tokens}_tokens_1_token_query", 14, f">= {goal}x", measured,
             None if measured is None else measured >= goal)
     _peer_targets(result, largest, add)
+    _head_to_head_targets(result.get("head_to_head"), add)
     after = result.get("decode_after_graft")
     if after:
         add(f"decode_after_{after['context_tokens']}_token_graft_vs_empty_cache", 14, ">= 0.8x", after["ratio"],
@@ -122,6 +125,17 @@ def _peer_targets(result: dict, largest: dict, add) -> None:
         graft_ratio, None if graft_ratio is None else graft_ratio >= 1.0)
 
 
+def _head_to_head_targets(h2h: dict | None, add) -> None:
+    """#14's two llama.cpp ratios from the alternating section (:mod:`.head_to_head`), where it ran."""
+    if not h2h or "skipped" in h2h:
+        return
+    goal = ">= 1.0x (llama.cpp s / graftbench s, alternating repetitions)"
+    add(f"restore_vs_llama_cpp_state_load_{h2h['tokens']}_tokens_alternating", 14, goal, h2h["restore_ratio"],
+        h2h["restore_ratio"] >= 1.0)
+    add(f"graft_1_token_vs_llama_cpp_state_load_1_token_{h2h['tokens']}_tokens_alternating", 14, goal,
+        h2h["graft_ratio"], h2h["graft_ratio"] >= 1.0)
+
+
 def environment(session: Session) -> dict:
     """Machine, libraries and pinned config the figures were measured with."""
     return {"machine": platform.platform(), "processor": isa.cpu_model() or platform.processor() or platform.machine(),
@@ -142,7 +156,7 @@ def _commit() -> str | None:
     return done.stdout.strip() or None
 
 
-SECTIONS = ("batched-samples", "load-decode", "store-scale")  # sections that run alone with ``--only``
+SECTIONS = ("batched-samples", "head-to-head", "load-decode", "store-scale")  # sections that run alone with ``--only``
 
 
 def _load_and_decode(session: Session, model: str, settings: BenchSettings, workload, task, result: dict,
@@ -160,6 +174,7 @@ def run_bench(session: Session, model: str, problems: list[Problem], problems_so
               progress=None, batched: BatchedSettings | None = None, only: str | None = None) -> dict:
     """Measure every section for ``session``'s model, or with ``only`` one section alone (``batched-samples``: that
     row; ``load-decode``: decode against ``generate`` and model load, for comparing models and dtypes;
+    ``head-to-head``: the graft against llama.cpp's state load at the largest size, alternating;
     ``store-scale``: router lookups at ``settings.store_sizes`` artifacts, which need no model); returns the result
     dict (see :mod:`.report`; :mod:`.batched` for the row alone).
 
@@ -173,7 +188,7 @@ def run_bench(session: Session, model: str, problems: list[Problem], problems_so
     task = _tasks(progress)
     if only == "store-scale":
         return _store_scale_alone(session, problems, problems_source, settings, task)
-    sizes = [batched.artifact_tokens] if only else settings.sizes
+    sizes = [batched.artifact_tokens] if only in ("batched-samples", "load-decode") else settings.sizes
     workload = build_workload(session, problems, max(*sizes, batched.artifact_tokens))
     result = {"format": FORMAT, "smoke": settings.smoke, "settings": {} if only else _settings_dict(settings),
               "environment": environment(session), "problems": problems_source,
@@ -181,8 +196,11 @@ def run_bench(session: Session, model: str, problems: list[Problem], problems_so
                            "query_lengths": workload.query_lengths, "decode_prompt_tokens": len(workload.decode_prompt)}}
     if only:
         result["only"] = only
-    if only == "load-decode":
-        _load_and_decode(session, model, settings, workload, task, result)
+    if only in ("load-decode", "head-to-head"):
+        if only == "load-decode":
+            _load_and_decode(session, model, settings, workload, task, result)
+        else:
+            _head_to_head(session, settings, workload, task, result)
         task(None, 0)
         result["targets"] = targets(result)
         return result
@@ -194,12 +212,21 @@ def run_bench(session: Session, model: str, problems: list[Problem], problems_so
                                                     workload.query, workload.query_problem, batched, step)
     if not only:
         task("llama.cpp peer row", 1)
-        result["peer"] = (measure_peer(session, settings.peer_python, workload, settings.sizes, settings.repeats,
-                                       settings.decode_tokens, torch.get_num_threads())
-                          if settings.peer_python else {"skipped": "no --peer-python given"})
+        result["peer"] = measure_peer(session, settings.peer_python, workload, settings.sizes, settings.repeats,
+                                      settings.decode_tokens, torch.get_num_threads())
+        _head_to_head(session, settings, workload, task, result)
     task(None, 0)
     result["targets"] = targets(result)
     return result
+
+
+def _head_to_head(session: Session, settings: BenchSettings, workload, task, result: dict) -> None:
+    """graftbench's graft against llama.cpp's state load at the largest size, alternating (:mod:`.head_to_head`)."""
+    tokens = max(settings.sizes)
+    step = task(f"graft against llama.cpp's state load at {tokens:,} tokens, alternating", settings.head_to_head_repeats)
+    with tempfile.TemporaryDirectory(prefix="graftbench-bench-") as folder:
+        result["head_to_head"] = measure_head_to_head(session, settings.peer_python, workload, Path(folder), tokens,
+                                                      settings.head_to_head_repeats, torch.get_num_threads(), step)
 
 
 def _store_scale_alone(session: Session, problems: list[Problem], problems_source: str, settings: BenchSettings,
