@@ -21,11 +21,11 @@ from .batched import measure_batched
 from .batched import target as batched_target
 from .batched_settings import BatchedSettings
 from .decode import measure_decode, measure_decode_after_graft
+from .head_to_head import measure_head_to_head
 from .load import measure_load
 from .peer import measure_peer
 from .restore import measure_restore
 from .store_scale import measure_store_scale, vocabulary
-from .head_to_head import measure_head_to_head
 from .ttft import measure_size
 from .workload import build_workload
 
