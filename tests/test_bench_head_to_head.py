@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from graftbench.bench import head_to_head
+from graftbench.bench import head_to_head, peer
 from graftbench.bench.report import head_to_head_markdown
 from graftbench.bench.run import targets
 from graftbench.bench.workload import Workload
@@ -38,7 +38,7 @@ def stand_in(tmp_path, monkeypatch):
     """A session, workload and peer script that need no model; returns the list the sides append to in order."""
     script = tmp_path / "fake_peer.py"
     script.write_text(FAKE_PEER)
-    monkeypatch.setattr(head_to_head, "SCRIPT", script)
+    monkeypatch.setattr(peer, "SCRIPT", script)
     monkeypatch.setattr(head_to_head, "peer_skip", lambda session, python: None)
     monkeypatch.setattr(head_to_head, "deposit_tokens", lambda session, store, ids: "artifact")
     order = []

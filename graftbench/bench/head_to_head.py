@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..session import Session
 from ..store import Store
-from .peer import SCRIPT, peer_options, peer_skip
+from .peer import peer_command, peer_skip
 from .stats import summary
 from .ttft import deposit_tokens, graft_once
 from .workload import Workload
@@ -86,12 +86,8 @@ def measure_head_to_head(session: Session, python: Path | None, workload: Worklo
     artifact_id = deposit_tokens(session, store, workload.context[:tokens])
     query = workload.query[:1]
     with tempfile.TemporaryDirectory(prefix="graftbench-h2h-") as folder:
-        token_file = Path(folder) / "tokens.json"
-        token_file.write_text(json.dumps({"context": workload.context[:tokens], "query": workload.query,
-                                          "decode_prompt": workload.decode_prompt}))
-        command = [str(python), str(SCRIPT), "--gguf", session.loaded.resolved.path, "--tokens-file",
-                   str(token_file), "--serve-size", str(tokens), "--threads", str(threads), "--work-dir", folder,
-                   *peer_options()]
+        command = peer_command(session, python, workload, workload.context[:tokens], folder, threads,
+                               "--serve-size", str(tokens))
         try:
             peer = PeerServer(command, Path(folder) / "peer.stderr")
         except (RuntimeError, ValueError) as exc:
@@ -108,12 +104,16 @@ def measure_head_to_head(session: Session, python: Path | None, workload: Worklo
 
 def _pair(session: Session, store: Store, artifact_id: str, query: list[int], peer: PeerServer,
           graftbench_first: bool, on_step) -> dict:
-    sides = {}
-    for side in (("graftbench", "llama_cpp") if graftbench_first else ("llama_cpp", "graftbench")):
-        sides[side] = (graft_once(session, store, artifact_id, query, "xxh3_128") if side == "graftbench"
-                       else peer.restore())
+    def graft():
+        return graft_once(session, store, artifact_id, query, "xxh3_128")
+
+    if graftbench_first:
+        ours = graft()
+        theirs = peer.restore()
+    else:
+        theirs = peer.restore()
+        ours = graft()
     on_step()
-    ours, theirs = sides["graftbench"], sides["llama_cpp"]
     return {"first": "graftbench" if graftbench_first else "llama.cpp",
             "graftbench_restore_s": sum(ours[key] for key in RESTORE_PARTS), "graftbench_total_s": ours["total_s"],
             "graftbench_logits": ours["logits"], "llama_cpp_load_state_s": theirs["load_state_s"],

@@ -38,6 +38,17 @@ def peer_skip(session: Session, python: Path | None) -> str | None:
     return None
 
 
+def peer_command(session: Session, python: Path, workload: Workload, context: list[int], folder: str, threads: int,
+                 *options: str) -> list[str]:
+    """Write ``context`` (token ids) with ``workload``'s query and decode prompt to ``folder/tokens.json`` and return
+    the command line that runs the peer script on them with ``threads`` threads, ``options`` and this CPU's
+    :func:`peer_options`."""
+    tokens = Path(folder) / "tokens.json"
+    tokens.write_text(json.dumps({"context": context, "query": workload.query, "decode_prompt": workload.decode_prompt}))
+    return [str(python), str(SCRIPT), "--gguf", session.loaded.resolved.path, "--tokens-file", str(tokens),
+            "--threads", str(threads), "--work-dir", folder, *options, *peer_options()]
+
+
 def measure_peer(session: Session, python: Path, workload: Workload, sizes: list[int], repeats: int,
                  decode_tokens: int, threads: int) -> dict:
     """Run the peer script; returns its JSON, or ``{"skipped": reason}`` when the peer cannot run
@@ -46,13 +57,9 @@ def measure_peer(session: Session, python: Path, workload: Workload, sizes: list
     if skipped:
         return {"skipped": skipped}
     with tempfile.TemporaryDirectory(prefix="graftbench-peer-") as folder:
-        tokens = Path(folder) / "tokens.json"
-        tokens.write_text(json.dumps({"context": workload.context, "query": workload.query,
-                                      "decode_prompt": workload.decode_prompt}))
-        command = [str(python), str(SCRIPT), "--gguf", session.loaded.resolved.path, "--tokens-file", str(tokens),
-                   "--sizes", ",".join(map(str, sizes)), "--repeats", str(repeats),
-                   "--decode-tokens", str(decode_tokens), "--threads", str(threads), "--work-dir", folder,
-                   *peer_options()]
+        command = peer_command(session, python, workload, workload.context, folder, threads,
+                               "--sizes", ",".join(map(str, sizes)), "--repeats", str(repeats),
+                               "--decode-tokens", str(decode_tokens))
         done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         return {"skipped": f"peer script failed (exit {done.returncode}): {done.stderr.strip()[-400:]}"}

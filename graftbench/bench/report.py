@@ -128,9 +128,7 @@ def head_to_head_markdown(result: dict) -> str:
     """A run of the alternating section alone (``graftbench bench --only head-to-head``) as markdown."""
     env = result["environment"]
     out = [f"# graftbench bench: graft against llama.cpp's state load, {env['model']} ({env['dtype']})", "",
-           f"{env['date']}; {env['processor']}, {env['cpu_count']} CPUs, {env['torch_threads']} torch threads; torch "
-           f"{env['libraries'].get('torch')}, transformers {env['libraries'].get('transformers')}.", "",
-           *head_to_head_lines(result["head_to_head"]), "", "## Targets", "", *targets_table(result["targets"])]
+           _environment_line(env), "", *head_to_head_lines(result["head_to_head"]), "", "## Targets", "", *targets_table(result["targets"])]
     return "\n".join(out) + "\n"
 
 
@@ -190,12 +188,17 @@ def load_table(load: dict) -> list[str]:
     return lines
 
 
+def _environment_line(env: dict) -> str:
+    """Date, CPU, threads and library versions of a run, for a section's report."""
+    return (f"{env['date']}; {env['processor']}, {env['cpu_count']} CPUs, {env['torch_threads']} torch threads; torch "
+            f"{env['libraries'].get('torch')}, transformers {env['libraries'].get('transformers')}.")
+
+
 def load_decode_markdown(result: dict) -> str:
     """A run of the load-and-decode section alone (``graftbench bench --only load-decode``) as markdown."""
     env = result["environment"]
     out = [f"# graftbench bench: load and decode, {env['model']} ({env['dtype']})", "",
-           f"{env['date']}; {env['processor']}, {env['cpu_count']} CPUs, {env['torch_threads']} torch threads; torch "
-           f"{env['libraries'].get('torch')}, transformers {env['libraries'].get('transformers')}."
+           _environment_line(env)
            + (" **Smoke run: sizes too small for the figures to mean anything.**" if result["smoke"] else ""),
            "", "## Decode throughput", "", *decode_lines(result["decode"]), "## Model load", "",
            *load_table(result["load"])]
