@@ -159,7 +159,9 @@ def test_replay_under_another_pin_is_not_comparable(session, aime2024, small_man
     assert result.pin_differences == ["libraries.torch", "threads"]
     assert pin_differences(small_manifest["config"], {**small_manifest["config"], "model": "alias"}) == []
     assert pin_differences(small_manifest["config"], {**small_manifest["config"], "layout": {"query": "x"}}) == []
-    ported = {**small_manifest["config"], "isa": "avx2", "cpu_capability": "AVX2"}
+    # "Another" CPU is built from this one's capability: a value this machine cannot have, whatever CPU it is.
+    other_capability = sorted({"DEFAULT", "AVX2", "AVX512"} - {small_manifest["config"]["cpu_capability"]})[0]
+    ported = {**small_manifest["config"], "isa": "other", "cpu_capability": other_capability}
     assert pin_differences(small_manifest["config"], ported) == ["cpu_capability", "isa"]
 
 
