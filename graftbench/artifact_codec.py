@@ -13,22 +13,24 @@ on disk is :mod:`graftbench.store`'s job.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
 from safetensors import SafetensorError
-from safetensors.torch import load as load_safetensors
-from safetensors.torch import save as save_safetensors
 
 from .artifact_ids import artifact_id_of, is_artifact_id
-from .artifact_reader import LayoutError, ReadTiming, metadata_of, parse_header
+from .artifact_reader import LayoutError, ReadTiming, metadata_of, parse_header, tensor_layout
 from .hashing import tensors_sha256
 from .strict_json import loads_strict
 
+if TYPE_CHECKING:
+    import torch
+
 FORMAT = "graftbench.artifact/1"
 HEADER_KEY = "graftbench"
-DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+KV_DTYPES = ("float32", "bfloat16", "float16")  # the dtypes an artifact's keys and values may have
 
 
 class ArtifactError(ValueError):
@@ -75,6 +77,8 @@ def encode_artifact(header: dict, token_ids: torch.Tensor, layers: list[tuple[to
 
     ``header`` gets ``format`` and ``payload_sha256`` filled in.
     """
+    from safetensors.torch import save as save_safetensors
+
     header = {**header, "format": FORMAT, "payload_sha256": payload_sha256(token_ids, layers)}
     tensors = {"token_ids": token_ids.contiguous()}
     for i, (keys, values) in enumerate(layers):
@@ -126,6 +130,8 @@ def decode_artifact(artifact_id: str, data: bytes) -> Artifact:
     """
     if artifact_id_of(data) != artifact_id:
         raise ArtifactError(artifact_id, "hash", "SHA-256 of the file does not equal its id (corrupt or edited)")
+    from safetensors.torch import load as load_safetensors
+
     header = decode_header(artifact_id, data)
     try:
         tensors = load_safetensors(data)
@@ -147,8 +153,8 @@ def _check_header_fields(artifact_id: str, header: dict) -> None:
     if not (isinstance(positions, list) and len(positions) == 2 and all(map(_is_count, positions))
             and positions[0] <= positions[1]):
         problems.append(f"positions {positions!r} is not [start, end] with 0 <= start <= end")
-    if header.get("dtype") not in DTYPE_NAMES.values():
-        problems.append(f"dtype {header.get('dtype')!r} is not one of {sorted(DTYPE_NAMES.values())}")
+    if header.get("dtype") not in KV_DTYPES:
+        problems.append(f"dtype {header.get('dtype')!r} is not one of {sorted(KV_DTYPES)}")
     for name in ("kv_heads", "head_dim"):
         if not _is_count(header.get(name)) or not header.get(name):
             problems.append(f"{name} {header.get(name)!r} is not a positive integer")
@@ -169,27 +175,55 @@ def check_tensors(artifact_id: str, header: dict, tensors: dict[str, torch.Tenso
     ``[end - start]`` and per layer ``(keys, values)``, each ``[1, kv_heads, kept, head_dim]`` in the header's
     dtype. Raises :class:`ArtifactError`: ``header`` for malformed fields, ``tensors`` for a missing or
     unexpected tensor or a dtype or shape other than the header's. The payload hash is not checked here."""
+    check_tensor_specs(artifact_id, header, {name: (str(t.dtype).removeprefix("torch."), tuple(t.shape))
+                                             for name, t in tensors.items()})
+    pairs = [(tensors[keys], tensors[values]) for keys, values in _layer_names(header)]
+    return tensors["token_ids"], pairs
+
+
+def _layer_names(header: dict) -> list[tuple[str, str]]:
+    return [(f"layers.{i}.keys", f"layers.{i}.values") for i in range(len(header["layers"]))]
+
+
+def check_tensor_specs(artifact_id: str, header: dict, specs: dict[str, tuple[str, tuple]]) -> None:
+    """:func:`check_tensors` on each tensor's ``(dtype name, shape)`` by name (``int64``, ``float32``, ...),
+    without the tensors themselves (no torch). Raises :class:`ArtifactError` as :func:`check_tensors` does."""
     _check_header_fields(artifact_id, header)
-    specs = header["layers"]
     start, end = header["positions"]
     dtype = header["dtype"]
-    kv_heads, head_dim = header["kv_heads"], header["head_dim"]
-    expected = {"token_ids"} | {f"layers.{i}.{part}" for i in range(len(specs)) for part in ("keys", "values")}
-    if set(tensors) != expected:
-        missing, extra = sorted(expected - set(tensors)), sorted(set(tensors) - expected)
+    expected = {"token_ids"} | {name for pair in _layer_names(header) for name in pair}
+    if set(specs) != expected:
+        missing, extra = sorted(expected - set(specs)), sorted(set(specs) - expected)
         raise ArtifactError(artifact_id, "tensors", f"tensor set differs: missing {missing[:3]}, unexpected {extra[:3]}")
-    token_ids = tensors["token_ids"]
-    if token_ids.dtype != torch.int64 or tuple(token_ids.shape) != (end - start,):
-        raise ArtifactError(artifact_id, "tensors", f"token_ids is {token_ids.dtype} {tuple(token_ids.shape)}")
-    layers = []
-    for i, spec in enumerate(specs):
-        shape = (1, kv_heads, spec["kept"], head_dim)
-        pair = (tensors[f"layers.{i}.keys"], tensors[f"layers.{i}.values"])
-        for part, tensor in zip(("keys", "values"), pair):
-            if DTYPE_NAMES.get(tensor.dtype) != dtype or tuple(tensor.shape) != shape:
-                raise ArtifactError(
-                    artifact_id, "tensors",
-                    f"layers.{i}.{part} is {tensor.dtype} {tuple(tensor.shape)}, header says {dtype} {shape}",
-                )
-        layers.append(pair)
-    return token_ids, layers
+    if specs["token_ids"] != ("int64", (end - start,)):
+        raise ArtifactError(artifact_id, "tensors", "token_ids is {} {}".format(*specs["token_ids"]))
+    for i, spec in enumerate(header["layers"]):
+        shape = (1, header["kv_heads"], spec["kept"], header["head_dim"])
+        for name in _layer_names(header)[i]:
+            if specs[name] != (dtype, shape):
+                raise ArtifactError(artifact_id, "tensors", "{} is {} {}, header says {} {}".format(
+                    name, *specs[name], dtype, shape))
+
+
+def audit_artifact(artifact_id: str, data: bytes) -> dict:
+    """:func:`decode_artifact`'s checks of artifact bytes ``data``, in its order (id hash, header, layout, tensor set
+    and shapes, payload hash), on the raw bytes: no tensor is made and torch is not imported. Returns the graftbench
+    header. The payload hash is over the tensors' bytes in payload order (``token_ids``, then each layer's keys and
+    values), which is what :func:`payload_sha256` hashes. Raises :class:`ArtifactError` naming the failed check."""
+    if artifact_id_of(data) != artifact_id:
+        raise ArtifactError(artifact_id, "hash", "SHA-256 of the file does not equal its id (corrupt or edited)")
+    header = decode_header(artifact_id, data)
+    table, header_len = parse_header(data)
+    try:
+        entries = tensor_layout(table, len(data) - 8 - header_len)
+    except LayoutError as exc:
+        raise ArtifactError(artifact_id, "format", f"safetensors payload unreadable ({exc})") from exc
+    spans = {name: (8 + header_len + begin, 8 + header_len + end) for name, _, _, begin, end in entries}
+    check_tensor_specs(artifact_id, header, {name: (dtype, tuple(shape)) for name, dtype, shape, _, _ in entries})
+    digest = hashlib.sha256()
+    view = memoryview(data)
+    for name in ["token_ids", *[n for pair in _layer_names(header) for n in pair]]:
+        digest.update(view[slice(*spans[name])])
+    if digest.hexdigest() != header.get("payload_sha256"):
+        raise ArtifactError(artifact_id, "payload", "payload SHA-256 does not equal the header's")
+    return header

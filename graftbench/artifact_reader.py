@@ -24,18 +24,23 @@ is the one place that parses that header (:func:`header_length`, :func:`parse_ta
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
 import xxhash
 
 from .strict_json import loads_strict
 
+if TYPE_CHECKING:
+    import torch
+
 INTEGRITY_METHODS = ("xxh3_128", "sha256")
 MAX_HEADER_BYTES = 1 << 20  # bytes; a header larger than 1 MiB is refused before it is parsed
-_SAFETENSORS_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "I64": torch.int64}
+# safetensors dtype code -> (dtype name, bytes per value); torch is imported only where tensors are made
+SAFETENSORS_DTYPES = {"F32": ("float32", 4), "BF16": ("bfloat16", 2), "F16": ("float16", 2), "I64": ("int64", 8)}
 _SKIP_BLOCK = 1 << 22  # bytes read at a time when hashing past a header that could not be laid out
 
 
@@ -88,20 +93,23 @@ def xxh3_128_hex(data: bytes) -> str:
     return xxhash.xxh3_128_hexdigest(data)
 
 
-def _layout(table: dict, body_bytes: int) -> list[tuple[str, torch.dtype, list[int], int, int]]:
-    """``(name, dtype, shape, start, end)`` per tensor in file order, checked to tile the body exactly."""
+def tensor_layout(table: dict, body_bytes: int) -> list[tuple[str, str, list[int], int, int]]:
+    """``(name, dtype name, shape, start, end)`` per tensor of a parsed header ``table`` in file order, ``start``
+    and ``end`` in bytes from the start of the body (after the header), checked to tile the ``body_bytes`` exactly.
+    Imports no torch. Raises :class:`LayoutError` (``format``) for an unsupported dtype, a malformed shape or
+    offsets, a span that does not fit its shape, or a gap or overlap."""
     entries = []
     for name, spec in table.items():
         if name == "__metadata__":
             continue
-        if not isinstance(spec, dict) or spec.get("dtype") not in _SAFETENSORS_DTYPES:
+        if not isinstance(spec, dict) or spec.get("dtype") not in SAFETENSORS_DTYPES:
             raise LayoutError("format", f"tensor {name[:40]!r} has no supported dtype")
         shape, offsets = spec.get("shape"), spec.get("data_offsets")
         if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)
                 and isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)):
             raise LayoutError("format", f"tensor {name[:40]!r} has a malformed shape or data_offsets")
-        dtype = _SAFETENSORS_DTYPES[spec["dtype"]]
-        nbytes = dtype.itemsize * int(torch.Size(shape).numel())
+        dtype, itemsize = SAFETENSORS_DTYPES[spec["dtype"]]
+        nbytes = itemsize * math.prod(shape)
         if offsets[1] - offsets[0] != nbytes:
             raise LayoutError("format", f"tensor {name[:40]!r} spans {offsets} but its shape needs {nbytes} bytes")
         entries.append((name, dtype, shape, offsets[0], offsets[1]))
@@ -209,9 +217,12 @@ class _Reader:
             self.timing.bytes += n
 
 
-def _allocate(dtype: torch.dtype, shape: list[int], room: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """A tensor of ``shape`` to read into and, for a 4-D shape with ``room`` > 0, the buffer it begins: ``room``
-    more positions along dim 2 (``[batch, heads, tokens + room, head_dim]``)."""
+def _allocate(dtype: str, shape: list[int], room: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A tensor of ``shape`` and dtype name ``dtype`` to read into and, for a 4-D shape with ``room`` > 0, the
+    buffer it begins: ``room`` more positions along dim 2 (``[batch, heads, tokens + room, head_dim]``)."""
+    import torch
+
+    dtype = getattr(torch, dtype)
     if room <= 0 or len(shape) != 4:
         return torch.empty(shape, dtype=dtype), None
     buffer = torch.empty([shape[0], shape[1], shape[2] + room, shape[3]], dtype=dtype)
@@ -221,6 +232,8 @@ def _allocate(dtype: torch.dtype, shape: list[int], room: int) -> tuple[torch.Te
 def _byte_views(tensor: torch.Tensor) -> list[memoryview]:
     """Byte views of ``tensor``'s storage in its element order: one for a contiguous tensor, one per
     ``[batch, head]`` block for a 4-D prefix view of a buffer with room."""
+    import torch
+
     if tensor.is_contiguous():
         return [memoryview(tensor.view(-1).view(torch.uint8).numpy())]
     return [memoryview(block.reshape(-1).view(torch.uint8).numpy()) for row in tensor for block in row]
@@ -247,7 +260,7 @@ def read_safetensors(path: str | Path, method: str, room: int = 0) -> RawArtifac
             header = reader.read_bytes(header_bytes)
             started = time.perf_counter()
             table = parse_table(header)
-            entries = _layout(table, size - 8 - header_bytes)
+            entries = tensor_layout(table, size - 8 - header_bytes)
             timing.parse_s += time.perf_counter() - started
             tensors, buffers = {}, {}
             for name, dtype, shape, _, _ in entries:

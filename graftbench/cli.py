@@ -22,13 +22,33 @@ from . import cli_merge, cli_route
 from .cli_common import (EVAL, FLYWHEEL, AnswerFieldOpt, ChunkOpt, DtypeOpt, GraftFromOpt, IdFieldOpt, IsaOpt,
                          LayoutOpt, LimitOpt, ModelOpt, ProblemFieldOpt, ProblemsOpt, RunsOpt, SamplesOpt, SeedOpt,
                          ShardOpt, SolutionFieldOpt, StoreOpt, TemperatureOpt, TopPOpt, console, fail, load_problem_set,
-                         model_label, open_model, progress, shard_problems, stage_progress)
+                         model_label, open_model, os_error_text, progress, shard_problems, stage_progress)
 from .settings import EvalSettings
 from .dispatch import EXECUTORS, RAY_EXTRA, ClusterOptions, DispatchError
-from .cli_common import ModeOpt, announce_sandbox
+from .cli_common import ModeOpt, announce_sandbox, check_hub_model
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Verified-knowledge experiments: solve, deposit KV artifacts, graft them back, verify.")
+
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            number = version("graftbench")
+        except PackageNotFoundError:
+            number = "unknown (not installed as a package)"
+        console.print(f"graftbench {number}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(show_version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                            help="print graftbench's version and exit")) -> None:
+    """Verified-knowledge experiments: solve, deposit KV artifacts, graft them back, verify."""
+
 
 CLUSTER = ClusterOptions()
 ExecutorOpt = typer.Option("process", "--executor", help=escape("process: this process loads the model and runs "
@@ -53,16 +73,20 @@ def _print_cleaned(cleaned) -> None:
 
 
 def _print_run(result, energy_method: str) -> None:
-    from .tables import samples_table, summary_table
+    from .tables import FULL_FIGURES_NOTE, samples_table, summary_table
 
     _print_cleaned(result.cleaned)
     console.print(samples_table(result.samples))
     console.print(summary_table([(result.run.name, result.manifest["totals"])], energy_method))
+    console.print(FULL_FIGURES_NOTE)
     console.print(f"manifest: {result.run.manifest_path} (sha256 {result.manifest['manifest_sha256'][:16]})")
 
 
 def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, run, limit, settings: EvalSettings,
                   store, fields, isa, new_store=False, cluster: ClusterOptions | None = None) -> None:
+    if cluster is None:
+        check_hub_model(model)  # first: what follows imports torch
+    from .durable import StorageError
     from .evaluate import StrictFallbackError
     from .sandbox import SandboxError
     from .workflows import shard_size
@@ -83,7 +107,11 @@ def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, ru
         check_resume_before_load(runs_dir, name, command, model, problem_list, settings)  # checks the name too
     except RunError as exc:
         fail(str(exc))
+    if _report_finished(runs_dir, name, command, model, dtype, chunk_size, isa, problem_list, settings, store):
+        return
     execute = _executor(cluster, model, dtype, chunk_size, isa)  # loads the model here, or leaves it to workers
+    if settings.graft and cluster is None:  # the pin is known once the model is loaded: partial(run_eval, session)
+        _check_store_pins(store, execute.args[0].config, settings.strict)
     try:
         with progress(command, shard_size(problem_list, settings) * settings.samples,
                       samples_recorded(runs_dir, name, problem_list, settings)) as advance:
@@ -93,14 +121,60 @@ def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, ru
         fail(str(exc) + (" or pass --new-store to start an empty one" if exc.missing else ""))
     except DispatchError as exc:
         fail(escape(str(exc)))
-    except (RunError, StrictFallbackError, OSError, SandboxError) as exc:  # OSError includes StorageError
-        fail(str(exc))
+    except StorageError as exc:  # a full or read-only runs folder: the samples appended before it stay
+        fail(f"{os_error_text(exc)}; the samples finished so far are kept in {Path(runs_dir) / name} and the same "
+             "command resumes the run")
+    except (RunError, StrictFallbackError, OSError, SandboxError) as exc:
+        fail(os_error_text(exc))
     except KeyboardInterrupt:
         fail(f"interrupted: the samples finished so far are kept in {Path(runs_dir) / name}; the same command "
              "resumes the run", 130)
     _print_run(result, result.manifest["energy"]["method"])
     if result.certificate_mismatches:
         fail(f"certificate mismatch (graft logits differ from a fresh recompute): {result.certificate_mismatches}", 1)
+
+
+def _check_store_pins(store: str, config, strict: bool) -> None:
+    """Before a graft run starts: when the store holds no artifact under this run's pin, say so (how many it
+    holds, under which models and pins); under ``strict`` that is an error (exit 2)."""
+    from .store import Store, StoreError
+    from .store_pins import pins_held, unusable_store_message
+
+    try:
+        holdings = pins_held(Store(store, readonly=True))
+    except StoreError:
+        return  # a store not created yet (--new-store), or an index the run upgrades: it holds nothing to name
+    message = unusable_store_message(store, holdings, config.model, config.dtype, config.fingerprint)
+    if message is None:
+        return
+    if strict:
+        fail(f"--strict: {escape(message)}; nothing was run")
+    console.print(f"[yellow]note[/yellow]: {escape(message)}")
+
+
+def _report_finished(runs_dir, name, command, model, dtype, chunk_size, isa, problem_list, settings, store) -> bool:
+    """When ``runs_dir/name`` is a finished run of this command (:mod:`graftbench.finished_runs`), say so, verify it
+    and print its summary without loading a model or writing anything (exit 1 when it does not verify); ``False``
+    when the command has work to do."""
+    from .finished_runs import Request, finished_run
+    from .isa import ENV_VAR
+    from .tables import FULL_FIGURES_NOTE, summary_table
+
+    request = Request(command, model, dtype, chunk_size, isa or os.environ.get(ENV_VAR) or "native", settings)
+    done = finished_run(runs_dir, name, request, problem_list, store if settings.graft else None)
+    if done is None:
+        return False
+    if done.mismatches:
+        fail(f"run '{name}' is complete, but its manifest {done.path} does not verify ({len(done.mismatches)} "
+             f"mismatches; the first: {escape(done.mismatches[0])}); nothing was run or written: "
+             f"`graftbench verify-manifest {done.path}` lists them", 1)
+    for note in done.notes:
+        console.print(escape(note))
+    console.print(summary_table([(name, done.manifest["totals"])], done.manifest["energy"]["method"]))
+    console.print(f"run '{name}' is already complete: every sample is recorded and its manifest {done.path} verifies "
+                  f"(sha256 {done.manifest['manifest_sha256'][:16]}); nothing was run or written (pass another "
+                  "--run name to run it again)")
+    return True
 
 
 def default_run_name(command: str, model: str, problems: str, graft: bool) -> str:
@@ -274,7 +348,7 @@ def deposit(
             report = deposit_job(session, store, problem_list, references=references, items=items, on_item=advance,
                                  mode=mode, recompute=recompute)
     except (RunError, OSError, SandboxError) as exc:  # OSError includes StorageError (disk full) and StoreError
-        fail(str(exc))
+        fail(os_error_text(exc, f"the store {store}"))
     except KeyboardInterrupt:
         fail(f"interrupted: the artifacts deposited so far are kept in {store}; the same command reuses them "
              "without a prefill", 130)
@@ -305,6 +379,8 @@ def verify_manifest_cmd(
     from .manifest import ManifestError, ManifestRefused
     from .manifest_check import check_manifest
 
+    if store and Path(store).is_file():
+        fail(f"--store {escape(store)} is not a store: it is a file, not a folder; no artifact could be checked")
     try:
         mismatches, notes = check_manifest(path, store, require_artifacts)
     except ManifestRefused as exc:
@@ -350,21 +426,32 @@ def _open_readonly(store: str):
 
 @store_app.command("ls")
 def store_ls(store: str = StoreOpt) -> None:
-    """List the indexed artifacts: id, problem, answer, tokens, bytes, parent, source (read-only)."""
+    """List the indexed artifacts: id, problem id, model, dtype and pin, answer key, tokens, source (and the parent
+    a chained artifact continues), with their count and size; read-only."""
+    from rich.box import SIMPLE_HEAD
     from rich.table import Table
 
     from .store import StoreError
+    from .store_pins import pins_held
 
-    table = Table(title=f"artifacts in {store}")
-    for name in ("id", "problem key", "answer", "tokens", "MB", "parent", "source"):
-        table.add_column(name)
     try:
-        rows = _open_readonly(store).rows()
+        opened = _open_readonly(store)
+        pins = {h.fingerprint: h for h in pins_held(opened)}
+        rows = opened.rows()
     except StoreError as exc:
         fail(str(exc))
+    table = Table(title=f"artifacts in {escape(store)}: {len(rows)}, {sum(r['bytes'] for r in rows) / 1e6:.1f} MB",
+                  box=SIMPLE_HEAD, pad_edge=False, collapse_padding=True)  # fits 80 columns
+    for name in ("id", "problem", "model", "pin", "key", "tokens", "source"):
+        table.add_column(name, justify="right" if name == "tokens" else "left", no_wrap=name in ("id", "tokens"),
+                         overflow="fold")
     for row in rows:
-        table.add_row(row["id"][:16], (row["problem_key"] or "")[:12], row["answer"] or "", str(row["n_tokens"]),
-                      f"{row['bytes'] / 1e6:.1f}", (row["parent"] or "")[:12], row["source"] or "")
+        pin = pins.get(row["config_fingerprint"])
+        source = (row["source"] or "") + (f" ← {row['parent'][:8]}" if row["parent"] else "")
+        table.add_row(row["id"][:16], escape(row["problem_id"] or (row["problem_key"] or "")[:12]),
+                      escape(pin.model if pin else "?"), f"{escape(pin.dtype if pin else '?')} "
+                      f"{row['config_fingerprint'][:8]}", escape(row["answer"] or ""), str(row["n_tokens"]),
+                      escape(source))
     console.print(table)
 
 

@@ -6,9 +6,9 @@ Imports no torch: a command applies its instruction-set pin (:func:`apply_isa`) 
 
 from __future__ import annotations
 
+import errno
 import os
 import re
-import sys
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -21,8 +21,8 @@ from .settings import (DEFAULT_CHUNK_SIZE, DEFAULT_DTYPE, DEFAULT_MODEL, DEFAULT
 
 EVAL, BENCH, FLYWHEEL = EvalSettings(), BenchSettings(), FlywheelSettings()
 
-# Outside a terminal (CI logs, pipes) rich would assume 80 columns and squash the tables.
-console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+# Width: the terminal's, else $COLUMNS, else 80 (rich's own rule); the tables are sized to fit 80 columns.
+console = Console(soft_wrap=True)
 
 ModelOpt = typer.Option(DEFAULT_MODEL, "--model", "-m", help="alias (smollm2-135m, gemma3-270m; after make models "
                         "qwen2.5-coder-0.5b, qwen2.5-coder-1.5b), hub id, folder or .gguf")
@@ -65,6 +65,25 @@ def fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def os_error_text(exc: BaseException, what: str | None = None) -> str:
+    """``exc`` as an error line: graftbench's own errors as they are (a failed write without its ``[Errno N]``
+    prefix); a bare ``OSError`` (``[Errno 30] ...``) as
+    what could not be done to which file, and, for a file system that refuses writes, that ``what`` (e.g. ``the
+    store gs``) cannot be written and nothing in it was changed."""
+    from .durable import StorageError
+    from .store import StoreError
+
+    if isinstance(exc, StorageError):
+        return exc.strerror or str(exc)  # its own message, without the "[Errno 28]" prefix
+    if not isinstance(exc, OSError) or isinstance(exc, StoreError) or exc.errno is None:
+        return str(exc)
+    target = f" ({exc.filename})" if exc.filename else ""
+    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return (f"{what or 'a file'} cannot be written: {exc.strerror}{target}; nothing was written. Pass a place "
+                "this process can write (a store or runs folder elsewhere), or make it writable")
+    return f"{exc.strerror}{target}"
+
+
 def announce_sandbox(mode: str) -> None:
     """In program mode, probe the sandbox before the model loads and print how programs will be contained (in
     yellow when not at all); exit 2 for an unknown mode or when no sandbox can be started."""
@@ -103,7 +122,25 @@ def apply_isa(isa: str | None) -> None:
         fail(str(exc))
 
 
+_HUB_CHECKED: set[str] = set()  # hub ids this process has found loadable (reachable, or in the cache)
+
+
+def check_hub_model(model: str) -> None:
+    """When ``model`` is a hub id, check before torch is imported that it can be loaded, exiting 2 with one line
+    that says how to run offline when it cannot (:func:`graftbench.hub_access.hub_model_refusal`): an unreachable
+    hub fails in a second, not after half a minute of retries. Asked once per hub id."""
+    from .hub_access import hub_model_refusal, looks_like_hub_id
+
+    if model in _HUB_CHECKED or not looks_like_hub_id(model):
+        return
+    refusal = hub_model_refusal(model)
+    if refusal is not None:
+        fail(refusal)
+    _HUB_CHECKED.add(model)
+
+
 def open_model(model: str, dtype: str, chunk_size: int, threads: int | None = None, isa: str | None = None):
+    check_hub_model(model)
     apply_isa(isa)  # before torch is imported
     from .models import ModelError
     from .session import open_session

@@ -40,7 +40,8 @@ def storage_error(exc: BaseException, what: str) -> StorageError:
     code = getattr(exc, "errno", None) or errno.EIO
     reason = getattr(exc, "strerror", None) or str(exc) or os.strerror(code)
     advice = "free some space and run again" if code in (errno.ENOSPC, errno.EDQUOT) else "fix that and run again"
-    return StorageError(code, f"cannot write {what}: {reason}; nothing was kept, {advice}")
+    return StorageError(code, f"cannot write {what}: {reason}; this write was undone (what was written before it "
+                              f"is kept), {advice}")
 
 
 def crash_point(name: str, before_kill: Callable[[], None] | None = None) -> None:

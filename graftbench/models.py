@@ -28,8 +28,9 @@ from pathlib import Path
 import torch
 
 from .hashing import sha256_file, sha256_text, tensors_sha256
+from .hub_access import OFFLINE_HINT, hub_model_refusal, one_line
 from .model_packages import PackagedWeights, PackagedWeightsError, Part, resolve_packaged
-from .settings import DEFAULT_DTYPE, DEFAULT_MODEL
+from .settings import DEFAULT_DTYPE, DEFAULT_MODEL, cache_root
 from .tokenizer_check import checked_digest, record_check
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -113,11 +114,6 @@ class LoadedModel:
     tokenizer_sha256: str
     load_s: float
     from_cache: bool
-
-
-def cache_root() -> Path:
-    """The user cache folder for de-quantized weights and assembled GGUF files."""
-    return Path(os.environ.get("GRAFTBENCH_CACHE", Path.home() / ".cache" / "graftbench"))
 
 
 def packaged_path(alias: str) -> tuple[Path, str]:
@@ -287,6 +283,14 @@ def _write_cast(model: torch.nn.Module, target: Path) -> None:
                       stacklevel=3)
 
 
+def _check_hub_model(spec: str) -> None:
+    """Raise :class:`ModelError` (one line) when the hub id ``spec`` cannot be loaded: the hub cannot be reached
+    and the hub cache does not hold it (:func:`graftbench.hub_access.hub_model_refusal`)."""
+    refusal = hub_model_refusal(spec)
+    if refusal is not None:
+        raise ModelError(refusal)
+
+
 def load_model(spec: str = DEFAULT_MODEL, dtype: str = DEFAULT_DTYPE) -> LoadedModel:
     """Load a model and tokenizer in ``dtype`` (``float32`` or ``bfloat16``) on the CPU, in eval mode.
 
@@ -318,6 +322,8 @@ def load_model(spec: str = DEFAULT_MODEL, dtype: str = DEFAULT_DTYPE) -> LoadedM
     else:
         source, cast_to_write = resolved.path, None
         weights_sha = _folder_weights_sha256(Path(source)) if resolved.kind == "folder" else ""
+    if resolved.kind == "hub":
+        _check_hub_model(spec)
     try:
         # safetensors only: a folder's pytorch_model.bin would be unpickled by torch.load
         model = AutoModelForCausalLM.from_pretrained(source, dtype=DTYPES[dtype], use_safetensors=True,
@@ -330,10 +336,7 @@ def load_model(spec: str = DEFAULT_MODEL, dtype: str = DEFAULT_DTYPE) -> LoadedM
             tokenizer = AutoTokenizer.from_pretrained(source)
             tokenizer_digest = tokenizer_sha256(tokenizer)
     except OSError as exc:
-        raise ModelError(
-            f"model '{spec}' could not be loaded ({exc.__class__.__name__}: {str(exc)[:200]}); "
-            "without network access pass a local folder or a .gguf file"
-        ) from exc
+        raise ModelError(f"model '{spec}' could not be loaded ({one_line(exc)}); {OFFLINE_HINT}") from exc
     if resolved.kind == "hub":
         weights_sha = _hub_weights_sha256(model)
     model.eval()

@@ -42,14 +42,14 @@ import os
 import sqlite3
 from pathlib import Path
 
-from .artifact_codec import Artifact, ArtifactError, check_artifact_id, decode_header
+from .artifact_codec import Artifact, ArtifactError, audit_artifact, check_artifact_id, decode_header
 from .artifact_ids import ARTIFACTS_DIR, SUFFIX, artifact_id_of, id_of_path
 from .artifact_reader import INTEGRITY_METHODS, LayoutError, header_length, xxh3_128_hex
 from .durable import TEMP_PREFIX, StorageError, clean_temporaries, crash_point, storage_error, write_file_atomic
 from .hashing import canonical_json, sha256_bytes, sha256_text
-from .models import cache_root
 from .object_backend import BACKEND_ERRORS as _ERRORS
 from .object_backend import ENDPOINT_ENV, Objects
+from .settings import cache_root
 from .store import Store
 from .store_index import (INDEX_NAME, ReindexReport, StoreError, create_or_upgrade, held_lock, insert_row,
                           is_damaged, row_from_header, row_of, write_index)
@@ -66,7 +66,7 @@ LOCK_TIMEOUT_S = 600.0
 
 def store_cache() -> Path:
     """The local folder of every store on object storage's read-through cache and index:
-    ``$GRAFTBENCH_STORE_CACHE``, else ``<GRAFTBENCH_CACHE>/store`` (:func:`graftbench.models.cache_root`)."""
+    ``$GRAFTBENCH_STORE_CACHE``, else ``<GRAFTBENCH_CACHE>/store`` (:func:`graftbench.settings.cache_root`)."""
     override = os.environ.get(CACHE_ENV)
     return Path(override) if override else cache_root() / "store"
 
@@ -174,13 +174,8 @@ class ObjectStore(Store):
     def _header_row(self, artifact_id: str, size: int) -> tuple[tuple | None, str]:
         """The index row of the object of ``artifact_id`` (``size`` bytes) from its header alone (one or two
         ranged reads), or ``(None, why it is skipped)``."""
-        name = f"{ARTIFACTS_DIR}/{artifact_id}{SUFFIX}"
         try:
-            head = self.objects.get(name, 0, min(size, HEAD_BYTES))
-            end = 8 + header_length(head[:8], size)
-            if end > len(head):
-                head += self.objects.get(name, len(head), end)
-            return row_from_header(artifact_id, decode_header(artifact_id, head[:end]), size, None), ""
+            return row_from_header(artifact_id, self._read_header(artifact_id, size), size, None), ""
         except LayoutError as exc:
             return None, f"{exc.check}: {exc}"
         except ArtifactError as exc:
@@ -189,6 +184,28 @@ class ObjectStore(Store):
             return None, "gone while the store was listed"
         except _ERRORS as exc:
             return None, f"cannot read its header ({exc})"
+
+    def _read_header(self, artifact_id: str, size: int) -> dict:
+        """The graftbench header of the object of ``artifact_id`` (``size`` bytes), from one or two ranged reads."""
+        name = f"{ARTIFACTS_DIR}/{artifact_id}{SUFFIX}"
+        head = self.objects.get(name, 0, min(size, HEAD_BYTES))
+        end = 8 + header_length(head[:8], size)
+        if end > len(head):
+            head += self.objects.get(name, len(head), end)
+        return decode_header(artifact_id, head[:end])
+
+    def header(self, artifact_id: str) -> dict:
+        """The graftbench header of an indexed artifact, read from the store (its header only, no tensors).
+        Raises :class:`ArtifactError` (``missing``, ``read``, ``format``, ``header``)."""
+        size = self._indexed(artifact_id)[0]
+        try:
+            return self._read_header(artifact_id, size if size is not None else HEAD_BYTES)
+        except FileNotFoundError as exc:
+            raise ArtifactError(artifact_id, "missing", f"no object for {artifact_id[:16]} in {self.url}") from exc
+        except LayoutError as exc:
+            raise ArtifactError(artifact_id, exc.check, str(exc)) from exc
+        except _ERRORS as exc:
+            raise ArtifactError(artifact_id, "read", f"cannot read its header from {self.url} ({exc})") from exc
 
     def refresh(self, listing: dict[str, int] | None = None) -> None:
         """Bring this machine's index up to date with the objects (``listing``, ``{name: bytes}``, is listed when
@@ -332,6 +349,11 @@ class ObjectStore(Store):
         against the local index). Raises :class:`ArtifactError` (also ``missing`` and ``read``)."""
         indexed = self._indexed(artifact_id)
         return self._audit(artifact_id, self._get_object(artifact_id), indexed)
+
+    def audit(self, artifact_id: str) -> dict:
+        """:meth:`read_audited`'s checks without making tensors (no torch); returns the artifact's header."""
+        indexed = self._indexed(artifact_id)
+        return self._audit(artifact_id, self._get_object(artifact_id), indexed, audit_artifact)
 
     def _get_object(self, artifact_id: str) -> bytes:
         """The whole object of ``artifact_id``. Raises :class:`ArtifactError`: ``missing`` or ``read``."""

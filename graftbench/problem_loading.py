@@ -71,6 +71,17 @@ def builtin_slice(source: str) -> list[Problem]:
     return [p for p in builtin_problems(n_per_family=end) if int(p.id.rsplit("-", 1)[1]) >= start]
 
 
+def _check_hub(source: str) -> None:
+    """Before the hub dataset ``source`` is loaded: raise :class:`ProblemSetError` at once (one line) when the hub
+    cannot be reached and ``HF_HUB_OFFLINE`` does not ask for the cache (with it, the cache is read)."""
+    from .hub_access import OFFLINE_HINT, hub_unreachable, offline_requested
+
+    why = hub_unreachable()
+    if why is not None and not offline_requested():
+        raise ProblemSetError(f"{source}: file not found, and as a hub dataset id it cannot be loaded: the hub "
+                              f"cannot be used ({why}); {OFFLINE_HINT}")
+
+
 def load_problems(
     source: str,
     *,
@@ -145,9 +156,10 @@ def load_problems(
 
     path = Path(source).expanduser()
     suffix = path.suffix.lower()
-    if suffix in SUPPORTED_SUFFIXES or path.exists():
-        table = read_local(source, path)
+    if suffix in SUPPORTED_SUFFIXES or path.exists() or (is_hub_id(source) and path.parent.is_dir()):
+        table = read_local(source, path)  # a path under a folder that exists is a file, never a hub id
     elif is_hub_id(source):
+        _check_hub(source)
         table = read_hub(source, split)
     else:
         raise ProblemSetError(

@@ -301,14 +301,15 @@ def read_hub(source: str, split: str) -> RawTable:
     """
     import datasets
 
+    from .hub_access import OFFLINE_HINT, one_line
+
     with _no_progress_bars():
         try:
             ds = datasets.load_dataset(source, split=split)
         except Exception as e:
             raise ProblemSetError(
-                f"{source}: hub dataset (split {split!r}) could not be loaded - the hub cannot be "
-                f"reached offline, or the id/split does not exist ({type(e).__name__}: {e}). "
-                f"Pass a local file instead ({suffix_list()})."
+                f"{source}: file not found, and as a hub dataset (split {split!r}) it could not be loaded: the "
+                f"hub cannot be reached, or the id/split does not exist ({one_line(e)}); {OFFLINE_HINT}"
             ) from e
     if not isinstance(ds, datasets.Dataset):
         raise ProblemSetError(f"{source}: split {split!r} did not give a single dataset")

@@ -183,8 +183,21 @@ def compare_runs(runs: list[RunEntry], seed: int = 0, resamples: int = RESAMPLES
                                          resamples)
             except ValueError:
                 continue  # no problem scored by both
-            rows.append({"graft": graft.label, "baseline": baseline.label, **diff})
+            rows.append({"graft": graft.label, "baseline": baseline.label, **diff,
+                         "graft_routes": graft_routes(graft.manifest["samples"], {p["id"] for p in common})})
     return rows
+
+
+def graft_routes(samples: list, problem_ids: set[str]) -> dict[str, int]:
+    """How the samples of ``problem_ids`` were routed, ``{route: samples}`` by route (``exact``: the problem's
+    own verified solution was grafted; ``similar``, ``family``, ``top-ranked``: another problem's; ``none`` or
+    a fallback: no graft)."""
+    counts: dict[str, int] = {}
+    for s in samples:
+        if isinstance(s, dict) and s.get("problem_id") in problem_ids:
+            route = str(s.get("route") or "none") if s.get("mode") == "graft" else "none"
+            counts[route] = counts.get(route, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def build_report(paths: list[str | Path], seed: int = 0, resamples: int = RESAMPLES, rounds: bool = False) -> Report:
@@ -233,6 +246,19 @@ def _pass_cell(s: dict, which: str) -> str:
     return f"{_pct(s['pass_at_k'][k])} (k={k})"
 
 
+def _copy_cells(copy: dict, samples) -> list[str]:
+    """The copy rate (``40.0% of 5``) and copy baseline cells; where one is ``—``, why when it is known: no graft,
+    or only exact routes (a problem's own solution: nothing to copy from another problem)."""
+    routes = graft_routes(samples if isinstance(samples, list) else [],
+                          {s.get("problem_id") for s in samples or [] if isinstance(s, dict)})
+    why = "" if set(routes) - {"none"} - {"exact"} else " (no grafts)" if "exact" not in routes else \
+        " (exact routes only)"
+    rate = f"{_pct(copy['copy_rate'])} of {copy['copied_recorded']}" if copy["copy_rate"] is not None else "—" + why
+    baseline = (_pct(copy["copy_baseline"]) + f" (graft {_pct(copy['grafted_accuracy'])})"
+                if copy["copy_baseline"] is not None else "—" + why)
+    return [rate, baseline]
+
+
 RUN_COLUMNS = ("run", "model", "mode · layout", "problems", "samples / problem", "accuracy [95% CI]", "pass@1",
                "pass@N", "maj@N [95% CI]", "decode tok / sample", "decode tok / correct", "mean TTFT s", "energy J",
                "copy rate", "copy baseline")
@@ -250,9 +276,7 @@ def run_row(run: RunEntry) -> list[str]:
         _pct(s["maj_at_n"]) + _ci(s["maj_at_n_ci95"]), _num(s["mean_decode_tokens"]),
         _num(s["decode_tokens_per_correct"]), _num(s["mean_ttft_s"], 3),
         f"{_num(s['energy_j'], 0)} ({run.energy_method})",
-        _pct(copy["copy_rate"]) + (f" of {copy['copied_recorded']}" if copy["copy_rate"] is not None else ""),
-        _pct(copy["copy_baseline"]) + (f" (graft {_pct(copy['grafted_accuracy'])})"
-                                       if copy["copy_baseline"] is not None else ""),
+        *_copy_cells(copy, run.manifest.get("samples")),
     ]
 
 
@@ -268,14 +292,21 @@ def family_rows(report: Report) -> list[list[str]]:
 
 
 COMPARISON_COLUMNS = ("graft run", "baseline run", "problems", "graft − baseline [95% CI]", "graft better",
-                      "baseline better")
+                      "baseline better", "graft routes")
 
 
 def comparison_rows(report: Report) -> list[list[str]]:
     """One row per paired comparison, in :data:`COMPARISON_COLUMNS` order (differences in percentage points)."""
     return [[c["graft"], c["baseline"], str(c["problems"]),
              f"{100 * c['mean_difference']:+.1f} pp [{100 * c['ci95'][0]:+.1f}, {100 * c['ci95'][1]:+.1f}]",
-             str(c["graft_better"]), str(c["baseline_better"])] for c in report.comparisons]
+             str(c["graft_better"]), str(c["baseline_better"]), routes_cell(c["graft_routes"])]
+            for c in report.comparisons]
+
+
+def routes_cell(routes: dict[str, int]) -> str:
+    """``exact 3 (own answer in context), similar 1``: the graft run's routes on the paired problems."""
+    return ", ".join(f"{route} {n}" + (" (own answer in context)" if route == "exact" else "")
+                     for route, n in routes.items()) or "—"
 
 
 ROUND_COLUMNS = ("round", "run", "series", "accuracy [95% CI]", "decode tok / sample")
@@ -312,7 +343,11 @@ def _notes(report: Report) -> list[str]:
         "meaningful as a ratio between runs on one machine).",
         "Copy rate: grafted samples whose answer copied the grafted example's; copy baseline: the accuracy of "
         "answering every grafted problem with its example's key, from keys only, beside the run's own accuracy on "
-        "the same samples. — means the manifest does not record them (`copied`, `example_answer`).",
+        "the same samples. — means the manifest does not record them (`copied`, `example_answer`); they are "
+        "recorded on similar routes only, so a run whose grafts all took exact routes has none.",
+        "Graft routes: how the graft run's samples were routed on the paired problems. An exact route grafts the "
+        "problem's own verified solution (a recurring problem: the model has its own verified answer in context), "
+        "so its gain measures recall of a known answer, not transfer to a new problem.",
     ]
     for run in report.runs:
         s = run.summary

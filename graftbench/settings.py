@@ -5,6 +5,7 @@ Imports no torch, so the command line can build its options before a model (or t
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -22,6 +23,12 @@ MODES = ("text", "program")  # text: the model's own final answer; program: a Py
 GRAFT_FROM_CHOICES = ("nearest", "other-family", "top-ranked")
 SAMPLED_TEMPERATURE = 0.7  # the documented setting for sampled runs (with top-p 0.95), as in the issue's runs
 SAMPLED_TOP_P = 0.95
+
+
+def cache_root() -> Path:
+    """The user cache folder for de-quantized weights, assembled GGUF files and object-store caches:
+    ``$GRAFTBENCH_CACHE``, else ``~/.cache/graftbench``."""
+    return Path(os.environ.get("GRAFTBENCH_CACHE", Path.home() / ".cache" / "graftbench"))
 
 
 @dataclass(frozen=True)

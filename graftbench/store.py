@@ -40,6 +40,7 @@ from pathlib import Path
 from .artifact_codec import (
     Artifact,
     ArtifactError,
+    audit_artifact,
     check_artifact_id,
     check_tensors,
     decode_artifact,
@@ -54,7 +55,8 @@ from .artifact_ids import (
     artifacts_dir,
     id_of_path,
 )
-from .artifact_reader import INTEGRITY_METHODS, read_safetensors, xxh3_128_hex
+from .artifact_reader import (INTEGRITY_METHODS, LayoutError, header_length, metadata_of, parse_table,
+                              read_safetensors, xxh3_128_hex)
 from .durable import (
     TEMP_PREFIX,
     blocking_file,
@@ -340,33 +342,58 @@ class Store(IndexedStore):
                    for i in range(len(layers))] if raw.buffers else None
         return Artifact(artifact_id, header, token_ids, layers, raw.timing, buffers)
 
+    def header(self, artifact_id: str) -> dict:
+        """The graftbench header of an artifact, read from its file's first bytes (no tensors). Raises
+        :class:`ArtifactError`: ``missing``, ``read``, ``format`` or ``header``."""
+        path = self.path(artifact_id)
+        try:
+            with open(path, "rb") as handle:
+                length = header_length(handle.read(8), os.fstat(handle.fileno()).st_size)
+                table = parse_table(handle.read(length))
+            return header_from_metadata(artifact_id, metadata_of(table))
+        except FileNotFoundError as exc:
+            raise ArtifactError(artifact_id, "missing", f"no file {path}") from exc
+        except OSError as exc:
+            raise ArtifactError(artifact_id, "read", f"cannot read {path}: {exc}") from exc
+        except LayoutError as exc:
+            raise ArtifactError(artifact_id, exc.check, str(exc)) from exc
+
     def read_audited(self, artifact_id: str) -> Artifact:
         """Read and check one artifact with every check there is (slower than :meth:`read`; for ``store verify``):
         the size indexed for it, SHA-256 of the file against the id and of the payload against the header
         (:func:`graftbench.artifact_codec.decode_artifact`), and the file's XXH3-128 against the digest indexed for
         it. Raises :class:`ArtifactError` naming the failed check (also ``missing`` and ``read``), and
         :class:`StoreError` for a damaged index."""
-        path = self.path(artifact_id)
         indexed = self._indexed(artifact_id)
+        return self._audit(artifact_id, self._file_bytes(artifact_id), indexed)
+
+    def audit(self, artifact_id: str) -> dict:
+        """:meth:`read_audited`'s checks on the file's bytes without making tensors (no torch: ``store verify``);
+        returns the artifact's header. Raises as :meth:`read_audited`."""
+        indexed = self._indexed(artifact_id)
+        return self._audit(artifact_id, self._file_bytes(artifact_id), indexed, audit_artifact)
+
+    def _file_bytes(self, artifact_id: str) -> bytes:
+        path = self.path(artifact_id)
         try:
-            data = path.read_bytes()
+            return path.read_bytes()
         except FileNotFoundError as exc:
             raise ArtifactError(artifact_id, "missing", f"no file {path}") from exc
         except OSError as exc:
             raise ArtifactError(artifact_id, "read", f"cannot read {path}: {exc}") from exc
-        return self._audit(artifact_id, data, indexed)
 
     @staticmethod
-    def _audit(artifact_id: str, data: bytes, indexed: tuple[int | None, str | None]) -> Artifact:
+    def _audit(artifact_id: str, data: bytes, indexed: tuple[int | None, str | None], decode=decode_artifact):
         """:meth:`read_audited`'s checks of the bytes ``data`` read for ``artifact_id``, against its ``(bytes,
-        xxh3_128)`` index entry ``indexed`` (``None`` where not indexed)."""
+        xxh3_128)`` index entry ``indexed`` (``None`` where not indexed); returns what ``decode`` (which checks
+        the id and payload hashes) returns."""
         indexed_bytes, indexed_xxh3 = indexed
         if indexed_bytes is not None and len(data) != indexed_bytes:
             raise ArtifactError(artifact_id, "size", f"file is {len(data)} bytes, the index says {indexed_bytes}")
-        artifact = decode_artifact(artifact_id, data)
+        decoded = decode(artifact_id, data)
         if indexed_xxh3 is not None and xxh3_128_hex(data) != indexed_xxh3:
             raise ArtifactError(artifact_id, "hash", "XXH3-128 of the file does not equal the digest indexed for it")
-        return artifact
+        return decoded
 
     def inventory(self) -> dict[str, list[str]]:
         """A snapshot for crash and fault checks, each a sorted list: ``indexed`` ids, ``intact`` artifact files

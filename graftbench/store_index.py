@@ -388,6 +388,13 @@ class IndexedStore:
         with self._index() as db:
             return band_candidates(db, config_fingerprint, normalized_text, limit)
 
+    def pin_counts(self) -> list[tuple[str, int, str]]:
+        """Per config fingerprint the store holds top-level artifacts under: ``(fingerprint, how many, the
+        smallest of their ids)``, by fingerprint (the id names an artifact whose header tells the pin's model)."""
+        with self._index() as db:
+            return db.execute("SELECT config_fingerprint, COUNT(*), MIN(id) FROM artifacts WHERE parent IS NULL "
+                              "GROUP BY config_fingerprint ORDER BY config_fingerprint").fetchall()
+
     def rows(self) -> list[dict]:
         """Every index row as a dict (id, config_fingerprint, problem_key, answer, n_tokens, parent, bytes, source)."""
         with self._index() as db:
@@ -401,11 +408,12 @@ class IndexedStore:
 
     def verify(self) -> list[str]:
         """Re-check every indexed artifact with SHA-256 (file against id, payload against header) and its indexed
-        XXH3-128 (``read_audited``); returns one line per problem found (empty when all hold)."""
+        XXH3-128 (``audit``: the checks of ``read_audited`` without torch); returns one line per problem found
+        (empty when all hold)."""
         problems = []
         for artifact_id in self.ids():
             try:
-                self.read_audited(artifact_id)
+                self.audit(artifact_id)
             except ArtifactError as exc:
                 problems.append(str(exc))
         return problems

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rich.box import SIMPLE_HEAD
 from rich.table import Table
 
 from .sample import Sample
@@ -35,18 +36,25 @@ SUMMARY_COLUMNS = (
     ("wall s", "wall_s", 1),
     ("energy J", "energy_j", 1),
 )
+# What a terminal shows by default, so that the table fits 80 columns; every figure stays in the manifest's totals.
+NARROW_SUMMARY = ("accuracy", "decode tokens", "grafted tok", "grafts", "fallbacks", "wall s")
+FULL_FIGURES_NOTE = ("every figure (prefill and grafted tokens, TTFT, energy, per-sample fields) is in the run's "
+                     "manifest.json; `graftbench report` compares runs")
 
 
-def summary_table(rows: list[tuple[str, dict]], energy_method: str, title: str = "summary") -> Table:
-    """One row per ``(label, totals)``; the energy column is labelled with its method (``rapl``/``estimate``)."""
-    table = Table(title=title)
-    table.add_column("run")
-    for header, _, _ in SUMMARY_COLUMNS:
+def summary_table(rows: list[tuple[str, dict]], energy_method: str, title: str = "summary",
+                  wide: bool = False) -> Table:
+    """One row per ``(label, totals)``: the columns of ``NARROW_SUMMARY`` (fitting 80 columns), or with ``wide``
+    all of ``SUMMARY_COLUMNS``; the energy column is labelled with its method (``rapl``/``estimate``)."""
+    table = Table(title=title, box=SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    table.add_column("run", overflow="fold")
+    columns = [c for c in SUMMARY_COLUMNS if wide or c[0] in NARROW_SUMMARY]
+    for header, _, _ in columns:
         label = f"{header} ({energy_method})" if header == "energy J" else header
         table.add_column(label, justify="right")
     for label, totals in rows:
         cells = []
-        for _, key, digits in SUMMARY_COLUMNS:
+        for _, key, digits in columns:
             if key == "correct / n":
                 cells.append(f"{totals['correct']}/{totals['samples']} ({totals['accuracy']:.0%})")
             else:
@@ -56,15 +64,17 @@ def summary_table(rows: list[tuple[str, dict]], energy_method: str, title: str =
 
 
 def samples_table(samples: list[Sample], limit: int = 40) -> Table:
-    """Per-sample view: id, mode/route, verdict, extracted answer against key, tokens and finish reason (and, for
-    a program, why it stopped, ``program ok`` when it ended normally)."""
+    """Per-sample view fitting 80 columns: id, route (``—`` for a baseline sample), verdict, extracted answer
+    against key, decode tokens and finish reason (and, for a program, why it stopped, ``program ok`` when it ended
+    normally). A fallback's reason is in the manifest's sample (``fallback``)."""
     table = Table(title="samples")
-    for name in ("problem", "mode", "route", "ok", "extracted", "key", "decode tok", "finish", "fallback"):
-        table.add_column(name)
+    for name in ("problem", "route", "ok", "extracted", "key", "tokens", "finish"):
+        table.add_column(name, justify="right" if name == "tokens" else "left", overflow="fold")
     for s in samples[:limit]:
         finish = s.finish_reason if s.program is None else f"{s.finish_reason} · program {s.stopped or 'ok'}"
-        table.add_row(s.problem_id, s.mode, s.route or "—", "✓" if s.correct else "✗", str(s.extracted)[:20], s.key,
-                      str(s.decode_tokens), finish, (s.fallback or "")[:40])
+        route = s.route or "—"
+        table.add_row(s.problem_id, f"{route} (fallback)" if s.fallback else route, "✓" if s.correct else "✗",
+                      str(s.extracted)[:12], s.key, str(s.decode_tokens), finish)
     return table
 
 
@@ -119,36 +129,55 @@ def rescore_table(report: "Rescore") -> Table:
     return table
 
 
-_TEXT_COLUMNS = {"run", "model", "mode · layout", "family", "graft run", "baseline run", "mode"}
+RUNS_PER_TABLE = 2  # runs side by side in a terminal report table: with the figure names, 80 columns hold two
+
+
+def _figures(title: str, columns, rows: list[list[str]], key: str) -> list[Table]:
+    """Tables of one column of figures per row (the figure names down the left, the ``key`` column's cells as
+    headers), ``RUNS_PER_TABLE`` rows to a table, so that each fits 80 columns whatever the run names."""
+    columns = list(columns)
+    at = columns.index(key)
+    tables = []
+    for start in range(0, len(rows), RUNS_PER_TABLE):
+        chunk = rows[start:start + RUNS_PER_TABLE]
+        span = f"{start + 1}" + (f"–{start + len(chunk)}" if len(chunk) > 1 else "")
+        suffix = f" ({span} of {len(rows)})" if len(rows) > RUNS_PER_TABLE else ""
+        built = Table(title=title + suffix, box=SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+        built.add_column("", style="bold", overflow="fold")
+        for row in chunk:
+            built.add_column(row[at], overflow="fold")
+        for i, name in enumerate(columns):
+            if i != at:
+                built.add_row(name, *[row[i] for row in chunk])
+        tables.append(built)
+    return tables
 
 
 def report_tables(report) -> list[Table]:
-    """``graftbench report``'s tables: one row per run, one per run and family, the paired comparisons and the
-    rounds (when any). The cells come from :mod:`graftbench.report`, shared with the markdown file."""
+    """``graftbench report``'s terminal tables, each fitting 80 columns: per run its figures (a column per run, two
+    runs to a table), per run its families, each paired comparison and the rounds (when any). The cells come from
+    :mod:`graftbench.report`, shared with the markdown file, which holds every figure in wide tables."""
     from .report import (COMPARISON_COLUMNS, FAMILY_COLUMNS, ROUND_COLUMNS, RUN_COLUMNS, comparison_rows,
                          family_rows, round_rows, run_row)
 
-    def table(title: str, columns, rows) -> Table:
-        built = Table(title=title)
-        for name in columns:
-            built.add_column(name, justify="left" if name in _TEXT_COLUMNS else "right",
-                             no_wrap=name in ("run", "graft run", "baseline run"))
-        for row in rows:
-            built.add_row(*row)
-        return built
-
-    rows = [dict(zip(RUN_COLUMNS, run_row(r))) for r in report.runs]
-    split = RUN_COLUMNS.index("decode tok / sample")  # two tables, so that a 160-column terminal holds them
-    first = [c for c in RUN_COLUMNS[:split] if c != "model"]
-    second = ["run", "model", *RUN_COLUMNS[split:]]
-    tables = [table("runs: accuracy", first, [[row[c] for c in first] for row in rows]),
-              table("runs: cost and copy controls", second, [[row[c] for c in second] for row in rows]),
-              table("per family", FAMILY_COLUMNS, family_rows(report))]
+    tables = _figures("runs", RUN_COLUMNS, [run_row(r) for r in report.runs], "run")
+    shown = [i for i, name in enumerate(FAMILY_COLUMNS) if name not in ("run", "samples")]  # samples: report.md
+    families = family_rows(report)
+    for run in report.runs:
+        rows = [[row[i] for i in shown] for row in families if row[0] == run.label]
+        if rows:
+            table = Table(title=f"per family: {run.label}", box=SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+            for i in shown:
+                table.add_column(FAMILY_COLUMNS[i], justify="left" if i == 1 else "right", overflow="fold",
+                                 no_wrap="CI" in FAMILY_COLUMNS[i])
+            for row in rows:
+                table.add_row(*row)
+            tables.append(table)
     if report.comparisons:
-        tables.append(table("paired comparisons (graft − baseline, same problems)", COMPARISON_COLUMNS,
-                            comparison_rows(report)))
+        tables += _figures("paired comparisons (graft − baseline, same problems)", COMPARISON_COLUMNS,
+                           comparison_rows(report), "graft run")
     if report.rounds:
-        tables.append(table("rounds", ROUND_COLUMNS, round_rows(report)))
+        tables += _figures("rounds", ROUND_COLUMNS, round_rows(report), "run")
     return tables
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -114,6 +115,18 @@ def eval_manifest(*, run_name: str, command: str, config: dict, config_fingerpri
     )
 
 
+def open_graft_store(store_root: str | Path, new_store: bool = False) -> Store:
+    """The store a graft run reads: opened for writing (which removes killed writers' temporary files and brings
+    an older index up to date), or read-only when its file system refuses writes (a graft only reads). Raises
+    :class:`graftbench.store.StoreError` as :class:`Store` does."""
+    try:
+        return Store(store_root, create=new_store)
+    except OSError as exc:
+        if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM) or new_store:
+            raise
+        return Store(store_root, readonly=True)
+
+
 def run_eval(session: Session, problems: list[Problem], source: str, run_name: str, settings: EvalSettings,
              command: str = "eval", runs_root: str | Path = "runs", store_root: str | Path | None = None,
              on_sample: Callable[[Sample], None] | None = None, new_store: bool = False) -> RunResult:
@@ -127,7 +140,7 @@ def run_eval(session: Session, problems: list[Problem], source: str, run_name: s
     """
     run = RunDir(runs_root, run_name)
     shard_problems = [p for _, p in select(problems, parse_shard(settings.shard))]
-    store = Store(store_root, create=new_store) if settings.graft and store_root is not None else None
+    store = open_graft_store(store_root, new_store) if settings.graft and store_root is not None else None
     with run:
         run.lock()  # first: a run that another process holds is refused before anything else
         config = session.config.to_dict()

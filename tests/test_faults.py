@@ -247,7 +247,7 @@ def test_a_full_disk_during_deposit_raises_a_clear_error_and_leaves_the_store_as
     assert isinstance(error, OSError) and error.errno == errno.ENOSPC
     assert str(error).startswith("[Errno 28] cannot write ")
     assert str(lab.store.artifacts if where == "file" else lab.store.index_path) in str(error)
-    assert "nothing was kept, free some space and run again" in str(error)
+    assert "this write was undone (what was written before it is kept), free some space and run again" in str(error)
     assert full.after == full.before
     assert len(full.retry.deposited) == 1 and lab.store.verify() == []
 

@@ -106,10 +106,12 @@ def test_unknown_dtype_is_refused():
         load_model("smollm2-135m", dtype="float8")
 
 
-def test_hub_id_offline_gives_a_clear_error(monkeypatch):
+def test_hub_id_offline_gives_one_whole_line_saying_how_to_run_offline(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(ModelError, match="without network access pass a local folder or a .gguf file"):
+    with pytest.raises(ModelError, match=r"is a hub id, .* not hold it .*\(HF_HUB_OFFLINE is set\); to run offline, "
+                                         r"pass a local path instead") as caught:
         load_model("graftbench-test/no-such-model")
+    assert "\n" not in str(caught.value) and str(caught.value).endswith("where there is network)")
 
 
 @pytest.mark.model
