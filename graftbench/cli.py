@@ -31,7 +31,6 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Verified-knowledge experiments: solve, deposit KV artifacts, graft them back, verify.")
 
 
-
 def _print_version(value: bool) -> None:
     if value:
         from importlib.metadata import PackageNotFoundError, version
@@ -124,8 +123,8 @@ def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, ru
     except StorageError as exc:  # a full or read-only runs folder: the samples appended before it stay
         fail(f"{os_error_text(exc)}; the samples finished so far are kept in {Path(runs_dir) / name} and the same "
              "command resumes the run")
-    except (RunError, StrictFallbackError, OSError, SandboxError) as exc:
-        fail(os_error_text(exc))
+    except (RunError, StrictFallbackError, OSError, SandboxError) as exc:  # a graft opens its store read-only
+        fail(os_error_text(exc, f"the run folder {Path(runs_dir) / name}"))
     except KeyboardInterrupt:
         fail(f"interrupted: the samples finished so far are kept in {Path(runs_dir) / name}; the same command "
              "resumes the run", 130)

@@ -36,7 +36,7 @@ def flywheel(
     from .flywheel_rounds import rounds_summary, run_rounds
     from .runs import RunError
     from .sandbox import SandboxError
-    from .tables import rounds_table
+    from .tables import rounds_tables
 
     announce_sandbox(mode)
     settings = RoundsSettings(rounds=rounds, per_family=per_family, samples=samples, temperature=temperature,
@@ -49,7 +49,8 @@ def flywheel(
     except (RunError, OSError, ValueError, SandboxError) as exc:  # OSError includes StorageError and StoreError
         fail(str(exc))
     summary = rounds_summary(results, settings)
-    console.print(rounds_table(summary, title=f"flywheel over {rounds} rounds ({model})"))
+    for table in rounds_tables(summary, title=f"flywheel over {rounds} rounds ({model})"):
+        console.print(table)
     path = f"{runs_dir}/{prefix}-summary.json"
     with open(path, "w", encoding="utf-8") as handle:
         json.dump(summary, handle, indent=1, sort_keys=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.box import SIMPLE_HEAD
 from rich.table import Table
 
 from .cli_common import EVAL, console, fail
@@ -30,16 +31,28 @@ def route_quality(
         result = measure_route_quality(library_per_family, held_out_per_family, min_similarity, seed)
     except ValueError as exc:
         fail(str(exc))
-    table = Table(title=f"router retrieval quality: library {library_per_family}/family, held out "
-                        f"{held_out_per_family}/family, gate {min_similarity}, seed {seed}")
-    for i, name in enumerate(table_header(result)):
-        table.add_column(name, justify="left" if i == 0 else "right")
-    rows = table_rows(result)
-    for i, cells in enumerate(rows):
-        table.add_row(*cells, end_section=i == len(rows) - 2)
-    console.print(table)
+    console.print(f"router retrieval quality: library {library_per_family}/family, held out "
+                  f"{held_out_per_family}/family, gate {min_similarity}, seed {seed}")
+    for table in _ranker_tables(table_header(result), table_rows(result), result["rankers"]):
+        console.print(table)
     try:
         paths = write_results(result, out)
     except OSError as exc:
         fail(f"cannot write the results to {out}: {exc}")
     console.print("wrote " + ", ".join(str(p) for p in paths))
+
+
+def _ranker_tables(header: list[str], rows: list[list[str]], rankers: list[str]) -> list[Table]:
+    """One table per ranker (the first three columns, then that ranker's), so that each fits 80 columns; the
+    markdown file holds them side by side."""
+    per = (len(header) - 3) // len(rankers)
+    tables = []
+    for i, ranker in enumerate(rankers):
+        keep = [0, 1, 2, *range(3 + i * per, 3 + (i + 1) * per)]
+        table = Table(title=ranker, box=SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+        for j in keep:
+            table.add_column(header[j].removeprefix(f"{ranker}: "), justify="left" if j == 0 else "right")
+        for n, cells in enumerate(rows):
+            table.add_row(*[cells[j] for j in keep], end_section=n == len(rows) - 2)
+        tables.append(table)
+    return tables

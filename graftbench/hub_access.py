@@ -15,9 +15,16 @@ from urllib.parse import urlsplit
 
 CONNECT_TIMEOUT_S = 3.0  # seconds to open one TCP connection to the hub (or the proxy)
 OFFLINE_ENV = "HF_HUB_OFFLINE"
-OFFLINE_HINT = (f"to run offline, pass a local path instead (a problem file; a model folder or .gguf file), or set "
-                f"{OFFLINE_ENV}=1 to load hub ids from this machine's hub cache only (download them first where "
-                "there is network)")
+
+
+def offline_hint(local: str) -> str:
+    """How to run offline, as a clause: pass ``local`` (e.g. ``a model folder or .gguf file``) instead, or set
+    ``HF_HUB_OFFLINE=1`` to load hub ids from the hub cache only."""
+    return (f"to run offline, pass {local} instead, or set {OFFLINE_ENV}=1 to load hub ids from this machine's hub "
+            "cache only (download them first where there is network)")
+
+
+OFFLINE_HINT = offline_hint("a local model folder or .gguf file")
 
 
 def offline_requested() -> bool:

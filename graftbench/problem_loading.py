@@ -74,12 +74,12 @@ def builtin_slice(source: str) -> list[Problem]:
 def _check_hub(source: str) -> None:
     """Before the hub dataset ``source`` is loaded: raise :class:`ProblemSetError` at once (one line) when the hub
     cannot be reached and ``HF_HUB_OFFLINE`` does not ask for the cache (with it, the cache is read)."""
-    from .hub_access import OFFLINE_HINT, hub_unreachable, offline_requested
+    from .hub_access import hub_unreachable, offline_hint, offline_requested
 
     why = hub_unreachable()
     if why is not None and not offline_requested():
         raise ProblemSetError(f"{source}: file not found, and as a hub dataset id it cannot be loaded: the hub "
-                              f"cannot be used ({why}); {OFFLINE_HINT}")
+                              f"cannot be used ({why}); {offline_hint(f'a local file ({suffix_list()})')}")
 
 
 def load_problems(

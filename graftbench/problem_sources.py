@@ -301,7 +301,7 @@ def read_hub(source: str, split: str) -> RawTable:
     """
     import datasets
 
-    from .hub_access import OFFLINE_HINT, one_line
+    from .hub_access import offline_hint, one_line
 
     with _no_progress_bars():
         try:
@@ -309,7 +309,8 @@ def read_hub(source: str, split: str) -> RawTable:
         except Exception as e:
             raise ProblemSetError(
                 f"{source}: file not found, and as a hub dataset (split {split!r}) it could not be loaded: the "
-                f"hub cannot be reached, or the id/split does not exist ({one_line(e)}); {OFFLINE_HINT}"
+                f"hub cannot be reached, or the id/split does not exist ({one_line(e)}); "
+                f"{offline_hint(f'a local file ({suffix_list()})')}"
             ) from e
     if not isinstance(ds, datasets.Dataset):
         raise ProblemSetError(f"{source}: split {split!r} did not give a single dataset")

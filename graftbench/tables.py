@@ -187,19 +187,21 @@ def _pct_ci(block: dict | None) -> str:
     return accuracy_cell(block["avg_at_n"], block["ci95"]) if block else "—"
 
 
-def rounds_table(summary: dict, title: str) -> Table:
-    """``graftbench flywheel``: per round the library size, held-out avg@N of baseline and graft with 95% intervals,
-    the paired graft − baseline difference with its interval, recurring avg@N, decode tokens per correct sample."""
-    table = Table(title=title)
-    for column in ("round", "library", "held-out baseline", "held-out graft", "graft − baseline [95%]",
-                   "recurring", "tok / correct (graft)", "deposited"):
-        table.add_column(column)
+ROUNDS_COLUMNS = ("round", "library", "held-out baseline", "held-out graft", "graft − baseline [95%]", "recurring",
+                  "tok / correct (graft)", "deposited")
+
+
+def rounds_tables(summary: dict, title: str) -> list[Table]:
+    """``graftbench flywheel``: per round (a column each, two to a table, so that 80 columns hold them) the library
+    size, held-out avg@N of baseline and graft with 95% intervals, the paired graft − baseline difference with its
+    interval, recurring avg@N, decode tokens per correct sample and how many were deposited."""
+    rows = []
     for row in summary["rounds"]:
         diff = row["difference"]
         diff_text = "—" if not diff else (f"{100 * diff['mean_difference']:+.1f} pts "
                                           f"[{100 * diff['ci95'][0]:+.1f}, {100 * diff['ci95'][1]:+.1f}]")
         graft = row["held_out_graft"]
-        table.add_row(str(row["round"]), str(row["library_size"]), _pct_ci(row["held_out_baseline"]),
-                      _pct_ci(graft), diff_text, _pct_ci(row["recurring"]),
-                      _fmt(graft["decode_tokens_per_correct"], 1) if graft else "—", str(row["deposited"]))
-    return table
+        rows.append([f"round {row['round']}", str(row["library_size"]), _pct_ci(row["held_out_baseline"]),
+                     _pct_ci(graft), diff_text, _pct_ci(row["recurring"]),
+                     _fmt(graft["decode_tokens_per_correct"], 1) if graft else "—", str(row["deposited"])])
+    return _figures(title, ROUNDS_COLUMNS, rows, "round")

@@ -24,8 +24,7 @@ from graftbench import hub_access
 from graftbench.artifact_codec import ArtifactError, audit_artifact, decode_artifact, encode_artifact
 from graftbench.artifact_ids import artifact_id_of
 from graftbench.cli import _check_store_pins, app
-from graftbench.cli_common import (AnswerFieldOpt, IdFieldOpt, ProblemFieldOpt, SolutionFieldOpt, console,
-                                   os_error_text)
+from graftbench.cli_common import AnswerFieldOpt, IdFieldOpt, ProblemFieldOpt, SolutionFieldOpt, os_error_text
 from graftbench.durable import StorageError, storage_error
 from graftbench.problem_loading import load_problems
 from graftbench.problem_types import ProblemSetError
@@ -33,7 +32,7 @@ from graftbench.report import build_report
 from graftbench.sample import Sample
 from graftbench.store import Store
 from graftbench.store_pins import pins_held, unusable_store_message
-from graftbench.tables import SUMMARY_COLUMNS, report_tables, samples_table, summary_table
+from graftbench.tables import SUMMARY_COLUMNS, report_tables, rounds_tables, samples_table, summary_table
 from graftbench.workflows import open_graft_store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -133,6 +132,29 @@ def test_report_tables_fit_80_columns_and_say_a_gain_came_from_exact_routes():
     assert "96.7% [83.3, 99.4]" in text and "+96.7 pp [+90.0, +100.0]" in text
     assert "exact 30 (own answer in context)" in text
     assert "— (exact routes only)" in text and "— (no grafts)" in text
+
+
+def test_flywheel_round_tables_fit_80_columns():
+    block = {"avg_at_n": 0.125, "ci95": [0.045, 0.201], "decode_tokens_per_correct": 512.25}
+    rows = [{"round": r, "library_size": 10 * r, "held_out_baseline": block, "held_out_graft": block,
+             "recurring": block, "deposited": r, "difference": {"mean_difference": 0.0625, "ci95": [-0.125, 0.25]}}
+            for r in range(3)]
+    lines = rendered(*rounds_tables({"rounds": rows}, "flywheel over 3 rounds (smollm2-135m)"))
+    text = "\n".join(lines)
+    assert max(map(len, lines)) <= 80 and "…" not in text
+    assert text.count("12.5% [4.5, 20.1]") == 9 and text.count("+6.2 pts [-12.5, +25.0]") == 3
+    assert "round 2" in text and "512.2" in text
+
+
+def test_route_quality_tables_fit_80_columns_one_ranker_each():
+    from graftbench.cli_route import _ranker_tables
+    from graftbench.route_quality import measure_route_quality, table_header, table_rows
+
+    result = measure_route_quality(1, 2, 0.6, 0)
+    tables = _ranker_tables(table_header(result), table_rows(result), result["rankers"])
+    lines = rendered(*tables)
+    assert [t.title for t in tables] == result["rankers"] and max(map(len, lines)) <= 80
+    assert "…" not in "\n".join(lines) and sum(line.split()[:1] == ["overall"] for line in lines) == len(tables)
 
 
 # ---- the store's pins ----
@@ -355,6 +377,10 @@ def test_an_unfinished_run_is_not_taken_for_a_finished_one(finished, tmp_path):
     for other in (replace(request, dtype="bfloat16"), replace(request, chunk_size=config["chunk_size"] + 1),
                   replace(request, settings=EvalSettings(max_new_tokens=5))):
         assert finished_run(tmp_path, "rr", other, problems) is None  # another run: it runs or is refused as before
+    manifest = copy / "manifest.json"
+    text = manifest.read_text()
+    manifest.write_text(text.replace(result.manifest["created_utc"], "2000-01-01T00:00:00+00:00"))
+    assert finished_run(tmp_path, "rr", request, problems).mismatches  # finished, but edited: the CLI exits 1
     (copy / "samples.jsonl").write_bytes(b"")
     assert finished_run(tmp_path, "rr", request, problems) is None
 

@@ -109,7 +109,7 @@ def test_unknown_dtype_is_refused():
 def test_hub_id_offline_gives_one_whole_line_saying_how_to_run_offline(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ModelError, match=r"is a hub id, .* not hold it .*\(HF_HUB_OFFLINE is set\); to run offline, "
-                                         r"pass a local path instead") as caught:
+                                         r"pass a local model folder or .gguf file instead") as caught:
         load_model("graftbench-test/no-such-model")
     assert "\n" not in str(caught.value) and str(caught.value).endswith("where there is network)")
 
