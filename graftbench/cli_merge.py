@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+from rich.box import SIMPLE_HEAD
 from rich.table import Table
 
 from .cli_common import RunsOpt, console, fail
@@ -22,9 +23,11 @@ def merge(
         result = merge_runs(shards, out, runs_dir)
     except (MergeError, RunError, OSError) as exc:
         fail(str(exc))
-    table = Table(title=f"merged into {result.run.path}")
+    table = Table(title=f"merged into {result.run.path}", box=SIMPLE_HEAD, pad_edge=False,
+                  collapse_padding=True)  # fits 80 columns
     for name in ("shard", "run", "problems", "samples", "correct", "manifest"):
-        table.add_column(name, justify="right" if name in ("problems", "samples", "correct") else "left")
+        table.add_column(name, justify="right" if name in ("problems", "samples", "correct") else "left",
+                         overflow="fold", no_wrap=name == "manifest")
     for shard in result.shards:
         m = shard.manifest
         table.add_row(str(shard.shard), shard.name, str(len(m["problems"])), str(len(m["samples"])),
