@@ -26,6 +26,7 @@ from .cli_common import (EVAL, FLYWHEEL, AnswerFieldOpt, ChunkOpt, DtypeOpt, Gra
 from .settings import EvalSettings
 from .dispatch import EXECUTORS, RAY_EXTRA, ClusterOptions, DispatchError
 from .cli_common import ModeOpt, announce_sandbox
+from .display_text import console_markup
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Verified-knowledge experiments: solve, deposit KV artifacts, graft them back, verify.")
@@ -49,7 +50,7 @@ ProblemTimeoutOpt = typer.Option(CLUSTER.problem_timeout_s, "--problem-timeout",
 def _print_cleaned(cleaned) -> None:
     if cleaned:
         console.print(f"removed {len(cleaned)} temporary file(s) left by killed writers: "
-                      + ", ".join(str(path) for path in cleaned))
+                      + console_markup(", ".join(str(path) for path in cleaned)))
 
 
 def _print_run(result, energy_method: str) -> None:
@@ -92,7 +93,7 @@ def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, ru
     except StoreError as exc:
         fail(str(exc) + (" or pass --new-store to start an empty one" if exc.missing else ""))
     except DispatchError as exc:
-        fail(escape(str(exc)))
+        fail(str(exc))
     except (RunError, StrictFallbackError, OSError, SandboxError) as exc:  # OSError includes StorageError
         fail(str(exc))
     except KeyboardInterrupt:
@@ -144,7 +145,7 @@ def _cluster(executor: str, workers: int | None, threads: int, address: str | No
     from importlib.util import find_spec
 
     if find_spec("ray") is None:
-        fail(escape(f"--executor ray needs Ray, which is not installed here: {RAY_EXTRA}"))
+        fail(f"--executor ray needs Ray, which is not installed here: {RAY_EXTRA}")
     return ClusterOptions(workers=workers, threads=threads, address=address, problem_timeout_s=problem_timeout)
 
 
@@ -294,8 +295,9 @@ def deposit(
 @app.command(name="verify-manifest")
 def verify_manifest_cmd(
     path: Path = typer.Argument(..., help="manifest.json (run or exactness manifest) to re-check"),
-    store: Optional[str] = typer.Option(None, "--store", help="store to check artifact payloads against "
-                                        "[default: the store the manifest records]"),
+    store: Optional[str] = typer.Option(None, "--store", help="store to check artifact payloads against (the "
+                                        "store a manifest records is never read) [default: none, payloads not "
+                                        "checked]"),
     require_artifacts: bool = typer.Option(False, "--require-artifacts",
                                            help="an artifact the store does not hold is a mismatch, not 'not checked'"),
     rescore: bool = typer.Option(False, "--rescore", help="also re-score every sample under the current verifier, "
@@ -312,14 +314,14 @@ def verify_manifest_cmd(
     except ManifestError as exc:
         fail(str(exc))
     for note in notes:
-        console.print(note)
+        console.print(console_markup(note))
     if rescore:
         _print_rescore(path)
     if mismatches:
         for line in mismatches:
-            console.print(f"[red]mismatch[/red] {line}")
+            console.print(f"[red]mismatch[/red] {console_markup(line)}")
         fail(f"{path}: {len(mismatches)} mismatch(es)", 1)
-    console.print(f"[green]ok[/green] {path}")
+    console.print(f"[green]ok[/green] {console_markup(path)}")
 
 
 def _print_rescore(path: Path) -> None:
@@ -330,7 +332,7 @@ def _print_rescore(path: Path) -> None:
     try:
         report = rescore_manifest(load_manifest(path))
     except (ManifestError, ValueError) as exc:
-        console.print(f"[yellow]re-score not made[/yellow]: {exc}")
+        console.print(f"[yellow]re-score not made[/yellow]: {console_markup(exc)}")
         return
     console.print(rescore_table(report))
 
@@ -351,21 +353,14 @@ def _open_readonly(store: str):
 @store_app.command("ls")
 def store_ls(store: str = StoreOpt) -> None:
     """List the indexed artifacts: id, problem, answer, tokens, bytes, parent, source (read-only)."""
-    from rich.table import Table
-
     from .store import StoreError
+    from .tables import store_table
 
-    table = Table(title=f"artifacts in {store}")
-    for name in ("id", "problem key", "answer", "tokens", "MB", "parent", "source"):
-        table.add_column(name)
     try:
         rows = _open_readonly(store).rows()
     except StoreError as exc:
         fail(str(exc))
-    for row in rows:
-        table.add_row(row["id"][:16], (row["problem_key"] or "")[:12], row["answer"] or "", str(row["n_tokens"]),
-                      f"{row['bytes'] / 1e6:.1f}", (row["parent"] or "")[:12], row["source"] or "")
-    console.print(table)
+    console.print(store_table(rows, store))
 
 
 @store_app.command("verify")
@@ -380,14 +375,14 @@ def store_verify(store: str = StoreOpt) -> None:
     except StoreError as exc:
         fail(str(exc))
     for line in problems:
-        console.print(f"[red]refused[/red] {line}")
+        console.print(f"[red]refused[/red] {console_markup(line)}")
     temporaries = opened.temporaries()
     if temporaries:
         console.print(f"{len(temporaries)} temporary file(s) (writes in flight, or left by killed writers: "
-                      f"`graftbench store clean` removes the latter): {', '.join(temporaries)}")
+                      f"`graftbench store clean` removes the latter): {console_markup(', '.join(temporaries))}")
     if problems:
         fail(f"{len(problems)} artifact(s) in {store} failed verification", 1)
-    console.print(f"[green]ok[/green] every artifact in {store} verifies")
+    console.print(f"[green]ok[/green] every artifact in {console_markup(store)} verifies")
 
 
 @store_app.command("reindex")
@@ -402,10 +397,10 @@ def store_reindex(store: str = StoreOpt) -> None:
         fail(str(exc))
     _print_cleaned(cleaned)
     for name, reason in report.skipped:
-        console.print(f"[yellow]skipped[/yellow] {name}: {reason}")
+        console.print(f"[yellow]skipped[/yellow] {console_markup(name)}: {console_markup(reason)}")
     if report.temporaries:
         console.print(f"not indexed: {len(report.temporaries)} temporary file(s) of writes in flight")
-    console.print(f"reindexed {store}: {len(report.indexed)} artifact(s) indexed, "
+    console.print(f"reindexed {console_markup(store)}: {len(report.indexed)} artifact(s) indexed, "
                   f"{len(report.skipped)} file(s) skipped")
 
 
@@ -419,7 +414,7 @@ def store_clean(store: str = StoreOpt) -> None:
     except StoreError as exc:
         fail(str(exc))
     _print_cleaned(cleaned)
-    console.print(f"{store}: {len(cleaned)} temporary file(s) removed")
+    console.print(f"{console_markup(store)}: {len(cleaned)} temporary file(s) removed")
 
 
 @app.command()

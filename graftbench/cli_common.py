@@ -16,13 +16,15 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from .display_text import console_markup
 from .settings import (DEFAULT_CHUNK_SIZE, DEFAULT_DTYPE, DEFAULT_MODEL, DEFAULT_RUNS_DIR, DEFAULT_STORE, DTYPE_NAMES,
                        SAMPLED_TEMPERATURE, SAMPLED_TOP_P, BenchSettings, EvalSettings, FlywheelSettings)
 
 EVAL, BENCH, FLYWHEEL = EvalSettings(), BenchSettings(), FlywheelSettings()
 
-# Outside a terminal (CI logs, pipes) rich would assume 80 columns and squash the tables.
-console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+# Outside a terminal (CI logs, pipes) rich would assume 80 columns and squash the tables. No emoji codes: a
+# ``:name:`` in untrusted text is shown as written.
+console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160, emoji=False)
 
 ModelOpt = typer.Option(DEFAULT_MODEL, "--model", "-m", help="alias (smollm2-135m, gemma3-270m; after make models "
                         "qwen2.5-coder-0.5b, qwen2.5-coder-1.5b), hub id, folder or .gguf")
@@ -61,7 +63,9 @@ SolutionFieldOpt = typer.Option("solution", "--solution-field",
 
 
 def fail(message: str, code: int = 2) -> None:
-    console.print(f"[red]error:[/red] {message}")
+    """Print ``error: message`` (the message shown as text: it may quote untrusted input, see
+    :func:`graftbench.display_text.console_markup`) and exit with ``code``."""
+    console.print(f"[red]error:[/red] {console_markup(message)}")
     raise typer.Exit(code)
 
 

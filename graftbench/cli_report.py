@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from .cli_common import console, fail
+from .display_text import console_markup
 
 
 RESAMPLES = 2000  # graftbench.metrics.RESAMPLES, kept here so that the CLI starts without importing numpy
@@ -53,4 +54,4 @@ def report(
         written = write_report(built, out_dir, lm_eval=output_format is ReportFormat.lm_eval)
     except OSError as exc:
         fail(f"cannot write the report into '{out_dir}': {exc}")
-    console.print(f"report: {out_dir / 'report.md'} ({len(written)} files written)")
+    console.print(f"report: {console_markup(out_dir / 'report.md')} ({len(written)} files written)")

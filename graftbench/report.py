@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from .display_text import markdown_text
 from .durable import blocking_file, write_atomic
 from .manifest import ManifestError, load_manifest, recorded_verifier_version
 from .metrics import RESAMPLES, paired_difference, summarize
@@ -111,7 +112,8 @@ class Report:
 
 def manifest_path(path: str | Path) -> Path:
     """The run manifest a report argument names: ``PATH/manifest.json`` for a run folder, else ``PATH`` itself.
-    Raises :class:`ReportError` naming ``path`` when it is neither a run folder holding a manifest nor a file."""
+    Raises :class:`ReportError` naming ``path`` when it is neither a run folder holding a manifest nor a file (a
+    FIFO or a device is named as not a regular file; it is never opened)."""
     path = Path(path)
     if path.is_dir():
         if (path / MANIFEST_NAME).is_file():
@@ -119,6 +121,8 @@ def manifest_path(path: str | Path) -> Path:
         raise ReportError(f"'{path}' is neither a run folder nor a run manifest: the folder holds no {MANIFEST_NAME}")
     if path.is_file():
         return path
+    if path.exists():
+        raise ReportError(f"'{path}' is neither a run folder nor a run manifest: it is not a regular file")
     raise ReportError(f"'{path}' is neither a run folder nor a run manifest: it does not exist")
 
 
@@ -292,11 +296,10 @@ def round_rows(report: Report) -> list[list[str]]:
 
 
 def _md_table(columns, rows) -> str:
-    def cell(text: str) -> str:
-        return str(text).replace("|", "\\|")
-
-    lines = ["| " + " | ".join(map(cell, columns)) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(map(cell, row)) + " |" for row in rows]
+    """A markdown table; every cell through :func:`graftbench.display_text.markdown_text`, so no value (a run
+    name, a model, a family) can add a row or a column, or hold a link or HTML."""
+    lines = ["| " + " | ".join(map(markdown_text, columns)) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(map(markdown_text, row)) + " |" for row in rows]
     return "\n".join(lines)
 
 
@@ -317,16 +320,18 @@ def _notes(report: Report) -> list[str]:
     for run in report.runs:
         s = run.summary
         if s["problems_without_samples"]:
-            notes.append(f"{run.label}: {s['problems_without_samples']} of {s['problems_listed']} listed problems have "
+            notes.append(f"{markdown_text(run.label)}: {s['problems_without_samples']} of {s['problems_listed']} listed problems have "
                          "no sample (not reached); they are left out of every figure.")
     return notes
 
 
 def markdown(report: Report, plots: list[str] = ()) -> str:
     """The report as markdown: the runs table, the per-family table, the paired comparisons, the rounds (when any),
-    links to the ``plots`` (file names beside the markdown file) and notes on every figure."""
+    links to the ``plots`` (file names beside the markdown file) and notes on every figure. Text from a manifest
+    (run names, paths, models, layouts, families, energy methods) is escaped
+    (:func:`graftbench.display_text.markdown_text`): it cannot start a heading, break a table, embed HTML or link."""
     parts = ["# graftbench report", "",
-             "Runs: " + ", ".join(f"`{r.label}` ({r.path})" for r in report.runs), "",
+             "Runs: " + ", ".join(f"{markdown_text(r.label)} ({markdown_text(r.path)})" for r in report.runs), "",
              "## Runs", "", _md_table(RUN_COLUMNS, [run_row(r) for r in report.runs]), "",
              "## Per family", "", _md_table(FAMILY_COLUMNS, family_rows(report)), ""]
     if report.comparisons:

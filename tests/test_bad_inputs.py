@@ -57,9 +57,13 @@ def _verify_edited(root, manifest, name="edited.json"):
 
 def test_the_graft_manifest_verifies_untouched(graft_run):
     root, result = graft_run
-    mismatches, notes = verify_manifest(result.run.manifest_path)
+    mismatches, notes = verify_manifest(result.run.manifest_path, store=root / "store")
     assert mismatches == []
     assert notes == [f"2 samples re-verified under verifier 2; 2 artifact payloads checked against {root / 'store'}"]
+    mismatches, notes = verify_manifest(result.run.manifest_path)  # the store the manifest records is not read
+    assert mismatches == []
+    assert notes == ["2 samples re-verified under verifier 2; 2 artifact payloads not checked (no store given with "
+                     "--store)"]
 
 
 def test_an_artifact_the_store_does_not_hold_is_not_checked_unless_required(graft_run, tmp_path):
