@@ -56,6 +56,14 @@ def _reseal(manifest: dict) -> dict:
     return {**body, "manifest_sha256": seal_sha256(body, body["schema"])}
 
 
+def _as_schema_1(manifest: dict) -> dict:
+    """The manifest as graftbench wrote it before verifier versions were recorded: schema 1, no version field."""
+    manifest = copy.deepcopy(manifest)
+    manifest["schema"] = SCHEMA_V1
+    del manifest["settings"]["verifier_version"]
+    return _reseal(manifest)
+
+
 def _written(manifest: dict, tmp_path: Path, name: str = "m.json") -> Path:
     path = tmp_path / name
     write_manifest(manifest, path)
@@ -89,7 +97,7 @@ def test_samples_are_checked_under_the_version_the_manifest_records(tmp_path):
     v2 = _fingerprinted(_manifest(version=2))
     assert [(s["extracted"], s["correct"]) for s in v2["samples"]] == [(None, False), ("2", True), ("15", False)]
     assert verify_manifest(_written(v2, tmp_path))[0] == []
-    v1 = _fingerprinted(_manifest(version=1))
+    v1 = _as_schema_1(_fingerprinted(_manifest(version=1)))
     assert [(s["extracted"], s["correct"]) for s in v1["samples"]] == [("7", True), (None, False), ("15 ^2", True)]
     assert verify_manifest(_written(v1, tmp_path, "v1.json"))[0] == []
     # The same samples claimed to be scored under verifier 1, sealed again: every verdict that differs is named.
@@ -97,6 +105,7 @@ def test_samples_are_checked_under_the_version_the_manifest_records(tmp_path):
     claimed["settings"]["verifier_version"] = 1
     mismatches = verify_manifest(_written(_reseal(claimed), tmp_path, "claimed.json"))[0]
     assert mismatches == [
+        "settings.verifier_version: 1 is lower than graftbench.manifest/2 requires (2 or later)",
         "sample a: extracted recorded None, re-extracted '7'", "sample a: correct recorded False, re-verified True",
         "sample b: extracted recorded '2', re-extracted None", "sample b: correct recorded True, re-verified False",
         "sample c: extracted recorded '15', re-extracted '15 ^2'", "sample c: correct recorded False, re-verified True",
