@@ -131,6 +131,14 @@ def anchor(manifest: dict, problem_set: ProblemSet) -> tuple[list[str], str]:
     return mismatches, f"problem set anchored to {problem_set.label} ({len(expected)} problems)"
 
 
+def anchor_digest(manifest: dict, problem_set: ProblemSet) -> list[str]:
+    """Only ``problem_set.sha256`` against ``problem_set`` (as :func:`anchor` reads it: the whole set, its first
+    ``n``, or a shard's): for an exactness manifest, which lists no samples. One mismatch line, or none."""
+    recorded = manifest.get("problem_set") if isinstance(manifest.get("problem_set"), dict) else {}
+    expected, why = _expected_problems(recorded, list(problem_set.problems))
+    return [] if expected is not None else [f"problem_set.sha256: {why}"]
+
+
 def _expected_problems(recorded: dict, problems: list[Problem]) -> tuple[list[Problem] | None, str]:
     """The problems the manifest's ``problem_set`` must have run, or ``(None, why)``."""
     digest = recorded.get("sha256")

@@ -12,7 +12,8 @@ from pathlib import Path
 from .exact_manifest import SCHEMA as EXACTNESS_SCHEMA
 from .exact_manifest import load_expectation, verify_exactness_manifest
 from .manifest import ManifestRefused, check_manifest as check_run_body, load_manifest
-from .manifest_anchor import ProblemSet, anchor, exactness_shape, index_mismatch, resolve_recorded, run_shape
+from .manifest_anchor import (ProblemSet, anchor, anchor_digest, exactness_shape, index_mismatch, resolve_recorded,
+                              run_shape)
 from .strict_json import StrictJSONError, load_strict
 
 
@@ -61,8 +62,9 @@ def check_run_manifest(manifest: dict, path: str | Path, store: str | Path | Non
 def check_manifest(path: str | Path, store: str | Path | None = None, require_artifacts: bool = False,
                    problems: ProblemSet | None = None) -> tuple[list[str], list[str]]:
     """Re-check the manifest at ``path`` of either kind; returns ``(mismatches, notes)``, holding only when
-    ``mismatches`` is empty. ``store``, ``require_artifacts`` and ``problems`` apply to run manifests (see
-    :func:`check_run_manifest`); an exactness manifest is checked against the results index too.
+    ``mismatches`` is empty. ``store`` and ``require_artifacts`` apply to run manifests (see
+    :func:`check_run_manifest`); an exactness manifest is checked against the results index too, and its
+    ``problem_set.sha256`` against ``problems`` when given.
 
     Raises :class:`graftbench.manifest.ManifestError` when the file is not a manifest at all, and its subclass
     :class:`~graftbench.manifest.ManifestRefused` when its content is not what its declared schema says.
@@ -72,5 +74,7 @@ def check_manifest(path: str | Path, store: str | Path | None = None, require_ar
         _refuse_unless_shaped(path, manifest, exactness_shape(manifest))
         indexed, index_note = index_mismatch(Path(path))
         notes = ["exactness manifest re-checked"] + ([index_note] if index_note else [])
-        return verify_exactness_manifest(manifest) + indexed, notes
+        anchored = anchor_digest(manifest, problems) if problems is not None else []
+        notes += [f"problem set anchored to {problems.label}"] if problems is not None and not anchored else []
+        return verify_exactness_manifest(manifest) + anchored + indexed, notes
     return check_run_manifest(load_manifest(path), path, store, require_artifacts, problems)

@@ -166,10 +166,12 @@ def test_the_results_index_lists_every_committed_manifest_with_its_sha256():
     index = MANIFESTS / INDEX_NAME
     assert index.read_text(encoding="utf-8") == index_text(MANIFESTS)
     listed = read_index(index)
-    assert len(listed) == len(list(MANIFESTS.rglob("*.json"))) and "cpu/intel-xeon-amx/exact-smollm2-135m.json" in listed
+    assert len(listed) == len(list(MANIFESTS.rglob("*.json")))
+    assert "cpu/intel-xeon-amx/exact-smollm2-135m.json" in listed
 
 
-@pytest.mark.parametrize("name", ["aime2025-smollm2-135m-baseline.json", "cpu/intel-xeon-amx/exact-smollm2-135m.json"])
+@pytest.mark.parametrize("name", ["aime2025-smollm2-135m-baseline.json",
+                                  "cpu/intel-xeon-amx/exact-smollm2-135m.json"])
 def test_a_resealed_forgery_under_a_committed_name_is_caught_by_the_index(tmp_path, name):
     (tmp_path / "cpu" / "intel-xeon-amx").mkdir(parents=True)
     shutil.copy(MANIFESTS / INDEX_NAME, tmp_path / INDEX_NAME)
@@ -215,3 +217,14 @@ def test_report_says_which_parts_it_could_not_verify(tmp_path):
                            env={"COLUMNS": "250"})
     assert result.exit_code == 0, result.output
     assert "verified, except: problem set not anchored" in (tmp_path / "rep" / "report.md").read_text()
+
+
+def test_an_exactness_manifest_is_anchored_to_a_named_problem_set_by_its_sha256():
+    expectation = MANIFESTS / "exact-smollm2-135m.json"
+    aime = str(ROOT.parent / "shared" / "data" / "aime2024.jsonl")
+    assert check_manifest(expectation, problems=ProblemSet(tuple(load_problems(aime)), "aime2024", True)) == (
+        [], ["exactness manifest re-checked", f"the file's SHA-256 is the one {MANIFESTS / INDEX_NAME} records for it",
+             "problem set anchored to aime2024"])
+    mismatches, _ = check_manifest(expectation, problems=ProblemSet(tuple(load_problems("builtin")), "builtin", True))
+    assert mismatches == ["problem_set.sha256: recorded 'e2ffcf162467ca41', the problem set (12 problems) is "
+                          "'912e2d8ef4440cc3'"]
