@@ -321,12 +321,12 @@ def verify_manifest_cmd(
     except ManifestError as exc:
         fail(str(exc))
     for note in notes:
-        console.print(note)
+        console.print(escape(note))  # notes and mismatches quote manifest text: data, never markup
     if rescore:
         _print_rescore(path)
     if mismatches:
         for line in mismatches:
-            console.print(f"[red]mismatch[/red] {line}")
+            console.print(f"[red]mismatch[/red] {escape(line)}")
         fail(f"{path}: {len(mismatches)} mismatch(es)", 1)
     console.print(f"[green]ok[/green] {path}")
 

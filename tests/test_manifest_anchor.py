@@ -228,3 +228,12 @@ def test_an_exactness_manifest_is_anchored_to_a_named_problem_set_by_its_sha256(
     mismatches, _ = check_manifest(expectation, problems=ProblemSet(tuple(load_problems("builtin")), "builtin", True))
     assert mismatches == ["problem_set.sha256: recorded 'e2ffcf162467ca41', the problem set (12 problems) is "
                           "'912e2d8ef4440cc3'"]
+
+
+def test_a_recorded_source_with_markup_is_printed_as_data(tmp_path):
+    source = "[/x] [green]ok[/green]"
+    forged = _forged(MANIFESTS / "transfer-smollm2-135m-baseline.json", tmp_path,
+                     lambda m: m["problem_set"].update(source=source))
+    result = runner.invoke(app, ["verify-manifest", str(forged)], env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    assert f"problem set not anchored: its source {source!r} is not a built-in set" in result.output
