@@ -184,10 +184,10 @@ def _sample_mismatches(manifest: dict, expected: list[Problem]) -> list[str]:
     settings = manifest.get("settings") if isinstance(manifest.get("settings"), dict) else {}
     per_problem = settings.get("samples", 1)
     keys = {p.id: p.answer for p in expected}
-    mismatches = [f"sample {s.get('problem_id')}: key {str(s.get('key'))[:40]!r} is not the problem set's "
-                  f"{keys[s['problem_id']][:40]!r}"
-                  for s in samples if s.get("problem_id") in keys and s.get("key") != keys[s["problem_id"]]]
-    counts = Counter(s.get("problem_id") for s in samples)
+    ids = [s.get("problem_id") if isinstance(s.get("problem_id"), str) else None for s in samples]
+    mismatches = [f"sample {pid}: key {str(s.get('key'))[:40]!r} is not the problem set's {keys[pid][:40]!r}"
+                  for pid, s in zip(ids, samples) if pid in keys and s.get("key") != keys[pid]]
+    counts = Counter(ids)
     wrong = [(p.id, counts.get(p.id, 0)) for p in expected if counts.get(p.id, 0) != per_problem]
     if wrong:
         shown = ", ".join(f"{pid} has {n}" for pid, n in wrong[:5]) + (", ..." if len(wrong) > 5 else "")

@@ -237,3 +237,14 @@ def test_a_recorded_source_with_markup_is_printed_as_data(tmp_path):
     result = runner.invoke(app, ["verify-manifest", str(forged)], env={"COLUMNS": "250"})
     assert result.exit_code == 0, result.output
     assert f"problem set not anchored: its source {source!r} is not a built-in set" in result.output
+
+
+def test_a_sample_whose_problem_id_is_not_a_string_is_counted_as_missing_not_a_crash(tmp_path):
+    manifest = copy.deepcopy(load_manifest(AIME2025))
+    manifest["samples"][0]["problem_id"] = ["2025-I-1"]
+    body = {k: v for k, v in manifest.items() if k not in ("manifest_sha256", "sealed_fields")}
+    body["sealed_fields"] = sealed_fields(body)
+    forged = tmp_path / "forged.json"
+    write_manifest({**body, "manifest_sha256": seal_sha256(body)}, forged)
+    mismatches, _ = check_manifest(forged)
+    assert "samples: 1 problems of the set do not have 1 samples each (settings.samples): 2025-I-1 has 0" in mismatches
