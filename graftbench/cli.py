@@ -302,13 +302,22 @@ def verify_manifest_cmd(
                                            help="an artifact the store does not hold is a mismatch, not 'not checked'"),
     rescore: bool = typer.Option(False, "--rescore", help="also re-score every sample under the current verifier, "
                                  "as a separate report (a changed verdict there is a re-score, not a mismatch)"),
+    problems: Optional[str] = typer.Option(None, "--problems", "-p", help=escape(
+        "problem set to anchor the run to: its SHA-256, every key, every problem sampled as often as the settings "
+        "say ('builtin[:A-B]' or a local file) [default: the set the manifest records, when it is built-in or a "
+        "file under ../shared/data/]")),
 ) -> None:
-    """Re-check a manifest without a model: hashes, every verdict, totals, artifact payloads. Exit 0 only if all hold."""
+    """Re-check a manifest without a model: hashes, every verdict, totals, artifact payloads, the problem set. Exit 0 only if all hold."""
     from .manifest import ManifestError, ManifestRefused
+    from .manifest_anchor import ProblemSet
     from .manifest_check import check_manifest
 
+    named = None
+    if problems is not None:
+        named = ProblemSet(tuple(load_problem_set(problems, None, "id", "problem", "answer", "solution")), problems,
+                           True)
     try:
-        mismatches, notes = check_manifest(path, store, require_artifacts)
+        mismatches, notes = check_manifest(path, store, require_artifacts, named)
     except ManifestRefused as exc:
         fail(str(exc), 1)
     except ManifestError as exc:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 from .cli_common import console, fail
 from .display_text import console_markup
@@ -48,6 +49,9 @@ def report(
         check_out_dir(out_dir)
     except ReportError as exc:
         fail(str(exc))
+    for run in built.runs:
+        for what in run.unverified:
+            console.print(f"{escape(run.label)}: verified, except: {escape(what)}")
     for table in report_tables(built):
         console.print(table)
     try:

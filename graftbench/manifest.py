@@ -16,7 +16,8 @@ Its name sorts after ``samples``, so the run's own content comes first in the ca
 
 Like any self-hash, this catches edits that are not re-sealed. A forger who recomputes every digest is caught
 only by the checks that re-derive a value: output hashes, verdicts, totals, the config fingerprint, the artifact
-list, problem hashes and keys, and artifact payloads when the store is present.
+list, problem hashes and keys, and artifact payloads when the store is present; and by what anchors the manifest
+from outside (:mod:`graftbench.manifest_anchor`: the problem set, the results index).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from .verify import check_version
 SCHEMA_V1 = "graftbench.manifest/1"  # canonical JSON of graftbench.hashing.canonical_json; verifier 1
 SCHEMA = "graftbench.manifest/2"  # RFC 8785 (JCS) bytes; the verifier version in settings.verifier_version
 SCHEMAS = (SCHEMA_V1, SCHEMA)
+MIN_VERIFIER = 2  # the lowest verifier version a graftbench.manifest/2 manifest may record
 DIGEST_CHARS = 16
 _ENTRY_SECTIONS = {"problems": ("problem", "id"), "samples": ("sample", "problem_id")}
 _UNSEALED = ("manifest_sha256", "sealed_fields")
@@ -110,6 +112,25 @@ def recorded_verifier_version(manifest: dict) -> int:
     settings = manifest.get("settings")
     version = settings.get("verifier_version", 1) if isinstance(settings, dict) else 1
     return check_version(version)
+
+
+def verifier_floor(manifest: dict) -> list[str]:
+    """The verifier version against what the manifest's schema requires: ``graftbench.manifest/2`` records it
+    (``settings.verifier_version``, at least :data:`MIN_VERIFIER`), ``graftbench.manifest/1`` was written before
+    versions were recorded and holds none (its samples are checked under verifier 1). One mismatch line, or none."""
+    settings = manifest.get("settings")
+    recorded = isinstance(settings, dict) and "verifier_version" in settings
+    schema = manifest.get("schema")
+    if schema == SCHEMA_V1:
+        return [f"settings.verifier_version: not a field of {SCHEMA_V1}, written before verifier versions were "
+                "recorded"] if recorded else []
+    if not recorded:
+        return [f"settings.verifier_version: missing; a {schema} manifest records the verifier version its samples "
+                f"were scored under ({MIN_VERIFIER} or later)"]
+    version = settings["verifier_version"]
+    if isinstance(version, int) and not isinstance(version, bool) and version < MIN_VERIFIER:
+        return [f"settings.verifier_version: {version} is lower than {schema} requires ({MIN_VERIFIER} or later)"]
+    return []
 
 
 def build_manifest(*, run: str, command: str, config: dict, config_fingerprint: str, settings: dict,
@@ -472,7 +493,8 @@ def _check_seal(manifest: dict) -> list[str]:
 
 def verify_manifest(path: str | Path, store: str | Path | None = None,
                     require_artifacts: bool = False) -> tuple[list[str], list[str]]:
-    """Re-check a manifest without a model: its own hash, the sealed field digests (naming each section, problem or
+    """Re-check a manifest without a model: its own hash, the verifier version its schema requires
+    (:func:`verifier_floor`), the sealed field digests (naming each section, problem or
     sample field that changed), every output hash, every verdict (re-extracted and re-verified from the stored
     output and key; a program-mode sample's from its recorded stdout, with its program and stdout hash, and no
     program is ever run), problem hashes and keys, the totals, the config fingerprint, the artifact list, and
@@ -491,7 +513,7 @@ def check_manifest(manifest: dict, store: str | Path | None = None,
                    require_artifacts: bool = False) -> tuple[list[str], list[str]]:
     """:func:`verify_manifest` on a manifest already loaded (:func:`load_manifest`), so that a caller who checks it
     and then uses it reads the file once. Returns ``(mismatches, notes)`` as :func:`verify_manifest` does."""
-    mismatches, notes = _check_seal(manifest), []
+    mismatches, notes = _check_seal(manifest) + verifier_floor(manifest), []
     digest_problems, digest_note = _check_digests(manifest)
     mismatches += _check_structure(manifest) + digest_problems
     problems_list = [p for p in _entries(manifest, "problems") if isinstance(p, dict)]

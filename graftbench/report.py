@@ -39,6 +39,7 @@ class RunEntry:
     manifest: dict
     summary: dict
     round: int | None = None
+    unverified: tuple[str, ...] = ()  # what verify-manifest could not check in this run (its notes saying so)
 
     @property
     def model(self) -> str:
@@ -137,6 +138,22 @@ def _read(path: str | Path) -> tuple[Path, dict]:
     return source, manifest
 
 
+def _verified(path: str | Path, source: Path, manifest: dict) -> tuple[str, ...]:
+    """Check the manifest as ``verify-manifest`` does (:func:`graftbench.manifest_check.check_run_manifest`) and
+    return what could not be checked; raise :class:`ReportError` naming it when it does not verify."""
+    from .manifest_check import check_run_manifest
+
+    try:
+        mismatches, notes = check_run_manifest(manifest, source)
+    except ManifestError as exc:
+        raise ReportError(f"'{path}' does not verify: {exc}") from exc
+    if mismatches:
+        shown = "; ".join(mismatches[:3]) + (f"; and {len(mismatches) - 3} more" if len(mismatches) > 3 else "")
+        raise ReportError(f"'{path}' does not verify ({len(mismatches)} mismatches; `graftbench verify-manifest "
+                          f"{source}` lists them): {shown}")
+    return tuple(n for n in notes if "not anchored" in n or "not checked" in n)
+
+
 def _round_of(manifest: dict) -> int | None:
     settings = manifest.get("settings")
     value = settings.get("round") if isinstance(settings, dict) else None
@@ -149,11 +166,15 @@ def load_runs(paths: list[str | Path], seed: int = 0, resamples: int = RESAMPLES
     are rounds 1, 2, …; otherwise a run's round is its manifest's ``settings.round`` when recorded. Labels are the
     manifests' run names (a repeated name gets ``#2``, ``#3``, …).
 
-    Raises :class:`ReportError` naming a path that is not a run folder or run manifest, or a manifest whose samples
-    cannot be summarized (a missing field, a sample of an unlisted problem, an unknown verifier version)."""
+    Each manifest is verified first (as ``verify-manifest`` does, against the problem set it records when
+    graftbench can rebuild it); what could not be checked is kept in :attr:`RunEntry.unverified`.
+
+    Raises :class:`ReportError` naming a path that is not a run folder or run manifest, a manifest that does not
+    verify, or a manifest whose samples cannot be summarized (a missing field, a sample of an unlisted problem, an unknown verifier version)."""
     entries, seen = [], {}
     for position, path in enumerate(paths, start=1):
         source, manifest = _read(path)
+        unverified = _verified(path, source, manifest)
         try:
             summary = summarize(manifest["samples"], manifest["problems"], seed, resamples=resamples,
                                 verifier_version=recorded_verifier_version(manifest))
@@ -162,7 +183,8 @@ def load_runs(paths: list[str | Path], seed: int = 0, resamples: int = RESAMPLES
         name = str(manifest.get("run") or source.parent.name)
         seen[name] = seen.get(name, 0) + 1
         label = name if seen[name] == 1 else f"{name}#{seen[name]}"
-        entries.append(RunEntry(label, source, manifest, summary, position if rounds else _round_of(manifest)))
+        entries.append(RunEntry(label, source, manifest, summary, position if rounds else _round_of(manifest),
+                                unverified))
     return entries
 
 
@@ -319,6 +341,7 @@ def _notes(report: Report) -> list[str]:
     ]
     for run in report.runs:
         s = run.summary
+        notes += [f"{run.label}: verified, except: {what}." for what in run.unverified]
         if s["problems_without_samples"]:
             notes.append(f"{markdown_text(run.label)}: {s['problems_without_samples']} of {s['problems_listed']} listed problems have "
                          "no sample (not reached); they are left out of every figure.")
