@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import os
 import selectors
-import signal
 import subprocess
 import sys
 import tempfile
@@ -82,7 +81,6 @@ class Isolation:
 
     level: str
     description: str
-    reason: str = ""
 
 
 LEVEL = "bwrap"
@@ -90,7 +88,7 @@ LEVEL = "bwrap"
 
 def _cgroups() -> dict[str, str]:
     try:
-        return sandbox_cgroup.parents()
+        return sandbox_cgroup.parents(sandbox_cgroup.ROOT)
     except sandbox_cgroup.CgroupError as exc:
         raise SandboxError(str(exc)) from exc
 
@@ -118,7 +116,7 @@ def isolation() -> Isolation:
     naming what is missing and how to get it, when the sandbox cannot be built."""
     why = _probe()
     if why:
-        raise SandboxError(f"program mode needs the sandbox, which cannot be built here: {why}")
+        raise SandboxError("program mode needs the sandbox, which cannot be built here: " + " ".join(why.split()))
     return Isolation(LEVEL, sandbox_bwrap.describe())
 
 
@@ -196,7 +194,8 @@ def _wait(proc: subprocess.Popen, deadline: float | None) -> int | None:
 def classify(status: int, counters: sandbox_cgroup.Counters, limits: SandboxLimits) -> str | None:
     """Why a program that graftbench did not cut off ended as it did (``None``: exit 0), from its exit status and
     the run's cgroup counters only: a kill at the memory cap is ``memory``, CPU time at ``cpu_s`` ``timeout``, a
-    charge refused at the memory cap ``memory``, a fork refused at the process cap ``forbidden``, anything else ``crashed``."""
+    charge refused at the memory cap ``memory``, a fork refused at the process cap ``forbidden``, anything else
+    ``crashed``."""
     if status == 0:
         return None
     if counters.oom_kills:

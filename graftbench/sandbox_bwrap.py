@@ -194,11 +194,11 @@ def command(limits: SandboxLimits, seccomp_fd: int, program_fd: int, ready_fd: i
             sys.executable, "-I", "-B", "-c", BOOTSTRAP, str(ready_fd)]
 
 
-def describe(limits_note: str = "") -> str:
+def describe() -> str:
     """What the sandbox contains, in one line (recorded with every program-mode sample)."""
     uid, gid = ids()
     return ("bwrap: pid, net (no interface), ipc, uts, mount and cgroup namespaces, new session; read-only root of "
             f"/usr, /etc and the Python installation, own /proc and /dev; private tmpfs {FOLDER} and /tmp; seccomp "
             f"(no keyrings, io_uring, perf, bpf, ptrace, mounts, namespaces; AF_UNIX sockets only); user {uid}:{gid}, "
             "no groups, capabilities or new privileges; empty environment; a cgroup per run (memory incl. memfd and "
-            "tmpfs, processes, one CPU)" + limits_note)
+            "tmpfs, processes, one CPU)")
