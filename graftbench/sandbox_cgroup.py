@@ -45,6 +45,9 @@ def _own_path(controller: str, proc_cgroup: str = "/proc/self/cgroup") -> str:
 def parents(root: str = ROOT) -> dict[str, str]:
     """The folder each run's cgroup is made in, by controller (created if needed). Raises :class:`CgroupError`
     naming the hierarchy that is not mounted or not writable."""
+    if not os.path.isdir(os.path.join(root, "memory")) and os.path.isfile(os.path.join(root, "cgroup.controllers")):
+        raise CgroupError(f"only cgroup v2 is mounted at {root}: a cgroup per run needs the v1 memory, pids, cpu "
+                          f"and cpuacct hierarchies (e.g. boot with systemd.unified_cgroup_hierarchy=0)")
     found = {}
     for controller in CONTROLLERS:
         mount = os.path.join(root, controller)

@@ -441,7 +441,7 @@ def test_a_key_planted_in_the_session_keyring_is_not_readable(planted_key):
     assert lines[6] in ("False", "no /proc/keys 13")  # a new, empty session keyring: not even its name shows
 
 
-def test_refused_system_calls_answer_eperm():
+def test_refused_system_calls_answer_eperm_and_fork_and_threads_still_work():
     if not built():
         return
     numbers = {name: _syscall_number(name) for name in ("io_uring_setup", "perf_event_open", "bpf", "ptrace",
@@ -460,11 +460,17 @@ def test_refused_system_calls_answer_eperm():
         if pid == 0:
             os._exit(7)
         print("fork", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+        import threading
+        seen = []
+        thread = threading.Thread(target=seen.append, args=("thread",))
+        thread.start()
+        thread.join()
+        print(*seen)
     """)
     assert result.stopped is None
     assert result.stdout.splitlines() == [f"{name} -1 Operation not permitted" for name in
                                           ("io_uring_setup", "perf_event_open", "bpf", "ptrace", "unshare",
-                                           "mount")] + ["fork 7"]
+                                           "mount")] + ["fork 7", "thread"]
 
 
 def test_vsock_netlink_packet_and_inet_sockets_are_refused():
@@ -614,6 +620,7 @@ def test_a_venv_reached_through_a_symbolic_link_runs_programs(tmp_path):
     ("bwrap", "bwrap is not installed: install bubblewrap (`apt-get install bubblewrap`"),
     ("root", "program mode must run as root"),
     ("cgroup", "the cgroup v1 'memory' hierarchy is not mounted at"),
+    ("cgroup-v2", "only cgroup v2 is mounted at"),
 ])
 def test_without_a_facility_no_program_runs_and_the_refusal_names_it(monkeypatch, tmp_path, lack, named):
     ran = []
@@ -624,7 +631,9 @@ def test_without_a_facility_no_program_runs_and_the_refusal_names_it(monkeypatch
     elif lack == "root":
         monkeypatch.setattr(os, "geteuid", lambda: 1000)
     else:
-        monkeypatch.setattr(sandbox_cgroup, "ROOT", str(tmp_path))  # a machine mounting no cgroup hierarchy
+        monkeypatch.setattr(sandbox_cgroup, "ROOT", str(tmp_path))  # a machine mounting no cgroup hierarchy...
+        if lack == "cgroup-v2":
+            (tmp_path / "cgroup.controllers").write_text("cpu memory pids\n")  # ...or only the unified one
     sandbox._probe.cache_clear()
     try:
         with pytest.raises(sandbox.SandboxError) as refused:
