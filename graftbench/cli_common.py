@@ -70,8 +70,9 @@ def fail(message: str, code: int = 2) -> None:
 
 
 def announce_sandbox(mode: str) -> None:
-    """In program mode, probe the sandbox before the model loads and print how programs will be contained (in
-    yellow when not at all); exit 2 for an unknown mode or when no sandbox can be started."""
+    """In program mode, check the sandbox before the model loads and print how programs will be contained; exit 2
+    for an unknown mode or, with one line naming what is missing and how to get it, when the sandbox cannot be
+    built (programs never run uncontained)."""
     from .settings import MODES
 
     if mode not in MODES:
@@ -84,9 +85,7 @@ def announce_sandbox(mode: str) -> None:
         found = isolation()
     except SandboxError as exc:
         fail(str(exc))
-    style = "yellow" if found.level == "none" else "green"
-    console.print(f"program sandbox: [{style}]{found.description}[/{style}]"
-                  + (f" (not reached: {found.reason})" if found.reason else ""))
+    console.print(f"program sandbox: [green]{found.description}[/green]", markup=True, highlight=False)
 
 
 def quiet_transformers() -> None:
