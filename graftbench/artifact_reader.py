@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING
 
 import xxhash
 
+from .safe_files import open_regular
 from .strict_json import loads_strict
 
 if TYPE_CHECKING:
@@ -246,14 +248,15 @@ def read_safetensors(path: str | Path, method: str, room: int = 0) -> RawArtifac
     header). With ``room`` > 0 every 4-D tensor (``[batch, heads, tokens, head_dim]``: an artifact's keys and
     values) is read into the first positions of a buffer with ``room`` more positions (``RawArtifact.buffers``),
     so a KV cache can take the buffer and append without moving it; the bytes read and hashed are the same.
-    Raises ``OSError`` when the file cannot be opened or read, and ``ValueError`` for an unknown method;
+    Raises ``OSError`` when the file cannot be opened or read or is not a regular file
+    (:class:`graftbench.safe_files.UnsafeFileError`), and ``ValueError`` for an unknown method;
     a file whose table cannot be laid out comes back with ``layout_error`` set and the rest of the file hashed.
     """
     timing = ReadTiming()
     hasher = new_hasher(method)
     path = Path(path)
-    size = path.stat().st_size
-    with open(path, "rb", buffering=0) as handle:
+    with open_regular(path, what="artifact file") as handle:  # a FIFO or a device is refused, never read
+        size = os.fstat(handle.fileno()).st_size
         reader = _Reader(handle, hasher, timing)
         try:
             header_bytes = header_length(reader.read_bytes(8) if size >= 8 else b"", size)

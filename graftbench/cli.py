@@ -26,6 +26,7 @@ from .cli_common import (EVAL, FLYWHEEL, AnswerFieldOpt, ChunkOpt, DtypeOpt, Gra
 from .settings import EvalSettings
 from .dispatch import EXECUTORS, RAY_EXTRA, ClusterOptions, DispatchError
 from .cli_common import ModeOpt, announce_sandbox, check_hub_model
+from .display_text import console_markup
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Verified-knowledge experiments: solve, deposit KV artifacts, graft them back, verify.")
@@ -68,7 +69,7 @@ ProblemTimeoutOpt = typer.Option(CLUSTER.problem_timeout_s, "--problem-timeout",
 def _print_cleaned(cleaned) -> None:
     if cleaned:
         console.print(f"removed {len(cleaned)} temporary file(s) left by killed writers: "
-                      + ", ".join(str(path) for path in cleaned))
+                      + console_markup(", ".join(str(path) for path in cleaned)))
 
 
 def _print_run(result, energy_method: str) -> None:
@@ -119,7 +120,7 @@ def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, ru
     except StoreError as exc:
         fail(str(exc) + (" or pass --new-store to start an empty one" if exc.missing else ""))
     except DispatchError as exc:
-        fail(escape(str(exc)))
+        fail(str(exc))
     except StorageError as exc:  # a full or read-only runs folder: the samples appended before it stay
         fail(f"{os_error_text(exc)}; the samples finished so far are kept in {Path(runs_dir) / name} and the same "
              "command resumes the run")
@@ -147,8 +148,8 @@ def _check_store_pins(store: str, config, strict: bool) -> None:
     if message is None:
         return
     if strict:
-        fail(f"--strict: {escape(message)}; nothing was run")
-    console.print(f"[yellow]note[/yellow]: {escape(message)}")
+        fail(f"--strict: {message}; nothing was run")
+    console.print(f"[yellow]note[/yellow]: {console_markup(message)}")
 
 
 def _report_finished(runs_dir, name, command, model, dtype, chunk_size, isa, problem_list, settings, store) -> bool:
@@ -165,12 +166,12 @@ def _report_finished(runs_dir, name, command, model, dtype, chunk_size, isa, pro
         return False
     if done.mismatches:
         fail(f"run '{name}' is complete, but its manifest {done.path} does not verify ({len(done.mismatches)} "
-             f"mismatches; the first: {escape(done.mismatches[0])}); nothing was run or written: "
+             f"mismatches; the first: {done.mismatches[0]}); nothing was run or written: "
              f"`graftbench verify-manifest {done.path}` lists them", 1)
     for note in done.notes:
-        console.print(escape(note))
+        console.print(console_markup(note))
     console.print(summary_table([(name, done.manifest["totals"])], done.manifest["energy"]["method"]))
-    console.print(f"run '{name}' is already complete: every sample is recorded and its manifest {done.path} verifies "
+    console.print(f"run '{console_markup(name)}' is already complete: every sample is recorded and its manifest {done.path} verifies "
                   f"(sha256 {done.manifest['manifest_sha256'][:16]}); nothing was run or written (pass another "
                   "--run name to run it again)")
     return True
@@ -217,7 +218,7 @@ def _cluster(executor: str, workers: int | None, threads: int, address: str | No
     from importlib.util import find_spec
 
     if find_spec("ray") is None:
-        fail(escape(f"--executor ray needs Ray, which is not installed here: {RAY_EXTRA}"))
+        fail(f"--executor ray needs Ray, which is not installed here: {RAY_EXTRA}")
     return ClusterOptions(workers=workers, threads=threads, address=address, problem_timeout_s=problem_timeout)
 
 
@@ -367,34 +368,44 @@ def deposit(
 @app.command(name="verify-manifest")
 def verify_manifest_cmd(
     path: Path = typer.Argument(..., help="manifest.json (run or exactness manifest) to re-check"),
-    store: Optional[str] = typer.Option(None, "--store", help="store to check artifact payloads against "
-                                        "[default: the store the manifest records]"),
+    store: Optional[str] = typer.Option(None, "--store", help="store to check artifact payloads against (the "
+                                        "store a manifest records is never read) [default: none, payloads not "
+                                        "checked]"),
     require_artifacts: bool = typer.Option(False, "--require-artifacts",
                                            help="an artifact the store does not hold is a mismatch, not 'not checked'"),
     rescore: bool = typer.Option(False, "--rescore", help="also re-score every sample under the current verifier, "
                                  "as a separate report (a changed verdict there is a re-score, not a mismatch)"),
+    problems: Optional[str] = typer.Option(None, "--problems", "-p", help=escape(
+        "problem set to anchor the run to: its SHA-256, every key, every problem sampled as often as the settings "
+        "say ('builtin[:A-B]' or a local file) [default: the set the manifest records, when it is built-in or a "
+        "file under ../shared/data/]")),
 ) -> None:
-    """Re-check a manifest without a model: hashes, every verdict, totals, artifact payloads. Exit 0 only if all hold."""
+    """Re-check a manifest without a model: hashes, every verdict, totals, artifact payloads, the problem set. Exit 0 only if all hold."""
     from .manifest import ManifestError, ManifestRefused
+    from .manifest_anchor import ProblemSet
     from .manifest_check import check_manifest
 
     if store and Path(store).is_file():
-        fail(f"--store {escape(store)} is not a store: it is a file, not a folder; no artifact could be checked")
+        fail(f"--store {store} is not a store: it is a file, not a folder; no artifact could be checked")
+    named = None
+    if problems is not None:
+        named = ProblemSet(tuple(load_problem_set(problems, None, "id", "problem", "answer", "solution")), problems,
+                           True)
     try:
-        mismatches, notes = check_manifest(path, store, require_artifacts)
+        mismatches, notes = check_manifest(path, store, require_artifacts, named)
     except ManifestRefused as exc:
         fail(str(exc), 1)
     except ManifestError as exc:
         fail(str(exc))
     for note in notes:
-        console.print(note)
+        console.print(console_markup(note))
     if rescore:
         _print_rescore(path)
     if mismatches:
         for line in mismatches:
-            console.print(f"[red]mismatch[/red] {line}")
+            console.print(f"[red]mismatch[/red] {console_markup(line)}")
         fail(f"{path}: {len(mismatches)} mismatch(es)", 1)
-    console.print(f"[green]ok[/green] {path}")
+    console.print(f"[green]ok[/green] {console_markup(path)}")
 
 
 def _print_rescore(path: Path) -> None:
@@ -405,7 +416,7 @@ def _print_rescore(path: Path) -> None:
     try:
         report = rescore_manifest(load_manifest(path))
     except (ManifestError, ValueError) as exc:
-        console.print(f"[yellow]re-score not made[/yellow]: {exc}")
+        console.print(f"[yellow]re-score not made[/yellow]: {console_markup(exc)}")
         return
     console.print(rescore_table(report))
 
@@ -427,31 +438,17 @@ def _open_readonly(store: str):
 def store_ls(store: str = StoreOpt) -> None:
     """List the indexed artifacts: id, problem id, model, dtype and pin, answer key, tokens, source (and the parent
     a chained artifact continues), with their count and size; read-only."""
-    from rich.box import SIMPLE_HEAD
-    from rich.table import Table
-
     from .store import StoreError
     from .store_pins import pins_held
+    from .tables import store_table
 
     try:
         opened = _open_readonly(store)
-        pins = {h.fingerprint: h for h in pins_held(opened)}
+        pins = pins_held(opened)
         rows = opened.rows()
     except StoreError as exc:
         fail(str(exc))
-    table = Table(title=f"artifacts in {escape(store)}: {len(rows)}, {sum(r['bytes'] for r in rows) / 1e6:.1f} MB",
-                  box=SIMPLE_HEAD, pad_edge=False, collapse_padding=True)  # fits 80 columns
-    for name in ("id", "problem", "model", "pin", "key", "tokens", "source"):
-        table.add_column(name, justify="right" if name == "tokens" else "left", no_wrap=name in ("id", "tokens"),
-                         overflow="fold")
-    for row in rows:
-        pin = pins.get(row["config_fingerprint"])
-        source = (row["source"] or "") + (f" ← {row['parent'][:8]}" if row["parent"] else "")
-        table.add_row(row["id"][:16], escape(row["problem_id"] or (row["problem_key"] or "")[:12]),
-                      escape(pin.model if pin else "?"), f"{escape(pin.dtype if pin else '?')} "
-                      f"{row['config_fingerprint'][:8]}", escape(row["answer"] or ""), str(row["n_tokens"]),
-                      escape(source))
-    console.print(table)
+    console.print(store_table(rows, store, {h.fingerprint: h for h in pins}))
 
 
 @store_app.command("verify")
@@ -466,14 +463,14 @@ def store_verify(store: str = StoreOpt) -> None:
     except StoreError as exc:
         fail(str(exc))
     for line in problems:
-        console.print(f"[red]refused[/red] {line}")
+        console.print(f"[red]refused[/red] {console_markup(line)}")
     temporaries = opened.temporaries()
     if temporaries:
         console.print(f"{len(temporaries)} temporary file(s) (writes in flight, or left by killed writers: "
-                      f"`graftbench store clean` removes the latter): {', '.join(temporaries)}")
+                      f"`graftbench store clean` removes the latter): {console_markup(', '.join(temporaries))}")
     if problems:
         fail(f"{len(problems)} artifact(s) in {store} failed verification", 1)
-    console.print(f"[green]ok[/green] every artifact in {store} verifies")
+    console.print(f"[green]ok[/green] every artifact in {console_markup(store)} verifies")
 
 
 @store_app.command("reindex")
@@ -488,10 +485,10 @@ def store_reindex(store: str = StoreOpt) -> None:
         fail(str(exc))
     _print_cleaned(cleaned)
     for name, reason in report.skipped:
-        console.print(f"[yellow]skipped[/yellow] {name}: {reason}")
+        console.print(f"[yellow]skipped[/yellow] {console_markup(name)}: {console_markup(reason)}")
     if report.temporaries:
         console.print(f"not indexed: {len(report.temporaries)} temporary file(s) of writes in flight")
-    console.print(f"reindexed {store}: {len(report.indexed)} artifact(s) indexed, "
+    console.print(f"reindexed {console_markup(store)}: {len(report.indexed)} artifact(s) indexed, "
                   f"{len(report.skipped)} file(s) skipped")
 
 
@@ -505,7 +502,7 @@ def store_clean(store: str = StoreOpt) -> None:
     except StoreError as exc:
         fail(str(exc))
     _print_cleaned(cleaned)
-    console.print(f"{store}: {len(cleaned)} temporary file(s) removed")
+    console.print(f"{console_markup(store)}: {len(cleaned)} temporary file(s) removed")
 
 
 @app.command()

@@ -16,13 +16,15 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from .display_text import console_markup
 from .settings import (DEFAULT_CHUNK_SIZE, DEFAULT_DTYPE, DEFAULT_MODEL, DEFAULT_RUNS_DIR, DEFAULT_STORE, DTYPE_NAMES,
                        SAMPLED_TEMPERATURE, SAMPLED_TOP_P, BenchSettings, EvalSettings, FlywheelSettings)
 
 EVAL, BENCH, FLYWHEEL = EvalSettings(), BenchSettings(), FlywheelSettings()
 
-# Width: the terminal's, else $COLUMNS, else 80 (rich's own rule); the tables are sized to fit 80 columns.
-console = Console(soft_wrap=True)
+# Width: the terminal's, else $COLUMNS, else 80 (rich's own rule); the tables are sized to fit 80 columns. No
+# emoji codes: a ``:name:`` in untrusted text is shown as written.
+console = Console(soft_wrap=True, emoji=False)
 
 ModelOpt = typer.Option(DEFAULT_MODEL, "--model", "-m", help="alias (smollm2-135m, gemma3-270m; after make models "
                         "qwen2.5-coder-0.5b, qwen2.5-coder-1.5b), hub id, folder or .gguf")
@@ -61,7 +63,9 @@ SolutionFieldOpt = typer.Option("solution", "--solution-field",
 
 
 def fail(message: str, code: int = 2) -> None:
-    console.print(f"[red]error:[/red] {message}")
+    """Print ``error: message`` (the message shown as text: it may quote untrusted input, see
+    :func:`graftbench.display_text.console_markup`) and exit with ``code``."""
+    console.print(f"[red]error:[/red] {console_markup(message)}")
     raise typer.Exit(code)
 
 
@@ -85,8 +89,9 @@ def os_error_text(exc: BaseException, what: str | None = None) -> str:
 
 
 def announce_sandbox(mode: str) -> None:
-    """In program mode, probe the sandbox before the model loads and print how programs will be contained (in
-    yellow when not at all); exit 2 for an unknown mode or when no sandbox can be started."""
+    """In program mode, check the sandbox before the model loads and print how programs will be contained; exit 2
+    for an unknown mode or, with one line naming what is missing and how to get it, when the sandbox cannot be
+    built (programs never run uncontained)."""
     from .settings import MODES
 
     if mode not in MODES:
@@ -99,9 +104,7 @@ def announce_sandbox(mode: str) -> None:
         found = isolation()
     except SandboxError as exc:
         fail(str(exc))
-    style = "yellow" if found.level == "none" else "green"
-    console.print(f"program sandbox: [{style}]{found.description}[/{style}]"
-                  + (f" (not reached: {found.reason})" if found.reason else ""))
+    console.print(f"program sandbox: [green]{found.description}[/green]", markup=True, highlight=False)
 
 
 def quiet_transformers() -> None:

@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from .cli_common import console, fail
+from .display_text import console_markup
 
 
 RESAMPLES = 2000  # graftbench.metrics.RESAMPLES, kept here so that the CLI starts without importing numpy
@@ -47,10 +48,13 @@ def report(
         check_out_dir(out_dir)
     except ReportError as exc:
         fail(str(exc))
+    for run in built.runs:
+        for what in run.unverified:
+            console.print(f"{console_markup(run.label)}: verified, except: {console_markup(what)}")
     for table in report_tables(built):
         console.print(table)
     try:
         written = write_report(built, out_dir, lm_eval=output_format is ReportFormat.lm_eval)
     except OSError as exc:
         fail(f"cannot write the report into '{out_dir}': {exc}")
-    console.print(f"report: {out_dir / 'report.md'} ({len(written)} files written)")
+    console.print(f"report: {console_markup(out_dir / 'report.md')} ({len(written)} files written)")

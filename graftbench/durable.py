@@ -144,40 +144,50 @@ def locked_temp(folder: Path, suffix: str = "") -> tuple[int, Path]:
     raise OSError(errno.EAGAIN, f"could not create a temporary file in {folder}")
 
 
-def clean_temporaries(folder: Path) -> list[Path]:
+def clean_temporaries(folder: Path, follow: bool = True) -> list[Path]:
     """Remove the ``.tmp-*`` files in ``folder`` (not below it) that writers killed before their rename left:
     only those whose ``flock`` can be taken without waiting, so a file that a live process is still writing
     (:func:`locked_temp`) is never removed. Returns the paths removed, sorted; a folder that does not exist
     gives ``[]``. Files that cannot be opened or removed are left as they are.
+
+    Every name is opened, checked and removed relative to the folder's own descriptor, and a ``.tmp-*`` name that
+    is a symlink is never followed. With ``follow=False`` a ``folder`` that is itself a symlink gives ``[]``:
+    nothing outside the folder named is ever removed (a store's symlinked ``artifacts/`` is left alone).
     """
     try:
-        names = sorted(entry.name for entry in os.scandir(folder) if entry.name.startswith(TEMP_PREFIX))
-    except (FileNotFoundError, NotADirectoryError):
+        dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW))
+    except OSError:  # missing, not a folder, or (follow=False) a symlink
         return []
-    removed = []
-    for name in names:
-        path = Path(folder) / name
+    try:
+        names = sorted(entry.name for entry in os.scandir(dir_fd) if entry.name.startswith(TEMP_PREFIX))
+        return [Path(folder) / name for name in names if _remove_unlocked(dir_fd, name)]
+    finally:
+        os.close(dir_fd)
+
+
+def _remove_unlocked(dir_fd: int, name: str) -> bool:
+    """Remove the regular file ``name`` under ``dir_fd`` if no live writer holds its ``flock``; whether it was."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+    except OSError:
+        return False
+    try:
+        held = os.fstat(fd)
+        if not stat.S_ISREG(held.st_mode):
+            return False
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            continue
-        try:
-            held = os.fstat(fd)
-            if not stat.S_ISREG(held.st_mode):
-                continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                continue  # a live writer holds it
-            now = os.stat(path, follow_symlinks=False)
-            if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
-                path.unlink()
-                removed.append(path)
-        except OSError:
-            continue
-        finally:
-            os.close(fd)
-    return removed
+            return False  # a live writer holds it
+        now = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino):
+            return False
+        os.unlink(name, dir_fd=dir_fd)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def write_file_atomic(path: Path, data: bytes, what: str | None = None, crash: str | None = None) -> None:

@@ -16,11 +16,13 @@ Its name sorts after ``samples``, so the run's own content comes first in the ca
 
 Like any self-hash, this catches edits that are not re-sealed. A forger who recomputes every digest is caught
 only by the checks that re-derive a value: output hashes, verdicts, totals, the config fingerprint, the artifact
-list, problem hashes and keys, and artifact payloads when the store is present.
+list, problem hashes and keys, and artifact payloads when the store is present; and by what anchors the manifest
+from outside (:mod:`graftbench.manifest_anchor`: the problem set, the results index).
 """
 
 from __future__ import annotations
 
+import os
 import platform
 from collections import Counter
 from datetime import datetime, timezone
@@ -28,9 +30,10 @@ from pathlib import Path
 
 from .artifact_ids import artifact_path, artifacts_dir, is_artifact_id
 from .config import pin_fingerprint
-from .hashing import canonical_json, jcs_json, sha256_bytes, sha256_file, sha256_text
+from .hashing import canonical_json, jcs_json, sha256_bytes, sha256_text
 from .isa import environment as cpu_environment
 from .program_mode import PROGRAM_FIELDS, extract_program, sample_verdict
+from .safe_files import MAX_ARTIFACT_BYTES, UnsafeFileError, sha256_regular
 from .sandbox import STOPPED
 from .strict_json import StrictJSONError, load_strict
 from .verify import check_version
@@ -38,6 +41,7 @@ from .verify import check_version
 SCHEMA_V1 = "graftbench.manifest/1"  # canonical JSON of graftbench.hashing.canonical_json; verifier 1
 SCHEMA = "graftbench.manifest/2"  # RFC 8785 (JCS) bytes; the verifier version in settings.verifier_version
 SCHEMAS = (SCHEMA_V1, SCHEMA)
+MIN_VERIFIER = 2  # the lowest verifier version a graftbench.manifest/2 manifest may record
 DIGEST_CHARS = 16
 _ENTRY_SECTIONS = {"problems": ("problem", "id"), "samples": ("sample", "problem_id")}
 _UNSEALED = ("manifest_sha256", "sealed_fields")
@@ -108,6 +112,25 @@ def recorded_verifier_version(manifest: dict) -> int:
     settings = manifest.get("settings")
     version = settings.get("verifier_version", 1) if isinstance(settings, dict) else 1
     return check_version(version)
+
+
+def verifier_floor(manifest: dict) -> list[str]:
+    """The verifier version against what the manifest's schema requires: ``graftbench.manifest/2`` records it
+    (``settings.verifier_version``, at least :data:`MIN_VERIFIER`), ``graftbench.manifest/1`` was written before
+    versions were recorded and holds none (its samples are checked under verifier 1). One mismatch line, or none."""
+    settings = manifest.get("settings")
+    recorded = isinstance(settings, dict) and "verifier_version" in settings
+    schema = manifest.get("schema")
+    if schema == SCHEMA_V1:
+        return [f"settings.verifier_version: not a field of {SCHEMA_V1}, written before verifier versions were "
+                "recorded"] if recorded else []
+    if not recorded:
+        return [f"settings.verifier_version: missing; a {schema} manifest records the verifier version its samples "
+                f"were scored under ({MIN_VERIFIER} or later)"]
+    version = settings["verifier_version"]
+    if isinstance(version, int) and not isinstance(version, bool) and version < MIN_VERIFIER:
+        return [f"settings.verifier_version: {version} is lower than {schema} requires ({MIN_VERIFIER} or later)"]
+    return []
 
 
 def build_manifest(*, run: str, command: str, config: dict, config_fingerprint: str, settings: dict,
@@ -205,14 +228,16 @@ def load_manifest(path: str | Path, schema: str | tuple[str, ...] = SCHEMAS) -> 
 
     Raises :class:`ManifestError` naming the path when it is missing, a directory, not valid JSON (``NaN`` and
     ``Infinity`` included), JSON that parsers may read differently (an object repeating a key, a lone-surrogate
-    ``\\u`` escape, a number too large for a float: the message names the key or the place), or not a
-    ``schema`` document."""
+    ``\\u`` escape, a number too large for a float: the message names the key or the place), not a regular file
+    of at most :data:`graftbench.safe_files.MAX_JSON_BYTES` (a FIFO, a device), or not a ``schema`` document."""
     try:
         manifest = load_strict(path)
     except FileNotFoundError as exc:
         raise ManifestError(f"manifest '{path}' does not exist") from exc
     except IsADirectoryError as exc:
         raise ManifestError(f"manifest '{path}' is a directory") from exc
+    except OSError as exc:  # a FIFO, a device, over the size cap (UnsafeFileError), or unreadable
+        raise ManifestError(f"manifest '{path}' cannot be read: {exc.strerror or exc}") from exc
     except StrictJSONError as exc:
         raise ManifestRefused(f"manifest '{path}' {exc.reason}") from exc
     accepted = (schema,) if isinstance(schema, str) else schema
@@ -372,7 +397,8 @@ def _check_artifacts(manifest: dict, store: str | Path | None, require: bool = F
     """Artifact list and payloads. An artifact the store (a folder, or a URL such as ``s3://bucket/prefix``, read
     from the objects themselves) holds is hashed (a different payload is a mismatch); one it does not hold, or no
     store at all, or a URL store that cannot be reached, is counted as not checked, and is a mismatch only when
-    ``require``."""
+    ``require``. A file the folder store holds under the artifact's name but that is refused (not a regular file, a
+    symlink leaving the store, over the size cap: :mod:`graftbench.safe_files`) is always a mismatch."""
     mismatches = []
     entries = manifest.get("artifacts", [])
     entries = [a for a in entries if isinstance(a, dict)] if isinstance(entries, list) else []
@@ -396,6 +422,9 @@ def _check_artifacts(manifest: dict, store: str | Path | None, require: bool = F
     for artifact_id, entry in listed.items():
         try:
             digest = digest_of(artifact_id)
+        except UnsafeFileError as exc:
+            mismatches.append(f"artifact {artifact_id[:16]}: {exc}")
+            continue
         except OSError as exc:
             digest, reason, why = None, "cannot be read", f"cannot be read from store {store}: {exc}"
         else:
@@ -415,11 +444,12 @@ def _check_artifacts(manifest: dict, store: str | Path | None, require: bool = F
 def _payload_reader(store: str | Path | None):
     """``(digest_of, None)``: ``digest_of(artifact_id)`` gives the SHA-256 of the payload ``store`` holds
     (``None`` when it holds none; :class:`OSError` when it cannot be read); or ``(None, why)`` when there is no
-    store to read (none given or recorded, no folder, a URL store that cannot be opened)."""
+    store to read (none given, no folder, a URL store that cannot be opened). Only ``store`` is ever read: the store
+    a manifest records is data, never opened or contacted."""
     from .store import is_store_url
 
     if store is None:
-        return None, "no store recorded"
+        return None, "no store given with --store"
     if is_store_url(store):
         from .artifact_codec import ArtifactError
         from .object_store import ObjectStore
@@ -443,7 +473,9 @@ def _payload_reader(store: str | Path | None):
 
     def digest_of(artifact_id: str) -> str | None:
         path = artifact_path(root, artifact_id)
-        return sha256_file(path) if path.is_file() else None
+        if not os.path.lexists(path):
+            return None
+        return sha256_regular(path, max_bytes=MAX_ARTIFACT_BYTES, within=root, what="artifact file")
 
     return digest_of, None
 
@@ -461,12 +493,14 @@ def _check_seal(manifest: dict) -> list[str]:
 
 def verify_manifest(path: str | Path, store: str | Path | None = None,
                     require_artifacts: bool = False) -> tuple[list[str], list[str]]:
-    """Re-check a manifest without a model: its own hash, the sealed field digests (naming each section, problem or
+    """Re-check a manifest without a model: its own hash, the verifier version its schema requires
+    (:func:`verifier_floor`), the sealed field digests (naming each section, problem or
     sample field that changed), every output hash, every verdict (re-extracted and re-verified from the stored
     output and key; a program-mode sample's from its recorded stdout, with its program and stdout hash, and no
     program is ever run), problem hashes and keys, the totals, the config fingerprint, the artifact list, and
-    artifact payloads when the store is present (``store``, else the store recorded in the manifest: a folder, or a
-    URL such as ``s3://bucket/prefix`` whose objects are read). An artifact the store does not hold, or a store
+    artifact payloads when a store is given (``store``: a folder, or a URL such as ``s3://bucket/prefix`` whose
+    objects are read). The ``store`` field a manifest records is data: it is never opened or contacted, so
+    without ``store`` no payload is checked (the note says so). An artifact the store does not hold, or a store
     that cannot be reached, is reported as not checked, not as a mismatch, unless ``require_artifacts``.
 
     Returns ``(mismatches, notes)``: it holds only when ``mismatches`` is empty. Raises :class:`ManifestError`
@@ -479,7 +513,7 @@ def check_manifest(manifest: dict, store: str | Path | None = None,
                    require_artifacts: bool = False) -> tuple[list[str], list[str]]:
     """:func:`verify_manifest` on a manifest already loaded (:func:`load_manifest`), so that a caller who checks it
     and then uses it reads the file once. Returns ``(mismatches, notes)`` as :func:`verify_manifest` does."""
-    mismatches, notes = _check_seal(manifest), []
+    mismatches, notes = _check_seal(manifest) + verifier_floor(manifest), []
     digest_problems, digest_note = _check_digests(manifest)
     mismatches += _check_structure(manifest) + digest_problems
     problems_list = [p for p in _entries(manifest, "problems") if isinstance(p, dict)]
@@ -494,9 +528,7 @@ def check_manifest(manifest: dict, store: str | Path | None = None,
         mismatches.extend(_check_sample(sample, known, version))
     mismatches += _check_totals(manifest, samples) + _check_derived(manifest, problems_list, samples)
     mismatches += _check_metrics(manifest, problems_list, samples)
-    recorded_store = manifest.get("store")
-    store_root = store if store else (recorded_store if isinstance(recorded_store, str) and recorded_store else None)
-    artifact_problems, note = _check_artifacts(manifest, store_root, require_artifacts)
+    artifact_problems, note = _check_artifacts(manifest, store or None, require_artifacts)
     mismatches.extend(artifact_problems)
     notes.append(f"{len(samples)} samples re-verified under verifier {version}; {note}")
     if digest_note:

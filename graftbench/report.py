@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from .display_text import markdown_text
 from .durable import blocking_file, write_atomic
 from .manifest import ManifestError, load_manifest, recorded_verifier_version
 from .metrics import RESAMPLES, paired_difference, summarize
@@ -38,6 +39,7 @@ class RunEntry:
     manifest: dict
     summary: dict
     round: int | None = None
+    unverified: tuple[str, ...] = ()  # what verify-manifest could not check in this run (its notes saying so)
 
     @property
     def model(self) -> str:
@@ -111,7 +113,8 @@ class Report:
 
 def manifest_path(path: str | Path) -> Path:
     """The run manifest a report argument names: ``PATH/manifest.json`` for a run folder, else ``PATH`` itself.
-    Raises :class:`ReportError` naming ``path`` when it is neither a run folder holding a manifest nor a file."""
+    Raises :class:`ReportError` naming ``path`` when it is neither a run folder holding a manifest nor a file (a
+    FIFO or a device is named as not a regular file; it is never opened)."""
     path = Path(path)
     if path.is_dir():
         if (path / MANIFEST_NAME).is_file():
@@ -119,6 +122,8 @@ def manifest_path(path: str | Path) -> Path:
         raise ReportError(f"'{path}' is neither a run folder nor a run manifest: the folder holds no {MANIFEST_NAME}")
     if path.is_file():
         return path
+    if path.exists():
+        raise ReportError(f"'{path}' is neither a run folder nor a run manifest: it is not a regular file")
     raise ReportError(f"'{path}' is neither a run folder nor a run manifest: it does not exist")
 
 
@@ -133,6 +138,22 @@ def _read(path: str | Path) -> tuple[Path, dict]:
     return source, manifest
 
 
+def _verified(path: str | Path, source: Path, manifest: dict) -> tuple[str, ...]:
+    """Check the manifest as ``verify-manifest`` does (:func:`graftbench.manifest_check.check_run_manifest`) and
+    return what could not be checked; raise :class:`ReportError` naming it when it does not verify."""
+    from .manifest_check import check_run_manifest
+
+    try:
+        mismatches, notes = check_run_manifest(manifest, source)
+    except ManifestError as exc:
+        raise ReportError(f"'{path}' does not verify: {exc}") from exc
+    if mismatches:
+        shown = "; ".join(mismatches[:3]) + (f"; and {len(mismatches) - 3} more" if len(mismatches) > 3 else "")
+        raise ReportError(f"'{path}' does not verify ({len(mismatches)} mismatches; `graftbench verify-manifest "
+                          f"{source}` lists them): {shown}")
+    return tuple(n for n in notes if "not anchored" in n or "not checked" in n)
+
+
 def _round_of(manifest: dict) -> int | None:
     settings = manifest.get("settings")
     value = settings.get("round") if isinstance(settings, dict) else None
@@ -145,11 +166,15 @@ def load_runs(paths: list[str | Path], seed: int = 0, resamples: int = RESAMPLES
     are rounds 1, 2, …; otherwise a run's round is its manifest's ``settings.round`` when recorded. Labels are the
     manifests' run names (a repeated name gets ``#2``, ``#3``, …).
 
-    Raises :class:`ReportError` naming a path that is not a run folder or run manifest, or a manifest whose samples
-    cannot be summarized (a missing field, a sample of an unlisted problem, an unknown verifier version)."""
+    Each manifest is verified first (as ``verify-manifest`` does, against the problem set it records when
+    graftbench can rebuild it); what could not be checked is kept in :attr:`RunEntry.unverified`.
+
+    Raises :class:`ReportError` naming a path that is not a run folder or run manifest, a manifest that does not
+    verify, or a manifest whose samples cannot be summarized (a missing field, a sample of an unlisted problem, an unknown verifier version)."""
     entries, seen = [], {}
     for position, path in enumerate(paths, start=1):
         source, manifest = _read(path)
+        unverified = _verified(path, source, manifest)
         try:
             summary = summarize(manifest["samples"], manifest["problems"], seed, resamples=resamples,
                                 verifier_version=recorded_verifier_version(manifest))
@@ -158,7 +183,8 @@ def load_runs(paths: list[str | Path], seed: int = 0, resamples: int = RESAMPLES
         name = str(manifest.get("run") or source.parent.name)
         seen[name] = seen.get(name, 0) + 1
         label = name if seen[name] == 1 else f"{name}#{seen[name]}"
-        entries.append(RunEntry(label, source, manifest, summary, position if rounds else _round_of(manifest)))
+        entries.append(RunEntry(label, source, manifest, summary, position if rounds else _round_of(manifest),
+                                unverified))
     return entries
 
 
@@ -323,11 +349,10 @@ def round_rows(report: Report) -> list[list[str]]:
 
 
 def _md_table(columns, rows) -> str:
-    def cell(text: str) -> str:
-        return str(text).replace("|", "\\|")
-
-    lines = ["| " + " | ".join(map(cell, columns)) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(map(cell, row)) + " |" for row in rows]
+    """A markdown table; every cell through :func:`graftbench.display_text.markdown_text`, so no value (a run
+    name, a model, a family) can add a row or a column, or hold a link or HTML."""
+    lines = ["| " + " | ".join(map(markdown_text, columns)) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(map(markdown_text, row)) + " |" for row in rows]
     return "\n".join(lines)
 
 
@@ -351,17 +376,20 @@ def _notes(report: Report) -> list[str]:
     ]
     for run in report.runs:
         s = run.summary
+        notes += [f"{run.label}: verified, except: {what}." for what in run.unverified]
         if s["problems_without_samples"]:
-            notes.append(f"{run.label}: {s['problems_without_samples']} of {s['problems_listed']} listed problems have "
+            notes.append(f"{markdown_text(run.label)}: {s['problems_without_samples']} of {s['problems_listed']} listed problems have "
                          "no sample (not reached); they are left out of every figure.")
     return notes
 
 
 def markdown(report: Report, plots: list[str] = ()) -> str:
     """The report as markdown: the runs table, the per-family table, the paired comparisons, the rounds (when any),
-    links to the ``plots`` (file names beside the markdown file) and notes on every figure."""
+    links to the ``plots`` (file names beside the markdown file) and notes on every figure. Text from a manifest
+    (run names, paths, models, layouts, families, energy methods) is escaped
+    (:func:`graftbench.display_text.markdown_text`): it cannot start a heading, break a table, embed HTML or link."""
     parts = ["# graftbench report", "",
-             "Runs: " + ", ".join(f"`{r.label}` ({r.path})" for r in report.runs), "",
+             "Runs: " + ", ".join(f"{markdown_text(r.label)} ({markdown_text(r.path)})" for r in report.runs), "",
              "## Runs", "", _md_table(RUN_COLUMNS, [run_row(r) for r in report.runs]), "",
              "## Per family", "", _md_table(FAMILY_COLUMNS, family_rows(report)), ""]
     if report.comparisons:

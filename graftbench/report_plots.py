@@ -5,6 +5,9 @@
 - ``families.png``: accuracy per family, one bar per run, with the 95% intervals as error bars;
 - ``rounds.png``: accuracy over flywheel rounds, one line per series: held-out baseline and graft, recurring
   (only when runs carry a round).
+
+Every label from a manifest (run names, families) goes through :func:`graftbench.display_text.plot_text`: drawn as
+written, never parsed as mathtext.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from typing import TYPE_CHECKING
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+
+from .display_text import plot_text
 
 if TYPE_CHECKING:
     from .report import Report, RunEntry
@@ -50,7 +55,7 @@ def accuracy_vs_tokens(runs: list[RunEntry], path: Path) -> Path:
         errors = list(zip(*[_error(r.summary["avg_at_n"], r.summary["accuracy_ci95"]) for r in chosen]))
         axes.errorbar(xs, ys, yerr=errors, fmt=marker, color=color, capsize=4, label=mode)
         for r, x, y in zip(chosen, xs, ys):
-            axes.annotate(r.label, (x, y), textcoords="offset points", xytext=(6, 6), fontsize=7)
+            axes.annotate(plot_text(r.label, 60), (x, y), textcoords="offset points", xytext=(6, 6), fontsize=7)
     if tokens and min(tokens) > 0 and max(tokens) / min(tokens) > 20:
         axes.set_xscale("log")
     axes.margins(x=0.25)  # room for the labels beside the points
@@ -83,8 +88,9 @@ def family_bars(runs: list[RunEntry], path: Path) -> Path:
         ys = [s["avg_at_n"] if s else 0.0 for s in stats]
         errors = list(zip(*[_error(s["avg_at_n"], s["accuracy_ci95"]) if s else [0.0, 0.0] for s in stats])) \
             if families else None
-        axes.bar(xs, ys, width=width, yerr=errors, capsize=3, label=run.label)
-    axes.set_xticks(range(len(families)), families, rotation=30 if len(families) > 6 else 0)
+        axes.bar(xs, ys, width=width, yerr=errors, capsize=3, label=plot_text(run.label, 60))
+    axes.set_xticks(range(len(families)), [plot_text(name, 40) for name in families],
+                    rotation=30 if len(families) > 6 else 0)
     axes.set_ylabel("accuracy (avg@N, 95% interval)")
     axes.set_ylim(0, 1.05)
     axes.set_title("accuracy per family")

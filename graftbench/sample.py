@@ -63,10 +63,11 @@ class Sample:
 
     Program mode (:mod:`graftbench.program_mode`): ``program`` is the program extracted from ``output`` and run in
     the sandbox (:func:`graftbench.sandbox.run_program`); ``exit_status`` its exit code (128 + N when killed by
-    signal N, -9 when graftbench killed it); ``stdout`` what it printed (at most the sandbox's ``output_bytes``,
-    decoded as UTF-8) and ``stdout_sha256`` its hash; ``stderr_tail`` the end of its stderr; ``program_s`` the
-    run's wall seconds (not counted in ``wall_s``); ``stopped`` why it did not end normally (``None``,
-    ``timeout``, ``memory``, ``output``, ``crashed``, ``forbidden``); ``isolation`` how it was contained.
+    signal N, -9 when graftbench killed it, -1 when its text was over the limit and it was not run); ``stdout`` what
+    it printed (at most the sandbox's ``output_bytes``, decoded as UTF-8) and ``stdout_sha256`` its hash;
+    ``stderr_tail`` the end of its stderr; ``program_s`` the run's wall seconds (not counted in ``wall_s``);
+    ``stopped`` why it did not end normally (``None``, ``timeout``, ``memory``, ``output``, ``crashed``,
+    ``forbidden``); ``isolation`` how it was contained.
     ``extracted`` and ``correct`` then judge the last non-empty line of ``stdout``. All are ``None`` (and left out
     of :meth:`to_json`) for a sample that ran no program.
     """

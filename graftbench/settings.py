@@ -35,12 +35,14 @@ def cache_root() -> Path:
 class SandboxLimits:
     """Limits of one model-written program's run in the sandbox (:mod:`graftbench.sandbox`).
 
-    ``cpu_s``: CPU seconds (``RLIMIT_CPU``; SIGXCPU, then SIGKILL a second later); ``wall_s``: wall seconds from
-    the start of the sandbox to the program's exit (its setup, about 0.2 s, included); ``memory_bytes``: address
-    space (``RLIMIT_AS``); ``output_bytes``: the most bytes read of stdout, and of stderr, each (the program is
-    killed past it); ``file_bytes``: the largest file it may write (``RLIMIT_FSIZE``); ``disk_bytes``: the size of
-    each of its two private tmpfs (its folder and ``/tmp``); ``processes``: processes and threads of the sandbox's
-    user (``RLIMIT_NPROC``); ``open_files``: file descriptors (``RLIMIT_NOFILE``).
+    ``cpu_s``: CPU seconds, of each process (``RLIMIT_CPU``) and of the whole run (its cgroup's CPU time, read by
+    graftbench); ``wall_s``: wall seconds from the start of the sandbox to the program's exit (its setup included);
+    ``memory_bytes``: memory of the whole run, every process together, memfd and tmpfs pages included (its
+    cgroup's memory and memory+swap caps); ``output_bytes``: the most bytes read of stdout, and of stderr, each (the
+    program is killed past it); ``file_bytes``: the largest file it may write (``RLIMIT_FSIZE``), and the largest
+    program text that is run at all; ``disk_bytes``: the size of each of its two private tmpfs (its folder and
+    ``/tmp``); ``processes``: processes and threads of the run (its cgroup's ``pids.max``, besides bubblewrap's
+    monitor); ``open_files``: file descriptors per process (``RLIMIT_NOFILE``).
 
     Raises ``ValueError`` for a limit that is not positive.
     """

@@ -65,7 +65,8 @@ from .durable import (
     storage_error,
     write_file_atomic,
 )
-from .hashing import sha256_file
+from .safe_files import (MAX_ARTIFACT_BYTES, UnsafeFileError, open_regular, read_regular, regular_file_size,
+                         sha256_regular)
 from .store_index import (
     BAND_ROWS,  # noqa: F401 (re-exported)
     INDEX_NAME,
@@ -164,7 +165,13 @@ def clean_store(root: str | Path) -> list[Path]:
         return clean_object_store(root)
     root = Path(root)
     _check_store_folder(root, root / INDEX_NAME, create=False)
-    return clean_temporaries(artifacts_dir(root)) + clean_temporaries(root)
+    return _clean(root)
+
+
+def _clean(root: Path) -> list[Path]:
+    """The ``.tmp-*`` files of killed writers removed from ``root`` (the folder the user named, followed if it is a
+    symlink) and its ``artifacts/`` folder (never followed: a symlinked ``artifacts/`` is left alone)."""
+    return clean_temporaries(artifacts_dir(root), follow=False) + clean_temporaries(root)
 
 
 def reindex_store(root: str | Path) -> tuple[ReindexReport, list[Path]]:
@@ -188,13 +195,19 @@ def reindex_store(root: str | Path) -> tuple[ReindexReport, list[Path]]:
             raise StoreError(f"no store at {root}: the folder does not exist (check the path)", missing=True)
         raise StoreError(f"{root} is not a graftbench store (no artifacts/ folder): nothing to reindex")
     with _write_lock(root):
-        cleaned = clean_temporaries(artifacts_dir(root)) + clean_temporaries(root)
+        cleaned = _clean(root)
         return rebuild_index(artifacts_dir(root), root / INDEX_NAME), cleaned
 
 
 def _write_lock(root: Path):
     return held_lock(root / WRITE_LOCK, WRITE_LOCK_TIMEOUT_S, f"the store {root} is locked by another writer ("
                      f"{root / WRITE_LOCK}) for more than {WRITE_LOCK_TIMEOUT_S:.0f} s; wait for it or stop it")
+
+
+def _artifact_sha256(path: Path) -> str:
+    """SHA-256 of the artifact file at ``path`` in a store's ``artifacts/`` folder, streamed; a file that is not
+    regular, leaves the store or exceeds the artifact size cap raises :class:`graftbench.safe_files.UnsafeFileError`."""
+    return sha256_regular(path, max_bytes=MAX_ARTIFACT_BYTES, within=path.parent.parent, what="artifact file")
 
 
 class Store(IndexedStore):
@@ -228,7 +241,7 @@ class Store(IndexedStore):
             return
         self.artifacts.mkdir(parents=True, exist_ok=True)
         if not new:
-            self.cleaned = clean_temporaries(self.artifacts) + clean_temporaries(self.root)
+            self.cleaned = _clean(self.root)
         with self._index(write=True) as db:
             empty = not db.execute("SELECT name FROM sqlite_master WHERE name='artifacts'").fetchone()
             if empty and not new and _has_artifact_files(self.artifacts):
@@ -293,7 +306,7 @@ class Store(IndexedStore):
     @staticmethod
     def _holds(target: Path, artifact_id: str) -> bool:
         try:
-            return sha256_file(target) == artifact_id
+            return _artifact_sha256(target) == artifact_id
         except OSError:
             return False
 
@@ -320,13 +333,16 @@ class Store(IndexedStore):
         checked local copy), with the checks :meth:`read` lists."""
         indexed_bytes, indexed_xxh3 = self._indexed(artifact_id)  # a damaged index raises StoreError, not a refusal
         try:
-            size = path.stat().st_size
+            size = regular_file_size(path, max_bytes=MAX_ARTIFACT_BYTES, within=path.parent.parent,
+                                     what="artifact file")
             if indexed_bytes is not None and size != indexed_bytes:
                 raise ArtifactError(artifact_id, "size", f"file is {size} bytes, the index says {indexed_bytes}")
             method = "xxh3_128" if integrity == "xxh3_128" and indexed_xxh3 else "sha256"
             raw = read_safetensors(path, method, room)
         except FileNotFoundError as exc:
             raise ArtifactError(artifact_id, "missing", f"no file {path}") from exc
+        except UnsafeFileError as exc:  # a FIFO, a device, a symlink out of the store, over the size cap
+            raise ArtifactError(artifact_id, "read", str(exc)) from exc
         except OSError as exc:
             raise ArtifactError(artifact_id, "read", f"cannot read {path}: {exc}") from exc
         if raw.digest != (indexed_xxh3 if method == "xxh3_128" else artifact_id):
@@ -347,7 +363,7 @@ class Store(IndexedStore):
         :class:`ArtifactError`: ``missing``, ``read``, ``format`` or ``header``."""
         path = self.path(artifact_id)
         try:
-            with open(path, "rb") as handle:
+            with open_regular(path, max_bytes=MAX_ARTIFACT_BYTES, within=self.root, what="artifact file") as handle:
                 length = header_length(handle.read(8), os.fstat(handle.fileno()).st_size)
                 table = parse_table(handle.read(length))
             return header_from_metadata(artifact_id, metadata_of(table))
@@ -365,20 +381,28 @@ class Store(IndexedStore):
         it. Raises :class:`ArtifactError` naming the failed check (also ``missing`` and ``read``), and
         :class:`StoreError` for a damaged index."""
         indexed = self._indexed(artifact_id)
-        return self._audit(artifact_id, self._file_bytes(artifact_id), indexed)
+        return self._audit(artifact_id, self._file_bytes(artifact_id, indexed), indexed)
 
     def audit(self, artifact_id: str) -> dict:
         """:meth:`read_audited`'s checks on the file's bytes without making tensors (no torch: ``store verify``);
         returns the artifact's header. Raises as :meth:`read_audited`."""
         indexed = self._indexed(artifact_id)
-        return self._audit(artifact_id, self._file_bytes(artifact_id), indexed, audit_artifact)
+        return self._audit(artifact_id, self._file_bytes(artifact_id, indexed), indexed, audit_artifact)
 
-    def _file_bytes(self, artifact_id: str) -> bytes:
+    def _file_bytes(self, artifact_id: str, indexed: tuple[int | None, str | None]) -> bytes:
+        """The artifact file's bytes, read only when it is a regular file inside the store, under the size cap
+        and of the size the index records (``indexed``). Raises :class:`ArtifactError` (``missing``, ``size``,
+        ``read``)."""
         path = self.path(artifact_id)
         try:
-            return path.read_bytes()
+            size = regular_file_size(path, max_bytes=MAX_ARTIFACT_BYTES, within=self.root, what="artifact file")
+            if indexed[0] is not None and size != indexed[0]:  # refused before a byte is read
+                raise ArtifactError(artifact_id, "size", f"file is {size} bytes, the index says {indexed[0]}")
+            return read_regular(path, max_bytes=MAX_ARTIFACT_BYTES, within=self.root, what="artifact file")
         except FileNotFoundError as exc:
             raise ArtifactError(artifact_id, "missing", f"no file {path}") from exc
+        except UnsafeFileError as exc:  # a FIFO, a device, a symlink out of the store, over the size cap
+            raise ArtifactError(artifact_id, "read", str(exc)) from exc
         except OSError as exc:
             raise ArtifactError(artifact_id, "read", f"cannot read {path}: {exc}") from exc
 

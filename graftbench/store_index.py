@@ -26,6 +26,7 @@ from .artifact_ids import artifact_id_of, id_of_path
 from .artifact_reader import xxh3_128_hex
 from .durable import TEMP_PREFIX, fsync_dir, locked_temp
 from .problem_types import family_of_id
+from .safe_files import MAX_ARTIFACT_BYTES, UnsafeFileError, read_regular, regular_file_size
 
 INDEX_NAME = "index.sqlite"
 ROUTE_CANDIDATES = 32  # most artifacts ranked per similarity lookup
@@ -116,6 +117,21 @@ def check_tables(db: sqlite3.Connection, index_path: Path, root: Path) -> None:
                          f"(tables: {sorted(tables) or 'none'}); {reindex_advice(root)}")
 
 
+def check_index_file(index_path: Path, root: object) -> None:
+    """Raise :class:`StoreError` naming ``index_path`` when it exists but is not a regular file inside its folder
+    (a FIFO would block SQLite's open forever, a device or a symlink leaving the store is not an index); a missing
+    index is left to the caller (a writer creates it)."""
+    if not os.path.lexists(index_path):
+        return
+    try:
+        regular_file_size(index_path, within=index_path.parent, what="the store's index")
+    except UnsafeFileError as exc:
+        raise StoreError(f"{exc}; {reindex_advice(root)}") from exc
+    except OSError as exc:  # a dangling symlink, no permission
+        raise StoreError(f"the store's index {index_path} cannot be read ({exc.strerror or exc}); "
+                         f"{reindex_advice(root)}") from exc
+
+
 def row_of(artifact_id: str, header: dict, data: bytes) -> tuple:
     """The index row (in ``COLUMNS`` order) of artifact bytes ``data`` with graftbench header ``header``. Raises
     :class:`ArtifactError` (``header``) when ``config_fingerprint`` or ``positions`` is missing or malformed."""
@@ -187,8 +203,8 @@ def _row_of_file(path: Path) -> tuple[tuple | None, str]:
     artifact_id = id_of_path(path)
     if artifact_id is None:
         return None, "not an artifact file name (64 hex digits + .safetensors)"
-    try:
-        data = path.read_bytes()
+    try:  # a regular file inside the store, of at most the artifact size cap: never a FIFO, a device, a symlink out
+        data = read_regular(path, max_bytes=MAX_ARTIFACT_BYTES, within=path.parent.parent, what="artifact file")
     except OSError as exc:
         return None, f"cannot read it ({exc.strerror or exc})"
     if artifact_id_of(data) != artifact_id:
@@ -303,6 +319,7 @@ class IndexedStore:
     readonly: bool
 
     def _connect(self) -> sqlite3.Connection:
+        check_index_file(self.index_path, self.root)
         if self.readonly:
             return sqlite3.connect(f"file:{quote(str(self.index_path.resolve()))}?mode=ro", uri=True, timeout=60)
         return sqlite3.connect(self.index_path, timeout=60)

@@ -142,10 +142,15 @@ def _encodes(text: str) -> bool:
 
 
 def load_strict(path: str | Path, *, parse_float: Callable[[str], Any] | None = None) -> Any:
-    """Read the file at ``path`` (UTF-8) with :func:`loads_strict`; errors name the path.
+    """Read the file at ``path`` (UTF-8) with :func:`loads_strict`; errors name the path. Only a regular file of
+    at most :data:`graftbench.safe_files.MAX_JSON_BYTES` is read (:func:`graftbench.safe_files.read_regular`).
 
     Raises:
-        OSError: the file cannot be read (``FileNotFoundError``, ``IsADirectoryError``, ...), unchanged.
+        OSError: the file cannot be read (``FileNotFoundError``, ``IsADirectoryError``, ...), unchanged, or is
+            refused (:class:`graftbench.safe_files.UnsafeFileError`: a FIFO, a device, over the size cap).
         StrictJSONError: as :func:`loads_strict`.
     """
-    return loads_strict(Path(path).read_bytes(), source=str(path), parse_float=parse_float)
+    from .safe_files import MAX_JSON_BYTES, read_regular
+
+    return loads_strict(read_regular(path, max_bytes=MAX_JSON_BYTES, what="JSON file"), source=str(path),
+                        parse_float=parse_float)

@@ -23,13 +23,14 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from .answer_extraction import box_candidates, phrase_candidates
+from .answer_spelling import RATIO_RE
 from .answer_normalization import INT_RE, MAX_DIGITS, as_plain_fraction, normalize
 
 __all__ = ["VERIFIER_VERSION", "VERIFIER_VERSIONS", "Verdict", "check_version", "extract_answer",
            "answers_equivalent", "verify_answer"]
 
-VERIFIER_VERSION = 2  # the rules new runs are scored under (see graftbench.answer_normalization.RULES_ADDED)
-VERIFIER_VERSIONS = (1, 2)  # every version whose rules this graftbench still applies
+VERIFIER_VERSION = 3  # the rules new runs are scored under (see graftbench.answer_normalization.RULES_ADDED)
+VERIFIER_VERSIONS = (1, 2, 3)  # every version whose rules this graftbench still applies
 
 # Limits that keep every call fast and sympy away from pathological input.
 _MAX_SYMPY_LEN = 200  # candidates longer than this never reach sympy
@@ -251,6 +252,8 @@ def answers_equivalent(extracted: str, key: str, version: int = VERIFIER_VERSION
             return ra == rb
         if a == b:
             return True
+        if version >= 3 and (RATIO_RE.match(a) or RATIO_RE.match(b)):
+            return False  # a clock time or ratio equals only the same a:b
         ea = _sympy_parse(a, version)
         if ea is None:
             return False

@@ -286,6 +286,6 @@ def flywheel(session: Session, problems: list[Problem], source: str, *, prefix: 
                        runs_root=runs_root, store_root=store_root, on_sample=on_sample)
     checks = {}
     for result in (baseline, grafted):
-        mismatches, _ = verify_manifest(result.run.manifest_path, require_artifacts=True)
+        mismatches, _ = verify_manifest(result.run.manifest_path, store_root, require_artifacts=True)
         checks[result.run.name] = mismatches
     return FlywheelResult(baseline, grafted, report, [p.id for p in recurring], [p.id for p in held_out], checks)

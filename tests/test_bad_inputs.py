@@ -34,6 +34,7 @@ from graftbench.problem_types import ProblemSetError
 from graftbench.runs import RunDir, RunError
 from graftbench.settings import EvalSettings
 from graftbench.store import Store
+from graftbench.verify import VERIFIER_VERSION
 from graftbench.workflows import run_eval
 
 # ----------------------------------------------------------------------------------------- manifests
@@ -57,9 +58,13 @@ def _verify_edited(root, manifest, name="edited.json"):
 
 def test_the_graft_manifest_verifies_untouched(graft_run):
     root, result = graft_run
-    mismatches, notes = verify_manifest(result.run.manifest_path)
+    mismatches, notes = verify_manifest(result.run.manifest_path, store=root / "store")
     assert mismatches == []
-    assert notes == [f"2 samples re-verified under verifier 2; 2 artifact payloads checked against {root / 'store'}"]
+    assert notes == [f"2 samples re-verified under verifier {VERIFIER_VERSION}; 2 artifact payloads checked against {root / 'store'}"]
+    mismatches, notes = verify_manifest(result.run.manifest_path)  # the store the manifest records is not read
+    assert mismatches == []
+    assert notes == [f"2 samples re-verified under verifier {VERIFIER_VERSION}; 2 artifact payloads not checked (no "
+                     "store given with --store)"]
 
 
 def test_an_artifact_the_store_does_not_hold_is_not_checked_unless_required(graft_run, tmp_path):
@@ -68,7 +73,7 @@ def test_an_artifact_the_store_does_not_hold_is_not_checked_unless_required(graf
     (other / "artifacts").mkdir(parents=True)  # a store, but not the one the run deposited into
     mismatches, notes = verify_manifest(result.run.manifest_path, store=other)
     assert mismatches == []
-    assert notes[0] == f"2 samples re-verified under verifier 2; 0 artifact payloads checked against {other}, 2 not checked (absent from the store)"
+    assert notes[0] == f"2 samples re-verified under verifier {VERIFIER_VERSION}; 0 artifact payloads checked against {other}, 2 not checked (absent from the store)"
     mismatches, _ = verify_manifest(result.run.manifest_path, store=other, require_artifacts=True)
     assert len(mismatches) == 2 and all(m.endswith(f"absent from store {other}") for m in mismatches)
     mismatches, notes = verify_manifest(result.run.manifest_path, store=tmp_path / "nowhere")

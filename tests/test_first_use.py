@@ -309,7 +309,7 @@ def test_a_read_only_file_system_is_named_not_shown_as_a_raw_errno(monkeypatch, 
     store = Store(tmp_path / "ro")
     store.put(kv_artifact("mod-0", "c" * 64))
 
-    def read_only(folder):
+    def read_only(folder, follow=True):
         raise OSError(errno.EROFS, "Read-only file system", str(folder))
 
     monkeypatch.setattr("graftbench.store.clean_temporaries", read_only)

@@ -11,7 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from graftbench.cli import app
-from graftbench.manifest import load_manifest, recorded_verifier_version
+from graftbench.config import pin_fingerprint
+from graftbench.hashing import sha256_text
+from graftbench.manifest import build_manifest, load_manifest, recorded_verifier_version
 from graftbench.metrics import summarize
 from graftbench.report import RUN_COLUMNS, build_report, round_rows, run_row
 
@@ -129,21 +131,28 @@ def test_an_out_path_that_is_or_runs_through_a_file_is_refused_before_the_tables
 
 
 def _manifest(run: str, mode: str, table: list[list[bool]], round_: int | None = None) -> dict:
+    """A sealed run manifest that verifies (its problem set is not one graftbench can rebuild: not anchored)."""
     problems = [{"id": f"mod-{i}", "problem_sha256": f"{i:064x}", "key": "3"} for i in range(len(table))]
     samples = []
     for problem, row in zip(problems, table):
         for j, correct in enumerate(row):
+            output = f"Final answer: {3 if correct else 5}"
             samples.append({"problem_id": problem["id"], "sample_index": j, "correct": correct,
                             "extracted": "3" if correct else "5", "decode_tokens": 4 if mode == "graft" else 300,
-                            "ttft_s": 0.1, "wall_s": 1.0, "energy_j": 3.0, "mode": mode, "output": " 3\n",
+                            "ttft_s": 0.1, "wall_s": 1.0, "energy_j": 3.0, "mode": mode, "output": output,
+                            "output_sha256": sha256_text(output), "key": "3", "cue": "",
+                            "problem_sha256": problem["problem_sha256"], "prefill_tokens": 10,
+                            "prefill_tokens_saved": 0, "artifact_id": None, "artifact_tokens": 0,
+                            "finish_reason": "eos", "certified": None, "certificate_sha256": None,
                             "layout": "answer-cue" if mode == "graft" else None,
                             "example_answer": "5" if mode == "graft" else None,
                             "copied": (not correct) if mode == "graft" else None, "seed": j})
-    settings = {"graft": mode == "graft", "max_new_tokens": 256, **({"round": round_} if round_ else {})}
-    return {"schema": "graftbench.manifest/2", "run": run, "created_utc": "2026-01-02T03:04:05Z",
-            "config": {"model": "smollm2-135m", "dtype": "float32"}, "settings": settings,
-            "problem_set": {"source": "builtin", "n": len(problems)}, "problems": problems, "samples": samples,
-            "energy": {"method": "estimate"}}
+    settings = {"graft": mode == "graft", "max_new_tokens": 256, "samples": len(table[0]), "verifier_version": 2,
+                **({"round": round_} if round_ else {})}
+    config = {"model": "smollm2-135m", "dtype": "float32"}
+    return build_manifest(run=run, command="eval", config=config, config_fingerprint=pin_fingerprint(config),
+                          settings=settings, problem_set={"source": "builtin", "n": len(problems)},
+                          problems=problems, samples=samples, energy={"method": "estimate"}, store=None)
 
 
 def test_n_samples_rounds_and_copy_controls(tmp_path):

@@ -14,6 +14,7 @@ from graftbench.problem_types import Problem
 from graftbench.runs import RunDir, RunError
 from graftbench.settings import EvalSettings
 from graftbench.store import Store
+from graftbench.verify import VERIFIER_VERSION
 from graftbench.workflows import run_eval
 
 TINY = EvalSettings(max_new_tokens=6)
@@ -51,7 +52,7 @@ def test_interrupted_solve_resumes_without_loss_or_repeat(session, problems, tmp
     assert lines.startswith(before)
     assert [s["problem_id"] for s in run.read_samples()] == [p.id for p in problems]
     assert [s.problem_id for s in result.samples] == [p.id for p in problems]
-    assert verify_manifest(run.manifest_path) == ([], [f"{len(problems)} samples re-verified under verifier 2; no artifacts used"])
+    assert verify_manifest(run.manifest_path) == ([], [f"{len(problems)} samples re-verified under verifier {VERIFIER_VERSION}; no artifacts used"])
 
 
 def test_resume_with_other_settings_is_refused(session, problems, tmp_path):

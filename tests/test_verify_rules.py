@@ -1,5 +1,5 @@
-"""Verifier rules of issue #11, one row each: response, key, the verdict under verifier 2 (the current rules) and
-under verifier 1 (the rules every earlier manifest was scored under, which must not change).
+"""Verifier rules of issue #11, one row each: response, key, the verdict under verifier 2 (kept by verifier 3, whose
+own kinds are in test_verify_kinds.py) and under verifier 1 (the rules every earlier manifest was scored under, which must not change).
 
 The version-1 column was produced by the verifier as it was before version 2 existed (commit a53ef77), so a row
 whose two columns differ is a rule that version 2 added.
@@ -84,8 +84,13 @@ CASES = [
 
 
 @pytest.mark.parametrize(("text", "key", "extracted", "correct"), [c[:4] for c in CASES])
-def test_rule_under_current_verifier(text, key, extracted, correct):
-    assert verify_answer(text, key) == Verdict(extracted, correct)
+def test_rule_under_verifier_2(text, key, extracted, correct):
+    assert verify_answer(text, key, version=2) == Verdict(extracted, correct)
+
+
+@pytest.mark.parametrize(("text", "key", "extracted", "correct"), [c[:4] for c in CASES])
+def test_verifier_3_keeps_every_verifier_2_rule(text, key, extracted, correct):
+    assert verify_answer(text, key, version=3) == Verdict(extracted, correct)
 
 
 @pytest.mark.parametrize(("text", "key", "extracted", "correct"), [(*c[:2], *c[4:]) for c in CASES])
@@ -94,14 +99,14 @@ def test_verifier_1_is_unchanged(text, key, extracted, correct):
 
 
 def test_every_version_after_the_first_lists_its_rules():
-    assert VERIFIER_VERSION == max(VERIFIER_VERSIONS) == 2
+    assert VERIFIER_VERSION == max(VERIFIER_VERSIONS) == 3
     assert sorted(RULES_ADDED) == list(VERIFIER_VERSIONS[1:])
     assert len(RULES_ADDED[2]) == 9
 
 
-@pytest.mark.parametrize("version", [0, 3, "2", True, None])
+@pytest.mark.parametrize("version", [0, 4, "2", True, None])
 def test_unknown_version_is_refused_by_name(version):
-    with pytest.raises(ValueError, match=r"verifier version .* is not known to this graftbench \(it knows 1, 2\)"):
+    with pytest.raises(ValueError, match=r"verifier version .* is not known to this graftbench \(it knows 1, 2, 3\)"):
         check_version(version)
     with pytest.raises(ValueError, match="not known"):
         verify_answer(r"\boxed{1}", "1", version=version)

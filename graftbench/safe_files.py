@@ -1,0 +1,123 @@
+"""Bounded reads of files whose path comes from a user or from another file: the one place that opens them.
+
+Invariants of every function here:
+
+- only a regular file is opened: a FIFO, a device (``/dev/zero``), a socket or a folder is refused from its
+  ``stat`` before any ``open`` (opening a FIFO blocks until a writer comes, a device may act on being opened), and
+  the opened file is checked again with ``fstat`` (it cannot have been swapped for something else);
+- with ``within``, a path whose real location (every symlink followed) is not inside the real ``within`` folder is
+  refused: a symlink that leaves a store is never followed;
+- a file larger than ``max_bytes`` is refused from its size before a byte is read, and no more than
+  ``max_bytes`` are ever read (a file that grows while read is refused too), so memory stays bounded;
+- hashing streams in 1 MiB blocks.
+
+Errors are :class:`UnsafeFileError` (an ``OSError``) whose message names the file and what is wrong with it;
+``FileNotFoundError`` and ``IsADirectoryError`` are raised as such, with the path. Imports only the standard library.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import stat
+from pathlib import Path
+
+MiB = 1 << 20
+GiB = 1 << 30
+MAX_JSON_BYTES = 256 * MiB  # a manifest, an exactness expectation, a replay log, a run's settings
+MAX_ARTIFACT_BYTES = 4 * GiB  # one artifact file (a KV cache of 8,192 tokens of a 1.5B model is under 0.5 GiB)
+_BLOCK = MiB
+_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link"))
+
+
+class UnsafeFileError(OSError):
+    """A file that is refused before it is read: not a regular file, a symlink leaving its folder, or larger than
+    its size cap. The message (``str()``) names the file."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def _check_within(path: Path, within: str | Path | None, what: str) -> None:
+    if within is None:
+        return
+    real, root = os.path.realpath(path), os.path.realpath(within)
+    if os.path.commonpath([real, root]) != root:
+        raise UnsafeFileError(errno.EACCES, f"{what} {path} is refused: it resolves to {real}, outside {within} "
+                              "(a symlink leaving it)")
+
+
+def _check_stat(path: Path, status: os.stat_result, max_bytes: int | None, what: str) -> None:
+    if stat.S_ISDIR(status.st_mode):
+        raise IsADirectoryError(errno.EISDIR, f"{what} {path} is a directory, not a file", str(path))
+    if not stat.S_ISREG(status.st_mode):
+        raise UnsafeFileError(errno.EINVAL, f"{what} {path} is refused: it is {_kind(status.st_mode)}, "
+                              "not a regular file")
+    if max_bytes is not None and status.st_size > max_bytes:
+        raise UnsafeFileError(errno.EFBIG, f"{what} {path} is refused: it is {status.st_size:,} bytes, more than "
+                              f"the {max_bytes:,} bytes read at most")
+
+
+def regular_file_size(path: str | Path, *, max_bytes: int | None = None, within: str | Path | None = None,
+                      what: str = "file") -> int:
+    """The size in bytes of the regular file at ``path`` (symlinks followed), checked as :func:`open_regular`
+    checks it, without opening it. Raises ``FileNotFoundError``, ``IsADirectoryError`` or
+    :class:`UnsafeFileError` (naming ``what`` and the path)."""
+    path = Path(path)
+    _check_within(path, within, what)
+    status = os.stat(path)
+    _check_stat(path, status, max_bytes, what)
+    return status.st_size
+
+
+def open_regular(path: str | Path, *, max_bytes: int | None = None, within: str | Path | None = None,
+                 what: str = "file"):
+    """Open the regular file at ``path`` for reading in binary (an unbuffered file object; the caller closes it),
+    after the checks of the module's docstring. Raises ``FileNotFoundError``, ``IsADirectoryError``,
+    :class:`UnsafeFileError` (naming ``what`` and the path), or another ``OSError`` when it cannot be opened."""
+    path = Path(path)
+    regular_file_size(path, max_bytes=max_bytes, within=within, what=what)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # O_NONBLOCK: a FIFO swapped in cannot block
+    try:
+        _check_stat(path, os.fstat(fd), max_bytes, what)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb", buffering=0)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _blocks(handle, max_bytes: int | None, path: Path, what: str):
+    total = 0
+    while block := handle.read(_BLOCK):
+        total += len(block)
+        if max_bytes is not None and total > max_bytes:
+            raise UnsafeFileError(errno.EFBIG, f"{what} {path} is refused: it grew past the {max_bytes:,} bytes "
+                                  "read at most while it was read")
+        yield block
+
+
+def read_regular(path: str | Path, *, max_bytes: int, within: str | Path | None = None, what: str = "file") -> bytes:
+    """The bytes of the regular file at ``path``, at most ``max_bytes`` of them (checked as :func:`open_regular`).
+    Raises as :func:`open_regular`, and :class:`UnsafeFileError` when the file grows past ``max_bytes``."""
+    path = Path(path)
+    with open_regular(path, max_bytes=max_bytes, within=within, what=what) as handle:
+        return b"".join(_blocks(handle, max_bytes, path, what))
+
+
+def sha256_regular(path: str | Path, *, max_bytes: int | None = None, within: str | Path | None = None,
+                   what: str = "file") -> str:
+    """SHA-256 hex digest of the regular file at ``path``, streamed in 1 MiB blocks (checked as
+    :func:`open_regular`). Raises as :func:`read_regular`."""
+    path = Path(path)
+    digest = hashlib.sha256()
+    with open_regular(path, max_bytes=max_bytes, within=within, what=what) as handle:
+        for block in _blocks(handle, max_bytes, path, what):
+            digest.update(block)
+    return digest.hexdigest()

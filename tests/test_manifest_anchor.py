@@ -1,0 +1,250 @@
+"""What a self-hash cannot vouch for: forgeries re-sealed with graftbench's own functions are caught by the problem
+set (its SHA-256, every key, every problem sampled as often as the settings say), by the schema (a document whose
+content is not what its schema says, a verifier version lower than its schema requires) and by the results index
+(manifests/SHA256SUMS). No model: committed manifests, edited and sealed again."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from graftbench.cli import app
+from graftbench.hashing import sha256_json, sha256_text
+from graftbench.manifest import (ManifestRefused, compute_totals, load_manifest, run_metrics, seal_sha256,
+                                 sealed_fields, write_manifest)
+from graftbench.manifest_anchor import INDEX_NAME, ProblemSet, index_text, read_index
+from graftbench.manifest_check import check_manifest
+from graftbench.problem_loading import load_problems
+from graftbench.report import ReportError, build_report
+from graftbench.verify import verify_answer
+
+ROOT = Path(__file__).resolve().parents[1]
+MANIFESTS = ROOT / "manifests"
+AIME2025 = MANIFESTS / "aime2025-smollm2-135m-baseline.json"
+AVG4 = MANIFESTS / "transfer-qwen2.5-coder-0.5b-baseline-avg4.json"
+runner = CliRunner()
+
+
+def _resealed(manifest: dict) -> dict:
+    """What a forger does after an edit: totals, metrics, field digests and the seal recomputed."""
+    body = {k: v for k, v in manifest.items() if k not in ("manifest_sha256", "sealed_fields")}
+    body["totals"] = compute_totals(body["samples"])
+    if "metrics" in body:
+        body["metrics"] = run_metrics(body["samples"], body["problems"], body["settings"])
+    body["sealed_fields"] = sealed_fields(body)
+    return {**body, "manifest_sha256": seal_sha256(body, body["schema"])}
+
+
+def _forged(path: Path, tmp_path: Path, edit) -> Path:
+    manifest = copy.deepcopy(load_manifest(path))
+    edit(manifest)
+    out = tmp_path / path.name
+    write_manifest(_resealed(manifest), out)
+    return out
+
+
+def _drop_first_problem(manifest: dict) -> None:
+    dropped = manifest["problems"].pop(0)["id"]
+    manifest["samples"] = [s for s in manifest["samples"] if s["problem_id"] != dropped]
+    manifest["problem_set"]["n"] -= 1
+
+
+def test_an_untouched_copy_of_a_committed_manifest_verifies_anchored_to_its_problem_file(tmp_path):
+    copied = tmp_path / AIME2025.name
+    shutil.copy(AIME2025, copied)
+    mismatches, notes = check_manifest(copied)
+    assert mismatches == []
+    assert "problem set anchored to ../shared/data/aime2025.jsonl (30 problems)" in notes
+
+
+def test_a_dropped_failed_problem_is_caught_by_the_problem_set_it_names(tmp_path):
+    forged = _forged(AIME2025, tmp_path, _drop_first_problem)
+    assert load_manifest(forged)["totals"]["samples"] == 29
+    mismatches, _ = check_manifest(forged)
+    assert mismatches == ["problems: the manifest lists 29 problems, not the 30 of the problem set in its order",
+                          "samples: 1 problems of the set do not have 1 samples each (settings.samples): "
+                          "2025-I-1 has 0"]
+
+
+def test_a_key_changed_to_the_models_answer_is_caught_by_the_problem_file(tmp_path):
+    def edit(manifest):
+        sample, problem = manifest["samples"][0], manifest["problems"][0]
+        sample["output"] += "\nFinal answer: 12"
+        sample["output_sha256"] = sha256_text(sample["output"])
+        sample["key"] = problem["key"] = "12"
+        verdict = verify_answer(sample["output"], "12", sample["cue"], version=2)
+        sample["extracted"], sample["correct"] = verdict.extracted, verdict.correct
+
+    forged = _forged(AIME2025, tmp_path, edit)
+    assert load_manifest(forged)["totals"]["correct"] == 1
+    mismatches, _ = check_manifest(forged)
+    assert mismatches == ["problem 2025-I-1: key '12' is not the problem set's '70'",
+                          "sample 2025-I-1: key '12' is not the problem set's '70'"]
+
+
+def test_a_missing_sample_of_an_avg4_run_is_caught_by_settings_samples(tmp_path):
+    def edit(manifest):
+        manifest["samples"] = [s for s in manifest["samples"]
+                               if not (s["problem_id"] == "mod-2" and s["sample_index"] == 3)]
+
+    mismatches, _ = check_manifest(_forged(AVG4, tmp_path, edit))
+    assert mismatches == ["samples: 1 problems of the set do not have 4 samples each (settings.samples): mod-2 has 3"]
+
+
+def test_a_recorded_source_graftbench_cannot_rebuild_is_named_not_anchored_and_problems_anchors_it(tmp_path):
+    def edit(manifest):
+        _drop_first_problem(manifest)
+        manifest["problem_set"]["source"] = "elsewhere/aime2025.jsonl"
+
+    forged = _forged(AIME2025, tmp_path, edit)
+    mismatches, notes = check_manifest(forged)
+    assert mismatches == []
+    assert notes[-1] == ("problem set not anchored: its source 'elsewhere/aime2025.jsonl' is not a built-in set or "
+                         "a regular file under ../shared/data/ here")
+    named = ProblemSet(tuple(load_problems(str(ROOT.parent / "shared" / "data" / "aime2025.jsonl"))), "aime", True)
+    mismatches, _ = check_manifest(forged, problems=named)
+    assert mismatches[0] == "problems: the manifest lists 29 problems, not the 30 of the problem set in its order"
+    result = runner.invoke(app, ["verify-manifest", str(forged), "--problems", "builtin"], env={"COLUMNS": "250"})
+    assert result.exit_code == 1
+    assert "mismatch problem_set.sha256: recorded 'e2ffcf16" not in result.output  # the AIME 2025 digest, not 2024
+    assert "mismatch problem_set.sha256: recorded '26c7f868fffeba62', the problem set (12 problems)" in result.output
+
+
+def test_a_problems_file_that_cannot_be_read_is_a_clear_error(tmp_path):
+    result = runner.invoke(app, ["verify-manifest", str(AIME2025), "--problems", str(tmp_path / "none.jsonl")])
+    assert result.exit_code == 2 and "none.jsonl" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(("edit", "line"), [
+    (lambda m: m["settings"].pop("verifier_version"),
+     "settings.verifier_version: missing; a graftbench.manifest/2 manifest records the verifier version its "
+     "samples were scored under (2 or later)"),
+    (lambda m: m["settings"].update(verifier_version=1),
+     "settings.verifier_version: 1 is lower than graftbench.manifest/2 requires (2 or later)"),
+])
+def test_a_verifier_version_removed_or_lowered_below_the_schemas_is_a_mismatch(tmp_path, edit, line):
+    mismatches, _ = check_manifest(_forged(AIME2025, tmp_path, edit))
+    assert mismatches[0] == line
+
+
+def test_a_schema_lowered_to_1_with_its_verifier_version_kept_is_a_mismatch(tmp_path):
+    mismatches, _ = check_manifest(_forged(AIME2025, tmp_path, lambda m: m.update(schema="graftbench.manifest/1")))
+    assert mismatches[0] == ("settings.verifier_version: not a field of graftbench.manifest/1, written before "
+                             "verifier versions were recorded")
+
+
+def test_a_run_manifest_relabelled_as_an_exactness_manifest_is_refused(tmp_path):
+    manifest = load_manifest(AIME2025)
+    body = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
+    body["schema"] = "graftbench.exactness/1"
+    body["pairs"] = []
+    path = tmp_path / "relabelled.json"
+    path.write_text(json.dumps({**body, "manifest_sha256": sha256_json(body)}), encoding="utf-8")
+    with pytest.raises(ManifestRefused, match="is not what its schema 'graftbench.exactness/1' says it is: "
+                                              "artifacts: not a field of graftbench.exactness/1"):
+        check_manifest(path)
+    result = runner.invoke(app, ["verify-manifest", str(path)], env={"COLUMNS": "250"})
+    assert result.exit_code == 1 and "is not what its schema 'graftbench.exactness/1' says it is" in result.output
+
+
+def test_an_exactness_manifest_relabelled_as_a_run_manifest_is_refused(tmp_path):
+    manifest = json.loads((MANIFESTS / "exact-smollm2-135m.json").read_text(encoding="utf-8"))
+    manifest["schema"] = "graftbench.manifest/2"
+    path = tmp_path / "relabelled.json"
+    path.write_text(json.dumps(manifest), encoding="utf-8")
+    with pytest.raises(ManifestRefused, match="command: required by graftbench.manifest/2 but missing.*"
+                                              "pairs: a field of another kind of document"):
+        check_manifest(path)
+
+
+def test_the_results_index_lists_every_committed_manifest_with_its_sha256():
+    index = MANIFESTS / INDEX_NAME
+    assert index.read_text(encoding="utf-8") == index_text(MANIFESTS)
+    listed = read_index(index)
+    assert len(listed) == len(list(MANIFESTS.rglob("*.json")))
+    assert "cpu/intel-xeon-amx/exact-smollm2-135m.json" in listed
+
+
+@pytest.mark.parametrize("name", ["aime2025-smollm2-135m-baseline.json",
+                                  "cpu/intel-xeon-amx/exact-smollm2-135m.json"])
+def test_a_resealed_forgery_under_a_committed_name_is_caught_by_the_index(tmp_path, name):
+    (tmp_path / "cpu" / "intel-xeon-amx").mkdir(parents=True)
+    shutil.copy(MANIFESTS / INDEX_NAME, tmp_path / INDEX_NAME)
+    target = tmp_path / name
+    text = (MANIFESTS / name).read_text(encoding="utf-8")
+    target.write_text(text, encoding="utf-8")
+    assert check_manifest(target)[0] == []
+    if name.startswith("cpu/"):  # an exactness manifest: a pair's recorded figure changed and sealed again
+        manifest = json.loads(text)
+        manifest["created_utc"] = "2020-01-01T00:00:00Z"
+        body = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
+        target.write_text(json.dumps({**body, "manifest_sha256": sha256_json(body)}), encoding="utf-8")
+    else:  # a wrong sample's output replaced by the key and sealed again: self-consistent
+        def edit(manifest):
+            sample = manifest["samples"][0]
+            sample["output"] = f"Final answer: {sample['key']}"
+            sample["output_sha256"] = sha256_text(sample["output"])
+            sample["extracted"], sample["correct"] = sample["key"], True
+
+        forged = _forged(MANIFESTS / name, tmp_path / "cpu", edit)
+        shutil.move(forged, target)
+    mismatches, _ = check_manifest(target)
+    recorded = read_index(MANIFESTS / INDEX_NAME)[name]
+    assert mismatches == [f"the file's SHA-256 is not the {recorded[:16]} that {tmp_path / INDEX_NAME} records for "
+                          f"{name}"]
+
+
+def test_report_refuses_a_manifest_that_does_not_verify_naming_it(tmp_path):
+    forged = _forged(AIME2025, tmp_path, _drop_first_problem)
+    with pytest.raises(ReportError, match=rf"'{forged}' does not verify \(2 mismatches; `graftbench verify-manifest"):
+        build_report([AIME2025, forged])
+    result = runner.invoke(app, ["report", str(forged), "--out", str(tmp_path / "rep")], env={"COLUMNS": "250"})
+    assert result.exit_code == 2 and "does not verify" in result.output and not (tmp_path / "rep").exists()
+
+
+def test_report_says_which_parts_it_could_not_verify(tmp_path):
+    flywheel = MANIFESTS / "flywheel-smollm2-135m-r1-graft.json"
+    report = build_report([AIME2025, flywheel], resamples=100)
+    assert report.runs[0].unverified == ()
+    assert report.runs[1].unverified == ("problem set not anchored: recorded 'f29da079f7c2a38b', the problem set "
+                                         "(12 problems) is '912e2d8ef4440cc3'",)
+    result = runner.invoke(app, ["report", str(flywheel), "--out", str(tmp_path / "rep"), "--resamples", "100"],
+                           env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    assert "verified, except: problem set not anchored" in (tmp_path / "rep" / "report.md").read_text()
+
+
+def test_an_exactness_manifest_is_anchored_to_a_named_problem_set_by_its_sha256():
+    expectation = MANIFESTS / "exact-smollm2-135m.json"
+    aime = str(ROOT.parent / "shared" / "data" / "aime2024.jsonl")
+    assert check_manifest(expectation, problems=ProblemSet(tuple(load_problems(aime)), "aime2024", True)) == (
+        [], ["exactness manifest re-checked", f"the file's SHA-256 is the one {MANIFESTS / INDEX_NAME} records for it",
+             "problem set anchored to aime2024"])
+    mismatches, _ = check_manifest(expectation, problems=ProblemSet(tuple(load_problems("builtin")), "builtin", True))
+    assert mismatches == ["problem_set.sha256: recorded 'e2ffcf162467ca41', the problem set (12 problems) is "
+                          "'912e2d8ef4440cc3'"]
+
+
+def test_a_recorded_source_with_markup_is_printed_as_data(tmp_path):
+    source = "[/x] [green]ok[/green]"
+    forged = _forged(MANIFESTS / "transfer-smollm2-135m-baseline.json", tmp_path,
+                     lambda m: m["problem_set"].update(source=source))
+    result = runner.invoke(app, ["verify-manifest", str(forged)], env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    assert f"problem set not anchored: its source {source!r} is not a built-in set" in result.output
+
+
+def test_a_sample_whose_problem_id_is_not_a_string_is_counted_as_missing_not_a_crash(tmp_path):
+    manifest = copy.deepcopy(load_manifest(AIME2025))
+    manifest["samples"][0]["problem_id"] = ["2025-I-1"]
+    body = {k: v for k, v in manifest.items() if k not in ("manifest_sha256", "sealed_fields")}
+    body["sealed_fields"] = sealed_fields(body)
+    forged = tmp_path / "forged.json"
+    write_manifest({**body, "manifest_sha256": seal_sha256(body)}, forged)
+    mismatches, _ = check_manifest(forged)
+    assert "samples: 1 problems of the set do not have 1 samples each (settings.samples): 2025-I-1 has 0" in mismatches

@@ -1,0 +1,89 @@
+"""The README's headline figures equal what the committed manifests and benchmark files they link to say."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+MANIFESTS = ROOT / "manifests"
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def _totals(name: str) -> dict:
+    return json.loads((MANIFESTS / f"{name}.json").read_text())["totals"]
+
+
+def _score(totals: dict) -> str:
+    return f"{totals['correct']}/{totals['samples']}"
+
+
+@pytest.mark.parametrize("baseline, graft", [
+    ("aime2024-baseline-smollm2-135m", "aime2024-recurring-smollm2-135m"),
+    ("aime2024-baseline-qwen2.5-coder-0.5b", "aime2024-recurring-qwen2.5-coder-0.5b"),
+    ("transfer-smollm2-135m-baseline", "transfer-smollm2-135m-graft"),
+    ("transfer-qwen2.5-coder-0.5b-program-baseline", "transfer-qwen2.5-coder-0.5b-program-graft"),
+])
+def test_the_readmes_baseline_to_graft_scores_are_the_manifests(baseline, graft):
+    assert f"{_score(_totals(baseline))} → {_score(_totals(graft))}" in README
+    assert f"(manifests/{baseline}.json)" in README and f"(manifests/{graft}.json)" in README
+
+
+def test_the_readmes_recurring_decode_tokens_and_certificates_are_the_manifests():
+    smol_base, smol = _totals("aime2024-baseline-smollm2-135m"), _totals("aime2024-recurring-smollm2-135m")
+    ratio = smol_base["decode_tokens"] / smol["decode_tokens"]
+    assert f"{smol_base['decode_tokens']:,} → {smol['decode_tokens']} decode tokens ({ratio:.0f}× fewer)" in README
+    equal = smol["certified"] - smol["certificate_mismatches"]
+    assert f"{equal}/{smol['samples']} certificates equal" in README
+    qwen_base, qwen = _totals("aime2024-baseline-qwen2.5-coder-0.5b"), _totals("aime2024-recurring-qwen2.5-coder-0.5b")
+    assert f"{qwen_base['mean_decode_tokens']:.1f} → {qwen['mean_decode_tokens']:.1f} decode tokens" in README
+
+
+EXPECTATIONS = sorted(MANIFESTS.glob("exact-*.json"))
+
+
+def test_every_top_level_expectation_is_linked_from_the_readme():
+    assert len(EXPECTATIONS) == 8
+    assert all(f"(manifests/{path.name})" in README for path in EXPECTATIONS)
+
+
+@pytest.mark.parametrize("path", EXPECTATIONS, ids=lambda path: path.name)
+def test_each_linked_expectation_is_fifty_of_fifty_byte_exact(path):
+    totals = json.loads(path.read_text())["totals"]
+    assert (totals["exact_pairs"], totals["pairs"], totals["kl_max"], totals["min_argmax_agreement"]) == (50, 50, 0, 1)
+    assert "**50/50** pairs, KL 0, argmax 100%" in README
+
+
+@pytest.mark.parametrize("model", ["smollm2-135m", "gemma3-270m"])
+def test_the_readmes_ttft_figures_are_the_benchmark_files(model):
+    row = next(row for row in json.loads((RESULTS / f"bench-{model}.json").read_text())["ttft"] if row["tokens"] == 8192)
+    prefill_s = row["prefill"]["ttft_query_1_s"]["median"]
+    graft_ms = row["graft"]["query_1/xxh3_128"]["total_s"]["median"] * 1000
+    assert all(row["logits_equal"].values())
+    assert (f"`{model}`: {prefill_s:.2f} s against {graft_ms:.1f} ms, **{row['ttft_ratio']['query_1']:.0f}×**"
+            in README)
+
+
+def test_the_readmes_aime2025_arms_are_all_zero():
+    arms = sorted(MANIFESTS.glob("aime2025-*.json"))
+    assert len(arms) == 9
+    assert {json.loads(path.read_text())["totals"]["correct"] for path in arms} == {0}
+    assert "AIME 2025 against the AIME 2024 library: 0/30 in every arm" in README
+
+
+def test_the_readmes_flywheel_recurring_rounds_are_all_correct():
+    rounds = [_totals(f"flywheel-qwen2.5-coder-0.5b-program-r{r}-recurring") for r in (1, 2, 3)]
+    assert [t["correct"] for t in rounds] == [t["samples"] for t in rounds] == [36, 72, 112]
+    assert {f"{t['mean_decode_tokens']:.1f}" for t in rounds} == {"4.9"}
+    assert "recurring **100%** every round at 4.9 decode tokens" in README
+
+
+def test_the_readmes_fault_counts_are_the_fault_report():
+    last = (RESULTS / "faults.txt").read_text().strip().splitlines()[-1]
+    tried, survived, artifacts, samples = (int(n) for n in re.findall(
+        r"faults tried: (\d+)\s+faults survived: (\d+)\s+artifacts lost: (\d+)\s+samples lost: (\d+)", last)[0])
+    assert f"**{tried} tried, {survived} survived**, {artifacts} artifacts and {samples} samples lost" in README
