@@ -284,4 +284,4 @@ def test_a_deposited_program_is_grafted_recurring_answers_new_problems_write_pro
     assert "program" not in recurring.to_json()
     assert (new.route, new.layout) == ("similar", "solve") and isinstance(new.program, str)
     assert new.stdout_sha256 == sha256_text(new.stdout)
-    assert verify_manifest(result.run.manifest_path, require_artifacts=True)[0] == []
+    assert verify_manifest(result.run.manifest_path, store=store.root, require_artifacts=True)[0] == []
