@@ -54,8 +54,9 @@ models: $(STAMP)
 run: $(STAMP)
 	$(BIN)/graftbench run
 
+# --durations: where the suite's time goes, in every CI log.
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --durations=30
 
 # Where the suite's time goes on this machine (`make test-durations CPU=<a name for this kind of CPU>`): the whole
 # suite with pytest's --durations, written under a header naming the CPU, into benchmarks/results/; commit it.
