@@ -105,7 +105,7 @@ record-exact-cpu: $(STAMP)
 	mkdir -p $(CPU_DIR)
 	$(MAKE) -j2 $(CPU_DIR)/exact-smollm2-135m.json $(CPU_DIR)/exact-smollm2-135m-bf16.json \
 	  $(CPU_DIR)/exact-gemma3-270m.json $(CPU_DIR)/exact-gemma3-270m-bf16.json
-# The optional Qwen models' expectations (issue #13; `make models` first): 50 pairs each, controls on 3 for the
+# The optional Qwen models' expectations (`make models` first): 50 pairs each, controls on 3 for the
 # 1.5B model. Hours here (about 5 minutes a pair for the 1.5B model in bfloat16, under 2 in float32): each recording
 # journals its pairs and a re-run resumes it; an expectation already committed is extended (--extend), never
 # measured again.
@@ -128,7 +128,7 @@ manifests/cpu/$(CPU)/exact-%-bf16.json:
 manifests/cpu/$(CPU)/exact-%.json:
 	$(RECORD) --model $* --dtype float32 --control-pairs $(FP32_CONTROL_PAIRS) --write-expect $@
 
-# The benchmark (issue #4): figures, tables and plots under benchmarks/results. Needs a quiet machine.
+# The benchmark: figures, tables and plots under benchmarks/results. Needs a quiet machine.
 bench: $(STAMP)
 	$(BIN)/graftbench bench --model smollm2-135m
 	$(BIN)/graftbench bench --model gemma3-270m

@@ -18,7 +18,7 @@ from .answer_spelling import canonical_spelling
 
 MAX_DIGITS = 1000  # integer literals longer than this are not parsed as numbers
 
-# What each version added, for the README and ``graftbench verify-manifest --rescore``.
+# What each version added, for docs/verification.md and ``graftbench verify-manifest --rescore``.
 RULES_ADDED = {
     2: (
         "a box without braces counts as a box around the next single character (`\\boxed 2`); `\\boxed 42` is "

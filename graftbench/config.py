@@ -18,8 +18,9 @@ PINNED_LIBRARIES = ("torch", "transformers", "tokenizers", "safetensors", "numpy
 
 # Prompt layouts. The deposit text states the problem, then at once its final answer, then the solution ending in
 # the same final-answer line. It serves both query layouts: a recurring problem's query repeats the problem and ends
-# with the answer cue, so a small model copies the answer (DESIGN.md: 29 of 30 in this layout against 23-24 of 30
-# in a chat layout; 29 of 30 again with the closing line added, against 27 of 30 with the answer only at the end);
+# with the answer cue, so a small model copies the answer (measured on smollm2-135m over AIME 2024: 29 of 30 in
+# this layout against 23-24 of 30 in a chat layout; 29 of 30 again with the closing line added, against 27 of 30
+# with the answer only at the end);
 # a new problem's query ends with the solution cue, and the model writes a solution that ends like the example's.
 ANSWER_CUE = "Final answer:"
 DEPOSIT_LAYOUT = ("Problem: {problem}\n" + ANSWER_CUE + " {answer}\nSolution: {solution}\n" + ANSWER_CUE
@@ -34,10 +35,11 @@ SOLVE_QUERY_LAYOUT = "Problem: {problem}\n" + SOLUTION_CUE
 SOLVE_STOP = r"Final answer:[^\n]*\S[^\n]*\n|\nProblem:"
 QUERY_LAYOUTS = ("answer", "solve")
 
-# Program mode (graftbench.program_mode): the layout of DESIGN.md's probe. The baseline's user message is the problem
-# and the instruction, and the reply opens a ```python fence so the first decoded token is code; after a graft a new
-# problem's query mirrors a deposited program's text. The decode stops at the closing fence. Not part of the pin
-# (adding program mode changed no artifact's fingerprint): a program-mode run records PROGRAM_LAYOUT in its settings.
+# Program mode (graftbench.program_mode): the layout of the first probe on qwen2.5-coder-0.5b (docs/program-mode.md).
+# The baseline's user message is the problem and the instruction, and the reply opens a ```python fence so the first
+# decoded token is code; after a graft a new problem's query mirrors a deposited program's text. The decode stops at
+# the closing fence. Not part of the pin (adding program mode changed no artifact's fingerprint): a program-mode run
+# records PROGRAM_LAYOUT in its settings.
 PROGRAM_INSTRUCTION = "Write one short Python program that prints only the final number."
 PROGRAM_FENCE = "```python\n"
 PROGRAM_CLOSE = "```"

@@ -3,7 +3,7 @@
 For each (artifact, query) pair built from real text, the artifact is deposited (prefilled with the pinned chunk
 schedule, serialized, parsed back), grafted into a fresh cache at its own positions, and the query's logits at
 every query position are compared with a fresh computation (new cache, same artifact tokens, same chunk schedule,
-same query). The contract (DESIGN.md) is SHA-256 equality of the raw logits bytes, hence KL 0 and argmax 100%.
+same query). The contract (docs/exactness.md) is SHA-256 equality of the raw logits bytes, hence KL 0 and argmax 100%.
 
 Negative controls, which must differ to show that the check has teeth:
 

@@ -2,7 +2,7 @@
 
 A restore rebuilds each cache layer's whole state, not only its tensors: a sliding-window layer also gets the
 number of tokens it has seen (``cumulative_length``), without which Gemma 3's logits come out off by about 30 while
-nothing raises (DESIGN.md). The exactness test is what catches a restore that forgets state.
+nothing raises (docs/exactness.md). The exactness test is what catches a restore that forgets state.
 """
 
 from __future__ import annotations

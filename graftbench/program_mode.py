@@ -1,13 +1,13 @@
 """Program mode (``--mode program``): the model writes one short Python program that prints only the final answer;
 graftbench runs it in the sandbox (:mod:`graftbench.sandbox`) and the verifier judges the last line it printed.
 
-The layout is the one of DESIGN.md's probe: the problem, then the instruction "Write one short Python program that
-prints only the final number.", then a ```` ```python ```` fence already opened, so that the model's first token is
-code; the decode stops at the closing fence. On the baseline prompt the instruction is the user's message (in the
-chat template where the tokenizer has one) and the fence opens the reply; after a graft (a new problem, the
-``solve`` layout) the query is ``Problem: ...``, the instruction and ``Solution: ```python``, like a deposited
-program's text. A recurring problem (the ``answer`` layout) still answers in a few tokens after the answer cue: it
-writes no program.
+The layout is the one of the first program-mode probe (docs/program-mode.md): the problem, then the instruction "Write
+one short Python program that prints only the final number.", then a ```` ```python ```` fence already opened, so that
+the model's first token is code; the decode stops at the closing fence. On the baseline prompt the instruction is the
+user's message (in the chat template where the tokenizer has one) and the fence opens the reply; after a graft (a new
+problem, the ``solve`` layout) the query is ``Problem: ...``, the instruction and ``Solution: ```python``, like a
+deposited program's text. A recurring problem (the ``answer`` layout) still answers in a few tokens after the answer
+cue: it writes no program.
 
 The layout's texts live with the other prompt layouts in :mod:`graftbench.config` (``PROGRAM_*``, re-exported
 here) but are not part of the pin (:class:`graftbench.config.PromptLayout`), so that adding program mode changed no

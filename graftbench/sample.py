@@ -47,7 +47,7 @@ class Attempt:
 
 @dataclass(frozen=True)
 class Sample:
-    """The record of one problem in a run (the README lists the fields).
+    """The record of one problem in a run (docs/manifests.md lists the fields).
 
     Units: tokens for ``*_tokens``; seconds for ``ttft_s``, ``wall_s`` (routing, restore or prefill and decode) and
     ``certify_s`` (the audit recompute, timed apart); joules for ``energy_j``. ``mode`` is ``graft`` or

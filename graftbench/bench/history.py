@@ -1,7 +1,7 @@
 """Earlier benchmark results are kept, never overwritten: before a run writes ``{stem}.json`` and ``{stem}.md``, the
 ones already there move to ``runs/{stem}-{date}.json`` and ``.md``, ``date`` being the earlier run's start time.
 
-The fixed names always hold the latest run (the README's plots and the make targets read them); ``runs/`` holds every
+The fixed names always hold the latest run (docs/performance.md's plots and the make targets read them); ``runs/`` holds every
 run before it, so a figure quoted from an earlier run can still be re-checked from its JSON."""
 
 from __future__ import annotations
