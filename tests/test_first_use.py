@@ -395,7 +395,8 @@ def test_verify_manifest_and_store_verify_of_a_grafted_run_import_no_torch(sessi
     result = run_eval(session, problems, "builtin:1", "g", EvalSettings(max_new_tokens=4, graft=True),
                       runs_root=tmp_path / "runs", store_root=store)
     assert result.samples[0].route == "exact"
-    done = run_without_torch(tmp_path, "verify-manifest", str(result.run.manifest_path), "--require-artifacts")
+    done = run_without_torch(tmp_path, "verify-manifest", str(result.run.manifest_path), "--store", str(store),
+                           "--require-artifacts")
     assert done.returncode == 0 and "1 artifact payloads checked" in done.stdout, done.stdout + done.stderr
     done = run_without_torch(tmp_path, "store", "verify", "--store", str(store))
     assert done.returncode == 0 and "every artifact in" in done.stdout, done.stdout + done.stderr
