@@ -15,12 +15,13 @@ from the files. The manifests' own SHA-256s are in ``manifests/SHA256SUMS``. Imp
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 
 from .display_text import markdown_text
 from .isa import describe_cpu
+from .safe_files import MAX_JSON_BYTES, read_regular
+from .strict_json import loads_strict
 
 PAGE = Path("docs") / "results.md"
 MANIFESTS = Path("manifests")
@@ -139,7 +140,8 @@ def render(root: Path) -> str:
 
 
 def _load(path: Path) -> dict:
-    document = json.loads(path.read_text(encoding="utf-8"))
+    """A committed result file, read as every manifest is: a regular file under the JSON size cap, strict JSON."""
+    document = loads_strict(read_regular(path, max_bytes=MAX_JSON_BYTES, what="result file"), source=str(path))
     if not isinstance(document, dict):
         raise ValueError(f"{path}: a result file must hold a JSON object")
     return document
