@@ -84,11 +84,11 @@ def resolve_recorded(manifest: dict, cwd: Path | None = None) -> tuple[ProblemSe
     source = problem_set.get("source") if isinstance(problem_set, dict) else None
     if not isinstance(source, str) or not source:
         return None, "the manifest records no problem-set source"
-    from .problem_loading import BUILTIN, builtin_slice, load_problems
+    from .problem_loading import generated_slice, is_generated, load_problems
 
     try:
-        if source == BUILTIN or source.startswith(BUILTIN + ":"):
-            return ProblemSet(tuple(builtin_slice(source)), source, False), ""
+        if is_generated(source):
+            return ProblemSet(tuple(generated_slice(source)), source, False), ""
         path = next((found for base in ([cwd] if cwd else [Path.cwd(), PROJECT_ROOT])
                      if (found := _data_file(source, base)) is not None), None)
         if path is None:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .builtin_problems import MAX_PER_FAMILY, builtin_problems
+from .method_problems import METHODS_MAX_PER_FAMILY, method_problems
 from .problem_sources import SUPPORTED_SUFFIXES, RawTable, is_hub_id, read_hub, read_local, suffix_list
 from .problem_types import Problem, ProblemSetError
 
@@ -48,27 +49,41 @@ binary64 (pandas, JavaScript, Python's own ``json``)."""
 _INTEGER_ONLY = "answers must be integers (the command line reads integer keys only; correct the key in the file)"
 
 
-_BUILTIN_SLICE = re.compile(r"builtin(?::(?:(\d+)-)?(\d+))?")
+METHODS = "methods"
+"""The method-transfer set (:mod:`graftbench.method_problems`), sliced as the built-in set is."""
+
+_GENERATED: dict[str, tuple[Callable[[int], list[Problem]], int]] = {
+    BUILTIN: (lambda n: builtin_problems(n_per_family=n), MAX_PER_FAMILY),
+    METHODS: (lambda n: method_problems(n_per_family=n), METHODS_MAX_PER_FAMILY),
+}
+_GENERATED_SLICE = re.compile(r"([a-z]+)(?::(?:(\d+)-)?(\d+))?")
 
 
-def builtin_slice(source: str) -> list[Problem]:
-    """The built-in problems named by ``source``: ``builtin`` (the default 2 per family), ``builtin:N`` (the first
-    N of every family) or ``builtin:A-B`` (problems A to B - 1 of every family, by their index in the family: the
-    same problems whatever B is). Raises :class:`ProblemSetError` for another spelling, an empty range, or more
-    than :data:`~graftbench.builtin_problems.MAX_PER_FAMILY` per family."""
-    match = _BUILTIN_SLICE.fullmatch(source)
-    if not match:
-        raise ProblemSetError(f"problem set {source!r}: write builtin, builtin:N or builtin:A-B (A < B, "
+def is_generated(source: str) -> bool:
+    """Whether ``source`` names a set graftbench generates (``builtin``, ``methods``, with or without a slice)."""
+    return source.split(":", 1)[0] in _GENERATED
+
+
+def generated_slice(source: str) -> list[Problem]:
+    """The generated problems named by ``source``: ``NAME`` (the default 2 per family), ``NAME:N`` (the first N of
+    every family) or ``NAME:A-B`` (problems A to B - 1 of every family, by their index in the family: the same
+    problems whatever B is), where NAME is ``builtin`` or ``methods``. Raises :class:`ProblemSetError` for another
+    spelling, an empty range, or more problems per family than the set holds."""
+    match = _GENERATED_SLICE.fullmatch(source)
+    name = match.group(1) if match else source.split(":", 1)[0]
+    if not match or name not in _GENERATED:
+        raise ProblemSetError(f"problem set {source!r}: write {name}, {name}:N or {name}:A-B (A < B, "
                               "problems per family)")
-    if match.group(2) is None:
-        return builtin_problems()
-    start, end = int(match.group(1) or 0), int(match.group(2))
+    make, most = _GENERATED[name]
+    if match.group(3) is None:
+        return make(2)
+    start, end = int(match.group(2) or 0), int(match.group(3))
     if start >= end:
         raise ProblemSetError(f"problem set {source!r}: the range {start}-{end} holds no problem (A < B)")
-    if end > MAX_PER_FAMILY:
-        raise ProblemSetError(f"problem set {source!r}: the built-in families hold {MAX_PER_FAMILY} distinct "
+    if end > most:
+        raise ProblemSetError(f"problem set {source!r}: the {name} families hold {most} distinct "
                               f"problems each, not {end}")
-    return [p for p in builtin_problems(n_per_family=end) if int(p.id.rsplit("-", 1)[1]) >= start]
+    return [p for p in make(end) if int(p.id.rsplit("-", 1)[1]) >= start]
 
 
 def _check_hub(source: str) -> None:
@@ -100,7 +115,8 @@ def load_problems(
     * ``"builtin"`` → :func:`~graftbench.builtin_problems.builtin_problems` with its defaults
       (2 per family; field arguments ignored); ``"builtin:A-B"`` → problems ``A`` to ``B - 1`` of every family
       (``builtin:2-12``: the ten after the first two of each family, 60 problems), ``"builtin:N"`` → ``builtin:0-N``
-      (see :func:`builtin_slice`);
+      (see :func:`generated_slice`); ``"methods"`` and its slices the same way, from
+      :func:`~graftbench.method_problems.method_problems` (the method-transfer families);
     * a local ``.jsonl`` / ``.json`` file (a JSON array of objects, or JSON Lines: one object
       per line, blank lines skipped), parsed once by :mod:`graftbench.problem_sources`;
     * a local ``.parquet`` / ``.csv`` file, read with
@@ -150,8 +166,8 @@ def load_problems(
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise ValueError(f"limit must be a non-negative int or None, got {limit!r}")
     source = os.fspath(source)  # a pathlib.Path is accepted too
-    if source == BUILTIN or source.startswith(BUILTIN + ":"):
-        problems = builtin_slice(source)
+    if is_generated(source):
+        problems = generated_slice(source)
         return problems if limit is None else problems[:limit]
 
     path = Path(source).expanduser()

@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 AIME2024 = DATA / "aime2024.jsonl"
 AIME2025 = DATA / "aime2025.jsonl"
-MODULES = ["problem_types", "problem_sources", "problem_loading", "builtin_problems", "hub_access"]
+MODULES = ["problem_types", "problem_sources", "problem_loading", "builtin_problems", "method_problems", "hub_access"]
 BASELINE_MANIFEST = REPO / "manifests" / "aime2024-baseline-smollm2-135m.json"
 
 CANONICAL_INT = re.compile(r"^(0|-?[1-9][0-9]*)$")
@@ -804,8 +804,9 @@ def test_nfc_leaves_the_committed_problem_keys_unchanged():
 LAYERS = {  # each problem module and the graftbench modules it may import: types at the bottom, no cycles
     "problem_types": {"hashing"},
     "builtin_problems": {"problem_types"},
+    "method_problems": {"problem_types"},
     "problem_sources": {"hub_access", "problem_types"},
-    "problem_loading": {"builtin_problems", "hub_access", "problem_sources", "problem_types"},
+    "problem_loading": {"builtin_problems", "hub_access", "method_problems", "problem_sources", "problem_types"},
     "hub_access": set(),  # the hub's reachability: no graftbench module below it
 }
 
