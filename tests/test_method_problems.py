@@ -8,11 +8,11 @@ import re
 
 import pytest
 
-from graftbench.manifest_anchor import resolve_recorded
-from graftbench.method_problems import METHOD_FAMILIES, METHODS_MAX_PER_FAMILY, method_problems
-from graftbench.problem_loading import load_problems
-from graftbench.problem_types import ProblemSetError, problem_set_sha256
-from graftbench.verify import verify_answer
+from graftbench.results.anchor import resolve_recorded
+from graftbench.problems.methods import METHOD_FAMILIES, METHODS_MAX_PER_FAMILY, method_problems
+from graftbench.problems.loading import load_problems
+from graftbench.problems.types import ProblemSetError, problem_set_sha256
+from graftbench.verify.answers import verify_answer
 
 FAMILIES = [fam.name for fam in METHOD_FAMILIES]
 
