@@ -24,7 +24,7 @@ from .common import (EVAL, FLYWHEEL, AnswerFieldOpt, ChunkOpt, DtypeOpt, GraftFr
                      ShardOpt, SolutionFieldOpt, StoreOpt, TemperatureOpt, TopPOpt, console, fail, load_problem_set,
                      model_label, open_model, os_error_text, progress, shard_problems, stage_progress)
 from ..settings import EvalSettings
-from ..scale.dispatch import EXECUTORS, RAY_EXTRA, ClusterOptions, DispatchError
+from ..eval.dispatch import EXECUTORS, RAY_EXTRA, ClusterOptions, DispatchError
 from .common import ModeOpt, announce_sandbox, check_hub_model
 from ..util.display_text import console_markup
 
@@ -91,12 +91,12 @@ def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, ru
     from ..programs.sandbox import SandboxError
     from ..eval.workflows import shard_size
     from ..results.runs import RunError
-    from ..store.folder import StoreError
+    from ..store.index import StoreError
     from ..eval.workflows import check_resume_before_load, samples_recorded
 
     problem_list = load_problem_set(problems, limit, *fields)
     if settings.graft and not new_store:
-        from ..store.folder import require_store
+        from ..store.open import require_store
 
         try:
             require_store(store)  # before the model loads: a mistyped --store fails at once
@@ -137,11 +137,12 @@ def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, ru
 def _check_store_pins(store: str, config, strict: bool) -> None:
     """Before a graft run starts: when the store holds no artifact under this run's pin, say so (how many it
     holds, under which models and pins); under ``strict`` that is an error (exit 2)."""
-    from ..store.folder import Store, StoreError
+    from ..store.index import StoreError
+    from ..store.open import open_store
     from ..store.pins import pins_held, unusable_store_message
 
     try:
-        holdings = pins_held(Store(store, readonly=True))
+        holdings = pins_held(open_store(store, readonly=True))
     except StoreError:
         return  # a store not created yet (--new-store), or an index the run upgrades: it holds nothing to name
     message = unusable_store_message(store, holdings, config.model, config.dtype, config.fingerprint)
@@ -317,7 +318,8 @@ def deposit(
     from .tables import deposit_table
     from ..results.runs import RunDir, RunError
     from ..programs.sandbox import SandboxError
-    from ..store.folder import StoreError, check_store_target
+    from ..store.folder import check_store_target
+    from ..store.index import StoreError
 
     announce_sandbox(mode)
 
@@ -427,10 +429,11 @@ app.add_typer(store_app, name="store")
 
 
 def _open_readonly(store: str):
-    from ..store.folder import Store, StoreError
+    from ..store.index import StoreError
+    from ..store.open import open_store
 
     try:
-        return Store(store, readonly=True)
+        return open_store(store, readonly=True)
     except StoreError as exc:
         fail(str(exc))
 
@@ -439,7 +442,7 @@ def _open_readonly(store: str):
 def store_ls(store: str = StoreOpt) -> None:
     """List the indexed artifacts: id, problem id, model, dtype and pin, answer key, tokens, source (and the parent
     a chained artifact continues), with their count and size; read-only."""
-    from ..store.folder import StoreError
+    from ..store.index import StoreError
     from ..store.pins import pins_held
     from .tables import store_table
 
@@ -456,7 +459,7 @@ def store_ls(store: str = StoreOpt) -> None:
 def store_verify(store: str = StoreOpt) -> None:
     """Re-check every indexed artifact with SHA-256 (file against id, payload against header) and its indexed
     XXH3-128; exit 1 on any failure (read-only)."""
-    from ..store.folder import StoreError
+    from ..store.index import StoreError
 
     opened = _open_readonly(store)
     try:
@@ -478,7 +481,7 @@ def store_verify(store: str = StoreOpt) -> None:
 def store_reindex(store: str = StoreOpt) -> None:
     """Rebuild the store's index from its artifact files (each checked: SHA-256 = its id, header parses); bad
     files are named and left in place."""
-    from ..store.folder import reindex_store
+    from ..store.open import reindex_store
 
     try:
         report, cleaned = reindex_store(store)
@@ -496,7 +499,8 @@ def store_reindex(store: str = StoreOpt) -> None:
 @store_app.command("clean")
 def store_clean(store: str = StoreOpt) -> None:
     """Remove the temporary files of writers killed before their rename (never one a live process is writing)."""
-    from ..store.folder import StoreError, clean_store
+    from ..store.index import StoreError
+    from ..store.open import clean_store
 
     try:
         cleaned = clean_store(store)
