@@ -20,12 +20,13 @@ from rich.markup import escape
 from . import bench, exact, flywheel, report
 from . import merge, route
 from .common import (EVAL, FLYWHEEL, AnswerFieldOpt, ChunkOpt, DtypeOpt, GraftFromOpt, IdFieldOpt, IsaOpt,
-                     LayoutOpt, LimitOpt, ModelOpt, ProblemFieldOpt, ProblemsOpt, RunsOpt, SamplesOpt, SeedOpt,
-                     ShardOpt, SolutionFieldOpt, StoreOpt, TemperatureOpt, TopPOpt, console, fail, load_problem_set,
-                     model_label, open_model, os_error_text, progress, shard_problems, stage_progress)
+                     LayoutOpt, LimitOpt, ModelOpt, ProblemFieldOpt, ProblemsOpt, RunsOpt, ShardOpt, SolutionFieldOpt,
+                     StoreOpt, console, fail, load_problem_set, model_label, open_model, os_error_text, progress,
+                     shard_problems, stage_progress)
 from ..settings import EvalSettings
 from ..eval.dispatch import EXECUTORS, RAY_EXTRA, ClusterOptions, DispatchError
 from .common import ModeOpt, announce_sandbox, check_hub_model
+from .options import CLUSTER, CLUSTER_OPTIONS, FIELDS, OWN, RUN, SAMPLING, with_options
 from ..util.display_text import console_markup
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -48,22 +49,6 @@ def _print_version(value: bool) -> None:
 def _main(show_version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
                                             help="print graftbench's version and exit")) -> None:
     """Verified-knowledge experiments: solve, deposit KV artifacts, graft them back, verify."""
-
-
-CLUSTER = ClusterOptions()
-ExecutorOpt = typer.Option("process", "--executor", help=escape("process: this process loads the model and runs "
-                           f"every problem; ray: Ray workers, each loading the model once ({RAY_EXTRA})"))
-WorkersOpt = typer.Option(CLUSTER.workers, "--workers", min=1, help=escape(
-    "with --executor ray: workers to start [default: as many as the cluster's free CPUs hold at --worker-threads each]"))
-WorkerThreadsOpt = typer.Option(CLUSTER.threads, "--worker-threads", min=1, help="with --executor ray: torch threads "
-                                "per worker and the CPUs each reserves (part of the pin: deposit under the same count)")
-AddressOpt = typer.Option(CLUSTER.address, "--address", help=escape(
-    "with --executor ray: join this running Ray cluster (host:port, or auto) [default: start a local one for the run "
-    "and stop it at the end]"))
-
-ProblemTimeoutOpt = typer.Option(CLUSTER.problem_timeout_s, "--problem-timeout", min=1.0, help=escape(
-    "with --executor ray: seconds a worker may hold one problem; past it the worker counts as hung, is stopped, and "
-    "the problem goes to another"))
 
 
 def _print_cleaned(cleaned) -> None:
@@ -239,37 +224,15 @@ def _in_mode(settings: EvalSettings, mode: str) -> EvalSettings:
 
 
 @app.command()
-def solve(
-    model: str = ModelOpt, problems: str = ProblemsOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt,
-    isa: Optional[str] = IsaOpt,
-    runs_dir: str = RunsOpt, run: Optional[str] = typer.Option(None, "--run", help="run name (resumes if it exists)"),
-    limit: Optional[int] = LimitOpt,
-    max_new_tokens: int = typer.Option(EVAL.max_new_tokens, "--max-new-tokens", min=1, help="decode budget per problem (tokens)"),
-    token_budget: Optional[int] = typer.Option(None, "--token-budget", min=1, help="decode budget for the whole run (tokens)"),
-    samples: int = SamplesOpt, temperature: float = TemperatureOpt, top_p: float = TopPOpt, seed: int = SeedOpt,
-    shard: Optional[str] = ShardOpt,
-    executor: str = ExecutorOpt, workers: Optional[int] = WorkersOpt, worker_threads: int = WorkerThreadsOpt,
-    address: Optional[str] = AddressOpt, problem_timeout: float = ProblemTimeoutOpt,
-    id_field: str = IdFieldOpt, problem_field: str = ProblemFieldOpt, answer_field: str = AnswerFieldOpt,
-    solution_field: str = SolutionFieldOpt, mode: str = ModeOpt,
-) -> None:
+@with_options(RUN, SAMPLING, CLUSTER_OPTIONS, FIELDS)
+def solve(**options) -> None:
     """Decode every problem under the budget (greedy, or N samples) and verify each answer (the baseline)."""
-    settings = _settings(max_new_tokens=max_new_tokens, token_budget=token_budget, samples=samples,
-                         temperature=temperature, top_p=top_p, seed=seed, shard=shard)
-    settings = _in_mode(settings, mode)
-    _eval_command("solve", model, problems, dtype, chunk_size, runs_dir, run, limit, settings, None,
-                  (id_field, problem_field, answer_field, solution_field), isa,
-                  cluster=_cluster(executor, workers, worker_threads, address, problem_timeout))
+    _run_command("solve", options)
 
 
 @app.command(name="eval")
+@with_options(RUN, OWN, SAMPLING, CLUSTER_OPTIONS, FIELDS)
 def eval_(
-    model: str = ModelOpt, problems: str = ProblemsOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt,
-    isa: Optional[str] = IsaOpt,
-    runs_dir: str = RunsOpt, run: Optional[str] = typer.Option(None, "--run", help="run name (resumes if it exists)"),
-    limit: Optional[int] = LimitOpt,
-    max_new_tokens: int = typer.Option(EVAL.max_new_tokens, "--max-new-tokens", min=1, help="decode budget per problem (tokens)"),
-    token_budget: Optional[int] = typer.Option(None, "--token-budget", min=1, help="decode budget for the whole run (tokens)"),
     graft: bool = typer.Option(False, "--graft", help="route each problem to an artifact and graft it"),
     store: str = StoreOpt,
     new_store: bool = typer.Option(False, "--new-store", help="with --graft: create the store if it does not exist "
@@ -277,22 +240,26 @@ def eval_(
     certify: bool = typer.Option(False, "--certify", help="also hash a fresh chunked recompute; must be equal"),
     strict: bool = typer.Option(False, "--strict", help="a refused artifact is an error, not a fallback"),
     min_similarity: float = typer.Option(EVAL.min_similarity, "--min-similarity", min=0.0, max=1.0, help="confidence gate for non-exact routes (0-1)"),
-    layout: str = LayoutOpt, graft_from: str = GraftFromOpt,
-    samples: int = SamplesOpt, temperature: float = TemperatureOpt, top_p: float = TopPOpt, seed: int = SeedOpt,
-    shard: Optional[str] = ShardOpt,
-    executor: str = ExecutorOpt, workers: Optional[int] = WorkersOpt, worker_threads: int = WorkerThreadsOpt,
-    address: Optional[str] = AddressOpt, problem_timeout: float = ProblemTimeoutOpt,
-    id_field: str = IdFieldOpt, problem_field: str = ProblemFieldOpt, answer_field: str = AnswerFieldOpt,
-    solution_field: str = SolutionFieldOpt, mode: str = ModeOpt,
+    layout: str = LayoutOpt, graft_from: str = GraftFromOpt, **options,
 ) -> None:
     """Evaluate: the baseline, or with --graft an artifact restored at its own positions before the query."""
-    settings = _settings(max_new_tokens=max_new_tokens, token_budget=token_budget, graft=graft, certify=certify,
-                         strict=strict, min_similarity=min_similarity, layout=layout, graft_from=graft_from,
-                         samples=samples, temperature=temperature, top_p=top_p, seed=seed, shard=shard)
-    settings = _in_mode(settings, mode)
-    _eval_command("eval", model, problems, dtype, chunk_size, runs_dir, run, limit, settings, store,
-                  (id_field, problem_field, answer_field, solution_field), isa, new_store,
-                  cluster=_cluster(executor, workers, worker_threads, address, problem_timeout))
+    _run_command("eval", options, store, new_store, graft=graft, certify=certify, strict=strict,
+                 min_similarity=min_similarity, layout=layout, graft_from=graft_from)
+
+
+def _run_command(command: str, options: dict, store: str | None = None, new_store: bool = False,
+                 **graft_settings) -> None:
+    """``solve`` or ``eval`` from the shared options (:mod:`graftbench.cli.options`) and eval's graft settings."""
+    o = options
+    settings = _settings(max_new_tokens=o["max_new_tokens"], token_budget=o["token_budget"], samples=o["samples"],
+                         temperature=o["temperature"], top_p=o["top_p"], seed=o["seed"], shard=o["shard"],
+                         **graft_settings)
+    settings = _in_mode(settings, o["mode"])
+    _eval_command(command, o["model"], o["problems"], o["dtype"], o["chunk_size"], o["runs_dir"], o["run"],
+                  o["limit"], settings, store, (o["id_field"], o["problem_field"], o["answer_field"],
+                                                o["solution_field"]), o["isa"], new_store,
+                  cluster=_cluster(o["executor"], o["workers"], o["worker_threads"], o["address"],
+                                   o["problem_timeout"]))
 
 
 @app.command()
