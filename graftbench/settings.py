@@ -74,7 +74,7 @@ class EvalSettings:
     :mod:`graftbench.programs.mode`); an unknown mode raises ``ValueError``.
     ``layout``: the query's layout after a graft (``answer``, ``solve``, or ``auto``: see :meth:`query_layout`).
     ``samples`` per problem, decoded greedily at ``temperature`` 0 (one sample) or drawn at ``temperature`` within
-    the ``top_p`` nucleus with seeds derived from ``seed`` (:func:`graftbench.engine.sampling.sample_seed`).
+    the ``top_p`` nucleus with seeds derived from ``seed`` (:func:`graftbench.util.seeds.sample_seed`).
     ``graft_from``: ``nearest`` (the router's choice), ``other-family`` (the control: the nearest deposit of
     another family, so that relevance can be told from the mere presence of a worked solution) or ``top-ranked``
     (the gate off: the top-ranked deposit of the whole library for every problem, band candidate or not).

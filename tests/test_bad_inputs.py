@@ -19,14 +19,14 @@ from graftbench.store.codec import ArtifactError, check_artifact_id
 from graftbench.store.ids import artifact_id_of
 from graftbench.eval.deposit import deposit_items, items_from_problems
 from graftbench.faults.catalogue import (
-                                         MANIFEST_EDITS,
-                                         PROBLEM_SET_FAULTS,
-                                         Lab,
-                                         escaping_artifact_entry,
-                                         mutate,
-                                         split_artifact,
-                                         tiny_problem,
-                                         )
+    MANIFEST_EDITS,
+    PROBLEM_SET_FAULTS,
+    Lab,
+    escaping_artifact_entry,
+    mutate,
+    split_artifact,
+    tiny_problem,
+)
 from graftbench.faults.scenarios import apply_manifest_edit, problem_set_error, verify_edited_manifest
 from graftbench.results.manifest import ManifestError, verify_manifest, write_manifest
 from graftbench.problems.loading import load_problems

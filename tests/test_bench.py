@@ -16,10 +16,10 @@ from graftbench.bench.peer import measure_peer, peer_options
 from graftbench.bench.report import peer_lines, ttft_table
 from graftbench.bench.run import targets
 from graftbench.bench.stats import PeakRSS, summary
-from graftbench.bench.ttft import DECODE_ROOM
+from graftbench.bench.memory import DECODE_ROOM
 from graftbench.bench.workload import build_workload, corpus_ids
 from graftbench.cli.app import app
-from graftbench.engine.sampling import sample_seed
+from graftbench.util.seeds import sample_seed
 from graftbench.store.folder import Store
 
 from .conftest import AIME2024

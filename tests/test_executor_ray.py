@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from graftbench.cli.app import app
-from graftbench.scale.dispatch import ClusterOptions, DispatchError, DispatchReport, Ledger
+from graftbench.eval.dispatch import ClusterOptions, DispatchError, DispatchReport, Ledger
 from graftbench.settings import EvalSettings
 
 runner = CliRunner()

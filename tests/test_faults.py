@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from graftbench.engine import graft
+from graftbench.store import router
 from graftbench.store.codec import ArtifactError
 from graftbench.store.ids import artifact_id_of
 from graftbench.eval.deposit import deposit_items, items_from_problems
@@ -28,20 +29,20 @@ from graftbench.eval.evaluate import StrictFallbackError
 from graftbench.faults.catalogue import ARTIFACT_FAULTS, Lab, flip_bit, reforge, tiny_problem, write_problem_set
 from graftbench.faults.harness import lines_of
 from graftbench.faults.store_faults import (
-                                            clean_after_a_killed_write,
-                                            damage_and_reindex,
-                                            resume_while_another_runs,
-                                            swap_files,
-                                            )
+    clean_after_a_killed_write,
+    damage_and_reindex,
+    resume_while_another_runs,
+    swap_files,
+)
 from graftbench.faults.scenarios import (
-                                         deposit_on_a_full_disk,
-                                         graft_refusal,
-                                         kill_a_resumed_solve,
-                                         kill_put,
-                                         put_concurrently,
-                                         solve_on_a_full_disk,
-                                         write_manifest_on_a_full_disk,
-                                         )
+    deposit_on_a_full_disk,
+    graft_refusal,
+    kill_a_resumed_solve,
+    kill_put,
+    put_concurrently,
+    solve_on_a_full_disk,
+    write_manifest_on_a_full_disk,
+)
 from graftbench.results.manifest import verify_manifest
 from graftbench.problems.loading import load_problems
 from graftbench.problems.types import normalize_problem_text, problem_key
@@ -133,10 +134,10 @@ def test_the_router_never_picks_an_artifact_of_another_config(session, tmp_path)
     problem = tiny_problem(301)
     other = dataclasses.replace(session.config, threads=97)
     store.put(Lab(session, store).build(problem, config=other)[0])
-    route = graft.route(store, session.config.fingerprint, problem_key(problem),
+    route = router.route(store, session.config.fingerprint, problem_key(problem),
                         normalize_problem_text(problem.problem), 0.6)
     assert route.kind == "none" and route.artifact_id is None
-    assert graft.route(store, other.fingerprint, problem_key(problem), "", 0.6).kind == "exact"
+    assert router.route(store, other.fingerprint, problem_key(problem), "", 0.6).kind == "exact"
 
 
 def test_nothing_is_ever_unpickled(session, faulty, monkeypatch):

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from graftbench.engine import forward, graft
+from graftbench.store import router
 from graftbench.store.codec import ArtifactError
 from graftbench.store.folder import Store
 
@@ -164,7 +165,7 @@ def test_router_exact_similar_and_gated(session, store):
     fp = session.config.fingerprint
 
     def route(p, gate=0.6):
-        return graft.route(store, fp, problem_key(p), normalize_problem_text(p.problem), gate)
+        return router.route(store, fp, problem_key(p), normalize_problem_text(p.problem), gate)
 
     assert route(Problem("b", "Find the remainder when  $7^{222}$ is divided by $1000$. ", "49")).kind == "exact"
     near = route(Problem("c", "Find the remainder when $7^{223}$ is divided by $1000$.", "43"))

@@ -16,6 +16,8 @@ import typer.main
 
 from graftbench.cli.app import app
 
+from . import module_table
+
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 DOCS = sorted((ROOT / "docs").glob("*.md"))
@@ -61,6 +63,13 @@ def test_the_cli_reference_page_equals_a_fresh_generation(tmp_path):
     subprocess.run([sys.executable, *CLI_DOCS_COMMAND, str(fresh)], cwd=ROOT, check=True, capture_output=True)
     assert fresh.read_text() == (ROOT / "docs" / "cli.md").read_text(), \
         "docs/cli.md is out of date with the CLI: run `make docs` and commit docs/cli.md"
+
+
+def test_the_architecture_module_table_equals_a_fresh_generation():
+    table = module_table.render()
+    assert "| settings | `graftbench/settings.py` |" in table and "`graftbench/engine/forward.py`" in table
+    assert module_table.committed() == table, \
+        "ARCHITECTURE.md's module table is out of date: run `make architecture` and commit ARCHITECTURE.md"
 
 
 @pytest.mark.parametrize("path, command", COMMANDS, ids=[p for p, _ in COMMANDS])

@@ -14,13 +14,13 @@ import pytest
 
 from graftbench.engine import model_packages
 from graftbench.engine.model_packages import (
-                                              PackagedWeights,
-                                              PackagedWeightsError,
-                                              Part,
-                                              check_pin,
-                                              locate_part,
-                                              resolve_packaged,
-                                              )
+    PackagedWeights,
+    PackagedWeightsError,
+    Part,
+    check_pin,
+    locate_part,
+    resolve_packaged,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 PART_BYTES = [b"GGUF" + bytes(range(256)) * 40, bytes(range(255, -1, -1)) * 33, b"tail-of-the-file" * 7]

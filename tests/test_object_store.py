@@ -29,9 +29,12 @@ from graftbench.store.ids import SUFFIX, artifact_id_of
 from graftbench.cli.app import app
 from graftbench.faults.harness import IMPORT_ROOT
 from graftbench.store import object_backend
-from graftbench.store.object_store import CACHE_ENV, ENDPOINT_ENV, ObjectStore
+from graftbench.store.object_backend import ENDPOINT_ENV
+from graftbench.store.object_store import CACHE_ENV, ObjectStore
 from graftbench.store.router import Route, gate_ratio, rank_candidates, route, route_other_family, route_top_ranked
-from graftbench.store.folder import Store, StoreError, is_store_url, require_store
+from graftbench.store.folder import Store, is_store_url
+from graftbench.store.index import StoreError
+from graftbench.store.open import open_store, require_store
 
 runner = CliRunner()
 LAYERS, HEADS, DIM = 2, 2, 4
@@ -159,8 +162,8 @@ def objects(s3) -> list[str]:
 
 PUT_CODE = """
 import sys
-from graftbench.store.folder import Store
-store = Store(sys.argv[1])
+from graftbench.store.open import open_store
+store = open_store(sys.argv[1])
 data = open(sys.argv[2], "rb").read()
 print("READY", flush=True)
 sys.stdin.readline()
@@ -202,8 +205,10 @@ def go(*procs: subprocess.Popen) -> list[str]:
 def test_a_url_is_a_store_on_object_storage_and_a_path_is_a_folder(tmp_path):
     assert is_store_url("s3://bucket/prefix") and is_store_url("file:///tmp/x") and is_store_url("memory://x")
     assert not is_store_url("store") and not is_store_url(str(tmp_path)) and not is_store_url(Path("s3://b/p"))
-    assert type(Store(tmp_path / "folder")) is Store
-    assert type(Store("memory://graftbench-kind")) is ObjectStore
+    assert type(open_store(tmp_path / "folder")) is Store
+    assert type(open_store("memory://graftbench-kind")) is ObjectStore
+    with pytest.raises(ValueError, match="is a URL, not a folder: open it with open_store"):
+        Store("memory://graftbench-kind")
 
 
 def test_two_processes_deposit_the_same_artifact_at_once(s3, tmp_path):
@@ -215,22 +220,22 @@ def test_two_processes_deposit_the_same_artifact_at_once(s3, tmp_path):
     assert s3.fs.cat_file(f"{s3.key}/{object_name(data)}") == data
     statuses = s3.server.requests.puts(s3.key, artifact_id_of(data))
     assert 200 in statuses and set(statuses) <= {200, 412}  # conditional writes: created, or "already there"
-    assert Store(s3.url, readonly=True).ids() == [artifact_id_of(data)]
+    assert open_store(s3.url, readonly=True).ids() == [artifact_id_of(data)]
 
 
 def test_two_processes_deposit_different_artifacts_at_once(s3, tmp_path):
     one, other = artifact("mod-1"), artifact("paths-1")
     assert go(depositor(s3.url, one, tmp_path, "a"), depositor(s3.url, other, tmp_path, "b")) == ["WRITTEN"] * 2
     assert objects(s3) == sorted(f"{artifact_id_of(d)}{SUFFIX}" for d in (one, other))
-    store = Store(s3.url, readonly=True)
+    store = open_store(s3.url, readonly=True)
     assert store.ids() == sorted(artifact_id_of(d) for d in (one, other)) and store.verify() == []
 
 
 def test_a_second_deposit_is_refused_by_the_condition_and_changes_nothing(s3):
     data = artifact("mod-1")
-    assert Store(s3.url).put_reporting(data) == (artifact_id_of(data), True)
+    assert open_store(s3.url).put_reporting(data) == (artifact_id_of(data), True)
     modified = s3.fs.info(f"{s3.key}/{object_name(data)}")["LastModified"]
-    assert Store(s3.url).put_reporting(data) == (artifact_id_of(data), False)
+    assert open_store(s3.url).put_reporting(data) == (artifact_id_of(data), False)
     assert s3.server.requests.puts(s3.key, artifact_id_of(data)) == [200, 412]  # If-None-Match: * refused the second
     assert s3.fs.info(f"{s3.key}/{object_name(data)}")["LastModified"] == modified
 
@@ -241,8 +246,8 @@ def test_a_large_artifact_goes_up_in_parts_under_the_same_condition(s3, monkeypa
     monkeypatch.setattr(object_backend, "MULTIPART_CHUNK_BYTES", 5 << 20)
     data = artifact("mod-1", tokens=100_000)  # about 12.8 MB: three parts
     assert len(data) > 10 << 20
-    assert Store(s3.url).put_reporting(data)[1] is True
-    assert Store(s3.url).put_reporting(data)[1] is False
+    assert open_store(s3.url).put_reporting(data)[1] is True
+    assert open_store(s3.url).put_reporting(data)[1] is False
     completions = [status for method, path, _, status, query in s3.server.requests.log
                    if method == "POST" and path == f"/{s3.key}/{object_name(data)}" and "uploadId=" in query]
     assert completions == [200, 412]  # the second upload's completion refused by If-None-Match
@@ -253,7 +258,7 @@ def test_a_large_artifact_goes_up_in_parts_under_the_same_condition(s3, monkeypa
 def test_a_damaged_object_is_replaced_by_a_deposit_of_its_bytes(s3):
     data = artifact("mod-1")
     s3.fs.pipe_file(f"{s3.key}/{object_name(data)}", data[:-1] + bytes([data[-1] ^ 1]))
-    assert Store(s3.url).put_reporting(data)[1] is True
+    assert open_store(s3.url).put_reporting(data)[1] is True
     assert s3.fs.cat_file(f"{s3.key}/{object_name(data)}") == data
 
 
@@ -311,11 +316,11 @@ def test_a_depositor_killed_mid_upload_leaves_no_object(s3, tmp_path):
     time.sleep(1.0)
     assert s3.server.requests.puts(s3.key, artifact_id_of(data)) == [None]  # it reached the server, never answered
     assert objects(s3) == []  # nothing partial is visible
-    store = Store(s3.url)
+    store = open_store(s3.url)
     assert store.ids() == [] and store.verify() == []
     assert store.put_reporting(data) == (artifact_id_of(data), True)  # the next deposit succeeds
     assert s3.server.requests.puts(s3.key, artifact_id_of(data)) == [None, 200]
-    assert s3.fs.cat_file(f"{s3.key}/{object_name(data)}") == data and Store(s3.url).verify() == []
+    assert s3.fs.cat_file(f"{s3.key}/{object_name(data)}") == data and open_store(s3.url).verify() == []
 
 
 # ------------------------------------------------------------------------------------------ index and verify
@@ -323,7 +328,7 @@ def test_a_depositor_killed_mid_upload_leaves_no_object(s3, tmp_path):
 
 def test_store_verify_catches_a_corrupted_object(s3, caches):
     payload_damaged, header_damaged, intact = artifact("mod-1"), artifact("paths-1"), artifact("digits-1")
-    store = Store(s3.url)
+    store = open_store(s3.url)
     for data in (payload_damaged, header_damaged, intact):
         store.put(data)
     assert runner.invoke(app, ["store", "verify", "--store", s3.url]).exit_code == 0
@@ -346,7 +351,7 @@ def test_manifest_artifacts_are_checked_against_the_objects_of_a_url_store(s3, c
     from graftbench.results.manifest import _check_artifacts
 
     held, damaged, absent = artifact("mod-1"), artifact("paths-1"), artifact("digits-1")
-    store = Store(s3.url)
+    store = open_store(s3.url)
     store.put(held)
     store.put(damaged)
     flipped = bytearray(damaged)
@@ -380,43 +385,43 @@ def test_manifest_artifacts_are_checked_against_the_objects_of_a_url_store(s3, c
 
 
 def test_reindex_rebuilds_the_index_from_the_objects_alone(s3, tmp_path, caches):
-    folder = Store(tmp_path / "folder")
+    folder = open_store(tmp_path / "folder")
     for data in (artifact(name) for name in TEXTS):
         folder.put(data)
-        Store(s3.url).put(data)
+        open_store(s3.url).put(data)
     caches("empty")  # another machine: no index, no copies
     result = runner.invoke(app, ["store", "reindex", "--store", s3.url])
     assert result.exit_code == 0, result.output
     assert f"reindexed {s3.url}: {len(TEXTS)} artifact(s) indexed, 0 file(s) skipped" in result.output
     without_digest = [{**row, "xxh3_128": None} for row in folder.rows()]
-    assert Store(s3.url, readonly=True).rows() == without_digest  # the digest comes with the first checked read
+    assert open_store(s3.url, readonly=True).rows() == without_digest  # the digest comes with the first checked read
     caches("opened")  # a worker that only opens the store indexes it the same way
-    assert Store(s3.url).rows() == without_digest
+    assert open_store(s3.url).rows() == without_digest
     listing = runner.invoke(app, ["store", "ls", "--store", s3.url])
     assert listing.exit_code == 0 and all(aid[:16] in listing.output for aid in folder.ids())
 
 
 def test_a_worker_sees_deposits_made_after_its_index_was_built(s3, caches):
     first, second = artifact("mod-1"), artifact("paths-1")
-    Store(s3.url).put(first)
+    open_store(s3.url).put(first)
     caches("reader")
-    assert Store(s3.url).ids() == [artifact_id_of(first)]
+    assert open_store(s3.url).ids() == [artifact_id_of(first)]
     caches("worker")
-    Store(s3.url).put(second)
+    open_store(s3.url).put(second)
     caches("reader")
-    assert Store(s3.url).ids() == sorted(map(artifact_id_of, (first, second)))
+    assert open_store(s3.url).ids() == sorted(map(artifact_id_of, (first, second)))
 
 
 def test_a_missing_url_store_is_refused_and_read_only_commands_create_nothing(s3):
-    for opened in (lambda: require_store(s3.url), lambda: Store(s3.url, create=False),
-                   lambda: Store(s3.url, readonly=True)):
+    for opened in (lambda: require_store(s3.url), lambda: open_store(s3.url, create=False),
+                   lambda: open_store(s3.url, readonly=True)):
         with pytest.raises(StoreError) as info:
             opened()
         assert info.value.missing and s3.url in str(info.value)
     result = runner.invoke(app, ["store", "verify", "--store", s3.url])
     assert result.exit_code != 0 and "no store at" in result.output
     assert s3.fs.find(s3.key) == []
-    Store(s3.url)  # a writer creates it: its marker
+    open_store(s3.url)  # a writer creates it: its marker
     require_store(s3.url)
 
 
@@ -425,7 +430,7 @@ def test_a_missing_url_store_is_refused_and_read_only_commands_create_nothing(s3
 
 def test_the_read_through_cache_reads_each_object_once(s3, caches):
     datas = [artifact(name) for name in TEXTS]
-    depositor_store = Store(s3.url)
+    depositor_store = open_store(s3.url)
     for data in datas:
         depositor_store.put(data)
     ids = [artifact_id_of(data) for data in datas]
@@ -434,7 +439,7 @@ def test_the_read_through_cache_reads_each_object_once(s3, caches):
     assert [s3.server.requests.whole_gets(s3.key, aid) for aid in ids] == [0] * len(ids)  # the depositor's copies
     caches("reader")
     for _ in range(2):  # two opens of the store, three reads each
-        store = Store(s3.url, readonly=True)
+        store = open_store(s3.url, readonly=True)
         for artifact_id in ids:
             for _ in range(3):
                 assert store.read(artifact_id).token_ids.tolist() == list(range(5))
@@ -444,9 +449,9 @@ def test_the_read_through_cache_reads_each_object_once(s3, caches):
 
 def test_a_corrupted_cached_copy_is_refused_and_fetched_again(s3, caches):
     data = artifact("mod-1")
-    Store(s3.url).put(data)
+    open_store(s3.url).put(data)
     caches("reader")
-    store, artifact_id = Store(s3.url), artifact_id_of(data)
+    store, artifact_id = open_store(s3.url), artifact_id_of(data)
     store.read(artifact_id)
     copy = store.path(artifact_id)
     damaged = bytearray(copy.read_bytes())
@@ -458,10 +463,10 @@ def test_a_corrupted_cached_copy_is_refused_and_fetched_again(s3, caches):
 
 def test_a_damaged_object_is_refused_on_read_and_never_cached(s3, caches):
     data = artifact("mod-1")
-    Store(s3.url).put(data)
+    open_store(s3.url).put(data)
     s3.fs.pipe_file(f"{s3.key}/{object_name(data)}", data[:-1] + bytes([data[-1] ^ 1]))
     caches("reader")
-    store = Store(s3.url)
+    store = open_store(s3.url)
     with pytest.raises(ArtifactError) as info:
         store.read(artifact_id_of(data))
     assert info.value.check == "hash" and not store.path(artifact_id_of(data)).exists()
@@ -471,11 +476,11 @@ def test_a_damaged_object_is_refused_on_read_and_never_cached(s3, caches):
 def test_routing_against_a_url_store_equals_routing_against_a_folder(kind, request, tmp_path):
     url = {"s3": lambda: request.getfixturevalue("s3").url, "file": lambda: f"file://{tmp_path}/url-store",
            "memory": lambda: f"memory://graftbench-{uuid.uuid4().hex[:8]}"}[kind]()
-    folder, remote = Store(tmp_path / "folder"), Store(url)
+    folder, remote = open_store(tmp_path / "folder"), open_store(url)
     for name in TEXTS:
         folder.put(artifact(name))
         remote.put(artifact(name))
-    reader = Store(url, readonly=True)
+    reader = open_store(url, readonly=True)
     for query in QUERIES:
         expected = route(folder, FINGERPRINT, f"key-{query}", query, 0.6)
         assert route(reader, FINGERPRINT, f"key-{query}", query, 0.6) == expected
@@ -506,7 +511,7 @@ def test_the_gate_off_grafts_the_top_ranked_deposit_even_without_a_shared_band(t
 
 def test_a_file_url_store_killed_before_its_link_leaves_no_object(tmp_path):
     url, data = f"file://{tmp_path}/url-store", artifact("mod-1")
-    Store(url)
+    open_store(url)
     proc = depositor(url, data, tmp_path, "killed", env={"GRAFTBENCH_FAULT": "deposit-before-rename"})
     proc.stdin.write("go\n")
     proc.stdin.flush()
@@ -514,30 +519,30 @@ def test_a_file_url_store_killed_before_its_link_leaves_no_object(tmp_path):
     assert proc.returncode == -signal.SIGKILL
     names = sorted(p.name for p in (tmp_path / "url-store" / "artifacts").iterdir())
     assert len(names) == 1 and names[0].startswith(".tmp-")  # a complete temporary file, never the object
-    assert Store(url, readonly=True).temporaries() == names and Store(url, readonly=True).ids() == []
+    assert open_store(url, readonly=True).temporaries() == names and open_store(url, readonly=True).ids() == []
     result = runner.invoke(app, ["store", "clean", "--store", url])
     assert result.exit_code == 0 and "1 temporary file(s) removed" in result.output
-    assert Store(url).put_reporting(data)[1] is True
+    assert open_store(url).put_reporting(data)[1] is True
     assert (tmp_path / "url-store" / object_name(data)).read_bytes() == data
 
 
 def test_a_damaged_local_index_is_only_a_cache_and_is_built_again(tmp_path):
     url = f"file://{tmp_path}/url-store"
-    store = Store(url)
+    store = open_store(url)
     ids = sorted(store.put(artifact(name)) for name in TEXTS)
     store.index_path.write_bytes(b"not a database " * 100)
-    assert Store(url, readonly=True).ids() == ids
+    assert open_store(url, readonly=True).ids() == ids
 
 
 def test_file_and_memory_url_stores_through_the_commands(tmp_path):
     for url in (f"file://{tmp_path}/cli-store", f"memory://graftbench-{uuid.uuid4().hex[:8]}"):
-        store = Store(url)
+        store = open_store(url)
         ids = sorted(store.put(artifact(name)) for name in TEXTS)
         for args, expected in ((["store", "ls"], ids[0][:16]), (["store", "verify"], "every artifact"),
                                (["store", "reindex"], f"{len(TEXTS)} artifact(s) indexed")):
             result = runner.invoke(app, [*args, "--store", url])
             assert result.exit_code == 0 and expected in result.output, result.output
-        assert Store(url).put_reporting(artifact("mod-1"))[1] is False
+        assert open_store(url).put_reporting(artifact("mod-1"))[1] is False
         assert [store.read(aid).id for aid in ids] == ids
 
 
@@ -555,7 +560,7 @@ def test_a_third_process_grafts_from_the_s3_store_byte_exact(session, aime2024, 
 
     from .conftest import AIME2024
 
-    report = deposit_items(session, Store(s3.url), items_from_problems(aime2024[:2]))
+    report = deposit_items(session, open_store(s3.url), items_from_problems(aime2024[:2]))
     ids = [aid for _, aid, _, _ in report.deposited]
     assert len(ids) == 2
     env = {**os.environ, CACHE_ENV: str(tmp_path / "third-machine")}

@@ -25,13 +25,13 @@ from graftbench.problems.builtin import builtin_problems
 from graftbench.util.hashing import canonical_json, problem_set_json
 from graftbench.problems.loading import BUILTIN, MAX_PROBLEM_CHARS, load_problems
 from graftbench.problems.types import (
-                                       Problem,
-                                       ProblemSetError,
-                                       normalize_problem_text,
-                                       problem_key,
-                                       problem_set_sha256,
-                                       problem_text_sha256,
-                                       )
+    Problem,
+    ProblemSetError,
+    normalize_problem_text,
+    problem_key,
+    problem_set_sha256,
+    problem_text_sha256,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

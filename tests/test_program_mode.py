@@ -19,8 +19,8 @@ from graftbench.eval.deposit import DepositItem, deposit_items, item_from_sample
 from graftbench.util.hashing import sha256_text
 from graftbench.results.manifest import build_manifest, sealed_fields, seal_sha256, verify_manifest, write_manifest
 from graftbench.problems.types import Problem
-from graftbench.programs.mode import (PROGRAM_CLOSE, PROGRAM_FENCE, PROGRAM_LAYOUT, extract_program, program_verdict,
-                                      query_text, solution_text)
+from graftbench.problems.prompts import PROGRAM_CLOSE, PROGRAM_FENCE, PROGRAM_LAYOUT, program_query_text
+from graftbench.programs.mode import extract_program, program_verdict, solution_text
 from graftbench.results.samples import PROGRAM_FIELDS, Sample
 from graftbench.settings import EvalSettings, RoundsSettings, SandboxLimits
 from graftbench.store.folder import Store
@@ -44,8 +44,9 @@ def test_the_program_is_the_text_before_the_closing_fence(output, program):
 
 def test_a_deposited_program_is_shown_in_a_python_fence():
     assert solution_text("print(42)\n") == "```python\nprint(42)\n```"
-    assert query_text("What is 6 times 7?") == ("Problem: What is 6 times 7?\nWrite one short Python program that "
-                                                "prints only the final number.\nSolution: ```python\n")
+    assert program_query_text("What is 6 times 7?") == (
+        "Problem: What is 6 times 7?\nWrite one short Python program that prints only the final number.\n"
+        "Solution: ```python\n")
 
 
 @pytest.mark.parametrize("stdout, stopped, key, extracted, correct", [

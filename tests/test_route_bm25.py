@@ -35,8 +35,8 @@ def _route(store: Store, text: str, gate: float = 0.6, ranker: str = router.DEFA
     return router.route(store, FP, problem_key(Problem("q", text, "0")), text, gate, ranker)
 
 
-def test_the_graft_module_routes_with_the_router():
-    assert graft.route is router.route and graft.Route is router.Route
+def test_routing_lives_in_the_router_alone_and_ranks_with_bm25():
+    assert not hasattr(graft, "route") and not hasattr(graft, "Route")
     assert router.DEFAULT_RANKER == "bm25"
 
 

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from graftbench.problems.builtin import builtin_problems
 from graftbench.results.runs import RunDir
-from graftbench.engine.sampling import SamplingSettings, next_token, sample_seed
+from graftbench.engine.sampling import SamplingSettings, next_token
+from graftbench.util.seeds import sample_seed
 from graftbench.settings import EvalSettings
 from graftbench.eval.workflows import run_eval
 

@@ -29,13 +29,9 @@ from graftbench.problems.types import Problem
 from graftbench.results.runs import RunDir, RunError
 from graftbench.results.samples import Sample
 from graftbench.settings import EvalSettings
-from graftbench.store.folder import (
-                                     Store,
-                                     StoreError,
-                                     clean_store,
-                                     reindex_store,
-                                     require_store,
-                                     )
+from graftbench.store.folder import Store
+from graftbench.store.index import StoreError
+from graftbench.store.open import clean_store, reindex_store, require_store
 from graftbench.eval.workflows import deposit_plan, run_eval
 
 from .conftest import AIME2024

@@ -8,7 +8,7 @@ import pytest
 from graftbench.store.router import Route
 from graftbench.problems.builtin import builtin_problems
 from graftbench.eval.deposit import deposit_items, items_from_problems
-from graftbench.engine.forward import Decoded
+from graftbench.results.samples import Decoded
 from graftbench.problems.types import Problem
 from graftbench.eval.evaluate import _sample
 from graftbench.settings import EvalSettings

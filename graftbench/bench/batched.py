@@ -3,7 +3,7 @@
 restore, side by side in one process.
 
 Every row runs the full token budget (no EOS, no stop string), so both sides decode exactly ``samples × tokens``
-tokens; sample i draws with the same seed on both sides (:func:`graftbench.engine.sampling.sample_seed` of the run seed,
+tokens; sample i draws with the same seed on both sides (:func:`graftbench.util.seeds.sample_seed` of the run seed,
 the query problem and i). Repetitions alternate which side runs first.
 """
 
@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 
 from ..engine import forward, graft
-from ..engine.sampling import SamplingSettings, sample_decode, sample_seed
+from ..engine.sampling import SamplingSettings, sample_decode
+from ..util.seeds import sample_seed
 from ..engine.session import Session
 from ..store.folder import Store
 from ..settings import GOAL_DECODE_RATIO, BatchedSettings

@@ -21,13 +21,14 @@ import time
 
 from .stats import PeakRSS, rss_bytes
 
+DECODE_ROOM = 128  # tokens of room a TTFT graft reads the artifact with beyond the query, as eval reads it
+
 
 def _probe(store_root: str, artifact_id: str, model: str, dtype: str, chunk_size: int, query: list[int],
            pool_tokens: int = 0) -> dict:
     from ..engine import forward, graft
     from ..engine.session import open_session
     from ..store.folder import Store
-    from .ttft import DECODE_ROOM
 
     session = open_session(model, dtype=dtype, chunk_size=chunk_size, kv_pool_tokens=pool_tokens)
     store = Store(store_root)

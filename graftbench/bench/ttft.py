@@ -11,7 +11,7 @@ import torch
 from ..engine import forward, graft
 from ..engine.session import Session
 from ..store.folder import Store
-from .memory import graft_memory
+from .memory import DECODE_ROOM, graft_memory
 from .stats import summary, timed
 
 
@@ -40,9 +40,6 @@ def prefill_once(session: Session, ids: list[int], queries: dict[str, list[int]]
         seconds, (_, digest) = timed(lambda: _first_token(session, target, query))
         out[f"{name}_s"], out[f"{name}_logits"] = seconds, digest
     return out
-
-
-DECODE_ROOM = 128  # tokens of room a TTFT graft reads the artifact with beyond the query, as eval reads it
 
 
 def graft_once(session: Session, store: Store, artifact_id: str, query: list[int], integrity: str) -> dict:

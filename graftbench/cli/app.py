@@ -19,13 +19,14 @@ from rich.markup import escape
 
 from . import bench, exact, flywheel, report
 from . import merge, route
-from .common import (EVAL, FLYWHEEL, AnswerFieldOpt, ChunkOpt, DtypeOpt, ExampleAsOpt, GraftFromOpt, IdFieldOpt,
-                     IsaOpt, LayoutOpt, LimitOpt, ModelOpt, ProblemFieldOpt, ProblemsOpt, RunsOpt, SamplesOpt, SeedOpt,
-                     ShardOpt, SolutionFieldOpt, StoreOpt, TemperatureOpt, TopPOpt, console, fail, load_problem_set,
-                     model_label, open_model, os_error_text, progress, shard_problems, stage_progress)
+from .common import (EVAL, FLYWHEEL, AnswerFieldOpt, ChunkOpt, DtypeOpt, ExampleAsOpt, GraftFromOpt, IdFieldOpt, IsaOpt,
+                     LayoutOpt, LimitOpt, ModelOpt, ProblemFieldOpt, ProblemsOpt, RunsOpt, ShardOpt, SolutionFieldOpt,
+                     StoreOpt, console, fail, load_problem_set, model_label, open_model, os_error_text, progress,
+                     shard_problems, stage_progress)
 from ..settings import EvalSettings
-from ..scale.dispatch import EXECUTORS, RAY_EXTRA, ClusterOptions, DispatchError
+from ..eval.dispatch import EXECUTORS, RAY_EXTRA, ClusterOptions, DispatchError
 from .common import ModeOpt, announce_sandbox, check_hub_model
+from .options import CLUSTER, CLUSTER_OPTIONS, FIELDS, OWN, RUN, SAMPLING, with_options
 from ..util.display_text import console_markup
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -48,22 +49,6 @@ def _print_version(value: bool) -> None:
 def _main(show_version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
                                             help="print graftbench's version and exit")) -> None:
     """Verified-knowledge experiments: solve, deposit KV artifacts, graft them back, verify."""
-
-
-CLUSTER = ClusterOptions()
-ExecutorOpt = typer.Option("process", "--executor", help=escape("process: this process loads the model and runs "
-                           f"every problem; ray: Ray workers, each loading the model once ({RAY_EXTRA})"))
-WorkersOpt = typer.Option(CLUSTER.workers, "--workers", min=1, help=escape(
-    "with --executor ray: workers to start [default: as many as the cluster's free CPUs hold at --worker-threads each]"))
-WorkerThreadsOpt = typer.Option(CLUSTER.threads, "--worker-threads", min=1, help="with --executor ray: torch threads "
-                                "per worker and the CPUs each reserves (part of the pin: deposit under the same count)")
-AddressOpt = typer.Option(CLUSTER.address, "--address", help=escape(
-    "with --executor ray: join this running Ray cluster (host:port, or auto) [default: start a local one for the run "
-    "and stop it at the end]"))
-
-ProblemTimeoutOpt = typer.Option(CLUSTER.problem_timeout_s, "--problem-timeout", min=1.0, help=escape(
-    "with --executor ray: seconds a worker may hold one problem; past it the worker counts as hung, is stopped, and "
-    "the problem goes to another"))
 
 
 def _print_cleaned(cleaned) -> None:
@@ -91,12 +76,12 @@ def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, ru
     from ..programs.sandbox import SandboxError
     from ..eval.workflows import shard_size
     from ..results.runs import RunError
-    from ..store.folder import StoreError
+    from ..store.index import StoreError
     from ..eval.workflows import check_resume_before_load, samples_recorded
 
     problem_list = load_problem_set(problems, limit, *fields)
     if settings.graft and not new_store:
-        from ..store.folder import require_store
+        from ..store.open import require_store
 
         try:
             require_store(store)  # before the model loads: a mistyped --store fails at once
@@ -137,11 +122,12 @@ def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, ru
 def _check_store_pins(store: str, config, strict: bool) -> None:
     """Before a graft run starts: when the store holds no artifact under this run's pin, say so (how many it
     holds, under which models and pins); under ``strict`` that is an error (exit 2)."""
-    from ..store.folder import Store, StoreError
+    from ..store.index import StoreError
+    from ..store.open import open_store
     from ..store.pins import pins_held, unusable_store_message
 
     try:
-        holdings = pins_held(Store(store, readonly=True))
+        holdings = pins_held(open_store(store, readonly=True))
     except StoreError:
         return  # a store not created yet (--new-store), or an index the run upgrades: it holds nothing to name
     message = unusable_store_message(store, holdings, config.model, config.dtype, config.fingerprint)
@@ -238,37 +224,15 @@ def _in_mode(settings: EvalSettings, mode: str) -> EvalSettings:
 
 
 @app.command()
-def solve(
-    model: str = ModelOpt, problems: str = ProblemsOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt,
-    isa: Optional[str] = IsaOpt,
-    runs_dir: str = RunsOpt, run: Optional[str] = typer.Option(None, "--run", help="run name (resumes if it exists)"),
-    limit: Optional[int] = LimitOpt,
-    max_new_tokens: int = typer.Option(EVAL.max_new_tokens, "--max-new-tokens", min=1, help="decode budget per problem (tokens)"),
-    token_budget: Optional[int] = typer.Option(None, "--token-budget", min=1, help="decode budget for the whole run (tokens)"),
-    samples: int = SamplesOpt, temperature: float = TemperatureOpt, top_p: float = TopPOpt, seed: int = SeedOpt,
-    shard: Optional[str] = ShardOpt,
-    executor: str = ExecutorOpt, workers: Optional[int] = WorkersOpt, worker_threads: int = WorkerThreadsOpt,
-    address: Optional[str] = AddressOpt, problem_timeout: float = ProblemTimeoutOpt,
-    id_field: str = IdFieldOpt, problem_field: str = ProblemFieldOpt, answer_field: str = AnswerFieldOpt,
-    solution_field: str = SolutionFieldOpt, mode: str = ModeOpt,
-) -> None:
+@with_options(RUN, SAMPLING, CLUSTER_OPTIONS, FIELDS)
+def solve(**options) -> None:
     """Decode every problem under the budget (greedy, or N samples) and verify each answer (the baseline)."""
-    settings = _settings(max_new_tokens=max_new_tokens, token_budget=token_budget, samples=samples,
-                         temperature=temperature, top_p=top_p, seed=seed, shard=shard)
-    settings = _in_mode(settings, mode)
-    _eval_command("solve", model, problems, dtype, chunk_size, runs_dir, run, limit, settings, None,
-                  (id_field, problem_field, answer_field, solution_field), isa,
-                  cluster=_cluster(executor, workers, worker_threads, address, problem_timeout))
+    _run_command("solve", options)
 
 
 @app.command(name="eval")
+@with_options(RUN, OWN, SAMPLING, CLUSTER_OPTIONS, FIELDS)
 def eval_(
-    model: str = ModelOpt, problems: str = ProblemsOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt,
-    isa: Optional[str] = IsaOpt,
-    runs_dir: str = RunsOpt, run: Optional[str] = typer.Option(None, "--run", help="run name (resumes if it exists)"),
-    limit: Optional[int] = LimitOpt,
-    max_new_tokens: int = typer.Option(EVAL.max_new_tokens, "--max-new-tokens", min=1, help="decode budget per problem (tokens)"),
-    token_budget: Optional[int] = typer.Option(None, "--token-budget", min=1, help="decode budget for the whole run (tokens)"),
     graft: bool = typer.Option(False, "--graft", help="route each problem to an artifact and graft it"),
     store: str = StoreOpt,
     new_store: bool = typer.Option(False, "--new-store", help="with --graft: create the store if it does not exist "
@@ -276,23 +240,27 @@ def eval_(
     certify: bool = typer.Option(False, "--certify", help="also hash a fresh chunked recompute; must be equal"),
     strict: bool = typer.Option(False, "--strict", help="a refused artifact is an error, not a fallback"),
     min_similarity: float = typer.Option(EVAL.min_similarity, "--min-similarity", min=0.0, max=1.0, help="confidence gate for non-exact routes (0-1)"),
-    layout: str = LayoutOpt, graft_from: str = GraftFromOpt, example_as: str = ExampleAsOpt,
-    samples: int = SamplesOpt, temperature: float = TemperatureOpt, top_p: float = TopPOpt, seed: int = SeedOpt,
-    shard: Optional[str] = ShardOpt,
-    executor: str = ExecutorOpt, workers: Optional[int] = WorkersOpt, worker_threads: int = WorkerThreadsOpt,
-    address: Optional[str] = AddressOpt, problem_timeout: float = ProblemTimeoutOpt,
-    id_field: str = IdFieldOpt, problem_field: str = ProblemFieldOpt, answer_field: str = AnswerFieldOpt,
-    solution_field: str = SolutionFieldOpt, mode: str = ModeOpt,
+    layout: str = LayoutOpt, graft_from: str = GraftFromOpt, example_as: str = ExampleAsOpt, **options,
 ) -> None:
     """Evaluate: the baseline, or with --graft an artifact restored at its own positions before the query."""
-    settings = _settings(max_new_tokens=max_new_tokens, token_budget=token_budget, graft=graft, certify=certify,
-                         strict=strict, min_similarity=min_similarity, layout=layout, graft_from=graft_from,
-                         samples=samples, temperature=temperature, top_p=top_p, seed=seed, shard=shard,
-                         example_as=example_as)
-    settings = _in_mode(settings, mode)
-    _eval_command("eval", model, problems, dtype, chunk_size, runs_dir, run, limit, settings, store,
-                  (id_field, problem_field, answer_field, solution_field), isa, new_store,
-                  cluster=_cluster(executor, workers, worker_threads, address, problem_timeout))
+    _run_command("eval", options, store, new_store, graft=graft, certify=certify, strict=strict,
+                 min_similarity=min_similarity, layout=layout, graft_from=graft_from,
+                 example_as=example_as)
+
+
+def _run_command(command: str, options: dict, store: str | None = None, new_store: bool = False,
+                 **graft_settings) -> None:
+    """``solve`` or ``eval`` from the shared options (:mod:`graftbench.cli.options`) and eval's graft settings."""
+    o = options
+    settings = _settings(max_new_tokens=o["max_new_tokens"], token_budget=o["token_budget"], samples=o["samples"],
+                         temperature=o["temperature"], top_p=o["top_p"], seed=o["seed"], shard=o["shard"],
+                         **graft_settings)
+    settings = _in_mode(settings, o["mode"])
+    _eval_command(command, o["model"], o["problems"], o["dtype"], o["chunk_size"], o["runs_dir"], o["run"],
+                  o["limit"], settings, store, (o["id_field"], o["problem_field"], o["answer_field"],
+                                                o["solution_field"]), o["isa"], new_store,
+                  cluster=_cluster(o["executor"], o["workers"], o["worker_threads"], o["address"],
+                                   o["problem_timeout"]))
 
 
 @app.command()
@@ -318,7 +286,8 @@ def deposit(
     from .tables import deposit_table
     from ..results.runs import RunDir, RunError
     from ..programs.sandbox import SandboxError
-    from ..store.folder import StoreError, check_store_target
+    from ..store.folder import check_store_target
+    from ..store.index import StoreError
 
     announce_sandbox(mode)
 
@@ -428,10 +397,11 @@ app.add_typer(store_app, name="store")
 
 
 def _open_readonly(store: str):
-    from ..store.folder import Store, StoreError
+    from ..store.index import StoreError
+    from ..store.open import open_store
 
     try:
-        return Store(store, readonly=True)
+        return open_store(store, readonly=True)
     except StoreError as exc:
         fail(str(exc))
 
@@ -440,7 +410,7 @@ def _open_readonly(store: str):
 def store_ls(store: str = StoreOpt) -> None:
     """List the indexed artifacts: id, problem id, model, dtype and pin, answer key, tokens, source (and the parent
     a chained artifact continues), with their count and size; read-only."""
-    from ..store.folder import StoreError
+    from ..store.index import StoreError
     from ..store.pins import pins_held
     from .tables import store_table
 
@@ -457,7 +427,7 @@ def store_ls(store: str = StoreOpt) -> None:
 def store_verify(store: str = StoreOpt) -> None:
     """Re-check every indexed artifact with SHA-256 (file against id, payload against header) and its indexed
     XXH3-128; exit 1 on any failure (read-only)."""
-    from ..store.folder import StoreError
+    from ..store.index import StoreError
 
     opened = _open_readonly(store)
     try:
@@ -479,7 +449,7 @@ def store_verify(store: str = StoreOpt) -> None:
 def store_reindex(store: str = StoreOpt) -> None:
     """Rebuild the store's index from its artifact files (each checked: SHA-256 = its id, header parses); bad
     files are named and left in place."""
-    from ..store.folder import reindex_store
+    from ..store.open import reindex_store
 
     try:
         report, cleaned = reindex_store(store)
@@ -497,7 +467,8 @@ def store_reindex(store: str = StoreOpt) -> None:
 @store_app.command("clean")
 def store_clean(store: str = StoreOpt) -> None:
     """Remove the temporary files of writers killed before their rename (never one a live process is writing)."""
-    from ..store.folder import StoreError, clean_store
+    from ..store.index import StoreError
+    from ..store.open import clean_store
 
     try:
         cleaned = clean_store(store)

@@ -78,7 +78,7 @@ def os_error_text(exc: BaseException, what: str | None = None) -> str:
     what could not be done to which file, and, for a file system that refuses writes, that ``what`` (e.g. ``the
     store gs``) cannot be written and nothing in it was changed."""
     from ..util.durable import StorageError
-    from ..store.folder import StoreError
+    from ..store.index import StoreError
 
     if isinstance(exc, StorageError):
         return exc.strerror or str(exc)  # its own message, without the "[Errno 28]" prefix

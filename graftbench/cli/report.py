@@ -39,7 +39,8 @@ def report(
                                   help="bootstrap resamples over problems"),
 ) -> None:
     """Compare runs from their manifests: accuracy with 95% intervals, pass@k, maj@N, tokens, energy, copy controls; writes markdown and plots."""
-    from ..report.compare import ReportError, build_report, check_out_dir, default_out_dir, write_report
+    from ..report.compare import ReportError, build_report, check_out_dir, default_out_dir
+    from ..report.write import write_report
     from .tables import report_tables
 
     try:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
 
-from ..util.hashing import tensors_sha256
+from ..results.samples import Decoded
+from ..store.tensor_hashing import tensors_sha256
 from .kv_cache import new_cache, reserve
 
 __all__ = ["new_cache", "reserve", "chunk_bounds", "forward", "forward_batch", "prefill", "greedy_decode"]
@@ -88,20 +88,8 @@ def prefill(model, cache: DynamicCache, ids: list[int], chunk_size: int, all_log
 
 def logits_sha256(logits: torch.Tensor) -> str:
     """SHA-256 of the raw bytes of ``logits`` (any shape) in their own dtype (float32: 4 bytes per value,
-    bfloat16: 2; :func:`graftbench.util.hashing.tensor_bytes`)."""
+    bfloat16: 2; :func:`graftbench.store.tensor_hashing.tensor_bytes`)."""
     return tensors_sha256([logits])
-
-
-@dataclass
-class Decoded:
-    """Result of a greedy decode: generated ``token_ids`` (the EOS token included when hit), their text (EOS
-    excluded), ``finish_reason`` (``eos``, ``stop`` or ``budget``) and seconds to the first token."""
-
-    token_ids: list[int]
-    text: str
-    finish_reason: str
-    first_token_s: float
-    decode_s: float
 
 
 def greedy_decode(

@@ -1,4 +1,4 @@
-"""Deposit a text as a KV artifact, restore an artifact into a fresh cache at its own positions, and route.
+"""Deposit a text as a KV artifact, and restore an artifact into a fresh cache at its own positions.
 
 A restore rebuilds each cache layer's whole state, not only its tensors: a sliding-window layer also gets the
 number of tokens it has seen (``cumulative_length``), without which Gemma 3's logits come out off by about 30 while
@@ -14,7 +14,6 @@ from . import forward
 from .kv_cache import PreallocatedLayer
 from ..store.codec import Artifact, ArtifactError, encode_artifact
 from .pin import PinnedConfig
-from ..store.router import Route, route  # noqa: F401 (the router lives in router.py, torch-free)
 from ..store.folder import Store
 
 # Header fields that must equal the current pinned config for an artifact to be grafted.

@@ -28,7 +28,8 @@ from pathlib import Path
 
 import torch
 
-from ..util.hashing import sha256_file, sha256_text, tensors_sha256
+from ..store.tensor_hashing import tensors_sha256
+from ..util.hashing import sha256_file, sha256_text
 from ..util.hub_access import OFFLINE_HINT, hub_model_refusal, one_line
 from .model_packages import PackagedWeights, PackagedWeightsError, Part, resolve_packaged
 from ..settings import DEFAULT_DTYPE, DEFAULT_MODEL, cache_root

@@ -1,4 +1,4 @@
-"""The pinned config: everything that fixes the numbers, and its fingerprint.
+"""The pinned config: everything that fixes the numbers (its fingerprint: :mod:`graftbench.results.fingerprint`).
 
 Two runs whose fingerprints are equal are expected to produce byte-identical logits; an artifact is grafted only
 under the fingerprint it was deposited with.
@@ -13,6 +13,7 @@ from importlib import metadata
 from ..problems.prompts import PromptLayout
 from ..results.fingerprint import UNPINNED_FIELDS, pin_fingerprint
 from ..settings import DEFAULT_CHUNK_SIZE
+from ..util.isa import current as current_isa
 
 PINNED_LIBRARIES = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "gguf", "accelerate")
 
@@ -54,6 +55,15 @@ class PinnedConfig:
         return pin_fingerprint(self.to_dict())
 
 
+def configure_torch() -> str:
+    """After torch is imported: apply the torch-side half of the pin this process carries; returns its name."""
+    import torch
+
+    isa = current_isa()
+    if isa != "native":
+        torch.backends.mkldnn.enabled = False
+    return isa
+
 def library_versions() -> dict[str, str]:
     """Installed versions of the libraries that can change the numbers."""
     versions = {}
@@ -72,7 +82,6 @@ def build_config(loaded, chunk_size: int = DEFAULT_CHUNK_SIZE, layout: PromptLay
     """
     import torch
 
-    from ..util.isa import current
     from .kv_cache import CACHE_CLASS
 
     if chunk_size < 1:
@@ -95,6 +104,6 @@ def build_config(loaded, chunk_size: int = DEFAULT_CHUNK_SIZE, layout: PromptLay
         libraries=library_versions(),
         cpu_capability=capability,
         machine=platform.machine(),
-        isa=current(),
+        isa=current_isa(),
         cache_class=CACHE_CLASS,
     )

@@ -1,9 +1,9 @@
 """Sampled decoding: N samples of one problem decoded as one batch after one shared prefill or graft.
 
-Each sample draws from its own ``torch.Generator`` seeded by :func:`sample_seed` (run seed, problem id, sample
-index), so a resumed run draws the same tokens as an uninterrupted one, and a sample's tokens do not depend on
-which other problems the run holds. Temperature and nucleus (top-p) sampling follow Holtzman et al., "The Curious
-Case of Neural Text Degeneration" (ICLR 2020): keep the smallest set of most likely tokens whose probability
+Each sample draws from its own ``torch.Generator`` seeded by :func:`graftbench.util.seeds.sample_seed` (run seed,
+problem id, sample index), so a resumed run draws the same tokens as an uninterrupted one, and a sample's tokens do not
+depend on which other problems the run holds. Temperature and nucleus (top-p) sampling follow Holtzman et al., "The
+Curious Case of Neural Text Degeneration" (ICLR 2020): keep the smallest set of most likely tokens whose probability
 reaches ``top_p``, renormalize, draw.
 """
 
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .forward import Decoded, forward_batch, stop_reached
+from ..results.samples import Decoded
+from .forward import forward_batch, stop_reached
 from .kv_cache import reserve
-from ..util.seeds import sample_seed  # noqa: F401  (re-exported: the seed of each sample)
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def sample_decode(model, tokenizer, cache, first_logits: torch.Tensor, max_new_t
     graft and query) is repeated to one row per sample, each row draws its first token from ``first_logits``
     (``[1, vocab]``) and then from its own logits. A row that ends (EOS, ``stop``, budget) leaves the batch.
 
-    Returns one :class:`~graftbench.engine.forward.Decoded` per seed, in order; ``first_token_s`` is the same for all
+    Returns one :class:`~graftbench.results.samples.Decoded` per seed, in order; ``first_token_s`` is the same for all
     (the shared prefix and the first draw), ``decode_s`` is the batch's decode time. ``cache`` is consumed.
     """
     started = time.perf_counter() if started is None else started

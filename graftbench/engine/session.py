@@ -7,8 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from . import forward
-from .pin import PinnedConfig, build_config
-from ..util.isa import configure_torch
+from .pin import PinnedConfig, build_config, configure_torch
 from .kv_pool import NO_POOL, PoolReport, reserve_tokens
 from .models import LoadedModel, load_model
 from ..settings import DEFAULT_CHUNK_SIZE, DEFAULT_DTYPE, DEFAULT_MODEL
@@ -46,9 +45,9 @@ class Session:
         """Program mode's baseline prompt: the problem and the program instruction as the user's message (chat
         template with generation prompt where the tokenizer has one, else plain text), then the opened
         ```` ```python ```` fence, so the first decoded token is code. Returns token ids."""
-        from ..programs.mode import PROGRAM_FENCE, prompt_text
+        from ..problems.prompts import PROGRAM_FENCE, program_prompt_text
 
-        text = prompt_text(problem)
+        text = program_prompt_text(problem)
         if self.tokenizer.chat_template:
             ids = self.tokenizer.apply_chat_template(
                 [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True, return_dict=False
@@ -58,11 +57,11 @@ class Session:
         return self.tokenizer(text + "\n\n" + PROGRAM_FENCE).input_ids
 
     def program_query_ids(self, problem: str) -> list[int]:
-        """Program mode's query after a graft for a new problem (:func:`graftbench.programs.mode.query_text`),
-        without start tokens: it follows an artifact."""
-        from ..programs.mode import query_text
+        """Program mode's query after a graft for a new problem
+        (:func:`graftbench.problems.prompts.program_query_text`), without start tokens: it follows an artifact."""
+        from ..problems.prompts import program_query_text
 
-        return self.tokenizer(query_text(problem), add_special_tokens=False).input_ids
+        return self.tokenizer(program_query_text(problem), add_special_tokens=False).input_ids
 
     def deposit_ids(self, problem: str, answer: str, solution: str) -> list[int]:
         """Token ids of a deposit text in the pinned layout, with the tokenizer's start tokens (e.g. BOS)."""

@@ -1,1 +1,2 @@
-"""The evaluation stage: evaluate, deposit, workflows, the flywheel, the exactness check."""
+"""The evaluation stage: evaluate, deposit, the workflows, the flywheel, the exactness check, program replay, the
+driver's bookkeeping over workers."""

@@ -23,14 +23,16 @@ from ..engine import forward, graft
 from ..store import router
 from ..store.codec import ArtifactError
 from ..util.energy import EnergyMeter
-from ..engine.forward import Decoded
+from ..results.samples import Decoded
 from ..util.hashing import sha256_text
 from ..store.router import Route
 from ..problems.types import Problem, family, normalize_problem_text, problem_key, problem_text_sha256
-from ..programs.mode import PROGRAM_CLOSE, extract_program, program_verdict
+from ..problems.prompts import PROGRAM_CLOSE
+from ..programs.mode import extract_program, program_verdict
 from ..results.runs import RunDir
 from ..results.samples import Attempt, Sample
-from ..engine.sampling import SamplingSettings, sample_decode, sample_seed
+from ..engine.sampling import SamplingSettings, sample_decode
+from ..util.seeds import sample_seed
 from ..programs.sandbox import run_program
 from ..engine.session import Session
 from ..settings import EvalSettings, SandboxLimits

@@ -24,7 +24,7 @@ from ..problems.types import Problem
 from ..results.samples import Sample
 from ..engine.session import Session
 from ..settings import EvalSettings, RoundsSettings
-from ..store.folder import Store
+from ..store.open import open_store
 from .workflows import RunResult, problem_entry, run_eval
 
 
@@ -101,7 +101,7 @@ def run_rounds(session: Session, settings: RoundsSettings, runs_root: str | Path
     """
     stage = on_stage or (lambda name, total: None)
     n = settings.samples
-    slices, store = pool_slices(settings), Store(store_root)
+    slices, store = pool_slices(settings), open_store(store_root)
     results: list[RoundResult] = []
     for round_, problems in enumerate(slices):
         name = f"{settings.prefix}-r{round_}"

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..scale.dispatch import DispatchReport
+from .dispatch import DispatchReport
 from .deposit import DepositItem, DepositReport, deposit_items, items_from_problems, items_from_samples
 from ..util.energy import EnergyMeter
 from .evaluate import evaluate
@@ -20,6 +20,7 @@ from ..engine.session import Session
 from ..settings import EvalSettings, SandboxLimits
 from ..problems.shards import parse_shard, select
 from ..store.folder import Store
+from ..store.open import open_store
 
 
 @dataclass
@@ -30,7 +31,7 @@ class RunResult:
     samples: list[Sample]
     manifest: dict
     cleaned: list[Path] = field(default_factory=list)  # temporary files of killed writers removed on opening
-    dispatch: DispatchReport | None = None  # a run over Ray workers: started, refused, lost (graftbench.scale.dispatch)
+    dispatch: DispatchReport | None = None  # a run over Ray workers: started, refused, lost (graftbench.eval.dispatch)
 
     @property
     def certificate_mismatches(self) -> list[str]:
@@ -119,13 +120,13 @@ def eval_manifest(*, run_name: str, command: str, config: dict, config_fingerpri
 def open_graft_store(store_root: str | Path, new_store: bool = False) -> Store:
     """The store a graft run reads: opened for writing (which removes killed writers' temporary files and brings
     an older index up to date), or read-only when its file system refuses writes (a graft only reads). Raises
-    :class:`graftbench.store.folder.StoreError` as :class:`Store` does."""
+    :class:`graftbench.store.index.StoreError` as :func:`graftbench.store.open.open_store` does."""
     try:
-        return Store(store_root, create=new_store)
+        return open_store(store_root, create=new_store)
     except OSError as exc:
         if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM) or new_store:
             raise
-        return Store(store_root, readonly=True)
+        return open_store(store_root, readonly=True)
 
 
 def run_eval(session: Session, problems: list[Problem], source: str, run_name: str, settings: EvalSettings,
@@ -231,7 +232,7 @@ def deposit_job(session: Session, store_root: str | Path, problems: list[Problem
     :class:`graftbench.programs.sandbox.SandboxError` when no sandbox can be started."""
     if items is None:
         items = deposit_plan(problems, references=references, from_run=from_run)
-    store = Store(store_root)
+    store = open_store(store_root)
     report = deposit_items(session, store, items, on_item, mode=mode, limits=limits, recompute=recompute)
     report.cleaned = store.cleaned
     return report

@@ -35,18 +35,18 @@ from ..settings import EvalSettings
 from ..store.folder import Store
 from . import scenarios, store_faults
 from .catalogue import (
-                        ARTIFACT_FAULTS,
-                        ESCAPING_IDS,
-                        ESCAPING_RUN_NAMES,
-                        MANIFEST_EDITS,
-                        PROBLEM_SET_FAULTS,
-                        ArtifactFault,
-                        Lab,
-                        escaping_artifact_entry,
-                        mutate_artifact,
-                        tiny_problem,
-                        write_problem_set,
-                        )
+    ARTIFACT_FAULTS,
+    ESCAPING_IDS,
+    ESCAPING_RUN_NAMES,
+    MANIFEST_EDITS,
+    PROBLEM_SET_FAULTS,
+    ArtifactFault,
+    Lab,
+    escaping_artifact_entry,
+    mutate_artifact,
+    tiny_problem,
+    write_problem_set,
+)
 from .harness import DEPOSIT_CODE, HUB_CODE, IMPORT_ROOT, lines_of, session_args, sigkill, start_python, wait_for_line
 from .scenarios import count_losses, inventory, store_consistent
 

@@ -28,16 +28,16 @@ from ..settings import EvalSettings
 from ..store.folder import Store
 from ..eval.workflows import RunResult, run_eval
 from .harness import (
-                      SOLVE_CODE,
-                      complete_lines,
-                      disk_full,
-                      index_full,
-                      kill_when_lines,
-                      put_in_subprocess,
-                      session_args,
-                      start_python,
-                      write_payloads,
-                      )
+    SOLVE_CODE,
+    complete_lines,
+    disk_full,
+    index_full,
+    kill_when_lines,
+    put_in_subprocess,
+    session_args,
+    start_python,
+    write_payloads,
+)
 
 SOURCE = "faults"  # the problem-set source recorded by every run the scenarios make
 

@@ -1,4 +1,4 @@
-"""Faults of the store and run folders (issue #11), played by the runner (``benchmarks/faults.py``) and the tests:
+"""Faults of the store and run folders, played by the runner (``benchmarks/faults.py``) and the tests:
 a damaged index rebuilt from the files, two artifact files swapped on disk, two processes resuming one run, and
 temporary files of killed writers cleaned while a live writer's is kept.
 
@@ -19,18 +19,20 @@ from ..util.durable import clean_temporaries
 from ..problems.loading import load_problems
 from ..results.runs import RunDir, RunError
 from ..settings import EvalSettings
-from ..store.folder import Store, StoreError, reindex_store
+from ..store.folder import Store
+from ..store.index import StoreError
+from ..store.open import reindex_store
 from ..eval.workflows import run_eval
 from .harness import (
-                      SOLVE_CODE,
-                      lines_of,
-                      put_in_subprocess,
-                      session_args,
-                      sigkill,
-                      start_python,
-                      wait_for_line,
-                      write_payloads,
-                      )
+    SOLVE_CODE,
+    lines_of,
+    put_in_subprocess,
+    session_args,
+    sigkill,
+    start_python,
+    wait_for_line,
+    write_payloads,
+)
 
 SOURCE = "faults"
 

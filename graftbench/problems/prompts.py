@@ -40,6 +40,18 @@ PROGRAM_LAYOUT = {"prompt": PROGRAM_PROMPT, "fence": PROGRAM_FENCE, "close": PRO
                   "answer_cue": PROGRAM_ANSWER_CUE}
 
 
+def program_prompt_text(problem: str) -> str:
+    """Program mode's baseline instruction for ``problem``
+    (:meth:`graftbench.engine.session.Session.program_prompt_ids` adds the fence)."""
+    return PROGRAM_PROMPT.format(problem=problem)
+
+
+def program_query_text(problem: str) -> str:
+    """Program mode's query after a graft for a new ``problem``: the problem, the instruction and the opened
+    fence."""
+    return PROGRAM_QUERY.format(problem=problem)
+
+
 @dataclass(frozen=True)
 class PromptLayout:
     """The text templates that turn problems into token streams (part of the pin).

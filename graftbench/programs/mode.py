@@ -9,8 +9,9 @@ problem, the ``solve`` layout) the query is ``Problem: ...``, the instruction an
 deposited program's text. A recurring problem (the ``answer`` layout) still answers in a few tokens after the answer
 cue: it writes no program.
 
-The layout's texts live with the other prompt layouts in :mod:`graftbench.problems.prompts` (``PROGRAM_*``, re-exported
-here) but are not part of the pin (:class:`graftbench.problems.prompts.PromptLayout`), so that adding program mode
+The layout's texts and the prompt and query they make live with the other prompt layouts in
+:mod:`graftbench.problems.prompts` (``PROGRAM_*``, :func:`~graftbench.problems.prompts.program_query_text`) but are not
+part of the pin (:class:`graftbench.problems.prompts.PromptLayout`), so that adding program mode
 changed no artifact's fingerprint; a program-mode run records them in its settings (``program_layout``) instead, and a
 run folder resumed under another layout is refused like any other change of settings.
 
@@ -20,8 +21,7 @@ Imports no torch: :mod:`graftbench.results.manifest` re-checks program verdicts 
 
 from __future__ import annotations
 
-from ..problems.prompts import (PROGRAM_ANSWER_CUE, PROGRAM_CLOSE, PROGRAM_FENCE, PROGRAM_INSTRUCTION,  # noqa: F401
-                                PROGRAM_LAYOUT, PROGRAM_PROMPT, PROGRAM_QUERY)
+from ..problems.prompts import PROGRAM_ANSWER_CUE, PROGRAM_CLOSE, PROGRAM_FENCE
 from .sandbox import answer_line
 from ..verify.answers import VERIFIER_VERSION, Verdict, verify_answer
 
@@ -29,17 +29,6 @@ from ..verify.answers import VERIFIER_VERSION, Verdict, verify_answer
 # none.
 PROGRAM_FIELDS = ("program", "exit_status", "stdout", "stdout_sha256", "stderr_tail", "program_s", "stopped",
                   "isolation")
-
-
-def prompt_text(problem: str) -> str:
-    """The baseline's instruction for ``problem``
-    (:meth:`graftbench.engine.session.Session.program_prompt_ids` adds the fence)."""
-    return PROGRAM_PROMPT.format(problem=problem)
-
-
-def query_text(problem: str) -> str:
-    """The query after a graft for a new ``problem``: the problem, the instruction and the opened fence."""
-    return PROGRAM_QUERY.format(problem=problem)
 
 
 def extract_program(output: str) -> str:

@@ -1,6 +1,6 @@
 """``graftbench report``'s logic: read run manifests, compute their statistics (:mod:`graftbench.results.metrics`),
-compare them, and write a markdown report with plots (:mod:`graftbench.report.plots`) and, on request,
-lm-evaluation-harness files (:mod:`graftbench.report.lmeval`). Imports no torch and needs no model.
+compare them, and render the markdown report (:mod:`graftbench.report.write` writes it with its plots and, on
+request, lm-evaluation-harness files). Imports no torch and needs no model.
 
 The tables here are lists of strings, shared by the markdown file and the rich tables the command prints
 (:func:`graftbench.cli.tables.report_tables`), so both always show the same figures.
@@ -8,14 +8,13 @@ The tables here are lists of strings, shared by the markdown file and the rich t
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 from ..util.display_text import markdown_text
-from ..util.durable import blocking_file, write_atomic
+from ..util.durable import blocking_file
 from ..results.manifest import ManifestError, load_manifest, recorded_verifier_version
 from ..results.metrics import RESAMPLES, paired_difference, summarize
 
@@ -430,26 +429,3 @@ def check_out_dir(out_dir: str | Path) -> None:
     blocking = blocking_file(out_dir)
     if blocking is not None:
         raise ReportError(f"cannot write the report into '{out_dir}': '{blocking}' is a file, not a folder")
-
-
-def write_report(report: Report, out_dir: str | Path, lm_eval: bool = False) -> list[Path]:
-    """Write ``report.md``, ``summary.json`` and the PNG plots into ``out_dir`` (created), and with ``lm_eval`` each
-    run's lm-evaluation-harness files under ``lm-eval/<run label>/``. Returns the paths written. Raises ``OSError``
-    when the folder cannot be written."""
-    from .lmeval import write_lm_eval
-    from .plots import write_plots
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    plots = write_plots(report, out)
-    written = [*plots]
-    md = out / "report.md"
-    write_atomic(md, markdown(report, [p.name for p in plots]))
-    summary = out / "summary.json"
-    write_atomic(summary, json.dumps(summaries_json(report), indent=2, ensure_ascii=False) + "\n")
-    written += [md, summary]
-    if lm_eval:
-        for run in report.runs:
-            written += write_lm_eval(run, out / "lm-eval" / re.sub(r"[^A-Za-z0-9._-]", "_", run.label),
-                                     report.seed, report.resamples)
-    return written

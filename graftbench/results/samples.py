@@ -9,12 +9,21 @@ re-checks what was written, not what a process held in memory.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..programs.mode import PROGRAM_FIELDS
 
-if TYPE_CHECKING:
-    from ..engine.forward import Decoded
+
+@dataclass
+class Decoded:
+    """Result of a greedy decode: generated ``token_ids`` (the EOS token included when hit), their text (EOS
+    excluded), ``finish_reason`` (``eos``, ``stop`` or ``budget``) and seconds to the first token."""
+
+    token_ids: list[int]
+    text: str
+    finish_reason: str
+    first_token_s: float
+    decode_s: float
 
 
 @dataclass(frozen=True)

@@ -1,1 +1,1 @@
-"""Shards across machines: merge, dispatch, the Ray executor."""
+"""Runs across processes and machines: shard runs merged into one run, runs over Ray workers."""

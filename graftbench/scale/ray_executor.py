@@ -3,14 +3,14 @@ run folder exactly as one process does.
 
 Each worker (:class:`ProblemWorker`, a Ray actor reserving ``threads`` CPUs) applies the run's instruction-set pin,
 loads the model with the run's pin (model, dtype, chunk size, threads) and opens the run's store read-only (the
-path or URL the run was given, through :class:`graftbench.store.folder.Store`'s public API), then runs the problems the
+path or URL the run was given, through :func:`graftbench.store.open.open_store`), then runs the problems the
 driver hands it, one at a time, with :func:`graftbench.eval.evaluate.run_problem`, and returns their samples as JSON.
 
 The driver (:func:`run_eval_ray`) holds the run folder's lock, takes the pin of the first worker (in worker order)
 that loads the model as the run's pin, and refuses (stops, and never hands a problem to) any worker whose pin's
 fingerprint differs: on a cluster of unlike machines, no sample of another pin enters the run. It appends each
 sample durably to ``samples.jsonl`` as it arrives (:meth:`graftbench.results.runs.RunDir.append`), once per (problem,
-sample index) (:class:`graftbench.scale.dispatch.Ledger`): a worker that dies or is lost gives its problem back to the
+sample index) (:class:`graftbench.eval.dispatch.Ledger`): a worker that dies or is lost gives its problem back to the
 queue, a replacement worker is started, and a sample that arrives for a key already recorded is ignored. A resumed
 run skips the problems recorded, as a single-process run does; either executor can resume the other's run (the
 executor is not part of ``run.json``). At the end it writes the manifest with
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, NamedTuple
 
-from .dispatch import RAY_EXTRA, ClusterOptions, DispatchError, DispatchReport, Ledger
+from ..eval.dispatch import RAY_EXTRA, ClusterOptions, DispatchError, DispatchReport, Ledger
 from ..problems.types import Problem
 from ..settings import EvalSettings
 
@@ -108,12 +108,12 @@ class ProblemWorker:
         apply(pin.isa)  # before torch is imported in this process
         from ..util.energy import EnergyMeter
         from ..engine.session import open_session
-        from ..store.folder import Store
+        from ..store.open import open_store
 
         self.session = open_session(pin.model, dtype=pin.dtype, chunk_size=pin.chunk_size,
                                     threads=faults.threads or pin.threads)
         self.settings = settings
-        self.store = Store(store_root, readonly=True) if settings.graft and store_root is not None else None
+        self.store = open_store(store_root, readonly=True) if settings.graft and store_root is not None else None
         self.meter = EnergyMeter(device=self.session.config.device)
         self.faults = faults
         self.runs = 0
@@ -261,7 +261,7 @@ def run_eval_ray(problems: list[Problem], source: str, run_name: str, settings: 
     manifest and release the lock; ``on_event`` receives one line per cluster event (started, worker refused or lost).
 
     Returns a :class:`~graftbench.eval.workflows.RunResult` whose ``dispatch`` is the
-    :class:`~graftbench.scale.dispatch.DispatchReport`. For greedy decoding its samples equal a single-process run's
+    :class:`~graftbench.eval.dispatch.DispatchReport`. For greedy decoding its samples equal a single-process run's
     under the same pin in every hash, verdict and token count (only the measured seconds and joules differ).
 
     Raises :class:`DispatchError` when Ray is missing, the cluster cannot be joined or started, no worker loads the
@@ -278,7 +278,7 @@ def run_eval_ray(problems: list[Problem], source: str, run_name: str, settings: 
     from ..results.runs import RunDir
     from ..results.samples import Sample
     from ..problems.shards import parse_shard, select
-    from ..store.folder import Store
+    from ..store.open import open_store
     from ..eval.workflows import RunResult, eval_manifest, run_record
 
     event = on_event or (lambda _: None)
@@ -287,7 +287,7 @@ def run_eval_ray(problems: list[Problem], source: str, run_name: str, settings: 
     report = DispatchReport()
     with run:
         run.lock()  # first: a run that another process holds is refused before anything else
-        store = Store(store_root, create=new_store) if settings.graft and store_root is not None else None
+        store = open_store(store_root, create=new_store) if settings.graft and store_root is not None else None
         with _Cluster(options, event) as cluster:
             workers = _Workers(cluster.ray, pin, settings, _worker_path(store_root) if store is not None else None, hooks, report)
             try:

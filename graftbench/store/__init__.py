@@ -1,1 +1,1 @@
-"""The artifact store: ids, codec, reader, index, folder and object stores, the router."""
+"""The artifact store: ids, codec, reader, index, folder and object stores behind one ``open_store``, the router."""

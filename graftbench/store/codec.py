@@ -22,7 +22,7 @@ from safetensors import SafetensorError
 
 from .ids import artifact_id_of, is_artifact_id
 from .reader import LayoutError, ReadTiming, metadata_of, parse_header, tensor_layout
-from ..util.hashing import tensors_sha256
+from .tensor_hashing import tensors_sha256
 from ..util.strict_json import loads_strict
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ class Artifact:
 
 def payload_sha256(token_ids: torch.Tensor, layers: list[tuple[torch.Tensor, torch.Tensor]]) -> str:
     """SHA-256 over the raw bytes of ``token_ids`` then each layer's keys and values, in order
-    (:func:`graftbench.util.hashing.tensors_sha256`)."""
+    (:func:`graftbench.store.tensor_hashing.tensors_sha256`)."""
     return tensors_sha256([token_ids, *[t for pair in layers for t in pair]])
 
 

@@ -24,8 +24,9 @@ create, clean and upgrade nothing. A missing or damaged index raises :class:`Sto
 advising ``graftbench store reindex``, which rebuilds it from the files (:mod:`graftbench.store.index`).
 
 A root that is a URL (``s3://bucket/prefix``, ``file://…``, ``memory://…``: :func:`is_store_url`) is a store on
-object storage: ``Store(url)`` returns a :class:`graftbench.store.object_store.ObjectStore`, and :func:`require_store`,
-:func:`clean_store` and :func:`reindex_store` act on it; a plain path is this folder store, unchanged.
+object storage, opened by :func:`graftbench.store.open.open_store` as a
+:class:`graftbench.store.object_store.ObjectStore` (a folder :class:`Store` refuses one); a plain path is this folder
+store.
 """
 
 from __future__ import annotations
@@ -39,39 +40,37 @@ from pathlib import Path
 
 
 from .codec import (
-                    Artifact,
-                    ArtifactError,
-                    audit_artifact,
-                    check_artifact_id,
-                    check_tensors,
-                    decode_artifact,
-                    decode_header,
-                    header_from_metadata,
-                    payload_sha256,
-                    )
+    Artifact,
+    ArtifactError,
+    audit_artifact,
+    check_artifact_id,
+    check_tensors,
+    decode_artifact,
+    decode_header,
+    header_from_metadata,
+    payload_sha256,
+)
 from .ids import (
-                  SUFFIX,
-                  artifact_id_of,
-                  artifact_path,
-                  artifacts_dir,
-                  id_of_path,
-                  )
+    SUFFIX,
+    artifact_id_of,
+    artifact_path,
+    artifacts_dir,
+    id_of_path,
+)
 from .reader import (INTEGRITY_METHODS, LayoutError, header_length, metadata_of, parse_table,
                      read_safetensors, xxh3_128_hex)
 from ..util.durable import (
-                            TEMP_PREFIX,
-                            blocking_file,
-                            clean_temporaries,
-                            crash_point,
-                            storage_error,
-                            write_file_atomic,
-                            )
+    TEMP_PREFIX,
+    blocking_file,
+    clean_temporaries,
+    crash_point,
+    storage_error,
+    write_file_atomic,
+)
 from ..util.safe_files import (MAX_ARTIFACT_BYTES, UnsafeFileError, open_regular, read_regular, regular_file_size,
                                sha256_regular)
 from .index import (
-                    BAND_ROWS,  # noqa: F401 (re-exported)
     INDEX_NAME,
-    ROUTE_CANDIDATES,  # noqa: F401 (re-exported)
     IndexedStore,
     ReindexReport,
     StoreError,
@@ -86,7 +85,7 @@ from .index import (
     row_of,
 )
 
-__all__ = ["ReindexReport", "Store", "StoreError", "clean_store", "is_store_url", "reindex_store", "require_store"]
+__all__ = ["Store", "clean_folder_store", "is_store_url", "reindex_folder_store", "require_folder_store"]
 
 _SQLITE_FULL = 13  # SQLITE_FULL: "database or disk is full"
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
@@ -128,15 +127,9 @@ def _check_store_folder(root: Path, index_path: Path, create: bool) -> bool:
     raise StoreError(f"{root} is not a graftbench store (no {INDEX_NAME}, no artifacts/ folder)", missing=True)
 
 
-def require_store(root: str | Path) -> None:
-    """Check that a store with an index exists at ``root`` without opening or creating anything (what ``eval
-    --graft`` checks before it loads a model). Raises :class:`StoreError` naming the path otherwise
-    (``missing`` when the folder does not exist). A URL is checked on its object storage
-    (:func:`graftbench.store.object_store.require_object_store`)."""
-    if is_store_url(root):
-        from .object_store import require_object_store
-
-        return require_object_store(root)
+def require_folder_store(root: str | Path) -> None:
+    """Check that a folder store with an index exists at ``root`` without opening or creating anything. Raises
+    :class:`StoreError` naming the path otherwise (``missing`` when the folder does not exist)."""
     root = Path(root)
     _check_store_folder(root, root / INDEX_NAME, create=False)
 
@@ -155,15 +148,10 @@ def check_store_target(root: str | Path) -> None:
     _check_store_folder(root, root / INDEX_NAME, create=True)
 
 
-def clean_store(root: str | Path) -> list[Path]:
-    """Remove the ``.tmp-*`` files that writers killed before their rename left in the store at ``root`` (its
+def clean_folder_store(root: str | Path) -> list[Path]:
+    """Remove the ``.tmp-*`` files that writers killed before their rename left in the folder store at ``root`` (its
     ``artifacts/`` folder and its root), never one that a live process is still writing; the index is not
-    opened. Returns the paths removed. Raises :class:`StoreError` when ``root`` is not an existing store. For a URL
-    see :func:`graftbench.store.object_store.clean_object_store`."""
-    if is_store_url(root):
-        from .object_store import clean_object_store
-
-        return clean_object_store(root)
+    opened. Returns the paths removed. Raises :class:`StoreError` when ``root`` is not an existing store."""
     root = Path(root)
     _check_store_folder(root, root / INDEX_NAME, create=False)
     return _clean(root)
@@ -175,21 +163,15 @@ def _clean(root: Path) -> list[Path]:
     return clean_temporaries(artifacts_dir(root), follow=False) + clean_temporaries(root)
 
 
-def reindex_store(root: str | Path) -> tuple[ReindexReport, list[Path]]:
-    """Rebuild the index of the store at ``root`` from its artifact files
+def reindex_folder_store(root: str | Path) -> tuple[ReindexReport, list[Path]]:
+    """Rebuild the index of the folder store at ``root`` from its artifact files
     (:func:`graftbench.store.index.rebuild_index`), under the store's write lock, after removing the temporary files of
     killed writers. Returns (the report, the temporary files removed). Nothing deposited is moved or deleted: files that
     fail the checks are named in the report and left in place.
 
     Raises :class:`StoreError` when ``root`` has no ``artifacts/`` folder (not a store) or the write lock is held
-    too long, and ``OSError`` when the new index cannot be written (the old one is then unchanged). A URL's index
-    is rebuilt from its objects (:meth:`graftbench.store.object_store.ObjectStore.reindex`).
+    too long, and ``OSError`` when the new index cannot be written (the old one is then unchanged).
     """
-    if is_store_url(root):
-        from .object_store import ObjectStore
-
-        store = ObjectStore(root, create=False)
-        return store.reindex(), store.cleaned
     root = Path(root)
     if not artifacts_dir(root).is_dir():
         if not root.exists():
@@ -220,17 +202,13 @@ class Store(IndexedStore):
     verify``) also refuses one and writes nothing at all. Opening for writing removes the temporary files of
     killed writers; ``cleaned`` lists them. Raises :class:`StoreError` for a store that does not exist (when not
     to be created), a folder that is not a store, or an index that is missing, damaged or (read-only) from an
-    older graftbench. A URL root (:func:`is_store_url`) gives a :class:`graftbench.store.object_store.ObjectStore`.
+    older graftbench, and ``ValueError`` for a URL root (:func:`is_store_url`: open it with
+    :func:`graftbench.store.open.open_store`).
     """
 
-    def __new__(cls, root: str | Path, *args, **kwargs):
-        if cls is Store and is_store_url(root):
-            from .object_store import ObjectStore
-
-            return super().__new__(ObjectStore)
-        return super().__new__(cls)
-
     def __init__(self, root: str | Path, *, create: bool = True, readonly: bool = False):
+        if is_store_url(root):
+            raise ValueError(f"{root} is a URL, not a folder: open it with open_store")
         self.root = Path(root)
         self.artifacts = artifacts_dir(self.root)
         self.index_path = self.root / INDEX_NAME

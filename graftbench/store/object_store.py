@@ -48,14 +48,13 @@ from .reader import INTEGRITY_METHODS, LayoutError, header_length, xxh3_128_hex
 from ..util.durable import TEMP_PREFIX, StorageError, clean_temporaries, crash_point, storage_error, write_file_atomic
 from ..util.hashing import canonical_json, sha256_bytes, sha256_text
 from .object_backend import BACKEND_ERRORS as _ERRORS
-from .object_backend import ENDPOINT_ENV, Objects
+from .object_backend import Objects
 from ..settings import cache_root
 from .folder import Store
 from .index import (INDEX_NAME, ReindexReport, StoreError, create_or_upgrade, held_lock, insert_row,
                     is_damaged, row_from_header, row_of, write_index)
 
-__all__ = ["ENDPOINT_ENV", "CACHE_ENV", "ObjectStore", "Objects", "clean_object_store", "require_object_store",
-           "store_cache"]
+__all__ = ["CACHE_ENV", "ObjectStore", "clean_object_store", "require_object_store", "store_cache"]
 
 CACHE_ENV = "GRAFTBENCH_STORE_CACHE"  # the store cache folder; default <GRAFTBENCH_CACHE>/store
 MARKER = "graftbench-store.json"  # under the URL: says a graftbench store was created there
@@ -110,7 +109,7 @@ def clean_object_store(url: str) -> list[Path]:
 class ObjectStore(Store):
     """A content-addressed store on object storage at the fsspec URL ``root`` (see the module's docstring):
     the same reads, lookups and deposits as a folder :class:`graftbench.store.folder.Store`, with the index and a
-    read-through cache on this machine. ``Store(url)`` returns one.
+    read-through cache on this machine. :func:`graftbench.store.open.open_store` opens one for a URL.
 
     ``create=False`` refuses a URL where no store exists; ``readonly=True`` also refuses one and never writes
     the store (only this machine's cache and index). Opening lists the objects and indexes new ones

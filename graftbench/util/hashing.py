@@ -1,14 +1,13 @@
-"""Hashing and canonical JSON: the one place that decides how bytes are committed to.
+"""Hashing and canonical JSON: the one place that decides how bytes are committed to (a tensor's bytes:
+:mod:`graftbench.store.tensor_hashing`).
 
-Imports no torch, so that manifests can be verified on a machine without a model (the tensor functions import it
-when called).
+Imports no torch, so that manifests can be verified on a machine without a model.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -58,32 +57,6 @@ def sha256_file(path: str | Path) -> str:
     with open(path, "rb") as handle:
         while block := handle.read(_READ_BLOCK):
             digest.update(block)
-    return digest.hexdigest()
-
-
-def _tensor_buffer(tensor):
-    """The raw bytes of ``tensor`` as a flat uint8 numpy array (no copy when it is contiguous)."""
-    import torch
-
-    # Viewed as uint8 before .numpy(): numpy has no bfloat16, and the bytes are the same for every dtype.
-    return tensor.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
-
-
-def tensor_bytes(tensor) -> bytes:
-    """The raw bytes of a CPU tensor of any shape, in its own dtype and row-major order (float32: 4 little-endian
-    bytes per value, bfloat16 and float16: 2, int64: 8): what graftbench hashes for a tensor. Raises
-    ``TypeError`` for a tensor that is not on the CPU."""
-    return _tensor_buffer(tensor).tobytes()
-
-
-def tensors_sha256(parts: Iterable) -> str:
-    """SHA-256 hex digest over ``parts`` in order, each a tensor (its :func:`tensor_bytes`) or ``bytes`` (as is).
-
-    The digest of the concatenation: ``tensors_sha256([a, b]) == sha256_bytes(tensor_bytes(a) + tensor_bytes(b))``.
-    """
-    digest = hashlib.sha256()
-    for part in parts:
-        digest.update(part if isinstance(part, (bytes, bytearray, memoryview)) else _tensor_buffer(part))
     return digest.hexdigest()
 
 

@@ -137,16 +137,6 @@ def apply(isa: str) -> None:
     os.environ[ENV_VAR] = isa
 
 
-def configure_torch() -> str:
-    """After torch is imported: apply the torch-side half of the pin this process carries; returns its name."""
-    import torch
-
-    isa = current()
-    if isa != "native":
-        torch.backends.mkldnn.enabled = False
-    return isa
-
-
 def kernel_flags(flags: set[str] | None = None) -> list[str]:
     """The :data:`KERNEL_FLAGS` this CPU has, sorted."""
     flags = cpu_flags() if flags is None else flags

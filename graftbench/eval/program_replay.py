@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..results.manifest import load_manifest, recorded_verifier_version
-from .mode import program_verdict, sample_verdict
-from .sandbox import run_program
+from ..programs.mode import program_verdict, sample_verdict
+from ..programs.sandbox import run_program
 from ..settings import SandboxLimits
 
 
