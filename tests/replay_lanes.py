@@ -32,8 +32,8 @@ COMMITTED = sorted(str(p.relative_to(MANIFESTS)) for folder in EXPECTATION_FOLDE
 REPLAY_PAIRS = 5
 REPLAY_TEST = "test_committed_expectation_replays_on_this_machine"
 NICE = 19  # while the suite runs: a replay never takes a core from a test that wants it
-# The replay command at a given niceness: set it (and, on Linux, die with the test process) before exec, so that
-# every thread torch starts inherits it
+# The replay command at a given niceness: set it (and, on Linux, die with the test process), say so on one line,
+# then exec, so that every thread torch starts inherits it
 _LAUNCH = ("import os, sys\n"
            "try:\n"
            "    import ctypes, signal\n"
@@ -41,6 +41,7 @@ _LAUNCH = ("import os, sys\n"
            "except (OSError, AttributeError):\n"
            "    pass\n"
            "os.nice(int(sys.argv[1]))\n"
+           "print('niced', flush=True)\n"
            "os.execv(sys.executable, [sys.executable, *sys.argv[2:]])")
 
 
@@ -125,13 +126,14 @@ class Replays:
                 self._outcomes[name].set_exception(exc)
 
     def _replay(self, name: str) -> subprocess.CompletedProcess:
-        command = [sys.executable, "-c", _LAUNCH, str(self._nice), "-m", "graftbench.cli", "check-exact",
-                   "--expect", str(MANIFESTS / name), "--limit", str(REPLAY_PAIRS)]
-        with self._lock:
+        with self._lock:  # the niceness is read and the process registered at once: results() sees it or sets it
             if self._stopped:
                 raise RuntimeError(f"the session ended before {name} was replayed")
+            command = [sys.executable, "-c", _LAUNCH, str(self._nice), "-m", "graftbench.cli", "check-exact",
+                       "--expect", str(MANIFESTS / name), "--limit", str(REPLAY_PAIRS)]
             process = subprocess.Popen(command, cwd=ROOT, env=self._env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                        text=True)
+            process.stdout.readline()  # the launcher's line: its niceness is set, so results() can raise it
             self._running.add(process)
         try:
             stdout, stderr = process.communicate(timeout=3600)
