@@ -20,7 +20,7 @@ import threading
 from concurrent.futures import Future
 from pathlib import Path
 
-from graftbench import isa
+from graftbench.util import isa
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFESTS = ROOT / "manifests"
@@ -129,7 +129,7 @@ class Replays:
         with self._lock:  # the niceness is read and the process registered at once: results() sees it or sets it
             if self._stopped:
                 raise RuntimeError(f"the session ended before {name} was replayed")
-            command = [sys.executable, "-c", _LAUNCH, str(self._nice), "-m", "graftbench.cli", "check-exact",
+            command = [sys.executable, "-c", _LAUNCH, str(self._nice), "-m", "graftbench.cli.app", "check-exact",
                        "--expect", str(MANIFESTS / name), "--limit", str(REPLAY_PAIRS)]
             process = subprocess.Popen(command, cwd=ROOT, env=self._env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                        text=True)
