@@ -17,10 +17,13 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from .replay_lanes import BUNDLED_MODELS, REPLAY_TEST, session_replays, start_session_replays
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
 AIME2024 = SHARED_DATA / "aime2024.jsonl"
 AIME2025 = SHARED_DATA / "aime2025.jsonl"
+SESSION_MODEL = "smollm2-135m"
 
 settings.register_profile("hermetic", database=None)  # no .hypothesis/ folder in the checkout
 settings.load_profile("hermetic")
@@ -46,10 +49,30 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     """A test that uses the loaded model (the ``session`` fixture) carries the ``model`` marker, so
-    ``pytest -m "not model and not slow"`` runs the quick part alone."""
+    ``pytest -m "not model and not slow"`` runs the quick part alone. The replay tests run last: their replays
+    run in the background meanwhile (``tests/replay_lanes.py``)."""
     for item in items:
         if "session" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.model)
+    items.sort(key=lambda item: getattr(item, "originalname", "") == REPLAY_TEST)  # stable: the rest keep their order
+
+
+def pytest_collection_finish(session):
+    """When the session runs the replay tests, start the replays of the models the ``session`` fixture does not
+    load (that fixture starts its model's lane once the model is in the cache)."""
+    if session.config.option.collectonly or not any(
+            getattr(item, "originalname", "") == REPLAY_TEST for item in session.items):
+        return
+    replays = start_session_replays()
+    for model in BUNDLED_MODELS:
+        if model != SESSION_MODEL:
+            replays.model_ready(model)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    replays = session_replays()
+    if replays is not None:
+        replays.stop()  # replays a stopped session never waited for
 
 
 def pytest_unconfigure(config):
@@ -72,7 +95,11 @@ def session():
     """The default model (smollm2-135m, float32) with its pinned config, loaded once."""
     from graftbench.engine.session import open_session
 
-    return open_session("smollm2-135m", dtype="float32", chunk_size=64)
+    loaded = open_session(SESSION_MODEL, dtype="float32", chunk_size=64)
+    replays = session_replays()
+    if replays is not None:  # the model is in the session's cache now: its replays will not de-quantize it again
+        replays.model_ready(SESSION_MODEL)
+    return loaded
 
 
 @pytest.fixture(scope="session")

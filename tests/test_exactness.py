@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -18,6 +15,9 @@ from graftbench.util import isa
 from graftbench.results.exact_manifest import (known_to_reproduce, pin_differences, read_replay_log,
                                                verify_exactness_manifest)
 from graftbench.eval.exactness import build_pairs, replay, run_check_exact
+
+from .replay_lanes import (BUNDLED_MODELS, COMMITTED, EXPECTATION_FOLDERS, REPLAY_PAIRS, cannot_run,
+                           start_session_replays)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -167,14 +167,8 @@ def test_replay_under_another_pin_is_not_comparable(session, aime2024, small_man
     assert pin_differences(small_manifest["config"], ported) == ["cpu_capability", "isa"]
 
 
-BUNDLED_MODELS = ("smollm2-135m", "gemma3-270m")  # installed by `make`; optional models replay via `make replay-exact`
 MANIFESTS = ROOT / "manifests"
-# The first recordings lie in manifests/, those of other kinds of CPU in manifests/cpu/<kind>/ (make record-exact-cpu).
-EXPECTATION_FOLDERS = [MANIFESTS, *sorted(p for p in (MANIFESTS / "cpu").glob("*") if p.is_dir())]
-COMMITTED = sorted(str(p.relative_to(MANIFESTS)) for folder in EXPECTATION_FOLDERS for p in folder.glob("exact-*.json")
-                   if json.loads(p.read_text())["config"]["model"] in BUNDLED_MODELS)
 REPLAY_LOG = MANIFESTS / "replays.jsonl"
-REPLAY_PAIRS = 5
 
 
 @pytest.mark.parametrize("folder", EXPECTATION_FOLDERS, ids=lambda p: str(p.relative_to(ROOT)))
@@ -283,42 +277,11 @@ def test_cpu_kind_is_read_from_cpuinfo_flags():
     assert isa.describe_cpu({**AMD, "cpu_kernel_flags": []}) == "AMD EPYC (AVX512; no kernel flags)"
 
 
-def _recorded_on(expected: dict) -> str:
-    return expected["environment"].get("cpu_capability_native") or expected["config"]["cpu_capability"]
-
-
-def _cannot_run(name: str, expected: dict) -> str | None:
-    """Why this CPU cannot run the expectation's pin (a skip reason naming both capabilities), else ``None``."""
-    pin, here = expected["config"], isa.native_capability()
-    pin_isa = pin.get("isa", "native")
-    if not isa.supported(pin_isa):
-        return f"{name} is pinned to --isa {pin_isa} (recorded on {_recorded_on(expected)}); this CPU offers {here}"
-    if pin_isa == "native" and pin["cpu_capability"] != here:
-        return f"{name} is pinned to the native kernels of {pin['cpu_capability']}; this CPU is {here}"
-    return None
-
-
-def _replay_in_a_fresh_process(name: str) -> subprocess.CompletedProcess:
-    """``check-exact --expect`` in a new process: the expectation's instruction-set pin must be set before torch is
-    imported, and this test process imported torch under its own."""
-    env = {k: v for k, v in os.environ.items() if k != "GRAFTBENCH_ISA"}
-    return subprocess.run([sys.executable, "-m", "graftbench.cli.app", "check-exact", "--expect",
-                           str(ROOT / "manifests" / name), "--limit", str(REPLAY_PAIRS)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=3600)
-
-
 @pytest.fixture(scope="module")
 def replays() -> dict[str, subprocess.CompletedProcess]:
-    """Every runnable committed expectation replayed once, one lane per model so that each model is de-quantized
-    once, the lanes side by side (each replay pins its own thread count, 1 here)."""
-    lanes: dict[str, list[str]] = {}
-    for name in COMMITTED:
-        expected = json.loads((ROOT / "manifests" / name).read_text())
-        if _cannot_run(name, expected) is None:
-            lanes.setdefault(expected["config"]["model"], []).append(name)
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        done = pool.map(lambda names: {n: _replay_in_a_fresh_process(n) for n in names}, lanes.values())
-        return {name: proc for lane in done for name, proc in lane.items()}
+    """Every runnable committed expectation replayed once in a fresh process, started in the background when the
+    session began (:mod:`tests.replay_lanes`; these tests run last), here waited for."""
+    return start_session_replays().results()
 
 
 @pytest.mark.model
@@ -330,7 +293,7 @@ def test_committed_expectation_replays_on_this_machine(name, replays):
     capability with an equal replay in manifests/replays.jsonl); on another capability the outcome is a finding to
     log (``make replay-exact``), reported as an expected failure naming both CPUs, never a surprise."""
     expected = json.loads((ROOT / "manifests" / name).read_text())
-    reason = _cannot_run(name, expected)
+    reason = cannot_run(name, expected)
     if reason is not None:
         pytest.skip(reason)
     pin_isa, here = expected["config"].get("isa", "native"), isa.environment()
