@@ -1,4 +1,4 @@
-"""The llama.cpp engine (graftbench/engine_llama_cpp.py) and its certificate (graftbench/exactness_llama.py).
+"""The llama.cpp engine (graftbench/engine/llama_cpp.py) and its certificate (graftbench/eval/exactness_llama.py).
 
 The model tests run smollm2-135m on llama.cpp as built on this machine, with short AIME 2024 texts, one thread and
 a small chunk size (several batches per segment), and compare hashes measured here: nothing recorded on another
@@ -15,9 +15,11 @@ from dataclasses import replace
 import pytest
 from typer.testing import CliRunner
 
-from graftbench.cli import app
-from graftbench.config import PinnedConfig, PromptLayout, pin_fingerprint
-from graftbench.exact_manifest import verify_exactness_manifest
+from graftbench.cli.app import app
+from graftbench.engine.pin import PinnedConfig
+from graftbench.problems.prompts import PromptLayout
+from graftbench.results.fingerprint import pin_fingerprint
+from graftbench.results.exact_manifest import verify_exactness_manifest
 
 from .conftest import AIME2024, ROOT
 
@@ -36,7 +38,7 @@ def _short_problems(path, count=4):
 @pytest.fixture(scope="module")
 def llama():
     """smollm2-135m on llama.cpp: f16 KV cache, flash attention off, one thread, chunks of ``CHUNK`` tokens."""
-    from graftbench.exactness_llama import open_llama_session
+    from graftbench.eval.exactness_llama import open_llama_session
 
     return open_llama_session("smollm2-135m", chunk_size=CHUNK, threads=1, n_ctx=1024)
 
@@ -56,7 +58,7 @@ def texts(llama):
 
 @pytest.mark.model
 def test_a_graft_through_llama_cpp_gives_the_fresh_prefills_logits_byte_for_byte(llama, texts):
-    from graftbench.exactness_llama import deposit_state, fresh_logits, graft_logits
+    from graftbench.eval.exactness_llama import deposit_state, fresh_logits, graft_logits
 
     hashes = []
     for artifact, query in texts:
@@ -72,7 +74,7 @@ def test_a_graft_through_llama_cpp_gives_the_fresh_prefills_logits_byte_for_byte
 
 @pytest.mark.model
 def test_a_restore_into_a_cache_that_holds_tokens_is_refused(llama, texts):
-    from graftbench.exactness_llama import deposit_state
+    from graftbench.eval.exactness_llama import deposit_state
 
     artifact, _ = texts[0]
     state = deposit_state(llama, artifact)
@@ -89,9 +91,9 @@ def test_a_restore_into_a_cache_that_holds_tokens_is_refused(llama, texts):
 
 @pytest.mark.model
 def test_another_batch_size_is_reported_as_measured_and_is_another_pin(llama, texts, tmp_path):
-    from graftbench.exactness import build_pairs
-    from graftbench.exactness_llama import check_pair, fresh_logits, open_llama_session, window_of
-    from graftbench.problem_loading import load_problems
+    from graftbench.eval.exactness import build_pairs
+    from graftbench.eval.exactness_llama import check_pair, fresh_logits, open_llama_session, window_of
+    from graftbench.problems.loading import load_problems
 
     problems = load_problems(str(_short_problems(tmp_path / "short.jsonl")))
     pair = build_pairs(llama, problems, 1, window=window_of(llama))[0]
@@ -109,8 +111,8 @@ def test_another_batch_size_is_reported_as_measured_and_is_another_pin(llama, te
 @pytest.mark.model
 @pytest.mark.slow
 def test_a_llama_cpp_certificate_replays_in_a_second_process(llama, tmp_path):
-    from graftbench.exactness_llama import certify_llama
-    from graftbench.problem_loading import load_problems
+    from graftbench.eval.exactness_llama import certify_llama
+    from graftbench.problems.loading import load_problems
 
     source = str(_short_problems(tmp_path / "short.jsonl"))
     manifest = certify_llama(llama, load_problems(source), source, 2, with_controls=False, control_pairs=0)
@@ -118,7 +120,7 @@ def test_a_llama_cpp_certificate_replays_in_a_second_process(llama, tmp_path):
     assert verify_exactness_manifest(manifest) == []
     path = tmp_path / "exact-llama.json"
     path.write_text(json.dumps(manifest))
-    done = subprocess.run([sys.executable, "-m", "graftbench.cli", "check-exact", "--expect", str(path)],
+    done = subprocess.run([sys.executable, "-m", "graftbench.cli.app", "check-exact", "--expect", str(path)],
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "2 compared, 2 equal" in done.stdout
@@ -126,8 +128,8 @@ def test_a_llama_cpp_certificate_replays_in_a_second_process(llama, tmp_path):
 
 @pytest.mark.model
 def test_a_replay_under_another_kv_cache_type_is_not_comparable(llama, tmp_path):
-    from graftbench.exactness_llama import certify_llama, open_llama_session, replay_llama
-    from graftbench.problem_loading import load_problems
+    from graftbench.eval.exactness_llama import certify_llama, open_llama_session, replay_llama
+    from graftbench.problems.loading import load_problems
 
     source = str(_short_problems(tmp_path / "short.jsonl", count=2))
     problems = load_problems(source)
@@ -166,7 +168,7 @@ def test_a_pin_without_an_engine_field_keeps_the_committed_torch_fingerprints():
     ("q8_0", False, "needs flash attention on"),
 ])
 def test_a_bad_kv_cache_option_is_refused_before_the_model_loads(kv_type, flash_attn, message, tmp_path):
-    from graftbench.engine_llama_cpp import LlamaCppEngine
+    from graftbench.engine.llama_cpp import LlamaCppEngine
 
     with pytest.raises(ValueError, match=message):
         LlamaCppEngine(str(tmp_path / "absent.gguf"), kv_type=kv_type, flash_attn=flash_attn)

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from graftbench.router import Route
-from graftbench.builtin_problems import builtin_problems
-from graftbench.deposit import deposit_items, items_from_problems
-from graftbench.engine import Decoded
-from graftbench.problem_types import Problem
-from graftbench.evaluate import _sample
+from graftbench.store.router import Route
+from graftbench.problems.builtin import builtin_problems
+from graftbench.eval.deposit import deposit_items, items_from_problems
+from graftbench.engine.forward import Decoded
+from graftbench.problems.types import Problem
+from graftbench.eval.evaluate import _sample
 from graftbench.settings import EvalSettings
-from graftbench.store import Store
-from graftbench.workflows import run_eval
+from graftbench.store.folder import Store
+from graftbench.eval.workflows import run_eval
 
 
 def _shared(key: str, example_answer: str | None, cue: str = "Final answer:") -> dict:

@@ -1,0 +1,108 @@
+"""The pinned config: everything that fixes the numbers, and its fingerprint.
+
+Two runs whose fingerprints are equal are expected to produce byte-identical logits; an artifact is grafted only
+under the fingerprint it was deposited with.
+"""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+
+from ..problems.prompts import PromptLayout
+from ..results.fingerprint import UNPINNED_FIELDS, pin_fingerprint
+from ..settings import DEFAULT_CHUNK_SIZE
+
+PINNED_LIBRARIES = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "gguf", "accelerate")
+
+
+@dataclass(frozen=True)
+class PinnedConfig:
+    """Everything that fixes the logits of a run.
+
+    ``attn_implementation`` names the attention function (``graftbench_sdpa``, :mod:`graftbench.engine.attention`) and
+    ``cache_class`` the KV cache's layer class (``preallocated``, :mod:`graftbench.engine.kv_cache`).
+    ``isa`` is the instruction-set pin (:mod:`graftbench.util.isa`): ``native`` or ``avx2``; ``cpu_capability`` is
+    the capability torch's kernels run at under it (``AVX2`` on every AVX2-capable CPU under ``avx2``).
+    ``chunk_size`` is in tokens: a segment (artifact, chained artifact, query) of n tokens is prefilled in
+    forwards of ``chunk_size`` tokens starting at the segment's first token, the last one shorter.
+    ``engine`` holds another engine's own pin fields (``engine`` names it, e.g. ``llama.cpp``:
+    :meth:`graftbench.engine.llama_cpp.LlamaCppEngine.pin_fields`); empty (absent from :meth:`to_dict`) is torch.
+    """
+
+    model: str
+    weights_sha256: str
+    tokenizer_sha256: str
+    dtype: str
+    device: str
+    threads: int
+    attn_implementation: str
+    chunk_size: int
+    layout: PromptLayout
+    libraries: dict[str, str] = field(default_factory=dict)
+    cpu_capability: str = ""
+    machine: str = ""
+    isa: str = "native"
+    cache_class: str = ""
+    engine: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict of every field; ``engine`` only when it is not empty (an empty one means the torch
+        engine, so every torch pin keeps the dict, and the fingerprint, it had before the field existed)."""
+        pin = asdict(self)
+        if not pin["engine"]:
+            del pin["engine"]
+        return pin
+
+    @property
+    def fingerprint(self) -> str:
+        """SHA-256 of the canonical JSON of every field except :data:`UNPINNED_FIELDS`."""
+        return pin_fingerprint(self.to_dict())
+
+
+def library_versions(names: tuple[str, ...] = PINNED_LIBRARIES) -> dict[str, str]:
+    """Installed versions of the libraries ``names`` (default: those that can change the torch engine's numbers);
+    ``absent`` for one not installed."""
+    versions = {}
+    for name in names:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "absent"
+    return versions
+
+
+def build_config(loaded, chunk_size: int = DEFAULT_CHUNK_SIZE, layout: PromptLayout | None = None) -> PinnedConfig:
+    """Pin the config of a :class:`graftbench.engine.models.LoadedModel` on this machine.
+
+    Raises ``ValueError`` if ``chunk_size`` is not a positive number of tokens.
+    """
+    import torch
+
+    from ..util.isa import current
+    from .kv_cache import CACHE_CLASS
+
+    if chunk_size < 1:
+        raise ValueError(f"chunk size must be a positive number of tokens, got {chunk_size}")
+    device = str(next(loaded.model.parameters()).device)
+    if device.startswith("cuda"):
+        capability = torch.cuda.get_device_name()
+    else:
+        capability = torch.backends.cpu.get_cpu_capability()
+    return PinnedConfig(
+        model=loaded.spec,
+        weights_sha256=loaded.weights_sha256,
+        tokenizer_sha256=loaded.tokenizer_sha256,
+        dtype=loaded.dtype,
+        device=device,
+        threads=torch.get_num_threads(),
+        attn_implementation=str(loaded.model.config._attn_implementation),
+        chunk_size=chunk_size,
+        layout=layout or PromptLayout(),
+        libraries=library_versions(),
+        cpu_capability=capability,
+        machine=platform.machine(),
+        isa=current(),
+        cache_class=CACHE_CLASS,
+    )
