@@ -74,7 +74,7 @@ def check_exact(
 def report_manifest(manifest: dict, run, write_expect: Path | None, note: str = "") -> None:
     """Print the exactness tables (and ``note``), write the manifest into the run folder and to ``write_expect``
     when given, print the totals; exit with status 1 when a pair is not byte-exact."""
-    from .manifest import write_manifest
+    from ..results.manifest import write_manifest
     from .tables import exactness_tables
 
     for table in exactness_tables(manifest):
