@@ -178,3 +178,84 @@ def test_an_unknown_engine_is_refused_naming_the_option():
     result = CliRunner().invoke(app, ["check-exact", "--engine", "vllm", "--problems", str(AIME2024)])
     assert result.exit_code == 2
     assert "--engine 'vllm' is not one of torch, llama.cpp" in result.output
+
+
+def _query_after_artifact(llama, config, data, artifact, query):
+    """``restore_or_prefill`` of the artifact ``data`` under ``config``, then the query: ``(refusal, the query's
+    logits SHA-256)``; the cache must hold the artifact's tokens either way."""
+    from graftbench.store.ids import artifact_id_of
+    from graftbench.store.llama_codec import restore_or_prefill
+
+    cache, refusal = restore_or_prefill(llama.engine, config, artifact_id_of(data), data, artifact)
+    try:
+        assert cache.token_ids == artifact
+        return refusal, llama.engine.logits_sha256(llama.engine.prefill(cache, query, all_logits=True))
+    finally:
+        cache.close()
+
+
+@pytest.mark.model
+def test_a_llama_state_artifact_round_trips_and_its_graft_equals_the_fresh_prefill(llama, texts):
+    from graftbench.eval.exactness_llama import deposit_state, fresh_logits
+    from graftbench.store.llama_codec import encode_llama_artifact
+
+    artifact, query = texts[0]
+    state = deposit_state(llama, artifact)
+    data = encode_llama_artifact(llama.config, state, {"source": "test"})
+    assert encode_llama_artifact(llama.config, state, {"source": "test"}) == data
+    refusal, logits_sha256 = _query_after_artifact(llama, llama.config, data, artifact, query)
+    assert refusal is None
+    assert logits_sha256 == llama.engine.logits_sha256(fresh_logits(llama, artifact, query))
+
+
+@pytest.mark.model
+def test_a_llama_state_artifact_that_is_corrupt_or_of_another_pin_is_refused_and_prefilled(llama, texts):
+    from graftbench.eval.exactness_llama import deposit_state, fresh_logits
+    from graftbench.store.codec import ArtifactError
+    from graftbench.store.ids import artifact_id_of
+    from graftbench.store.llama_codec import decode_llama_artifact, encode_llama_artifact
+
+    artifact, query = texts[1]
+    data = encode_llama_artifact(llama.config, deposit_state(llama, artifact))
+    artifact_id = artifact_id_of(data)
+    flipped = bytearray(data)
+    flipped[-1] ^= 1
+    checks = {}
+    for name, (key, blob, config) in {
+        "flipped under its id": (artifact_id, bytes(flipped), llama.config),
+        "flipped, id recomputed": (artifact_id_of(bytes(flipped)), bytes(flipped), llama.config),
+        "q8_0 pin": (artifact_id, data, replace(llama.config, engine={**llama.config.engine, "type_k": "q8_0",
+                                                                       "type_v": "q8_0"})),
+    }.items():
+        with pytest.raises(ArtifactError) as refused:
+            decode_llama_artifact(key, blob, config)
+        checks[name] = refused.value.check
+    assert checks == {"flipped under its id": "hash", "flipped, id recomputed": "payload", "q8_0 pin": "config"}
+    other = replace(llama.config, engine={**llama.config.engine, "llama_cpp_python": "0.3.35"})
+    refusal, logits_sha256 = _query_after_artifact(llama, other, data, artifact, query)
+    assert refusal is not None and refusal.check == "config"
+    assert logits_sha256 == llama.engine.logits_sha256(fresh_logits(llama, artifact, query))
+
+
+@pytest.mark.model
+def test_greedy_and_seeded_decoding_after_a_graft_give_the_fresh_prefills_tokens(llama, texts):
+    from graftbench.engine.llama_decode import decode, eos_ids_of
+    from graftbench.engine.sampling import SamplingSettings
+    from graftbench.eval.exactness_llama import deposit_state
+
+    artifact, query = texts[0]
+    state, engine, eos = deposit_state(llama, artifact), llama.engine, eos_ids_of(llama.engine, llama.tokenizer)
+    runs = {}
+    for how, settings in (("greedy", None), ("sampled", SamplingSettings(temperature=1.0, top_p=0.95, seed=7))):
+        for start in ("graft", "fresh"):
+            cache = engine.restore(state) if start == "graft" else engine.new_cache()
+            try:
+                if start == "fresh":
+                    engine.prefill(cache, artifact)
+                first = engine.prefill(cache, query)
+                runs[how, start] = decode(engine, llama.tokenizer, cache, first, 8, eos, settings=settings, seed=11)
+            finally:
+                cache.close()
+        assert runs[how, "graft"].token_ids == runs[how, "fresh"].token_ids, how
+    for result in runs.values():
+        assert (len(result.token_ids), result.finish_reason) == (8, "budget") or result.finish_reason == "eos"

@@ -26,6 +26,7 @@ import ctypes
 import hashlib
 import os
 import platform
+import sys
 from dataclasses import dataclass, field
 from importlib import metadata
 
@@ -42,16 +43,27 @@ class LlamaCppError(RuntimeError):
     restore that fails); the message names the call and its status."""
 
 
+GGML_LOG_LEVEL_ERROR = 4  # ggml's log levels: 1 debug, 2 info, 3 warn, 4 error, 5 continuation
+_LOG_CALLBACK = None  # the installed callback, kept alive as long as llama.cpp may call it
+
+
 def _lib():
-    """The llama_cpp bindings module, imported on first use with llama.cpp's own logging limited to errors.
+    """The llama_cpp bindings module, imported on first use with llama.cpp's own log limited to its errors (on
+    stderr; the binding's own logger maps ggml's current levels one off and prints warnings).
 
     Raises ``ImportError`` naming the extra to install when llama-cpp-python is absent."""
+    global _LOG_CALLBACK
     try:
         import llama_cpp
-        from llama_cpp import _logger
     except ImportError as exc:
         raise ImportError("the llama.cpp engine needs llama-cpp-python: pip install -e '.[llama]'") from exc
-    _logger.set_verbose(False)
+    if _LOG_CALLBACK is None:
+        def errors_only(level, text, _user_data):
+            if level == GGML_LOG_LEVEL_ERROR:
+                sys.stderr.write(text.decode("utf-8", "replace"))
+
+        _LOG_CALLBACK = llama_cpp.llama_log_callback(errors_only)
+        llama_cpp.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
     return llama_cpp
 
 
