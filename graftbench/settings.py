@@ -21,6 +21,7 @@ DEFAULT_STORE = "store"
 LAYOUT_CHOICES = ("auto", "answer", "solve")
 MODES = ("text", "program")  # text: the model's own final answer; program: a Python program run in the sandbox
 GRAFT_FROM_CHOICES = ("nearest", "other-family", "top-ranked")
+EXAMPLE_AS_CHOICES = ("graft", "prompt")
 SAMPLED_TEMPERATURE = 0.7  # the documented setting for sampled runs (with top-p 0.95), as in the issue's runs
 SAMPLED_TOP_P = 0.95
 
@@ -81,8 +82,11 @@ class EvalSettings:
     else. ``ranker`` records how similar routes were ranked (:data:`graftbench.store.router.RANKERS`: ``bm25`` by
     default). ``shard`` (``"i/N"``, :mod:`graftbench.problems.shards`) runs only the problems of that shard; ``None``
     runs them all.
+    ``example_as``: how a routed example reaches the model: ``graft`` (its KV restored at its own positions) or
+    ``prompt`` (the control arm: the same artifact's token ids prefilled as plain prompt text with the pinned chunk
+    schedule, then the same query; its first logits equal the graft's byte for byte where the graft is exact).
 
-    Raises ``ValueError`` for an unknown layout or ``graft_from``, several greedy samples, a malformed shard, or a
+    Raises ``ValueError`` for an unknown layout, ``graft_from`` or ``example_as`` (``prompt`` also needs ``graft``), several greedy samples, a malformed shard, or a
     shard with a run-wide ``token_budget``.
     """
 
@@ -104,8 +108,13 @@ class EvalSettings:
     mode: str = "text"
     sandbox: SandboxLimits = field(default_factory=SandboxLimits)
     shard: str | None = None
+    example_as: str = "graft"
 
     def __post_init__(self):
+        if self.example_as not in EXAMPLE_AS_CHOICES:
+            raise ValueError(f"example_as {self.example_as!r} is not one of {', '.join(EXAMPLE_AS_CHOICES)}")
+        if self.example_as == "prompt" and not self.graft:
+            raise ValueError("an example given as prompt text is routed as a graft is: add --graft")
         if self.mode not in MODES:
             raise ValueError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
         if self.layout not in LAYOUT_CHOICES:
@@ -136,8 +145,12 @@ class EvalSettings:
     def to_dict(self) -> dict:
         """The settings a run folder and its manifest record. In ``text`` mode ``mode`` and ``sandbox`` are left
         out, so text runs record exactly what they did before program mode (a settings dict without ``mode`` is
-        text mode); a program-mode run records them and its layout (``program_layout``)."""
-        return _with_mode(asdict(self))
+        text mode); a program-mode run records them and its layout (``program_layout``). ``example_as`` is
+        recorded only when it is ``prompt`` (a settings dict without it grafted)."""
+        record = _with_mode(asdict(self))
+        if record["example_as"] == "graft":
+            record.pop("example_as")
+        return record
 
 
 def _with_mode(record: dict) -> dict:

@@ -19,8 +19,8 @@ from rich.markup import escape
 
 from . import bench, exact, flywheel, report
 from . import merge, route
-from .common import (EVAL, FLYWHEEL, AnswerFieldOpt, ChunkOpt, DtypeOpt, GraftFromOpt, IdFieldOpt, IsaOpt,
-                     LayoutOpt, LimitOpt, ModelOpt, ProblemFieldOpt, ProblemsOpt, RunsOpt, SamplesOpt, SeedOpt,
+from .common import (EVAL, FLYWHEEL, AnswerFieldOpt, ChunkOpt, DtypeOpt, ExampleAsOpt, GraftFromOpt, IdFieldOpt,
+                     IsaOpt, LayoutOpt, LimitOpt, ModelOpt, ProblemFieldOpt, ProblemsOpt, RunsOpt, SamplesOpt, SeedOpt,
                      ShardOpt, SolutionFieldOpt, StoreOpt, TemperatureOpt, TopPOpt, console, fail, load_problem_set,
                      model_label, open_model, os_error_text, progress, shard_problems, stage_progress)
 from ..settings import EvalSettings
@@ -276,7 +276,7 @@ def eval_(
     certify: bool = typer.Option(False, "--certify", help="also hash a fresh chunked recompute; must be equal"),
     strict: bool = typer.Option(False, "--strict", help="a refused artifact is an error, not a fallback"),
     min_similarity: float = typer.Option(EVAL.min_similarity, "--min-similarity", min=0.0, max=1.0, help="confidence gate for non-exact routes (0-1)"),
-    layout: str = LayoutOpt, graft_from: str = GraftFromOpt,
+    layout: str = LayoutOpt, graft_from: str = GraftFromOpt, example_as: str = ExampleAsOpt,
     samples: int = SamplesOpt, temperature: float = TemperatureOpt, top_p: float = TopPOpt, seed: int = SeedOpt,
     shard: Optional[str] = ShardOpt,
     executor: str = ExecutorOpt, workers: Optional[int] = WorkersOpt, worker_threads: int = WorkerThreadsOpt,
@@ -287,7 +287,8 @@ def eval_(
     """Evaluate: the baseline, or with --graft an artifact restored at its own positions before the query."""
     settings = _settings(max_new_tokens=max_new_tokens, token_budget=token_budget, graft=graft, certify=certify,
                          strict=strict, min_similarity=min_similarity, layout=layout, graft_from=graft_from,
-                         samples=samples, temperature=temperature, top_p=top_p, seed=seed, shard=shard)
+                         samples=samples, temperature=temperature, top_p=top_p, seed=seed, shard=shard,
+                         example_as=example_as)
     settings = _in_mode(settings, mode)
     _eval_command("eval", model, problems, dtype, chunk_size, runs_dir, run, limit, settings, store,
                   (id_field, problem_field, answer_field, solution_field), isa, new_store,

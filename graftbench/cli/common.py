@@ -51,6 +51,9 @@ LayoutOpt = typer.Option(EVAL.layout, "--layout", help="query layout after a gra
 GraftFromOpt = typer.Option(EVAL.graft_from, "--graft-from", help="nearest (the router's choice), other-family "
                             "(the control: the nearest deposit of another family, no similarity gate) or top-ranked "
                             "(the gate off: the top-ranked deposit of the whole library for every problem)")
+ExampleAsOpt = typer.Option(EVAL.example_as, "--example-as", help="with --graft: graft (the routed example's KV "
+                            "restored) or prompt (the control: the same example's tokens prefilled as plain prompt "
+                            "text, then the same query; its first logits equal the graft's)")
 ShardOpt = typer.Option(None, "--shard", help="run only shard i of N (i/N, from 0): a problem's shard is SHA-256 "
                         "of its id mod N, whatever the file's order; merge the shards with graftbench merge")
 ModeOpt = typer.Option(EVAL.mode, "--mode", help="text (the model's own final answer is judged) or program (the model "

@@ -92,6 +92,32 @@ def _grafted(session: Session, store: Store, problem: Problem, route: Route, bud
                    example_id=example.get("problem_id"), example_answer=example.get("answer"), program=program)
 
 
+def _as_prompt(session: Session, store: Store, problem: Problem, route: Route, budget: int,
+               settings: EvalSettings, seeds: list[int] | None, started: float) -> Attempt:
+    """The example-as-prompt arm: the routed artifact chain's token ids (no KV read) prefilled as prompt text, each
+    link with the pinned chunk schedule as it was deposited, then the query exactly as :func:`_grafted` runs it."""
+    layout = settings.query_layout(route.kind)
+    prompt_layout = session.config.layout
+    program = settings.mode == "program" and layout == "solve"
+    query = session.program_query_ids(problem.problem) if program else session.query_ids(problem.problem, layout)
+    chain_ids = [route.artifact_id]
+    while parent := store.header(chain_ids[-1]).get("parent"):
+        chain_ids.append(parent)
+    segments = [store.token_ids(artifact_id) for artifact_id in reversed(chain_ids)]
+    cache = forward.new_cache(session.model)
+    for ids in segments:
+        forward.prefill(session.model, cache, ids, session.config.chunk_size)
+    logits = forward.prefill(session.model, cache, query, session.config.chunk_size)
+    stop = PROGRAM_CLOSE if program else prompt_layout.stop(layout)
+    decoded = _decode(session, cache, logits, budget, settings, seeds, stop, started)
+    example = store.header(route.artifact_id)
+    prompted = sum(len(ids) for ids in segments)
+    return Attempt(cue=prompt_layout.cue(layout), prefill_tokens=prompted + len(query), prefill_tokens_saved=0,
+                   artifact_id=route.artifact_id, artifact_tokens=prompted,
+                   logits_sha256=forward.logits_sha256(logits), decoded=decoded, layout=layout,
+                   example_id=example.get("problem_id"), example_answer=example.get("answer"), program=program)
+
+
 def _certificate(session: Session, segments: list[list[int]], query: list[int]) -> str:
     """Logits hash of an independent fresh chunked recompute: new cache, the chain's tokens, then the query."""
     return forward.logits_sha256(graft.fresh_recompute(session.model, session.config, segments, query))
@@ -125,7 +151,8 @@ def run_problem(session: Session, problem: Problem, settings: EvalSettings, budg
         route = _route(session, store, problem, settings)
         if route.artifact_id:
             try:
-                attempt = _grafted(session, store, problem, route, budget, settings, seeds, started)
+                arm = _as_prompt if settings.example_as == "prompt" else _grafted
+                attempt = arm(session, store, problem, route, budget, settings, seeds, started)
             except ArtifactError as exc:
                 if settings.strict:
                     raise StrictFallbackError(f"problem {problem.id}: {exc}") from exc

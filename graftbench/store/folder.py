@@ -376,6 +376,31 @@ class Store(IndexedStore):
         except LayoutError as exc:
             raise ArtifactError(artifact_id, exc.check, str(exc)) from exc
 
+    def token_ids(self, artifact_id: str) -> list[int]:
+        """The token ids an artifact holds (``token_ids``, int64 ``[n]``), read from the file without its KV
+        tensors: what the example-as-prompt arm prefills instead of restoring. Checked against the header's
+        positions; the payload is not hashed (an arm that prefills these ids is judged by its logits against the
+        graft's). Raises :class:`ArtifactError`: ``missing``, ``read``, ``format``, ``header`` or ``tensors``."""
+        path = self.path(artifact_id)
+        try:
+            with open_regular(path, max_bytes=MAX_ARTIFACT_BYTES, within=self.root, what="artifact file") as handle:
+                size = os.fstat(handle.fileno()).st_size
+                length = header_length(handle.read(8), size)
+                table = parse_table(handle.read(length))
+                header = header_from_metadata(artifact_id, metadata_of(table))
+                start, n = _token_span(artifact_id, table, header)
+                handle.seek(8 + length + start)
+                data = handle.read(8 * n)
+        except FileNotFoundError as exc:
+            raise ArtifactError(artifact_id, "missing", f"no file {path}") from exc
+        except OSError as exc:
+            raise ArtifactError(artifact_id, "read", f"cannot read {path}: {exc}") from exc
+        except LayoutError as exc:
+            raise ArtifactError(artifact_id, exc.check, str(exc)) from exc
+        if len(data) != 8 * n:
+            raise ArtifactError(artifact_id, "format", f"token_ids runs past the end of {path}")
+        return [int.from_bytes(data[i:i + 8], "little", signed=True) for i in range(0, len(data), 8)]
+
     def read_audited(self, artifact_id: str) -> Artifact:
         """Read and check one artifact with every check there is (slower than :meth:`read`; for ``store verify``):
         the size indexed for it, SHA-256 of the file against the id and of the payload against the header
@@ -446,3 +471,19 @@ class Store(IndexedStore):
         flight, or left by writers killed before their rename (``store clean`` removes those)."""
         return sorted(entry.name for folder in (self.artifacts, self.root) if folder.is_dir()
                       for entry in os.scandir(folder) if entry.name.startswith(TEMP_PREFIX))
+
+
+def _token_span(artifact_id: str, table: dict, header: dict) -> tuple[int, int]:
+    """Where an artifact's ``token_ids`` bytes start after the safetensors header, and how many ids it holds: the
+    header's position span, which the tensor must match (int64 ``[n]``, ``8 n`` bytes). Raises
+    :class:`ArtifactError` (``tensors``) otherwise."""
+    n = header["positions"][1] - header["positions"][0]
+    spec = table.get("token_ids")
+    spec = spec if isinstance(spec, dict) else {}
+    offsets = spec.get("data_offsets")
+    if (spec.get("dtype"), spec.get("shape")) != ("I64", [n]):
+        raise ArtifactError(artifact_id, "tensors", f"token_ids is not int64 [{n}] (the header's position span)")
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(x) is int for x in offsets)
+            and 0 <= offsets[0] and offsets[1] - offsets[0] == 8 * n):
+        raise ArtifactError(artifact_id, "tensors", "token_ids' data offsets do not hold its shape")
+    return offsets[0], n

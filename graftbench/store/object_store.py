@@ -316,6 +316,13 @@ class ObjectStore(Store):
             raise ArtifactError(artifact_id, "read", str(exc)) from exc
         self._record_xxh3(artifact_id, len(data), xxh3_128_hex(data))
 
+    def token_ids(self, artifact_id: str) -> list[int]:
+        """:meth:`Store.token_ids` from the read-through cache, fetched (and checked against its id) the first
+        time. Raises :class:`ArtifactError` as :meth:`Store.token_ids` and :meth:`_fetch` do."""
+        if not self.path(artifact_id).exists():
+            self._fetch(artifact_id)
+        return super().token_ids(artifact_id)
+
     def read(self, artifact_id: str, integrity: str = "xxh3_128", room: int = 0) -> Artifact:
         """Read and check one artifact through the read-through cache: fetched and checked (SHA-256 against the
         id) the first time, then read from the local copy with every check of :meth:`Store.read` (XXH3-128
