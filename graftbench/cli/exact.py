@@ -27,13 +27,22 @@ def check_exact(
                                           "(same pin and problem set) and measure only the pairs it lacks"),
     runs_dir: str = RunsOpt,
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch intra-op threads (pinned; default: torch's)"),
+    engine: str = typer.Option("torch", "--engine", help="torch, or llama.cpp (the GGUF file run by llama.cpp: "
+                               "needs the llama extra; --dtype and --isa do not apply)"),
+    kv_type: str = typer.Option("f16", "--kv-type", help="llama.cpp KV cache type: f16, q8_0 or q4_0"),
+    flash_attn: Optional[bool] = typer.Option(None, "--flash-attn/--no-flash-attn", help="llama.cpp flash attention "
+                                              "(pinned) [default: on for a quantized KV cache, else off]"),
 ) -> None:
     """Prove the graft byte-exact against a fresh chunked recompute, with negative controls, or replay an expectation."""
     if expect is not None:
         return _replay(expect, limit, isa, log)
+    if engine != "torch":
+        from .exact_llama import check_exact_llama
+
+        return check_exact_llama(engine, model, chunk_size, problems, samples, controls, control_pairs, write_expect,
+                                 runs_dir, threads, kv_type, flash_attn, torch_only=extend is not None or isa is not None)
     apply_isa(isa)  # before the imports below bring in torch
     from ..eval.exactness import check_pair_source, run_check_exact
-    from ..results.manifest import write_manifest
 
     problem_list = load_problem_set(problems, None, "id", "problem", "answer", "solution")
     try:
@@ -59,10 +68,19 @@ def check_exact(
                                        on_reused=lambda r: advance(f"{r['id']} resumed"))
         except OSError as exc:
             fail(str(exc))
+    report_manifest(manifest, run, write_expect)
+
+
+def report_manifest(manifest: dict, run, write_expect: Path | None, note: str = "") -> None:
+    """Print the exactness tables (and ``note``), write the manifest into the run folder and to ``write_expect``
+    when given, print the totals; exit with status 1 when a pair is not byte-exact."""
+    from ..results.manifest import write_manifest
     from .tables import exactness_tables
 
     for table in exactness_tables(manifest):
         console.print(table)
+    if note:
+        console.print(note)
     try:
         write_manifest(manifest, run.path / "exactness.json")
         if write_expect:
@@ -147,6 +165,10 @@ def _open_run(runs_dir: str, model: str, session, problem_list):
 def _replay(expect: Path, limit, isa: str | None, log: Path | None) -> None:
     expected = _load_expectation(expect)
     pin = expected["config"]
+    if pin.get("engine"):
+        from .exact_llama import replay_llama_expectation
+
+        return replay_llama_expectation(expect, expected, limit, log)
     apply_isa(isa or pin.get("isa", "native"))
     from ..eval.exactness import replay_and_log
     from ..util.isa import describe_cpu

@@ -71,6 +71,16 @@ def stop_reached(tokenizer, tokens: list[int], stop: str | re.Pattern | None) ->
     return stop.search(text) is not None
 
 
+def finish_reason(tokenizer, tokens: list[int], eos_ids: set[int], stop: str | re.Pattern | None) -> str | None:
+    """Why a decode ends after ``tokens``: ``eos`` when the last one is an EOS id, ``stop`` when ``stop`` is
+    reached (:func:`stop_reached`), else ``None`` (go on)."""
+    if tokens[-1] in eos_ids:
+        return "eos"
+    if stop_reached(tokenizer, tokens, stop):
+        return "stop"
+    return None
+
+
 def prefill(model, cache: DynamicCache, ids: list[int], chunk_size: int, all_logits: bool = False,
             offset: int = 0) -> torch.Tensor:
     """Prefill one segment in the pinned chunk schedule.
@@ -108,25 +118,31 @@ def greedy_decode(
     problem started, for time to first token.
     """
     started = time.perf_counter() if started is None else started
+    reserve(cache, cache.get_seq_length() + max_new_tokens)
+    return run_decode(first_logits, lambda logits: int(torch.argmax(logits[-1]).item()),
+                      lambda token: forward(model, cache, [token]), tokenizer, max_new_tokens, eos_ids, stop, started)
+
+
+def run_decode(first_logits, choose, step, tokenizer, max_new_tokens: int, eos_ids: set[int],
+               stop: str | re.Pattern | None = None, started: float | None = None) -> Decoded:
+    """The decode loop of every engine: ``choose(logits)`` picks each token id from the current logits (starting
+    from ``first_logits``), ``step(token)`` feeds it and returns the next logits. Stops as :func:`greedy_decode`
+    says; ``started`` is the ``perf_counter`` time the problem started, for time to first token."""
+    started = time.perf_counter() if started is None else started
     tokens: list[int] = []
     logits = first_logits
     first_token_s = 0.0
     decode_start = time.perf_counter()
     reason = "budget"
-    reserve(cache, cache.get_seq_length() + max_new_tokens)
     while len(tokens) < max_new_tokens:
-        token = int(torch.argmax(logits[-1]).item())
-        tokens.append(token)
+        tokens.append(choose(logits))
         if len(tokens) == 1:
             first_token_s = time.perf_counter() - started
-        if token in eos_ids:
-            reason = "eos"
-            break
-        if stop_reached(tokenizer, tokens, stop):
-            reason = "stop"
+        reason = finish_reason(tokenizer, tokens, eos_ids, stop) or reason
+        if reason != "budget":
             break
         if len(tokens) < max_new_tokens:
-            logits = forward(model, cache, [token])
+            logits = step(tokens[-1])
     text_ids = tokens[:-1] if reason == "eos" else tokens
     return Decoded(
         token_ids=tokens,

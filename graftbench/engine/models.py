@@ -355,6 +355,26 @@ def load_model(spec: str = DEFAULT_MODEL, dtype: str = DEFAULT_DTYPE) -> LoadedM
     )
 
 
+def load_gguf_tokenizer(spec: str) -> tuple[ResolvedModel, object, str]:
+    """graftbench's tokenizer of the GGUF model ``spec`` (an alias or a ``.gguf`` path) and its
+    :func:`tokenizer_sha256`, as :func:`load_model` gives them, for an engine that reads the GGUF file itself: read
+    from the de-quantized cache (:func:`dequantized_dir`), which is written first when it does not exist yet (the
+    one-time de-quantization :func:`load_model` also does). Returns ``(resolved, tokenizer, digest)``.
+
+    Raises :class:`ModelError` for a spec that is not a GGUF file or cannot be resolved.
+    """
+    resolved = resolve_model(spec)
+    if resolved.kind != "gguf":
+        raise ModelError(f"model '{spec}' is not a GGUF file; the llama.cpp engine reads an alias or a .gguf path")
+    weights_sha = resolved.sha256 or sha256_file(resolved.path)
+    resolved = ResolvedModel(resolved.spec, resolved.kind, resolved.path, weights_sha)
+    folder = dequantized_dir(weights_sha)
+    if not (folder / "model.safetensors").is_file():
+        _write_dequantized(Path(resolved.path), folder)
+    tokenizer, digest = _load_cached_tokenizer(folder)
+    return resolved, tokenizer, digest
+
+
 def _hub_weights_sha256(model: torch.nn.Module) -> str:
     """SHA-256 over each state-dict entry in name order: its name (UTF-8) then its tensor's raw bytes."""
     entries = sorted(model.state_dict().items())

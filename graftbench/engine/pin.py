@@ -28,6 +28,8 @@ class PinnedConfig:
     the capability torch's kernels run at under it (``AVX2`` on every AVX2-capable CPU under ``avx2``).
     ``chunk_size`` is in tokens: a segment (artifact, chained artifact, query) of n tokens is prefilled in
     forwards of ``chunk_size`` tokens starting at the segment's first token, the last one shorter.
+    ``engine`` holds another engine's own pin fields (``engine`` names it, e.g. ``llama.cpp``:
+    :meth:`graftbench.engine.llama_cpp.LlamaCppEngine.pin_fields`); empty (absent from :meth:`to_dict`) is torch.
     """
 
     model: str
@@ -44,10 +46,15 @@ class PinnedConfig:
     machine: str = ""
     isa: str = "native"
     cache_class: str = ""
+    engine: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        """A JSON-ready dict of every field."""
-        return asdict(self)
+        """A JSON-ready dict of every field; ``engine`` only when it is not empty (an empty one means the torch
+        engine, so every torch pin keeps the dict, and the fingerprint, it had before the field existed)."""
+        pin = asdict(self)
+        if not pin["engine"]:
+            del pin["engine"]
+        return pin
 
     @property
     def fingerprint(self) -> str:
@@ -64,10 +71,12 @@ def configure_torch() -> str:
         torch.backends.mkldnn.enabled = False
     return isa
 
-def library_versions() -> dict[str, str]:
-    """Installed versions of the libraries that can change the numbers."""
+
+def library_versions(names: tuple[str, ...] = PINNED_LIBRARIES) -> dict[str, str]:
+    """Installed versions of the libraries ``names`` (default: those that can change the torch engine's numbers);
+    ``absent`` for one not installed."""
     versions = {}
-    for name in PINNED_LIBRARIES:
+    for name in names:
         try:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:

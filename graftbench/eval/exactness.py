@@ -94,12 +94,16 @@ def check_pair_source(problems: list[Problem], source: str, n: int) -> None:
                          "pass a smaller --samples")
 
 
-def build_pairs(session: Session, problems: list[Problem], n: int, layout: PairLayout = PAIR_LAYOUT) -> list[Pair]:
+def build_pairs(session: Session, problems: list[Problem], n: int, layout: PairLayout = PAIR_LAYOUT,
+                window: int | None = None) -> list[Pair]:
     """``n`` distinct pairs from problems with solutions: every 5th pair long (two or more problems with their
     solutions, at least ``LONG_MIN`` tokens), every 5th (offset 3) crossing the sliding window (or 512 tokens when
     the model has none), the rest short; in the first pass over the problems odd short pairs query another problem
     than the artifact's. Past ``len(problems)`` pairs the builder starts a new pass whose queries move one problem
     further per pass, so no (artifact, query) pair repeats.
+
+    ``window``: the model's sliding window in tokens (0: none), for a session whose model is not a torch model
+    (only its ``tokenizer`` is read then); by default it is read from the session's model.
 
     Raises ``ValueError`` when no problem has a solution, or when ``n`` pairs cannot all be distinct.
     """
@@ -116,7 +120,7 @@ def build_pairs(session: Session, problems: list[Problem], n: int, layout: PairL
     def query_ids(text: str) -> list[int]:
         return tokenizer(layout.query.format(problem=text), add_special_tokens=False).input_ids
 
-    window = sliding_window(session) or 512
+    window = (sliding_window(session) if window is None else window) or 512
     pairs = []
     for i in range(n):
         first, shift = usable[i % len(usable)], i // len(usable)
@@ -248,6 +252,26 @@ def reusable(record: dict | None, pair: Pair, with_controls: bool) -> bool:
             and ("controls" in record) == with_controls)
 
 
+def measure_pairs(pairs: list[Pair], check, with_controls: bool, control_pairs: int, on_pair=None,
+                  done: list[dict] | None = None, on_reused=None) -> list[dict]:
+    """The record of each pair: ``check(pair, with_controls_here)`` (controls on the first ``control_pairs`` when
+    ``with_controls``), or the last record in ``done`` that is :func:`reusable` for it (then ``on_reused`` is
+    called with it); ``on_pair`` is called with each newly measured record."""
+    previous = {record["id"]: record for record in done or []}
+    records = []
+    for i, pair in enumerate(pairs):
+        controls_here = with_controls and i < control_pairs
+        if reusable(previous.get(pair.id), pair, controls_here):
+            records.append(previous[pair.id])
+            if on_reused:
+                on_reused(records[-1])
+            continue
+        records.append(check(pair, controls_here))
+        if on_pair:
+            on_pair(records[-1])
+    return records
+
+
 def run_check_exact(session: Session, problems: list[Problem], source: str, samples: int, with_controls: bool,
                     control_pairs: int, on_pair=None, done: list[dict] | None = None, on_reused=None) -> dict:
     """Check ``samples`` pairs (controls on the first ``control_pairs`` when ``with_controls``) and return the
@@ -259,18 +283,9 @@ def run_check_exact(session: Session, problems: list[Problem], source: str, samp
     from ..results.exact_manifest import build_exactness_manifest
     from ..problems.types import problem_set_sha256
 
-    previous = {record["id"]: record for record in done or []}
-    records = []
-    for i, pair in enumerate(build_pairs(session, problems, samples, PAIR_LAYOUT)):
-        controls_here = with_controls and i < control_pairs
-        if reusable(previous.get(pair.id), pair, controls_here):
-            records.append(previous[pair.id])
-            if on_reused:
-                on_reused(records[-1])
-            continue
-        records.append(check_pair(session, pair, controls_here))
-        if on_pair:
-            on_pair(records[-1])
+    pairs = build_pairs(session, problems, samples, PAIR_LAYOUT)
+    records = measure_pairs(pairs, lambda pair, here: check_pair(session, pair, here), with_controls, control_pairs,
+                            on_pair, done, on_reused)
     return build_exactness_manifest(
         config=session.config.to_dict(), config_fingerprint=session.config.fingerprint,
         problem_set={"source": source, "sha256": problem_set_sha256(problems), "n": len(problems)},

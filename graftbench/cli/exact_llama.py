@@ -1,0 +1,92 @@
+"""``graftbench check-exact --engine llama.cpp``: parse, run :mod:`graftbench.eval.exactness_llama`, print."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .common import console, fail, load_problem_set, progress
+
+ENGINES = ("torch", "llama.cpp")
+
+
+def open_llama(model: str, chunk_size: int, threads: int | None, kv_type: str, flash_attn: bool | None,
+               n_ctx: int | None = None):
+    """The llama.cpp session of ``model`` (flash attention on by default for a quantized KV cache); fails with the
+    reason when the extra is missing, the model is not a GGUF file or an option is refused."""
+    from ..engine.llama_cpp import DEFAULT_N_CTX, LlamaCppError
+    from ..engine.models import ModelError
+
+    try:
+        from ..eval.exactness_llama import open_llama_session
+    except ImportError as exc:
+        fail(f"--engine llama.cpp: {exc}")
+    attn = flash_attn if flash_attn is not None else kv_type != "f16"
+    try:
+        with console.status(f"loading {model} on llama.cpp (KV {kv_type})"):
+            ls = open_llama_session(model, chunk_size=chunk_size, threads=threads, kv_type=kv_type, flash_attn=attn,
+                                    n_ctx=n_ctx or DEFAULT_N_CTX)
+    except (ModelError, ValueError, FileNotFoundError, LlamaCppError) as exc:
+        fail(str(exc))
+    console.print(f"model {model} on llama.cpp {ls.config.engine['llama_cpp_python']} · KV {kv_type} · flash "
+                  f"attention {'on' if attn else 'off'} · {ls.engine.threads} threads · config "
+                  f"{ls.config.fingerprint[:12]}")
+    return ls
+
+
+def check_exact_llama(engine: str, model: str, chunk_size: int, problems: str, samples: int, controls: bool,
+                      control_pairs: int, write_expect: Path | None, runs_dir: str, threads: int | None,
+                      kv_type: str, flash_attn: bool | None, torch_only: bool = False) -> None:
+    """check-exact on the llama.cpp engine (:func:`graftbench.eval.exactness_llama.certify_llama`); ``torch_only``: an
+    option of the torch engine alone (``--extend``, ``--isa``) was given, which is refused."""
+    from ..eval.exactness import check_pair_source
+    from .exact import _open_run, report_manifest
+
+    if engine not in ENGINES:
+        fail(f"--engine {engine!r} is not one of {', '.join(ENGINES)}")
+    if torch_only:
+        fail(f"--engine {engine}: --extend and --isa apply to the torch engine only")
+    problem_list = load_problem_set(problems, None, "id", "problem", "answer", "solution")
+    try:
+        check_pair_source(problem_list, problems, samples)
+    except ValueError as exc:
+        fail(str(exc))
+    ls = open_llama(model, chunk_size, threads, kv_type, flash_attn)
+    from ..eval.exactness_llama import certify_llama
+
+    run, done = _open_run(runs_dir, model, ls, problem_list)
+    with run, progress("check-exact llama.cpp", samples) as advance:
+        def measured(record):
+            run.append(record)
+            advance(f"{record['id']} {'✓' if record['equal'] else '✗'} {record['artifact_tokens']} artifact tokens")
+
+        manifest = certify_llama(ls, problem_list, problems, samples, controls, control_pairs, on_pair=measured,
+                                 done=done, on_reused=lambda r: advance(f"{r['id']} resumed"))
+    agreement = manifest["settings"]["tokenizer_agreement"]
+    report_manifest(manifest, run, write_expect,
+                    note=f"tokenizers: llama.cpp's gives graftbench's ids on {agreement['agree']} of "
+                         f"{agreement['texts']} texts (the engine is fed graftbench's ids)")
+
+
+def replay_llama_expectation(expect: Path, expected: dict, limit: int | None, log: Path | None) -> None:
+    """Replay a llama.cpp expectation under its own engine pin; fails when not comparable or a hash differs."""
+    from ..results.exact_manifest import append_replay_log, replay_record
+    from ..eval.exactness_llama import replay_llama
+
+    pin, engine = expected["config"], expected["config"]["engine"]
+    if engine.get("engine") != "llama.cpp":
+        fail(f"{expect}: engine {engine.get('engine')!r} is not one this graftbench runs")
+    problem_list = load_problem_set(expected["problem_set"]["source"], None, "id", "problem", "answer", "solution")
+    ls = open_llama(pin["model"], pin["chunk_size"], pin["threads"], engine["type_k"], engine["flash_attn"],
+                    engine["n_ctx"])
+    total = min(limit or len(expected["pairs"]), len(expected["pairs"]))
+    with progress("replay llama.cpp", total) as advance:
+        result = replay_llama(ls, expected, problem_list, limit, on_pair=lambda r: advance(f"{r['id']} equal"))
+    if log is not None:
+        append_replay_log(log, replay_record(expected, compared=result.compared, equal=result.equal,
+                                             first_difference=result.first_difference,
+                                             pin_differences_found=result.pin_differences))
+    if result.pin_differences:
+        fail(f"not comparable: this machine's pin differs from {expect} in {', '.join(result.pin_differences)}", 1)
+    console.print(f"{result.compared} compared, {result.equal} equal")
+    if not result.passed:
+        fail(f"replay of {expect} failed at {result.first_difference}", 1)

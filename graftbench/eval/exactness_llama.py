@@ -1,0 +1,205 @@
+"""``check-exact --engine llama.cpp``: the graft on the llama.cpp engine against a fresh prefill, with controls.
+
+The pairs are check-exact's own (:func:`graftbench.eval.exactness.build_pairs`: real text, graftbench's tokenizer, the
+same ids as the torch engine's pairs). Per pair:
+
+- deposit: the artifact's ids prefilled in a fresh context in the pinned chunk schedule, its sequence state
+  captured (``llama_state_seq_get_data``);
+- graft: that state restored into another fresh context, then the query prefilled (every position an output);
+- fresh: a fresh context, the artifact then the query prefilled with the same batch boundaries.
+
+The certificate is SHA-256 equality of the query's float32 logits (every query position). Negative controls:
+
+- ``chunk-N``: the fresh prefill with another batch size (``n_batch`` = ``n_ubatch`` = N); llama.cpp's CPU kernels
+  may give the same bytes for every batch size, so its outcome is reported as measured, not required to differ;
+- ``shift-k``: the restored state moved k positions on (llama.cpp re-rotates the keys), against a fresh prefill
+  at positions k.., which RoPE's rounding makes differ.
+
+The manifest is an exactness manifest (:mod:`graftbench.results.exact_manifest`) whose pin carries the engine's fields, so
+``verify-manifest`` checks it as any other and its fingerprint is never a torch pin's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..engine.llama_cpp import DEFAULT_N_CTX, LlamaCppEngine, LlamaState, pinned_config
+from .exactness import (PAIR_LAYOUT, SHIFTS, Pair, PairLayout, Replay, build_pairs, compare, measure_pairs,
+                         summarize)
+from ..engine.pin import PinnedConfig
+from ..problems.types import Problem
+from ..util.hashing import sha256_bytes
+
+
+@dataclass
+class LlamaSession:
+    """The llama.cpp engine of a model, graftbench's tokenizer of it, and the pin of runs on it."""
+
+    engine: LlamaCppEngine
+    tokenizer: object
+    config: PinnedConfig
+
+
+def open_llama_session(spec: str, chunk_size: int = 256, threads: int | None = None, kv_type: str = "f16",
+                       flash_attn: bool = False, n_ctx: int = DEFAULT_N_CTX) -> LlamaSession:
+    """Load the GGUF model ``spec`` (alias or ``.gguf`` path) on llama.cpp with graftbench's tokenizer and pin it.
+
+    Raises :class:`graftbench.engine.models.ModelError` for a spec that is not a GGUF model, ``ValueError`` for a bad
+    engine option and :class:`graftbench.engine.llama_cpp.LlamaCppError` when llama.cpp cannot load it.
+    """
+    from ..engine.models import load_gguf_tokenizer
+
+    resolved, tokenizer, digest = load_gguf_tokenizer(spec)
+    engine = LlamaCppEngine(resolved.path, n_ctx=n_ctx, chunk_size=chunk_size, threads=threads, kv_type=kv_type,
+                            flash_attn=flash_attn, tokenizer=tokenizer, weights_sha256=resolved.sha256)
+    return LlamaSession(engine, tokenizer, pinned_config(engine, spec, digest))
+
+
+def fresh_logits(ls: LlamaSession, artifact: list[int], query: list[int], chunk_size: int | None = None,
+                 shift: int = 0) -> np.ndarray:
+    """The query's logits ``[len(query), vocab]`` after the artifact, both prefilled in one fresh context with
+    batches of ``chunk_size`` tokens (default: the pin's), at positions starting at ``shift``."""
+    engine = ls.engine
+    cache = engine.new_cache(chunk_size)
+    try:
+        cache.shift = shift
+        engine.prefill(cache, artifact)
+        return engine.prefill(cache, query, all_logits=True)
+    finally:
+        cache.close()
+
+
+def deposit_state(ls: LlamaSession, artifact: list[int]) -> LlamaState:
+    """The sequence state after prefilling ``artifact`` in a fresh context (the pinned chunk schedule)."""
+    cache = ls.engine.new_cache()
+    try:
+        ls.engine.prefill(cache, artifact)
+        return ls.engine.capture(cache)
+    finally:
+        cache.close()
+
+
+def graft_logits(ls: LlamaSession, state: LlamaState, query: list[int], shift: int = 0) -> np.ndarray:
+    """The query's logits after ``state`` restored into a fresh context (moved ``shift`` positions on when
+    non-zero)."""
+    cache = ls.engine.restore(state)
+    try:
+        if shift:
+            ls.engine.shift_positions(cache, shift)
+        return ls.engine.prefill(cache, query, all_logits=True)
+    finally:
+        cache.close()
+
+
+def _compare(reference: np.ndarray, other: np.ndarray) -> dict:
+    return compare(torch.from_numpy(reference), torch.from_numpy(other))
+
+
+def controls(ls: LlamaSession, pair: Pair, fresh: np.ndarray, state: LlamaState) -> dict[str, dict]:
+    """The negative controls of one pair (see the module docstring): ``{name: compare() result}``."""
+    chunk = ls.config.chunk_size
+    other = chunk // 2 if chunk > 1 else 2
+    results = {f"chunk-{other}": _compare(fresh, fresh_logits(ls, pair.artifact, pair.query, other))}
+    for shift in SHIFTS:
+        results[f"shift-{shift}"] = _compare(fresh_logits(ls, pair.artifact, pair.query, shift=shift),
+                                             graft_logits(ls, state, pair.query, shift))
+    return results
+
+
+def check_pair(ls: LlamaSession, pair: Pair, with_controls: bool) -> dict:
+    """The exactness record of one pair (JSON-ready), as :func:`graftbench.eval.exactness.check_pair` writes it, with
+    ``state_sha256`` (of the captured state's bytes) in place of the artifact id."""
+    state = deposit_state(ls, pair.artifact)
+    grafted = graft_logits(ls, state, pair.query)
+    fresh = fresh_logits(ls, pair.artifact, pair.query)
+    record = {
+        "id": pair.id, "kind": pair.kind, "problems": list(pair.problems),
+        "artifact_tokens": len(pair.artifact), "query_tokens": len(pair.query),
+        "tokens_sha256": pair.tokens_sha256, "state_sha256": sha256_bytes(state.state),
+        "graft_logits_sha256": ls.engine.logits_sha256(grafted), "fresh_logits_sha256": ls.engine.logits_sha256(fresh),
+        **summarize([_compare(fresh, grafted)]),
+    }
+    if with_controls:
+        record["controls"] = {name: summarize([r]) for name, r in controls(ls, pair, fresh, state).items()}
+    return record
+
+
+def tokenizer_agreement(ls: LlamaSession, problems: list[Problem], layout: PairLayout = PAIR_LAYOUT) -> dict:
+    """Whether llama.cpp's own tokenizer gives graftbench's ids for the deposit texts (with start tokens) and
+    query texts (without) of ``problems`` with solutions: ``{"texts", "agree", "first_difference"}`` (the problem
+    id and text kind of the first disagreement, or ``None``). The engine is fed graftbench's ids either way."""
+    texts, agree, first = 0, 0, None
+    for problem in (p for p in problems if p.solution):
+        deposit = layout.deposit.format(problem=problem.problem, answer=problem.answer, solution=problem.solution)
+        for kind, text, special in (("deposit", deposit, True),
+                                    ("query", layout.query.format(problem=problem.problem), False)):
+            texts += 1
+            ours = list(ls.tokenizer(text, add_special_tokens=special).input_ids)
+            if ls.engine.llama_tokenize(text, special) == ours:
+                agree += 1
+            elif first is None:
+                first = f"{problem.id} {kind}"
+    return {"texts": texts, "agree": agree, "first_difference": first}
+
+
+def window_of(ls: LlamaSession) -> int:
+    """The model's sliding window in tokens (0 when it has none), as llama.cpp reads it from the GGUF."""
+    return ls.engine.n_swa
+
+
+def certify_llama(ls: LlamaSession, problems: list[Problem], source: str, samples: int, with_controls: bool,
+                  control_pairs: int, on_pair=None, done: list[dict] | None = None, on_reused=None) -> dict:
+    """Check ``samples`` pairs on the llama.cpp engine (controls on the first ``control_pairs`` when
+    ``with_controls``) and return the sealed exactness manifest; its settings name the engine and record the
+    tokenizer agreement (:func:`tokenizer_agreement`). ``done``, ``on_pair``, ``on_reused``: as
+    :func:`graftbench.eval.exactness.run_check_exact`. Raises ``ValueError`` as :func:`build_pairs` does."""
+    from ..problems.types import problem_set_sha256
+    from ..results.exact_manifest import build_exactness_manifest
+
+    pairs = build_pairs(ls, problems, samples, PAIR_LAYOUT, window=window_of(ls))
+    records = measure_pairs(pairs, lambda pair, here: check_pair(ls, pair, here), with_controls, control_pairs,
+                            on_pair, done, on_reused)
+    return build_exactness_manifest(
+        config=ls.config.to_dict(), config_fingerprint=ls.config.fingerprint,
+        problem_set={"source": source, "sha256": problem_set_sha256(problems), "n": len(problems)},
+        settings={"engine": ls.engine.name, "samples": samples, "controls": with_controls,
+                  "control_pairs": control_pairs if with_controls else 0, "shifts": list(SHIFTS),
+                  "pair_layout": PAIR_LAYOUT.to_dict(), "logits": "every query position, float32",
+                  "tokenizer_agreement": tokenizer_agreement(ls, problems)},
+        records=records,
+    )
+
+
+def replay_llama(ls: LlamaSession, expected: dict, problems: list[Problem], limit: int | None = None,
+                 on_pair=None) -> Replay:
+    """Recompute the llama.cpp expectation's pairs (the first ``limit``) on ``ls``: its pin must equal the
+    expectation's (else nothing is computed and the differing fields are returned); stop at the first token ids,
+    state or graft logits hash that differs."""
+    from .exactness import not_comparable
+
+    differing = not_comparable(ls, expected, problems)
+    if differing:
+        return Replay(0, 0, None, differing)
+    records = expected["pairs"][:limit] if limit else expected["pairs"]
+    layout = PairLayout(**expected["settings"]["pair_layout"])
+    pairs = build_pairs(ls, problems, expected["settings"]["samples"], layout, window=window_of(ls))
+    compared = equal = 0
+    for record, pair in zip(records, pairs):
+        compared += 1
+        if pair.tokens_sha256 != record["tokens_sha256"]:
+            return Replay(compared, equal, f"{record['id']}: token ids differ", [])
+        state = deposit_state(ls, pair.artifact)
+        if sha256_bytes(state.state) != record["state_sha256"]:
+            return Replay(compared, equal, f"{record['id']}: state {sha256_bytes(state.state)[:16]} != "
+                                           f"{record['state_sha256'][:16]}", [])
+        got = ls.engine.logits_sha256(graft_logits(ls, state, pair.query))
+        if got != record["graft_logits_sha256"]:
+            return Replay(compared, equal, f"{record['id']}: graft logits {got[:16]} != "
+                                           f"{record['graft_logits_sha256'][:16]}", [])
+        equal += 1
+        if on_pair:
+            on_pair(record)
+    return Replay(compared, equal, None, [])

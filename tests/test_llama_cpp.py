@@ -1,0 +1,261 @@
+"""The llama.cpp engine (graftbench/engine/llama_cpp.py) and its certificate (graftbench/eval/exactness_llama.py).
+
+The model tests run smollm2-135m on llama.cpp as built on this machine, with short AIME 2024 texts, one thread and
+a small chunk size (several batches per segment), and compare hashes measured here: nothing recorded on another
+CPU is expected.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+from typer.testing import CliRunner
+
+from graftbench.cli.app import app
+from graftbench.engine.pin import PinnedConfig
+from graftbench.problems.prompts import PromptLayout
+from graftbench.results.fingerprint import pin_fingerprint
+from graftbench.results.exact_manifest import verify_exactness_manifest
+
+from .conftest import AIME2024, ROOT
+
+CHUNK = 32
+SOLUTION_CHARS = 300  # characters of each worked solution kept in the short problem set
+
+
+def _short_problems(path, count=4):
+    """The first ``count`` AIME 2024 problems with their solutions cut to ``SOLUTION_CHARS`` characters, written to
+    ``path`` (a JSON lines file) so that each pair's artifact is a few hundred tokens."""
+    rows = [json.loads(line) for line in AIME2024.read_text().splitlines()[:count]]
+    path.write_text("".join(json.dumps({**row, "solution": row["solution"][:SOLUTION_CHARS]}) + "\n" for row in rows))
+    return path
+
+
+@pytest.fixture(scope="module")
+def llama():
+    """smollm2-135m on llama.cpp: f16 KV cache, flash attention off, one thread, chunks of ``CHUNK`` tokens."""
+    from graftbench.eval.exactness_llama import open_llama_session
+
+    return open_llama_session("smollm2-135m", chunk_size=CHUNK, threads=1, n_ctx=1024)
+
+
+@pytest.fixture(scope="module")
+def texts(llama):
+    """Two short (artifact, query) id lists from AIME 2024 text, tokenized by graftbench's tokenizer."""
+    rows = [json.loads(line) for line in AIME2024.read_text().splitlines()[:3]]
+    tokenizer = llama.tokenizer
+    pairs = []
+    for first, second in ((rows[0], rows[1]), (rows[1], rows[2])):
+        artifact = tokenizer(f"Problem: {first['problem']}\nSolution: {first['solution']}").input_ids[:100]
+        query = tokenizer(f"Problem: {second['problem']}\nFinal answer:", add_special_tokens=False).input_ids[:20]
+        pairs.append((artifact, query))
+    return pairs
+
+
+@pytest.mark.model
+def test_a_graft_through_llama_cpp_gives_the_fresh_prefills_logits_byte_for_byte(llama, texts):
+    from graftbench.eval.exactness_llama import deposit_state, fresh_logits, graft_logits
+
+    hashes = []
+    for artifact, query in texts:
+        state = deposit_state(llama, artifact)
+        assert state.positions == (0, len(artifact)) and state.token_ids == artifact
+        grafted = graft_logits(llama, state, query)
+        fresh = fresh_logits(llama, artifact, query)
+        assert grafted.shape == (len(query), llama.engine.n_vocab) and grafted.dtype.name == "float32"
+        assert llama.engine.logits_sha256(grafted) == llama.engine.logits_sha256(fresh)
+        hashes.append(llama.engine.logits_sha256(grafted))
+    assert hashes[0] != hashes[1]  # the two pairs' logits are not one constant
+
+
+@pytest.mark.model
+def test_a_restore_into_a_cache_that_holds_tokens_is_refused(llama, texts):
+    from graftbench.eval.exactness_llama import deposit_state
+
+    artifact, _ = texts[0]
+    state = deposit_state(llama, artifact)
+    cache = llama.engine.new_cache()
+    try:
+        llama.engine.prefill(cache, artifact[:5])
+        with pytest.raises(ValueError, match="holds 5 tokens"):
+            llama.engine.restore(state, cache)
+        with pytest.raises(ValueError, match="whole sequences"):
+            llama.engine.capture(cache, 3)
+    finally:
+        cache.close()
+
+
+@pytest.mark.model
+def test_another_batch_size_is_reported_as_measured_and_is_another_pin(llama, texts, tmp_path):
+    from graftbench.eval.exactness import build_pairs
+    from graftbench.eval.exactness_llama import check_pair, fresh_logits, open_llama_session, window_of
+    from graftbench.problems.loading import load_problems
+
+    problems = load_problems(str(_short_problems(tmp_path / "short.jsonl")))
+    pair = build_pairs(llama, problems, 1, window=window_of(llama))[0]
+    record = check_pair(llama, pair, with_controls=True)
+    other = CHUNK // 2
+    measured = (llama.engine.logits_sha256(fresh_logits(llama, pair.artifact, pair.query))
+                == llama.engine.logits_sha256(fresh_logits(llama, pair.artifact, pair.query, other)))
+    assert record["controls"][f"chunk-{other}"]["equal"] is measured
+    assert record["equal"] and not record["controls"]["shift-8"]["equal"]
+    halved = open_llama_session("smollm2-135m", chunk_size=other, threads=1, n_ctx=1024)
+    assert halved.config.fingerprint != llama.config.fingerprint
+    assert {"n_batch", "n_ubatch"} <= {k for k in llama.config.engine if llama.config.engine[k] != halved.config.engine[k]}
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_a_llama_cpp_certificate_replays_in_a_second_process(llama, tmp_path):
+    from graftbench.eval.exactness_llama import certify_llama
+    from graftbench.problems.loading import load_problems
+
+    source = str(_short_problems(tmp_path / "short.jsonl"))
+    manifest = certify_llama(llama, load_problems(source), source, 2, with_controls=False, control_pairs=0)
+    assert manifest["totals"]["pairs"] == 2 and manifest["totals"]["exact_pairs"] == 2
+    assert verify_exactness_manifest(manifest) == []
+    path = tmp_path / "exact-llama.json"
+    path.write_text(json.dumps(manifest))
+    done = subprocess.run([sys.executable, "-m", "graftbench.cli.app", "check-exact", "--expect", str(path)],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 compared, 2 equal" in done.stdout
+
+
+@pytest.mark.model
+def test_a_replay_under_another_kv_cache_type_is_not_comparable(llama, tmp_path):
+    from graftbench.eval.exactness_llama import certify_llama, open_llama_session, replay_llama
+    from graftbench.problems.loading import load_problems
+
+    source = str(_short_problems(tmp_path / "short.jsonl", count=2))
+    problems = load_problems(source)
+    manifest = certify_llama(llama, problems, source, 1, with_controls=False, control_pairs=0)
+    quantized = open_llama_session("smollm2-135m", chunk_size=CHUNK, threads=1, n_ctx=1024, kv_type="q8_0",
+                                   flash_attn=True)
+    result = replay_llama(quantized, manifest, problems)
+    assert result.compared == 0 and not result.passed
+    assert {"engine.type_k", "engine.type_v", "engine.flash_attn", "cache_class"} <= set(result.pin_differences)
+
+
+@pytest.mark.model
+def test_llama_cpp_engine_fields_make_another_pin(llama, session):
+    config = llama.config
+    assert config.engine["engine"] == "llama.cpp" and config.engine["system_info"].startswith("CPU :")
+    assert config.weights_sha256 == session.config.weights_sha256  # the same GGUF file
+    assert config.fingerprint != session.config.fingerprint
+    for name, value in (("type_k", "q8_0"), ("system_info", "CPU : AVX2 = 1"), ("llama_cpp_python", "0.3.35"),
+                        ("flash_attn", True), ("n_ubatch", CHUNK * 2)):
+        assert replace(config, engine={**config.engine, name: value}).fingerprint != config.fingerprint, name
+    assert "engine" not in session.config.to_dict()
+
+
+def test_a_pin_without_an_engine_field_keeps_the_committed_torch_fingerprints():
+    for path in sorted((ROOT / "manifests").glob("exact-*.json")):
+        manifest = json.loads(path.read_text())
+        config = manifest["config"]
+        assert "engine" not in config, path.name
+        rebuilt = PinnedConfig(**{**config, "layout": PromptLayout(**config["layout"])})
+        assert rebuilt.fingerprint == pin_fingerprint(config) == manifest["config_fingerprint"], path.name
+        assert verify_exactness_manifest(manifest) == [], path.name
+
+
+@pytest.mark.parametrize("kv_type, flash_attn, message", [
+    ("q5_1", False, "not one of f16, q8_0, q4_0"),
+    ("q8_0", False, "needs flash attention on"),
+])
+def test_a_bad_kv_cache_option_is_refused_before_the_model_loads(kv_type, flash_attn, message, tmp_path):
+    from graftbench.engine.llama_cpp import LlamaCppEngine
+
+    with pytest.raises(ValueError, match=message):
+        LlamaCppEngine(str(tmp_path / "absent.gguf"), kv_type=kv_type, flash_attn=flash_attn)
+
+
+def test_an_unknown_engine_is_refused_naming_the_option():
+    result = CliRunner().invoke(app, ["check-exact", "--engine", "vllm", "--problems", str(AIME2024)])
+    assert result.exit_code == 2
+    assert "--engine 'vllm' is not one of torch, llama.cpp" in result.output
+
+
+def _query_after_artifact(llama, config, data, artifact, query):
+    """``restore_or_prefill`` of the artifact ``data`` under ``config``, then the query: ``(refusal, the query's
+    logits SHA-256)``; the cache must hold the artifact's tokens either way."""
+    from graftbench.store.ids import artifact_id_of
+    from graftbench.store.llama_codec import restore_or_prefill
+
+    cache, refusal = restore_or_prefill(llama.engine, config, artifact_id_of(data), data, artifact)
+    try:
+        assert cache.token_ids == artifact
+        return refusal, llama.engine.logits_sha256(llama.engine.prefill(cache, query, all_logits=True))
+    finally:
+        cache.close()
+
+
+@pytest.mark.model
+def test_a_llama_state_artifact_round_trips_and_its_graft_equals_the_fresh_prefill(llama, texts):
+    from graftbench.eval.exactness_llama import deposit_state, fresh_logits
+    from graftbench.store.llama_codec import encode_llama_artifact
+
+    artifact, query = texts[0]
+    state = deposit_state(llama, artifact)
+    data = encode_llama_artifact(llama.config, state, {"source": "test"})
+    assert encode_llama_artifact(llama.config, state, {"source": "test"}) == data
+    refusal, logits_sha256 = _query_after_artifact(llama, llama.config, data, artifact, query)
+    assert refusal is None
+    assert logits_sha256 == llama.engine.logits_sha256(fresh_logits(llama, artifact, query))
+
+
+@pytest.mark.model
+def test_a_llama_state_artifact_that_is_corrupt_or_of_another_pin_is_refused_and_prefilled(llama, texts):
+    from graftbench.eval.exactness_llama import deposit_state, fresh_logits
+    from graftbench.store.codec import ArtifactError
+    from graftbench.store.ids import artifact_id_of
+    from graftbench.store.llama_codec import decode_llama_artifact, encode_llama_artifact
+
+    artifact, query = texts[1]
+    data = encode_llama_artifact(llama.config, deposit_state(llama, artifact))
+    artifact_id = artifact_id_of(data)
+    flipped = bytearray(data)
+    flipped[-1] ^= 1
+    checks = {}
+    for name, (key, blob, config) in {
+        "flipped under its id": (artifact_id, bytes(flipped), llama.config),
+        "flipped, id recomputed": (artifact_id_of(bytes(flipped)), bytes(flipped), llama.config),
+        "q8_0 pin": (artifact_id, data, replace(llama.config, engine={**llama.config.engine, "type_k": "q8_0",
+                                                                       "type_v": "q8_0"})),
+    }.items():
+        with pytest.raises(ArtifactError) as refused:
+            decode_llama_artifact(key, blob, config)
+        checks[name] = refused.value.check
+    assert checks == {"flipped under its id": "hash", "flipped, id recomputed": "payload", "q8_0 pin": "config"}
+    other = replace(llama.config, engine={**llama.config.engine, "llama_cpp_python": "0.3.35"})
+    refusal, logits_sha256 = _query_after_artifact(llama, other, data, artifact, query)
+    assert refusal is not None and refusal.check == "config"
+    assert logits_sha256 == llama.engine.logits_sha256(fresh_logits(llama, artifact, query))
+
+
+@pytest.mark.model
+def test_greedy_and_seeded_decoding_after_a_graft_give_the_fresh_prefills_tokens(llama, texts):
+    from graftbench.engine.llama_decode import decode, eos_ids_of
+    from graftbench.engine.sampling import SamplingSettings
+    from graftbench.eval.exactness_llama import deposit_state
+
+    artifact, query = texts[0]
+    state, engine, eos = deposit_state(llama, artifact), llama.engine, eos_ids_of(llama.engine, llama.tokenizer)
+    runs = {}
+    for how, settings in (("greedy", None), ("sampled", SamplingSettings(temperature=1.0, top_p=0.95, seed=7))):
+        for start in ("graft", "fresh"):
+            cache = engine.restore(state) if start == "graft" else engine.new_cache()
+            try:
+                if start == "fresh":
+                    engine.prefill(cache, artifact)
+                first = engine.prefill(cache, query)
+                runs[how, start] = decode(engine, llama.tokenizer, cache, first, 8, eos, settings=settings, seed=11)
+            finally:
+                cache.close()
+        assert runs[how, "graft"].token_ids == runs[how, "fresh"].token_ids, how
+    for result in runs.values():
+        assert (len(result.token_ids), result.finish_reason) == (8, "budget") or result.finish_reason == "eos"
