@@ -19,13 +19,13 @@ from rich.markup import escape
 
 from . import cli_bench, cli_exact, cli_flywheel, cli_report
 from . import cli_merge, cli_route
-from .cli_common import (EVAL, FLYWHEEL, AnswerFieldOpt, ChunkOpt, DtypeOpt, GraftFromOpt, IdFieldOpt, IsaOpt,
+from .cli_common import (EVAL, FLYWHEEL, AnswerFieldOpt, ChunkOpt, DeviceOpt, DtypeOpt, GraftFromOpt, IdFieldOpt, IsaOpt,
                          LayoutOpt, LimitOpt, ModelOpt, ProblemFieldOpt, ProblemsOpt, RunsOpt, SamplesOpt, SeedOpt,
                          ShardOpt, SolutionFieldOpt, StoreOpt, TemperatureOpt, TopPOpt, console, fail, load_problem_set,
                          model_label, open_model, os_error_text, progress, shard_problems, stage_progress)
 from .settings import EvalSettings
 from .dispatch import EXECUTORS, RAY_EXTRA, ClusterOptions, DispatchError
-from .cli_common import ModeOpt, announce_sandbox, check_hub_model
+from .cli_common import ModeOpt, announce_sandbox, check_hub_model, refuse_random
 from .display_text import console_markup
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -190,6 +190,7 @@ def _executor(cluster: ClusterOptions | None, model, dtype, chunk_size, isa):
     ``cluster`` :func:`graftbench.executor_ray.run_eval_ray` (each worker loads the model; this process does not)."""
     from functools import partial
 
+    refuse_random(model)  # Ray workers load the model themselves
     if cluster is None:
         from .workflows import run_eval
 
@@ -239,7 +240,7 @@ def _in_mode(settings: EvalSettings, mode: str) -> EvalSettings:
 @app.command()
 def solve(
     model: str = ModelOpt, problems: str = ProblemsOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt,
-    isa: Optional[str] = IsaOpt,
+    isa: Optional[str] = IsaOpt, device: str = DeviceOpt,
     runs_dir: str = RunsOpt, run: Optional[str] = typer.Option(None, "--run", help="run name (resumes if it exists)"),
     limit: Optional[int] = LimitOpt,
     max_new_tokens: int = typer.Option(EVAL.max_new_tokens, "--max-new-tokens", min=1, help="decode budget per problem (tokens)"),
@@ -263,7 +264,7 @@ def solve(
 @app.command(name="eval")
 def eval_(
     model: str = ModelOpt, problems: str = ProblemsOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt,
-    isa: Optional[str] = IsaOpt,
+    isa: Optional[str] = IsaOpt, device: str = DeviceOpt,
     runs_dir: str = RunsOpt, run: Optional[str] = typer.Option(None, "--run", help="run name (resumes if it exists)"),
     limit: Optional[int] = LimitOpt,
     max_new_tokens: int = typer.Option(EVAL.max_new_tokens, "--max-new-tokens", min=1, help="decode budget per problem (tokens)"),
@@ -296,7 +297,7 @@ def eval_(
 @app.command()
 def deposit(
     model: str = ModelOpt, problems: str = ProblemsOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt,
-    isa: Optional[str] = IsaOpt,
+    isa: Optional[str] = IsaOpt, device: str = DeviceOpt,
     store: str = StoreOpt, runs_dir: str = RunsOpt, limit: Optional[int] = LimitOpt,
     from_run: Optional[str] = typer.Option(None, "--from-run", help="deposit this solve run's verified samples"),
     from_manifest: Optional[Path] = typer.Option(None, "--from-manifest", help="deposit the verified samples "
@@ -508,7 +509,7 @@ def store_clean(store: str = StoreOpt) -> None:
 @app.command()
 def run(
     model: str = ModelOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt, isa: Optional[str] = IsaOpt,
-    runs_dir: str = RunsOpt,
+    device: str = DeviceOpt, runs_dir: str = RunsOpt,
     store: str = StoreOpt,
     n_per_family: int = typer.Option(FLYWHEEL.per_family, "--per-family", min=1, help="built-in problems per family"),
     max_new_tokens: int = typer.Option(FLYWHEEL.max_new_tokens, "--max-new-tokens", min=1, help="decode budget per problem (tokens)"),

@@ -11,7 +11,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .bench.batched_settings import BatchedSettings
-from .cli_common import (BENCH, DEFAULT_DTYPE, DTYPE_NAMES, ChunkOpt, DtypeOpt, IsaOpt, ModelOpt, apply_isa, console,
+from .cli_common import (BENCH, DEFAULT_DTYPE, DTYPE_NAMES, ChunkOpt, DeviceOpt, DtypeOpt, IsaOpt, ModelOpt, apply_isa, console,
                          fail, int_list, load_problem_set, model_label, open_model, progress_bar)
 from .settings import BenchSettings
 
@@ -29,6 +29,7 @@ class BenchSection(str, Enum):
 
 def bench(
     model: str = ModelOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt, isa: Optional[str] = IsaOpt,
+    device: str = DeviceOpt,
     problems: str = typer.Option("../shared/data/aime2024.jsonl", "--problems", "-p",
                                  help="problems with solutions: the text the artifacts are cut from"),
     sizes: str = typer.Option(",".join(map(str, BENCH.sizes)), "--sizes", help="artifact sizes in tokens, comma-separated"),
@@ -73,7 +74,7 @@ def bench(
     if smoke:
         settings, batched = BenchSettings.smoke_run(), BatchedSettings.smoke_run()
     problem_list = load_problem_set(problems, None, "id", "problem", "answer", "solution")
-    session = open_model(model, dtype, chunk_size, threads, isa)
+    session = open_model(model, dtype, chunk_size, threads, isa, architecture_only=True)
     try:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console) as progress:
@@ -134,7 +135,7 @@ def bench_isa(
 
 def bench_long_context(
     model: str = typer.Option("gemma3-270m", "--model", "-m", help="alias, hub id, folder or .gguf"),
-    dtype: str = DtypeOpt, chunk_size: int = ChunkOpt, isa: Optional[str] = IsaOpt,
+    dtype: str = DtypeOpt, chunk_size: int = ChunkOpt, isa: Optional[str] = IsaOpt, device: str = DeviceOpt,
     problems: list[str] = typer.Option(["../shared/data/aime2024.jsonl", "../shared/data/aime2025.jsonl"], "--problems",
                                        "-p", help="problems with solutions (repeatable): the text the artifacts are cut from"),
     tokens: int = typer.Option(1_000_000, "--tokens", min=1, help="tokens of KV state to hold in the store"),
@@ -150,7 +151,7 @@ def bench_long_context(
     from .bench.workload import corpus_ids
 
     problem_list = [p for source in problems for p in load_problem_set(source, None, "id", "problem", "answer", "solution")]
-    session = open_model(model, dtype, chunk_size, isa=isa)
+    session = open_model(model, dtype, chunk_size, isa=isa, architecture_only=True)
     try:
         corpus = corpus_ids(session, problem_list)
         query = session.query_ids(problem_list[0].problem)

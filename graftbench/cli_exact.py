@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from .cli_common import (ChunkOpt, DtypeOpt, ModelOpt, ProblemsOpt, RunsOpt, apply_isa, console, fail,
+from .cli_common import (ChunkOpt, DeviceOpt, DtypeOpt, ModelOpt, ProblemsOpt, RunsOpt, apply_isa, console, fail,
                          load_problem_set, model_label, open_model, progress)
 
 
@@ -27,6 +27,7 @@ def check_exact(
                                           "(same pin and problem set) and measure only the pairs it lacks"),
     runs_dir: str = RunsOpt,
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch intra-op threads (pinned; default: torch's)"),
+    device: str = DeviceOpt,
 ) -> None:
     """Prove the graft byte-exact against a fresh chunked recompute, with negative controls, or replay an expectation."""
     if expect is not None:
@@ -43,7 +44,7 @@ def check_exact(
     expected = _load_expectation(extend) if extend else None  # a bad file fails before the model loads
     if extend:
         _check_extendable_before_load(extend, expected, model, dtype, chunk_size, threads, problem_list, samples)
-    session, recorded = open_model(model, dtype, chunk_size, threads, isa), []
+    session, recorded = open_model(model, dtype, chunk_size, threads, isa, architecture_only=True), []
     if extend:
         session, recorded = _extension(extend, expected, session, problem_list, samples)
     run, done = _open_run(runs_dir, model, session, problem_list)
@@ -152,7 +153,7 @@ def _replay(expect: Path, limit, isa: str | None, log: Path | None) -> None:
     from .isa import describe_cpu
 
     problem_list = load_problem_set(expected["problem_set"]["source"], None, "id", "problem", "answer", "solution")
-    session = open_model(pin["model"], pin["dtype"], pin["chunk_size"], pin["threads"])
+    session = open_model(pin["model"], pin["dtype"], pin["chunk_size"], pin["threads"], architecture_only=True)
     total = min(limit or len(expected["pairs"]), len(expected["pairs"]))
     with progress("replay", total) as advance:
         result, record = replay_and_log(session, expected, problem_list, limit, log,

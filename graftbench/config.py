@@ -97,6 +97,11 @@ def pin_fingerprint(pin: dict) -> str:
     return sha256_json({k: v for k, v in pin.items() if k not in UNPINNED_FIELDS})
 
 
+# Pin fields added after pins were committed, left out of a pin while empty: ``accelerator`` (the CUDA pin,
+# graftbench.cuda_pin; empty on the CPU) and ``random_weights`` (graftbench.random_weights; empty for real weights).
+OMITTED_WHEN_EMPTY = ("accelerator", "random_weights")
+
+
 @dataclass(frozen=True)
 class PinnedConfig:
     """Everything that fixes the logits of a run.
@@ -107,6 +112,9 @@ class PinnedConfig:
     the capability torch's kernels run at under it (``AVX2`` on every AVX2-capable CPU under ``avx2``).
     ``chunk_size`` is in tokens: a segment (artifact, chained artifact, query) of n tokens is prefilled in
     forwards of ``chunk_size`` tokens starting at the segment's first token, the last one shorter.
+    ``device`` is the device's kind (``cpu`` or ``cuda``); ``accelerator`` the CUDA pin of a CUDA run
+    (:mod:`graftbench.cuda_pin`), ``random_weights`` the draw of a random-weights model
+    (:mod:`graftbench.random_weights`); both empty otherwise and then left out of :meth:`to_dict`.
     """
 
     model: str
@@ -123,10 +131,17 @@ class PinnedConfig:
     machine: str = ""
     isa: str = "native"
     cache_class: str = ""
+    accelerator: dict = field(default_factory=dict)
+    random_weights: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        """A JSON-ready dict of every field."""
-        return asdict(self)
+        """A JSON-ready dict of every field, less the :data:`OMITTED_WHEN_EMPTY` fields that are empty (a CPU run
+        with real weights: its fingerprint is the one it had before those fields existed)."""
+        pin = asdict(self)
+        for name in OMITTED_WHEN_EMPTY:
+            if not pin[name]:
+                del pin[name]
+        return pin
 
     @property
     def fingerprint(self) -> str:
@@ -157,17 +172,20 @@ def build_config(loaded, chunk_size: int = DEFAULT_CHUNK_SIZE, layout: PromptLay
 
     if chunk_size < 1:
         raise ValueError(f"chunk size must be a positive number of tokens, got {chunk_size}")
+    from .cuda_pin import record
+
     device = str(next(loaded.model.parameters()).device)
     if device.startswith("cuda"):
-        capability = torch.cuda.get_device_name()
+        capability = torch.cuda.get_device_name(torch.device(device))
+        accelerator = record(device)
     else:
-        capability = torch.backends.cpu.get_cpu_capability()
+        capability, accelerator = torch.backends.cpu.get_cpu_capability(), {}
     return PinnedConfig(
         model=loaded.spec,
         weights_sha256=loaded.weights_sha256,
         tokenizer_sha256=loaded.tokenizer_sha256,
         dtype=loaded.dtype,
-        device=device,
+        device=device.split(":")[0],
         threads=torch.get_num_threads(),
         attn_implementation=str(loaded.model.config._attn_implementation),
         chunk_size=chunk_size,
@@ -177,4 +195,6 @@ def build_config(loaded, chunk_size: int = DEFAULT_CHUNK_SIZE, layout: PromptLay
         machine=platform.machine(),
         isa=current(),
         cache_class=CACHE_CLASS,
+        accelerator=accelerator,
+        random_weights=getattr(loaded, "random_weights", None) or {},
     )

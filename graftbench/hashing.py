@@ -65,14 +65,15 @@ def _tensor_buffer(tensor):
     """The raw bytes of ``tensor`` as a flat uint8 numpy array (no copy when it is contiguous)."""
     import torch
 
-    # Viewed as uint8 before .numpy(): numpy has no bfloat16, and the bytes are the same for every dtype.
-    return tensor.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
+    # Viewed as uint8 before .numpy(): numpy has no bfloat16, and the bytes are the same for every dtype. A tensor
+    # on another device is copied to the host first (.cpu() returns a CPU tensor itself).
+    return tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
 
 
 def tensor_bytes(tensor) -> bytes:
-    """The raw bytes of a CPU tensor of any shape, in its own dtype and row-major order (float32: 4 little-endian
-    bytes per value, bfloat16 and float16: 2, int64: 8): what graftbench hashes for a tensor. Raises
-    ``TypeError`` for a tensor that is not on the CPU."""
+    """The raw bytes of a tensor of any shape, in its own dtype and row-major order (float32: 4 little-endian
+    bytes per value, bfloat16 and float16: 2, int64: 8): what graftbench hashes for a tensor. A tensor on a GPU
+    is copied to the host first."""
     return _tensor_buffer(tensor).tobytes()
 
 
