@@ -25,6 +25,7 @@ class BenchSection(str, Enum):
     head_to_head = "head-to-head"
     load_decode = "load-decode"
     store_scale = "store-scale"
+    ttft = "ttft"
 
 
 def bench(
@@ -55,7 +56,8 @@ def bench(
                                                 "load-decode-<model>.json and .md) or head-to-head (the graft "
                                                 "against llama.cpp's state load at the largest --sizes, one "
                                                 "repetition of each in turn: head-to-head-<model>.json and .md) "
-                                                "or store-scale (router "
+                                                "or ttft (graft against chunked prefill at --sizes: "
+                                                "ttft-<model>.json and .md) or store-scale (router "
                                                 "lookups at --store-sizes artifacts, no model: store-scale.json "
                                                 "and .md)"),
     smoke: bool = typer.Option(False, "--smoke", help="tiny sizes, one repetition, no cold load or peer: checks it runs"),

@@ -339,6 +339,8 @@ def only_markdown(result: dict) -> str:
         return store_scale_markdown(result)
     if result["only"] == "head-to-head":
         return head_to_head_markdown(result)
+    if result["only"] == "ttft":
+        return "\n".join([f"# Time to first token: {result['environment'].get('model')}", "", *ttft_table(result)])
     return load_decode_markdown(result) if result["only"] == "load-decode" else batched_markdown(result)
 
 
