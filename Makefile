@@ -176,7 +176,7 @@ GPU_TTFT_SIZES ?= 8192,32768
 GPU_TTFT_TIMEOUT ?= 90
 GPU_CARRY := .gpu-carry
 GPU_PROBLEMS ?= $(GPU_CARRY)/data/aime2024.jsonl
-GPU_ENV = PYTHONPATH=$(CURDIR):$(CURDIR)/$(GPU_CARRY)/site GRAFTBENCH_CACHE=$(CURDIR)/$(GPU_CARRY)/cache
+GPU_ENV = env PYTHONPATH=$(CURDIR):$(CURDIR)/$(GPU_CARRY)/site GRAFTBENCH_CACHE=$(CURDIR)/$(GPU_CARRY)/cache
 GPU_CLI = $(GPU_ENV) $(GPU_PY) -c 'from graftbench.cli import app; app()'
 GPU_NAME = $(shell $(GPU_ENV) $(GPU_PY) -c 'from graftbench.gpu_name import folder_name; print(folder_name("$(GPU_DEVICE)"))')
 GPU_OUT = manifests/cuda/$(GPU_NAME)
