@@ -6,25 +6,34 @@ no accuracy is ever reported for one (``solve``, ``eval``, ``deposit``, ``flywhe
 
 The one rule (recorded in the pin as ``random_weights``): the model is built from a bundled config
 (``graftbench/random_configs/<name>.json``, each citing its published source); every floating tensor of its state
-dict, tied names once, is visited in name order; a weight of two or more dimensions is drawn on the **CPU** from one
-``torch.Generator`` seeded with the seed, ``normal_(0, initializer_range)`` in float32 over the whole tensor, then
-cast to the run's dtype; a bias is zero; a norm's 1-D weight keeps the value its class is built with (Gemma 3's
-zero offset, Qwen2's one). The tensors are hashed on the CPU and only then moved to the device, so every device
-runs the very same tensors. The weights' fingerprint is the SHA-256 of the config (canonical JSON) followed by each
-tensor's name and raw bytes in that order: the tensors alone do not fix the RoPE bases or the window.
+dict, tied names once, is filled on the **CPU**: a weight of two or more dimensions is drawn from its own
+``torch.Generator`` seeded with :func:`tensor_seed` (the first 8 bytes of SHA-256 of ``"<seed>:<name>"``),
+``normal_(0, initializer_range)`` in float32 over the whole tensor, then cast to the run's dtype; a bias is zero; a
+norm's 1-D weight keeps the value its class is built with (Gemma 3's zero offset, Qwen2's one). A generator per
+tensor makes the values independent of the order and the number of threads the tensors are drawn in (a 27B model
+is drawn on every core). The tensors are hashed on the CPU and only then moved to the device, so every device runs
+the very same tensors. The weights' fingerprint is the SHA-256 of the config (canonical JSON) followed, in name
+order, by each tensor's name and the SHA-256 of its raw bytes: the tensors alone do not fix the RoPE bases or the
+window, and per-tensor digests are computed in parallel.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import resources
+
+from .hashing import tensors_sha256
 
 LABEL = "random weights: architecture only"
 REDUCED_LABEL = LABEL + " (reduced dimensions, not a published model)"
 PREFIX = "random:"
-DRAW_RULE = "cpu-generator-normal-float32-then-cast; bias zero; norm as built; hashed on cpu before the move"
+DRAW_RULE = ("cpu, a generator per tensor seeded sha256('<seed>:<name>')[:8], normal float32 then cast; bias zero; "
+             "norm as built; hashed on cpu before the move")
 _SPEC = re.compile(r"random:([a-z0-9][a-z0-9.\-]*)(?:@(\d{1,9}))?")
 
 
@@ -120,14 +129,13 @@ def build(config_dict: dict, seed: int, dtype, attn_implementation: str | None =
     with no_init_weights():
         model = AutoModelForCausalLM.from_config(config, dtype=dtype, **kwargs)
     model.tie_weights()  # no_init_weights skips the tying too: lm_head would stay its own (unset) tensor
-    generator = torch.Generator(device="cpu").manual_seed(seed)
     std = float(config_dict.get("initializer_range", 0.02))
     entries = sorted(_untied(model).items())
-    with torch.no_grad():
-        for name, tensor in entries:
-            _fill(name, tensor, generator, std)
+    with torch.no_grad(), ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        list(pool.map(lambda entry: _fill(entry[0], entry[1], seed, std), entries))
+        digests = list(pool.map(lambda entry: tensors_sha256([entry[1]]), entries))
     model.eval()
-    return model, weights_sha256(config_dict, entries)
+    return model, combine_digests(config_dict, [name for name, _ in entries], digests)
 
 
 def _untied(model) -> dict:
@@ -136,14 +144,21 @@ def _untied(model) -> dict:
     return {name: tensor for name, tensor in model.state_dict().items() if name not in tied}
 
 
-def _fill(name: str, tensor, generator, std: float) -> None:
-    """Fill one state-dict tensor in place by the rule: a weight of 2+ dimensions drawn (float32, then cast), a
-    bias zero, any other floating tensor (a norm's weight) left as its class built it."""
+def tensor_seed(seed: int, name: str) -> int:
+    """The seed of tensor ``name``'s generator: the first 8 bytes of SHA-256 of ``"<seed>:<name>"`` (UTF-8), as a
+    big-endian integer below 2**63."""
+    return int.from_bytes(hashlib.sha256(f"{seed}:{name}".encode()).digest()[:8], "big") >> 1
+
+
+def _fill(name: str, tensor, seed: int, std: float) -> None:
+    """Fill one state-dict tensor in place by the rule: a weight of 2+ dimensions drawn from its own generator
+    (float32, then cast), a bias zero, any other floating tensor (a norm's weight) left as its class built it."""
     import torch
 
     if not tensor.is_floating_point():
         return
     if tensor.dim() >= 2:
+        generator = torch.Generator(device="cpu").manual_seed(tensor_seed(seed, name))
         drawn = torch.empty(tensor.shape, dtype=torch.float32)
         drawn.normal_(0.0, std, generator=generator)
         tensor.copy_(drawn)
@@ -151,13 +166,22 @@ def _fill(name: str, tensor, generator, std: float) -> None:
         tensor.zero_()
 
 
-def weights_sha256(config_dict: dict, entries: list) -> str:
-    """SHA-256 of the canonical JSON of ``config_dict``, then each ``(name, tensor)`` of ``entries`` (in the order
-    given: name order) as its UTF-8 name and the tensor's raw bytes (CPU tensors)."""
-    from .hashing import canonical_json, tensors_sha256
+def combine_digests(config_dict: dict, names: list[str], digests: list[str]) -> str:
+    """The weights' fingerprint: SHA-256 of the canonical JSON of ``config_dict``, then for each name (in the order
+    given: name order) its UTF-8 bytes and its tensor's SHA-256 (the hex digest's 32 raw bytes)."""
+    from .hashing import canonical_json
 
-    head = canonical_json(config_dict).encode()
-    return tensors_sha256([head, *(part for name, tensor in entries for part in (name.encode(), tensor))])
+    digest = hashlib.sha256(canonical_json(config_dict).encode())
+    for name, tensor_digest in zip(names, digests, strict=True):
+        digest.update(name.encode())
+        digest.update(bytes.fromhex(tensor_digest))
+    return digest.hexdigest()
+
+
+def weights_sha256(config_dict: dict, entries: list) -> str:
+    """:func:`combine_digests` of ``(name, tensor)`` ``entries`` (CPU tensors, name order), each tensor's SHA-256
+    taken one after another (:func:`build` takes them in parallel: the same digest)."""
+    return combine_digests(config_dict, [name for name, _ in entries], [tensors_sha256([t]) for _, t in entries])
 
 
 def parameter_count(config_dict: dict) -> int:

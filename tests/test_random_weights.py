@@ -71,17 +71,23 @@ def test_the_same_seed_gives_the_same_sha256_and_another_seed_another():
     assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), again.state_dict().values()))
 
 
+def test_the_draw_does_not_depend_on_the_number_of_threads(monkeypatch):
+    _, sha = _build(5)
+    monkeypatch.setattr(rw.os, "cpu_count", lambda: 1)
+    assert _build(5)[1] == sha
+
+
 def test_weights_follow_the_rule_drawn_at_the_initializer_range_norms_as_built():
     model, _ = _build(3)
     embed = model.model.embed_tokens.weight.detach()
     assert model.lm_head.weight is model.model.embed_tokens.weight  # tied, drawn once
     assert abs(float(embed.std()) - 0.02) < 0.0005 and abs(float(embed.mean())) < 0.0005
     assert float(model.model.layers[0].input_layernorm.weight.detach().abs().max()) == 0.0  # Gemma 3: scale 1 + w
-    generator = torch.Generator().manual_seed(3)
-    names = sorted(rw._untied(model))
-    first = next(name for name in names if model.state_dict()[name].dim() >= 2)
-    expected = torch.empty(model.state_dict()[first].shape).normal_(0.0, 0.02, generator=generator)
-    assert torch.equal(model.state_dict()[first], expected)
+    for name in ("model.embed_tokens.weight", "model.layers.7.mlp.down_proj.weight"):
+        generator = torch.Generator().manual_seed(rw.tensor_seed(3, name))
+        expected = torch.empty(model.state_dict()[name].shape).normal_(0.0, 0.02, generator=generator)
+        assert torch.equal(model.state_dict()[name], expected), name
+    assert rw.tensor_seed(3, "model.embed_tokens.weight") != rw.tensor_seed(4, "model.embed_tokens.weight")
 
 
 def test_the_fingerprint_covers_the_config_not_only_the_tensors():
