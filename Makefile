@@ -175,6 +175,7 @@ GPU_TTFT_MODEL ?= random:gemma3-12b
 GPU_TTFT_SIZES ?= 8192,32768
 GPU_TTFT_TIMEOUT ?= 90
 GPU_CARRY := .gpu-carry
+GPU_RUNS ?= runs
 GPU_PROBLEMS ?= $(GPU_CARRY)/data/aime2024.jsonl
 GPU_ENV = env PYTHONPATH=$(CURDIR):$(CURDIR)/$(GPU_CARRY)/site GRAFTBENCH_CACHE=$(CURDIR)/$(GPU_CARRY)/cache
 GPU_CLI = $(GPU_ENV) $(GPU_PY) -c 'from graftbench.cli import app; app()'
@@ -182,13 +183,13 @@ GPU_NAME = $(shell $(GPU_ENV) $(GPU_PY) -c 'from graftbench.gpu_name import fold
 GPU_OUT = manifests/cuda/$(GPU_NAME)
 
 gpu-certify:
-	@test -d $(GPU_CARRY)/site || { echo "no $(GPU_CARRY)/site: run make gpu-carry on a machine with the packages"; exit 1; }
+	@test -f $(GPU_PROBLEMS) || { echo "no $(GPU_PROBLEMS): run make gpu-carry on a machine with the packages"; exit 1; }
 	mkdir -p $(GPU_OUT)
 	set -- $(GPU_TIMEOUTS); for model in $(GPU_MODELS); do \
 	  limit=$$1; shift; name=exact-$$(echo $$model | tr ':@' '--')-$(GPU_DTYPE); \
 	  timeout $$limit $(GPU_CLI) check-exact --model $$model --device $(GPU_DEVICE) --dtype $(GPU_DTYPE) \
 	    --samples $(GPU_PAIRS) --controls --control-pairs $(GPU_CONTROL_PAIRS) --problems $(GPU_PROBLEMS) \
-	    --runs-dir runs --write-expect $(GPU_OUT)/$$name.json > $(GPU_OUT)/$$name.log 2>&1; \
+	    --runs-dir $(GPU_RUNS) --write-expect $(GPU_OUT)/$$name.json > $(GPU_OUT)/$$name.log 2>&1; \
 	  echo "$$model check-exact: exit $$?"; test -f $(GPU_OUT)/$$name.json || continue; \
 	  timeout $(GPU_REPLAY_TIMEOUT) $(GPU_CLI) check-exact --expect $(GPU_OUT)/$$name.json --device $(GPU_DEVICE) \
 	    --limit $(GPU_REPLAY) --log $(GPU_OUT)/replays.jsonl > $(GPU_OUT)/$$name.replay.log 2>&1; \

@@ -26,7 +26,7 @@ class _Flags:
 def fake_torch(name="NVIDIA H200", sms=132, major=9, minor=0):
     """A stand-in for the parts of torch the CUDA pin reads and sets, starting from torch's own defaults."""
     enabled = {"math": True, "flash": True, "efficient": True, "cudnn": True}
-    state = {"deterministic": False}
+    state = {"deterministic": False, "warn_only": False}
     cuda_backend = SimpleNamespace(matmul=_Flags())
     for backend in enabled:
         setattr(cuda_backend, f"enable_{backend}_sdp", lambda on, b=backend: enabled.__setitem__(b, on))
@@ -38,8 +38,9 @@ def fake_torch(name="NVIDIA H200", sms=132, major=9, minor=0):
         backends=SimpleNamespace(cuda=cuda_backend, cudnn=cudnn),
         cuda=SimpleNamespace(get_device_properties=lambda index: props),
         version=SimpleNamespace(cuda="12.8"),
-        use_deterministic_algorithms=lambda on: state.__setitem__("deterministic", on),
+        use_deterministic_algorithms=lambda on, warn_only=False: state.update(deterministic=on, warn_only=warn_only),
         are_deterministic_algorithms_enabled=lambda: state["deterministic"],
+        is_deterministic_algorithms_warn_only_enabled=lambda: state["warn_only"],
     )
 
 
@@ -68,7 +69,7 @@ def test_configure_then_record_gives_every_field_as_set(monkeypatch):
     assert pin == {
         "gpu": "NVIDIA H200", "compute_capability": "9.0", "sm_count": 132, "mig": "none",
         "driver": "570.133.20", "cuda": "12.8", "cublas": cuda_pin.library_version("cublas"), "cudnn": "91002",
-        "deterministic_algorithms": True, "tf32_matmul": False, "tf32_cudnn": False,
+        "deterministic_algorithms": True, "deterministic_warn_only": True, "tf32_matmul": False, "tf32_cudnn": False,
         "fp16_reduced_precision_reduction": False, "bf16_reduced_precision_reduction": False,
         "cublas_workspace_config": ":4096:8", "sdpa_backends": ["math"], "execution": "eager",
     }
