@@ -162,18 +162,19 @@ clean:
 # importance, then TTFT graft against chunked prefill on the 12B config. Each step runs under its own timeout so the
 # whole fits 10 minutes; an interrupted check-exact journals its pairs and a re-run resumes it. The GPU host runs
 # it with its own Python (GPU_PY) and the folder gpu-carry makes (wheels, tokenizers, problems).
+# Timeouts in seconds: 160 + 45 + 110 + 45 + 110 + 45 + 80 = 595 for the defaults.
 GPU_PY ?= python3
 GPU_DEVICE ?= cuda
 GPU_DTYPE ?= bfloat16
 GPU_MODELS ?= random:gemma3-12b random:qwen2.5-7b random:gemma3-27b
-GPU_TIMEOUTS ?= 190 130 130
+GPU_TIMEOUTS ?= 160 110 110
 GPU_PAIRS ?= 50
 GPU_CONTROL_PAIRS ?= 5
 GPU_REPLAY ?= 5
-GPU_REPLAY_TIMEOUT ?= 60
+GPU_REPLAY_TIMEOUT ?= 45
 GPU_TTFT_MODEL ?= random:gemma3-12b
 GPU_TTFT_SIZES ?= 8192,32768
-GPU_TTFT_TIMEOUT ?= 90
+GPU_TTFT_TIMEOUT ?= 80
 GPU_CARRY := .gpu-carry
 GPU_RUNS ?= runs
 GPU_PROBLEMS ?= $(GPU_CARRY)/data/aime2024.jsonl
