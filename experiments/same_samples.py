@@ -3,7 +3,7 @@
 Usage: same_samples.py A.json B.json"""
 import sys
 
-from graftbench.manifest import load_manifest, verify_manifest
+from graftbench.results.manifest import load_manifest, verify_manifest
 
 MEASURED = {"wall_s", "ttft_s", "energy_j", "certify_s"}
 

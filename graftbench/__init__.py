@@ -16,13 +16,13 @@ recorded without them):
 
 import os
 
-from .allocator import keep_freed_memory
+from .util.allocator import keep_freed_memory
 
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 keep_freed_memory()
 
-# The instruction-set pin (graftbench/isa.py) must reach the environment before torch is imported.
+# The instruction-set pin (graftbench/util/isa.py) must reach the environment before torch is imported.
 if os.environ.get("GRAFTBENCH_ISA"):
-    from .isa import apply as _apply_isa
+    from .util.isa import apply as _apply_isa
 
     _apply_isa(os.environ["GRAFTBENCH_ISA"])

@@ -9,8 +9,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .shards import parse_shard
-from .verify import VERIFIER_VERSION
+from .problems.shards import parse_shard
+from .verify.answers import VERIFIER_VERSION
 
 DEFAULT_MODEL = "smollm2-135m"
 DEFAULT_DTYPE = "float32"
@@ -21,6 +21,7 @@ DEFAULT_STORE = "store"
 LAYOUT_CHOICES = ("auto", "answer", "solve")
 MODES = ("text", "program")  # text: the model's own final answer; program: a Python program run in the sandbox
 GRAFT_FROM_CHOICES = ("nearest", "other-family", "top-ranked")
+EXAMPLE_AS_CHOICES = ("graft", "prompt")
 SAMPLED_TEMPERATURE = 0.7  # the documented setting for sampled runs (with top-p 0.95), as in the issue's runs
 SAMPLED_TOP_P = 0.95
 
@@ -33,7 +34,7 @@ def cache_root() -> Path:
 
 @dataclass(frozen=True)
 class SandboxLimits:
-    """Limits of one model-written program's run in the sandbox (:mod:`graftbench.sandbox`).
+    """Limits of one model-written program's run in the sandbox (:mod:`graftbench.programs.sandbox`).
 
     ``cpu_s``: CPU seconds, of each process (``RLIMIT_CPU``) and of the whole run (its cgroup's CPU time, read by
     graftbench); ``wall_s``: wall seconds from the start of the sandbox to the program's exit (its setup included);
@@ -66,23 +67,26 @@ class SandboxLimits:
 class EvalSettings:
     """Settings of a solve/eval run. Budgets are in decode tokens; ``min_similarity`` in [0, 1];
     ``verifier_version`` names the answer-verification rules its samples are scored under
-    (:data:`graftbench.verify.VERIFIER_VERSION` for a new run).
+    (:data:`graftbench.verify.answers.VERIFIER_VERSION` for a new run).
 
     ``mode``: ``text`` (the model's own final answer is judged) or ``program`` (the model writes a Python program
     that runs in the sandbox under the ``sandbox`` limits, and the last line it prints is judged:
-    :mod:`graftbench.program_mode`); an unknown mode raises ``ValueError``.
+    :mod:`graftbench.programs.mode`); an unknown mode raises ``ValueError``.
     ``layout``: the query's layout after a graft (``answer``, ``solve``, or ``auto``: see :meth:`query_layout`).
     ``samples`` per problem, decoded greedily at ``temperature`` 0 (one sample) or drawn at ``temperature`` within
-    the ``top_p`` nucleus with seeds derived from ``seed`` (:func:`graftbench.sampling.sample_seed`).
+    the ``top_p`` nucleus with seeds derived from ``seed`` (:func:`graftbench.engine.sampling.sample_seed`).
     ``graft_from``: ``nearest`` (the router's choice), ``other-family`` (the control: the nearest deposit of
     another family, so that relevance can be told from the mere presence of a worked solution) or ``top-ranked``
     (the gate off: the top-ranked deposit of the whole library for every problem, band candidate or not).
-    ``round`` labels a run of the flywheel over rounds (:mod:`graftbench.flywheel_rounds`); it changes nothing
-    else. ``ranker`` records how similar routes were ranked (:data:`graftbench.router.RANKERS`: ``bm25`` by
-    default). ``shard`` (``"i/N"``, :mod:`graftbench.shards`) runs only the problems of that shard; ``None`` runs
-    them all.
+    ``round`` labels a run of the flywheel over rounds (:mod:`graftbench.eval.flywheel`); it changes nothing
+    else. ``ranker`` records how similar routes were ranked (:data:`graftbench.store.router.RANKERS`: ``bm25`` by
+    default). ``shard`` (``"i/N"``, :mod:`graftbench.problems.shards`) runs only the problems of that shard; ``None``
+    runs them all.
+    ``example_as``: how a routed example reaches the model: ``graft`` (its KV restored at its own positions) or
+    ``prompt`` (the control arm: the same artifact's token ids prefilled as plain prompt text with the pinned chunk
+    schedule, then the same query; its first logits equal the graft's byte for byte where the graft is exact).
 
-    Raises ``ValueError`` for an unknown layout or ``graft_from``, several greedy samples, a malformed shard, or a
+    Raises ``ValueError`` for an unknown layout, ``graft_from`` or ``example_as`` (``prompt`` also needs ``graft``), several greedy samples, a malformed shard, or a
     shard with a run-wide ``token_budget``.
     """
 
@@ -104,8 +108,13 @@ class EvalSettings:
     mode: str = "text"
     sandbox: SandboxLimits = field(default_factory=SandboxLimits)
     shard: str | None = None
+    example_as: str = "graft"
 
     def __post_init__(self):
+        if self.example_as not in EXAMPLE_AS_CHOICES:
+            raise ValueError(f"example_as {self.example_as!r} is not one of {', '.join(EXAMPLE_AS_CHOICES)}")
+        if self.example_as == "prompt" and not self.graft:
+            raise ValueError("an example given as prompt text is routed as a graft is: add --graft")
         if self.mode not in MODES:
             raise ValueError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
         if self.layout not in LAYOUT_CHOICES:
@@ -136,8 +145,12 @@ class EvalSettings:
     def to_dict(self) -> dict:
         """The settings a run folder and its manifest record. In ``text`` mode ``mode`` and ``sandbox`` are left
         out, so text runs record exactly what they did before program mode (a settings dict without ``mode`` is
-        text mode); a program-mode run records them and its layout (``program_layout``)."""
-        return _with_mode(asdict(self))
+        text mode); a program-mode run records them and its layout (``program_layout``). ``example_as`` is
+        recorded only when it is ``prompt`` (a settings dict without it grafted)."""
+        record = _with_mode(asdict(self))
+        if record["example_as"] == "graft":
+            record.pop("example_as")
+        return record
 
 
 def _with_mode(record: dict) -> dict:
@@ -145,7 +158,7 @@ def _with_mode(record: dict) -> dict:
         record.pop("mode")
         record.pop("sandbox", None)
     else:
-        from .config import PROGRAM_LAYOUT
+        from .problems.prompts import PROGRAM_LAYOUT
 
         record["program_layout"] = dict(PROGRAM_LAYOUT)
     return record
@@ -208,3 +221,37 @@ class BenchSettings:
         """Tiny sizes, one repetition, no cold load or peer: checks that the benchmark runs."""
         return cls(sizes=[64, 160], repeats=1, graft_repeats=2, decode_tokens=8, decode_repeats=1,
                    store_sizes=[10, 100], cold_load=False, peer_python=None, bit_flips=8, smoke=True)
+
+
+GOAL_DECODE_RATIO = 3.0  # the batched-samples row's goal: batched decode tokens/s over one sample at a time
+
+
+@dataclass(frozen=True)
+class BatchedSettings:
+    """``samples`` decoded as one batch after one graft, against one at a time; ``tokens`` decoded per sample (EOS
+    ignored); an artifact of ``artifact_tokens`` tokens; ``repeats`` timed repetitions of each side (medians
+    reported); sampling at ``temperature`` within the ``top_p`` nucleus, seeds derived from ``seed``.
+
+    Raises ``ValueError`` for a count below 1.
+    """
+
+    samples: int = 8
+    tokens: int = 64
+    artifact_tokens: int = 2048
+    repeats: int = 3
+    temperature: float = 0.7
+    top_p: float = 0.95
+    seed: int = 0
+
+    def __post_init__(self):
+        for name in ("samples", "tokens", "artifact_tokens", "repeats"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"batched samples: {name} must be at least 1, got {getattr(self, name)}")
+
+    @classmethod
+    def smoke_run(cls) -> "BatchedSettings":
+        """Tiny sizes: checks that the row runs; its figures mean nothing."""
+        return cls(samples=3, tokens=4, artifact_tokens=64, repeats=1)
+
+    def to_dict(self) -> dict:
+        return asdict(self)

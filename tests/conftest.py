@@ -70,13 +70,13 @@ def hermetic_folders(tmp_path_factory, monkeypatch):
 @pytest.fixture(scope="session")
 def session():
     """The default model (smollm2-135m, float32) with its pinned config, loaded once."""
-    from graftbench.session import open_session
+    from graftbench.engine.session import open_session
 
     return open_session("smollm2-135m", dtype="float32", chunk_size=64)
 
 
 @pytest.fixture(scope="session")
 def aime2024():
-    from graftbench.problem_loading import load_problems
+    from graftbench.problems.loading import load_problems
 
     return load_problems(str(AIME2024))

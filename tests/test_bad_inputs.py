@@ -14,28 +14,28 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from graftbench import graft
-from graftbench.artifact_codec import ArtifactError, check_artifact_id
-from graftbench.artifact_ids import artifact_id_of
-from graftbench.deposit import deposit_items, items_from_problems
+from graftbench.engine import graft
+from graftbench.store.codec import ArtifactError, check_artifact_id
+from graftbench.store.ids import artifact_id_of
+from graftbench.eval.deposit import deposit_items, items_from_problems
 from graftbench.faults.catalogue import (
-    MANIFEST_EDITS,
-    PROBLEM_SET_FAULTS,
-    Lab,
-    escaping_artifact_entry,
-    mutate,
-    split_artifact,
-    tiny_problem,
-)
+                                         MANIFEST_EDITS,
+                                         PROBLEM_SET_FAULTS,
+                                         Lab,
+                                         escaping_artifact_entry,
+                                         mutate,
+                                         split_artifact,
+                                         tiny_problem,
+                                         )
 from graftbench.faults.scenarios import apply_manifest_edit, problem_set_error, verify_edited_manifest
-from graftbench.manifest import ManifestError, verify_manifest, write_manifest
-from graftbench.problem_loading import load_problems
-from graftbench.problem_types import ProblemSetError
-from graftbench.runs import RunDir, RunError
+from graftbench.results.manifest import ManifestError, verify_manifest, write_manifest
+from graftbench.problems.loading import load_problems
+from graftbench.problems.types import ProblemSetError
+from graftbench.results.runs import RunDir, RunError
 from graftbench.settings import EvalSettings
-from graftbench.store import Store
-from graftbench.verify import VERIFIER_VERSION
-from graftbench.workflows import run_eval
+from graftbench.store.folder import Store
+from graftbench.verify.answers import VERIFIER_VERSION
+from graftbench.eval.workflows import run_eval
 
 # ----------------------------------------------------------------------------------------- manifests
 
@@ -98,7 +98,7 @@ def test_an_artifact_the_store_holds_with_other_bytes_is_a_mismatch(graft_run, t
 def test_verify_manifest_cli_tells_absent_from_different(graft_run, tmp_path):
     from typer.testing import CliRunner
 
-    from graftbench.cli import app
+    from graftbench.cli.app import app
 
     root, result = graft_run
     (tmp_path / "empty" / "artifacts").mkdir(parents=True)
@@ -119,7 +119,7 @@ def test_changing_any_field_fails_verification_and_names_it(graft_run, name, edi
 
 def test_a_resealed_edit_of_a_derived_value_is_still_caught(graft_run):
     """A forger who recomputes manifest_sha256 and the sealed field digests is still caught by the re-derivations."""
-    from graftbench.manifest import seal_sha256, sealed_fields
+    from graftbench.results.manifest import seal_sha256, sealed_fields
 
     root, result = graft_run
     manifest = copy.deepcopy(result.manifest)
@@ -133,7 +133,7 @@ def test_a_resealed_edit_of_a_derived_value_is_still_caught(graft_run):
 
 
 def test_an_older_manifest_without_sealed_fields_still_verifies(graft_run):
-    from graftbench.manifest import seal_sha256
+    from graftbench.results.manifest import seal_sha256
 
     root, result = graft_run
     manifest = {k: v for k, v in result.manifest.items() if k not in ("sealed_fields", "manifest_sha256")}

@@ -9,18 +9,18 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from graftbench import isa
+from graftbench.util import isa
 from graftbench.bench import long_context
-from graftbench.bench.batched_settings import BatchedSettings
+from graftbench.settings import BatchedSettings
 from graftbench.bench.peer import measure_peer, peer_options
 from graftbench.bench.report import peer_lines, ttft_table
 from graftbench.bench.run import targets
 from graftbench.bench.stats import PeakRSS, summary
 from graftbench.bench.ttft import DECODE_ROOM
 from graftbench.bench.workload import build_workload, corpus_ids
-from graftbench.cli import app
-from graftbench.sampling import sample_seed
-from graftbench.store import Store
+from graftbench.cli.app import app
+from graftbench.engine.sampling import sample_seed
+from graftbench.store.folder import Store
 
 from .conftest import AIME2024
 
@@ -344,7 +344,7 @@ def test_long_context_store_is_real_resumable_and_reachable(session, aime2024, t
 def test_bench_isa_measures_both_pins_side_by_side(tmp_path):
     from typer.testing import CliRunner
 
-    from graftbench.cli import app
+    from graftbench.cli.app import app
 
     result = CliRunner().invoke(app, ["bench-isa", "--dtypes", "float32", "--prompt-tokens", "16", "--decode-tokens",
                                       "4", "--repeats", "1", "--problems", str(AIME2024), "--out", str(tmp_path)])

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from graftbench.builtin_problems import builtin_problems
-from graftbench.cli import app
+from graftbench.problems.builtin import builtin_problems
+from graftbench.cli.app import app
 from graftbench.settings import EvalSettings
-from graftbench.workflows import run_eval
+from graftbench.eval.workflows import run_eval
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -30,7 +30,7 @@ def test_verify_manifest_imports_no_torch(manifest_path):
     code = (
         "import sys\n"
         "from typer.testing import CliRunner\n"
-        "from graftbench.cli import app\n"
+        "from graftbench.cli.app import app\n"
         f"result = CliRunner().invoke(app, ['verify-manifest', {str(manifest_path)!r}])\n"
         "print(result.output)\n"
         "assert result.exit_code == 0, result.output\n"
@@ -97,7 +97,7 @@ def test_committed_aime_manifests_are_present():
     ("/models/my model/", "my_model"),
 ])
 def test_model_label_names_outputs_and_runs(model, label):
-    from graftbench.cli_common import model_label
+    from graftbench.cli.common import model_label
 
     assert model_label(model) == label
 
@@ -107,9 +107,9 @@ def _interrupt(*args, **kwargs):
 
 
 def test_an_interrupted_eval_says_where_its_samples_are_and_how_to_resume(tmp_path, monkeypatch):
-    from graftbench import cli
+    from graftbench.cli.app import app
 
-    monkeypatch.setattr(cli, "_executor", lambda *args: _interrupt)
+    monkeypatch.setattr("graftbench.cli.app._executor", lambda *args: _interrupt)
     result = runner.invoke(app, ["solve", "--problems", "builtin", "--limit", "1", "--run", "cut",
                                  "--runs-dir", str(tmp_path)], terminal_width=400)
     assert result.exit_code == 130, result.output
@@ -118,9 +118,10 @@ def test_an_interrupted_eval_says_where_its_samples_are_and_how_to_resume(tmp_pa
 
 
 def test_an_interrupted_deposit_says_the_same_command_reuses_what_it_stored(tmp_path, monkeypatch):
-    from graftbench import cli, workflows
+    from graftbench.cli.app import app
+    from graftbench.eval import workflows
 
-    monkeypatch.setattr(cli, "open_model", lambda *args, **kwargs: None)
+    monkeypatch.setattr("graftbench.cli.app.open_model", lambda *args, **kwargs: None)
     monkeypatch.setattr(workflows, "deposit_job", _interrupt)
     result = runner.invoke(app, ["deposit", "--problems", "builtin", "--limit", "1", "--store",
                                  str(tmp_path / "store")], terminal_width=400)
@@ -134,8 +135,8 @@ def test_an_interrupted_deposit_says_the_same_command_reuses_what_it_stored(tmp_
     ("../models/tiny.gguf", "builtin", "solve-tiny-builtin"),
     ("HuggingFaceTB/SmolLM2-135M", "a..b.jsonl", "solve-SmolLM2-135M-a_b")])
 def test_default_run_names_are_plain_folder_names(model, problems, name):
-    from graftbench.cli import default_run_name
-    from graftbench.runs import check_run_name
+    from graftbench.cli.app import default_run_name
+    from graftbench.results.runs import check_run_name
 
     assert check_run_name(default_run_name("solve", model, problems, False)) == name
     assert default_run_name("eval", "x" * 300, "p", True).startswith("eval-xxx")
@@ -143,9 +144,9 @@ def test_default_run_names_are_plain_folder_names(model, problems, name):
 
 
 def test_a_run_name_that_leaves_the_runs_folder_is_refused_before_the_model_loads(tmp_path, monkeypatch):
-    from graftbench import cli
+    from graftbench.cli.app import app
 
-    monkeypatch.setattr(cli, "open_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
+    monkeypatch.setattr("graftbench.cli.app.open_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
     result = runner.invoke(app, ["solve", "--problems", "builtin", "--run", "../escape", "--runs-dir",
                                  str(tmp_path)], terminal_width=400)
     assert result.exit_code == 2, result.output
@@ -154,7 +155,7 @@ def test_a_run_name_that_leaves_the_runs_folder_is_refused_before_the_model_load
 
 def _recorded_run(runs: Path, name: str, **settings) -> None:
     """A run folder whose run.json records a solve of builtin:0-1 on smollm2-135m with ``settings``."""
-    from graftbench.problem_types import problem_set_sha256
+    from graftbench.problems.types import problem_set_sha256
 
     record = {"command": "solve", "model": "smollm2-135m", "config_fingerprint": "f" * 64,
               "problem_set_sha256": problem_set_sha256(builtin_problems()[:2]), **EvalSettings(**settings).to_dict()}
@@ -163,9 +164,9 @@ def _recorded_run(runs: Path, name: str, **settings) -> None:
 
 
 def test_resuming_a_run_with_other_settings_is_refused_before_the_model_loads(tmp_path, monkeypatch):
-    from graftbench import cli
+    from graftbench.cli.app import app
 
-    monkeypatch.setattr(cli, "open_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
+    monkeypatch.setattr("graftbench.cli.app.open_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
     _recorded_run(tmp_path, "r", max_new_tokens=64)
     result = runner.invoke(app, ["solve", "--problems", "builtin", "--limit", "2", "--run", "r", "--runs-dir",
                                  str(tmp_path), "--max-new-tokens", "32"], terminal_width=400)
@@ -174,8 +175,8 @@ def test_resuming_a_run_with_other_settings_is_refused_before_the_model_loads(tm
 
 
 def test_the_check_before_load_accepts_the_recorded_settings_and_names_each_difference(tmp_path):
-    from graftbench.runs import RunError
-    from graftbench.workflows import check_resume_before_load
+    from graftbench.results.runs import RunError
+    from graftbench.eval.workflows import check_resume_before_load
 
     _recorded_run(tmp_path, "r", max_new_tokens=64)
     two = builtin_problems()[:2]
@@ -190,9 +191,9 @@ def test_the_check_before_load_accepts_the_recorded_settings_and_names_each_diff
 @pytest.mark.parametrize("store", ["file", "file/store"])
 def test_a_deposit_into_a_store_path_that_is_or_runs_through_a_file_is_refused_before_the_model_loads(
         store, tmp_path, monkeypatch):
-    from graftbench import cli
+    from graftbench.cli.app import app
 
-    monkeypatch.setattr(cli, "open_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
+    monkeypatch.setattr("graftbench.cli.app.open_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
     (tmp_path / "file").write_text("not a store")
     result = runner.invoke(app, ["deposit", "--problems", "builtin", "--limit", "2", "--store",
                                  str(tmp_path / store)], terminal_width=400)
@@ -207,11 +208,11 @@ def test_a_deposit_into_a_store_path_that_is_or_runs_through_a_file_is_refused_b
     (["--model", "gemma3-270m", "--threads", "1", "--samples", "60"], "differing: weights_sha256"),
     (["--threads", "1", "--samples", "40"], "40 pairs asked for, fewer than the expectation's 50")])
 def test_an_extension_that_cannot_be_made_is_refused_before_the_model_loads(options, reason, monkeypatch):
-    from graftbench import cli_exact
+    from graftbench.cli import exact
 
     from .conftest import AIME2024, ROOT
 
-    monkeypatch.setattr(cli_exact, "open_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
+    monkeypatch.setattr(exact, "open_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
     expectation = ROOT / "manifests" / "exact-smollm2-135m.json"
     result = runner.invoke(app, ["check-exact", "--problems", str(AIME2024), "--extend", str(expectation),
                                  *options], terminal_width=400)
@@ -220,7 +221,7 @@ def test_an_extension_that_cannot_be_made_is_refused_before_the_model_loads(opti
 
 
 def test_a_resumed_runs_progress_starts_at_the_samples_already_recorded_in_its_shard(tmp_path):
-    from graftbench.workflows import samples_recorded
+    from graftbench.eval.workflows import samples_recorded
 
     problems = builtin_problems()[:4]  # shard 0/2 holds the first alone (shards hash the problem id)
     run = tmp_path / "r"

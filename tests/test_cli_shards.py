@@ -6,7 +6,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from graftbench.cli import app
+from graftbench.cli.app import app
 
 runner = CliRunner()
 TIMING = {"wall_s", "ttft_s", "energy_j", "certify_s"}

@@ -10,8 +10,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from graftbench import cuda_pin
-from graftbench.config import OMITTED_WHEN_EMPTY, PinnedConfig, PromptLayout, pin_fingerprint
+from graftbench.engine import cuda_pin
+from graftbench.engine.pin import OMITTED_WHEN_EMPTY, PinnedConfig
+from graftbench.problems.prompts import PromptLayout
+from graftbench.results.fingerprint import pin_fingerprint
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -136,9 +138,9 @@ def test_a_cuda_pin_is_part_of_the_fingerprint_and_a_cpu_pin_has_none():
 def test_an_artifact_made_on_another_device_kind_is_refused():
     import torch
 
-    from graftbench.artifact_codec import ArtifactError, decode_artifact, encode_artifact
-    from graftbench.artifact_ids import artifact_id_of
-    from graftbench.graft import check_compatible
+    from graftbench.store.codec import ArtifactError, decode_artifact, encode_artifact
+    from graftbench.store.ids import artifact_id_of
+    from graftbench.engine.graft import check_compatible
 
     recorded = json.loads((ROOT / "manifests" / "exact-gemma3-270m.json").read_text())["config"]
     cpu = _pin_from(recorded)

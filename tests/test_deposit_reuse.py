@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from graftbench import graft
-from graftbench.deposit import DepositItem, deposit_items, items_from_problems
+from graftbench.engine import graft
+from graftbench.eval.deposit import DepositItem, deposit_items, items_from_problems
 from graftbench.faults.catalogue import Lab, flip_bit, tiny_problem
-from graftbench.store import Store
+from graftbench.store.folder import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -91,7 +91,7 @@ def test_another_solution_source_or_pin_for_the_same_problem_is_not_reused(lab, 
 def test_the_deposit_command_says_what_it_reused_and_recompute_prefills(session, tmp_path):
     from typer.testing import CliRunner
 
-    from graftbench.cli import app
+    from graftbench.cli.app import app
 
     args = ["deposit", "--problems", "builtin", "--limit", "2", "--store", str(tmp_path / "store")]
     outputs = []
@@ -109,7 +109,7 @@ def test_the_deposit_command_says_what_it_reused_and_recompute_prefills(session,
 def test_the_deposit_command_notes_problems_stored_under_another_pin(session, tmp_path):
     from typer.testing import CliRunner
 
-    from graftbench.cli import app
+    from graftbench.cli.app import app
 
     args = ["deposit", "--problems", "builtin", "--limit", "2", "--store", str(tmp_path / "store")]
     other = CliRunner().invoke(app, [*args, "--chunk-size", "64"], terminal_width=200)
@@ -123,8 +123,8 @@ def test_the_deposit_command_notes_problems_stored_under_another_pin(session, tm
 
 
 def test_why_a_deposit_plan_is_empty_names_each_source():
-    from graftbench.problem_loading import load_problems
-    from graftbench.workflows import deposit_plan, empty_plan_reasons
+    from graftbench.problems.loading import load_problems
+    from graftbench.eval.workflows import deposit_plan, empty_plan_reasons
 
     aime2025 = load_problems(str(ROOT.parent / "shared" / "data" / "aime2025.jsonl"))
     manifest = ROOT / "manifests" / "aime2024-recurring-smollm2-135m.json"
@@ -137,8 +137,8 @@ def test_why_a_deposit_plan_is_empty_names_each_source():
 
 
 def test_answer_layout_graft_samples_are_not_offered_as_solutions():
-    from graftbench.problem_loading import load_problems
-    from graftbench.workflows import deposit_plan, empty_plan_reasons
+    from graftbench.problems.loading import load_problems
+    from graftbench.eval.workflows import deposit_plan, empty_plan_reasons
 
     aime2024 = load_problems(str(ROOT.parent / "shared" / "data" / "aime2024.jsonl"))
     recurring = ROOT / "manifests" / "aime2024-recurring-smollm2-135m.json"  # 29 of 30 correct, answer layout
@@ -147,9 +147,9 @@ def test_answer_layout_graft_samples_are_not_offered_as_solutions():
         f"manifest '{recurring}' (run 'aime2024-recurring-smollm2-135m') has 30 samples, 29 verified, 29 of them on "
         "a problem of this set (29 in the answer layout of a recurring graft: an answer after the grafted example's "
         "cue, not a solution)"]
-    from graftbench.deposit import items_from_samples
-    from graftbench.sample import Sample
-    from graftbench.workflows import manifest_samples
+    from graftbench.eval.deposit import items_from_samples
+    from graftbench.results.samples import Sample
+    from graftbench.eval.workflows import manifest_samples
 
     answer = Sample.from_json(next(s for s in manifest_samples(recurring)[1] if s["correct"]))
     solve = dataclasses.replace(answer, layout="solve")  # a held-out graft's whole solution is offered
@@ -162,10 +162,9 @@ def test_answer_layout_graft_samples_are_not_offered_as_solutions():
 def test_a_deposit_with_nothing_to_deposit_is_refused_before_the_model_loads(extra, reason, tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from graftbench import cli
-    from graftbench.cli import app
+    from graftbench.cli.app import app
 
-    monkeypatch.setattr(cli, "open_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    monkeypatch.setattr("graftbench.cli.app.open_model", lambda *a, **k: pytest.fail("the model was loaded"))
     problems = tmp_path / "two.jsonl"
     problems.write_text('{"id": "a", "problem": "1+1?", "answer": 2, "solution": "Final answer: 2"}\n'
                         '{"id": "b", "problem": "2+2?", "answer": 4, "solution": "Final answer: 4"}\n')

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import pytest
 from typer.testing import CliRunner
 
-from graftbench.cli import app
-from graftbench.device import DeviceError, check_name, default_dtype, kind, resolve
+from graftbench.cli.app import app
+from graftbench.engine.device import DeviceError, check_name, default_dtype, kind, resolve
 from tests.conftest import AIME2024
 
 runner = CliRunner()

@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from graftbench.energy import ESTIMATE_FORMULA, EnergyMeter
+from graftbench.util.energy import ESTIMATE_FORMULA, EnergyMeter
 
 
 class FakeNVMLError(Exception):

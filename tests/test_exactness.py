@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from graftbench import engine, exactness, isa
-from graftbench.exact_manifest import (known_to_reproduce, pin_differences, read_replay_log,
-                                       verify_exactness_manifest)
-from graftbench.exactness import build_pairs, replay, run_check_exact
+from graftbench.engine import forward
+from graftbench.eval import exactness
+from graftbench.util import isa
+from graftbench.results.exact_manifest import (known_to_reproduce, pin_differences, read_replay_log,
+                                               verify_exactness_manifest)
+from graftbench.eval.exactness import build_pairs, replay, run_check_exact
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -90,7 +92,7 @@ def test_an_expectation_of_another_pin_set_or_seal_is_not_extended(session, aime
 
 
 def _seal(manifest: dict) -> str:
-    from graftbench.hashing import sha256_json
+    from graftbench.util.hashing import sha256_json
 
     return sha256_json({k: v for k, v in manifest.items() if k != "manifest_sha256"})
 
@@ -126,16 +128,16 @@ def test_rotate_cache_handles_a_model_whose_config_lists_layer_types_but_has_one
 
 def test_chunk_boundaries_restart_at_each_segment(session, monkeypatch):
     sizes = []
-    real = engine.forward
+    real = forward.forward
 
     def spy(model, cache, ids, all_logits=False, offset=0):
         sizes.append(len(ids))
         return real(model, cache, ids, all_logits=all_logits, offset=offset)
 
-    monkeypatch.setattr(engine, "forward", spy)
-    cache = engine.new_cache(session.model)
-    engine.prefill(session.model, cache, list(range(100, 250)), 64)  # artifact: 150 tokens
-    engine.prefill(session.model, cache, list(range(300, 370)), 64)  # query: 70 tokens, from its own start
+    monkeypatch.setattr(forward, "forward", spy)
+    cache = forward.new_cache(session.model)
+    forward.prefill(session.model, cache, list(range(100, 250)), 64)  # artifact: 150 tokens
+    forward.prefill(session.model, cache, list(range(300, 370)), 64)  # query: 70 tokens, from its own start
     assert sizes == [64, 64, 22, 64, 6]
 
 
@@ -229,7 +231,7 @@ def test_fifty_pairs_are_distinct_and_the_first_thirty_keep_their_tokens(session
 def test_pairs_come_from_check_exacts_own_layout_not_evals(session, aime2024):
     from dataclasses import replace
 
-    from graftbench.session import Session
+    from graftbench.engine.session import Session
 
     changed = Session(session.loaded, replace(session.config, layout=replace(session.config.layout, deposit="X {problem}",
                                                                              query="Y {problem}")), session.eos_ids)
@@ -245,7 +247,7 @@ XEON = {"cpu_model": "Intel(R) Xeon(R) Processor", "cpu_capability_native": "AVX
 
 
 def test_verified_cpus_grow_only_with_equal_replays_of_the_same_expectation():
-    from graftbench.exact_manifest import verified_cpus
+    from graftbench.results.exact_manifest import verified_cpus
 
     expected = {"manifest_sha256": "m", "environment": AMD}
     good = {"expectation_sha256": "m", "pin_differences": [], "compared": 5, "equal": 5, "replayed_on": XEON}
@@ -259,7 +261,7 @@ def test_verified_cpus_grow_only_with_equal_replays_of_the_same_expectation():
 def test_an_expectation_is_trusted_only_on_the_kind_of_cpu_it_reproduced_on():
     """The replay test is strict only where the expectation is known to reproduce. One capability is not one kind
     of CPU: an AMD EPYC and an Intel Xeon, both AVX512, computed other bytes under the same pin."""
-    from graftbench.exact_manifest import known_to_reproduce
+    from graftbench.results.exact_manifest import known_to_reproduce
 
     expected = {"manifest_sha256": "m", "environment": AMD}
     failed = {"expectation_sha256": "m", "pin_differences": [], "compared": 1, "equal": 0, "replayed_on": XEON}
@@ -300,7 +302,7 @@ def _replay_in_a_fresh_process(name: str) -> subprocess.CompletedProcess:
     """``check-exact --expect`` in a new process: the expectation's instruction-set pin must be set before torch is
     imported, and this test process imported torch under its own."""
     env = {k: v for k, v in os.environ.items() if k != "GRAFTBENCH_ISA"}
-    return subprocess.run([sys.executable, "-m", "graftbench.cli", "check-exact", "--expect",
+    return subprocess.run([sys.executable, "-m", "graftbench.cli.app", "check-exact", "--expect",
                            str(ROOT / "manifests" / name), "--limit", str(REPLAY_PAIRS)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=3600)
 
@@ -343,7 +345,7 @@ def test_committed_expectation_replays_on_this_machine(name, replays):
 
 
 def test_replays_build_artifacts_under_the_layout_the_expectation_recorded(session):
-    from graftbench.exactness import as_recorded
+    from graftbench.eval.exactness import as_recorded
 
     committed = json.loads((ROOT / "manifests" / "exact-smollm2-135m.json").read_text())["config"]["layout"]
     recorded = {**committed, "query": "Q: {problem}\nA:"}  # an expectation recorded under an earlier eval layout

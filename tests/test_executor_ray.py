@@ -15,8 +15,8 @@ from contextlib import contextmanager
 import pytest
 from typer.testing import CliRunner
 
-from graftbench.cli import app
-from graftbench.dispatch import ClusterOptions, DispatchError, DispatchReport, Ledger
+from graftbench.cli.app import app
+from graftbench.scale.dispatch import ClusterOptions, DispatchError, DispatchReport, Ledger
 from graftbench.settings import EvalSettings
 
 runner = CliRunner()
@@ -120,13 +120,14 @@ def test_cluster_options_defaults_and_refusals():
 # --- without Ray --------------------------------------------------------------------------------------------------
 
 def test_importing_the_executor_imports_neither_ray_nor_torch():
-    code = "import sys, graftbench.executor_ray, graftbench.cli; print(sorted({'ray', 'torch'} & set(sys.modules)))"
+    code = ("import sys, graftbench.scale.ray_executor, graftbench.cli.app; "
+            "print(sorted({'ray', 'torch'} & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
 
 def test_without_ray_the_executor_names_the_extra(monkeypatch):
-    from graftbench.executor_ray import import_ray
+    from graftbench.scale.ray_executor import import_ray
 
     monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
     with pytest.raises(DispatchError, match=r"pip install 'graftbench\[ray\]'"):
@@ -150,8 +151,8 @@ def test_bad_executor_options_exit_2(args, message):
 
 
 def test_a_run_wide_token_budget_is_refused_before_ray_starts():
-    from graftbench.builtin_problems import builtin_problems
-    from graftbench.executor_ray import WorkerPin, run_eval_ray
+    from graftbench.problems.builtin import builtin_problems
+    from graftbench.scale.ray_executor import WorkerPin, run_eval_ray
 
     with pytest.raises(DispatchError, match="token budget for the whole run"):
         run_eval_ray(builtin_problems(n_per_family=1), "builtin", "r", EvalSettings(token_budget=10),
@@ -167,7 +168,7 @@ SETTINGS = EvalSettings(max_new_tokens=TOKENS)
 @pytest.fixture(scope="module")
 def ray_cluster():
     pytest.importorskip("ray")
-    from graftbench.executor_ray import LOCAL_OBJECT_STORE_BYTES, import_ray
+    from graftbench.scale.ray_executor import LOCAL_OBJECT_STORE_BYTES, import_ray
 
     ray = import_ray(local=True)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
@@ -178,7 +179,7 @@ def ray_cluster():
 
 @pytest.fixture(scope="module")
 def problems():
-    from graftbench.problem_loading import load_problems
+    from graftbench.problems.loading import load_problems
 
     return load_problems("builtin", limit=N_PROBLEMS)
 
@@ -199,7 +200,7 @@ def _one_thread():
 @pytest.fixture(scope="module")
 def one_thread_session():
     """The default model under the workers' pin: float32, chunk 64, 1 thread."""
-    from graftbench.session import open_session
+    from graftbench.engine.session import open_session
 
     with _one_thread():
         return open_session("smollm2-135m", dtype="float32", chunk_size=CHUNK, threads=1)
@@ -208,7 +209,7 @@ def one_thread_session():
 @pytest.fixture(scope="module")
 def single(one_thread_session, problems, tmp_path_factory):
     """The single-process run under the workers' pin, in its own runs folder."""
-    from graftbench.workflows import run_eval
+    from graftbench.eval.workflows import run_eval
 
     with _one_thread():
         return run_eval(one_thread_session, problems, "builtin", "single", SETTINGS, command="solve",
@@ -216,7 +217,7 @@ def single(one_thread_session, problems, tmp_path_factory):
 
 
 def _pin():
-    from graftbench.executor_ray import WorkerPin
+    from graftbench.scale.ray_executor import WorkerPin
 
     return WorkerPin("smollm2-135m", "float32", CHUNK, "native", 1)
 
@@ -248,7 +249,7 @@ def test_two_workers_from_the_command_line_equal_the_single_process_run(ray_clus
     manifest = json.loads((tmp_path / "ray2" / "manifest.json").read_text())
     _assert_equal_runs(manifest, single.manifest)
     assert manifest["executor"]["kind"] == "ray" and manifest["executor"]["workers"] == 2
-    from graftbench.manifest import verify_manifest
+    from graftbench.results.manifest import verify_manifest
 
     assert verify_manifest(tmp_path / "ray2" / "manifest.json")[0] == []
 
@@ -256,7 +257,7 @@ def test_two_workers_from_the_command_line_equal_the_single_process_run(ray_clus
 @pytest.mark.slow
 def test_a_killed_worker_gives_its_problem_to_another_and_every_sample_is_recorded_once(ray_cluster, single,
                                                                                         problems, tmp_path):
-    from graftbench.executor_ray import DriverHooks, WorkerFaults, run_eval_ray
+    from graftbench.scale.ray_executor import DriverHooks, WorkerFaults, run_eval_ray
 
     events = []
     hooks = DriverHooks(faults={0: WorkerFaults(crash_after=1)})  # worker 0 dies when handed its second problem
@@ -275,7 +276,7 @@ def test_a_killed_worker_gives_its_problem_to_another_and_every_sample_is_record
 @pytest.mark.slow
 def test_a_hung_worker_is_stopped_at_the_problem_timeout_and_its_problem_runs_elsewhere(ray_cluster, single,
                                                                                         problems, tmp_path):
-    from graftbench.executor_ray import DriverHooks, WorkerFaults, run_eval_ray
+    from graftbench.scale.ray_executor import DriverHooks, WorkerFaults, run_eval_ray
 
     events = []
     # worker 0 hangs on its second problem: 10 minutes, so that a driver that waits fails the test, late
@@ -297,7 +298,7 @@ def test_a_hung_worker_is_stopped_at_the_problem_timeout_and_its_problem_runs_el
 @pytest.mark.slow
 def test_a_worker_with_another_pin_is_refused_and_a_retried_problem_is_recorded_once(ray_cluster, single, problems,
                                                                                       tmp_path):
-    from graftbench.executor_ray import DriverHooks, WorkerFaults, run_eval_ray
+    from graftbench.scale.ray_executor import DriverHooks, WorkerFaults, run_eval_ray
 
     retried = problems[2].id  # run again after its samples arrived, as when Ray reports an error for a run that did
     hooks = DriverHooks(retry_after_record=frozenset({retried}), faults={1: WorkerFaults(threads=2)})
@@ -312,7 +313,7 @@ def test_a_worker_with_another_pin_is_refused_and_a_retried_problem_is_recorded_
 
 @pytest.mark.slow
 def test_a_ray_run_resumes_a_single_process_run_and_runs_only_what_is_missing(ray_cluster, single, problems, tmp_path):
-    from graftbench.executor_ray import run_eval_ray
+    from graftbench.scale.ray_executor import run_eval_ray
 
     shutil.copytree(single.run.path, tmp_path / "resumed")
     samples = tmp_path / "resumed" / "samples.jsonl"
@@ -328,8 +329,8 @@ def test_a_ray_run_resumes_a_single_process_run_and_runs_only_what_is_missing(ra
 @pytest.mark.slow
 def test_eval_graft_certify_on_workers_reading_the_store_equals_one_process(ray_cluster, one_thread_session, problems,
                                                                             tmp_path):
-    from graftbench.executor_ray import run_eval_ray
-    from graftbench.workflows import deposit_job, run_eval
+    from graftbench.scale.ray_executor import run_eval_ray
+    from graftbench.eval.workflows import deposit_job, run_eval
 
     store = tmp_path / "store"
     settings = EvalSettings(max_new_tokens=TOKENS, graft=True, certify=True)
@@ -346,7 +347,7 @@ def test_eval_graft_certify_on_workers_reading_the_store_equals_one_process(ray_
 
 @pytest.mark.slow
 def test_a_worker_that_cannot_load_the_model_is_named(ray_cluster, problems, tmp_path):
-    from graftbench.executor_ray import WorkerPin, run_eval_ray
+    from graftbench.scale.ray_executor import WorkerPin, run_eval_ray
 
     with pytest.raises(DispatchError, match=r"no worker could start \(worker 0: could not start: .*no-such-model"):
         run_eval_ray(problems, "builtin", "nomodel", SETTINGS, pin=WorkerPin("no-such-model", "float32", CHUNK,

@@ -19,36 +19,36 @@ from pathlib import Path
 import pytest
 import torch
 
-from graftbench import graft
-from graftbench.artifact_codec import ArtifactError
-from graftbench.artifact_ids import artifact_id_of
-from graftbench.deposit import deposit_items, items_from_problems
-from graftbench.durable import StorageError
-from graftbench.evaluate import StrictFallbackError
+from graftbench.engine import graft
+from graftbench.store.codec import ArtifactError
+from graftbench.store.ids import artifact_id_of
+from graftbench.eval.deposit import deposit_items, items_from_problems
+from graftbench.util.durable import StorageError
+from graftbench.eval.evaluate import StrictFallbackError
 from graftbench.faults.catalogue import ARTIFACT_FAULTS, Lab, flip_bit, reforge, tiny_problem, write_problem_set
 from graftbench.faults.harness import lines_of
 from graftbench.faults.store_faults import (
-    clean_after_a_killed_write,
-    damage_and_reindex,
-    resume_while_another_runs,
-    swap_files,
-)
+                                            clean_after_a_killed_write,
+                                            damage_and_reindex,
+                                            resume_while_another_runs,
+                                            swap_files,
+                                            )
 from graftbench.faults.scenarios import (
-    deposit_on_a_full_disk,
-    graft_refusal,
-    kill_a_resumed_solve,
-    kill_put,
-    put_concurrently,
-    solve_on_a_full_disk,
-    write_manifest_on_a_full_disk,
-)
-from graftbench.manifest import verify_manifest
-from graftbench.problem_loading import load_problems
-from graftbench.problem_types import normalize_problem_text, problem_key
-from graftbench.runs import RunDir, RunError
+                                         deposit_on_a_full_disk,
+                                         graft_refusal,
+                                         kill_a_resumed_solve,
+                                         kill_put,
+                                         put_concurrently,
+                                         solve_on_a_full_disk,
+                                         write_manifest_on_a_full_disk,
+                                         )
+from graftbench.results.manifest import verify_manifest
+from graftbench.problems.loading import load_problems
+from graftbench.problems.types import normalize_problem_text, problem_key
+from graftbench.results.runs import RunDir, RunError
 from graftbench.settings import EvalSettings
-from graftbench.store import Store
-from graftbench.workflows import run_eval
+from graftbench.store.folder import Store
+from graftbench.eval.workflows import run_eval
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -150,7 +150,7 @@ def test_nothing_is_ever_unpickled(session, faulty, monkeypatch):
     cache, chain = graft.restore_chain(session.model, session.config, lab.store, lab.deposit(tiny_problem(302)))
     assert cache.get_seq_length() == chain[0].token_ids.numel() > 0
     assert calls == [] and not (lab.store.root / "UNPICKLED").exists()
-    source = "\n".join(p.read_text() for p in sorted((REPO / "graftbench").glob("*.py")))
+    source = "\n".join(p.read_text() for p in sorted((REPO / "graftbench").rglob("*.py")))
     assert not re.search(r"\bimport (c?pickle|dill|joblib|marshal)\b|\bpickle\.|torch\.load\(|np\.load\(", source)
 
 

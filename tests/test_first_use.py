@@ -20,20 +20,20 @@ import typer
 from rich.console import Console
 from typer.testing import CliRunner
 
-from graftbench import hub_access
-from graftbench.artifact_codec import ArtifactError, audit_artifact, decode_artifact, encode_artifact
-from graftbench.artifact_ids import artifact_id_of
-from graftbench.cli import _check_store_pins, app
-from graftbench.cli_common import AnswerFieldOpt, IdFieldOpt, ProblemFieldOpt, SolutionFieldOpt, os_error_text
-from graftbench.durable import StorageError, storage_error
-from graftbench.problem_loading import load_problems
-from graftbench.problem_types import ProblemSetError
-from graftbench.report import build_report
-from graftbench.sample import Sample
-from graftbench.store import Store
-from graftbench.store_pins import pins_held, unusable_store_message
-from graftbench.tables import SUMMARY_COLUMNS, report_tables, rounds_tables, samples_table, summary_table
-from graftbench.workflows import open_graft_store
+from graftbench.util import hub_access
+from graftbench.store.codec import ArtifactError, audit_artifact, decode_artifact, encode_artifact
+from graftbench.store.ids import artifact_id_of
+from graftbench.cli.app import _check_store_pins, app
+from graftbench.cli.common import AnswerFieldOpt, IdFieldOpt, ProblemFieldOpt, SolutionFieldOpt, os_error_text
+from graftbench.util.durable import StorageError, storage_error
+from graftbench.problems.loading import load_problems
+from graftbench.problems.types import ProblemSetError
+from graftbench.report.compare import build_report
+from graftbench.results.samples import Sample
+from graftbench.store.folder import Store
+from graftbench.store.pins import pins_held, unusable_store_message
+from graftbench.cli.tables import SUMMARY_COLUMNS, report_tables, rounds_tables, samples_table, summary_table
+from graftbench.eval.workflows import open_graft_store
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFESTS = ROOT / "manifests"
@@ -74,7 +74,7 @@ def run_without_torch(tmp_path: Path, *args: str, **env_vars: str) -> subprocess
     blocker.mkdir(exist_ok=True)
     (blocker / "sitecustomize.py").write_text(NO_TORCH)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(blocker), str(ROOT)]), "COLUMNS": "80", **env_vars}
-    code = "import sys; from graftbench.cli import app; app(sys.argv[1:])"
+    code = "import sys; from graftbench.cli.app import app; app(sys.argv[1:])"
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=300)
 
 
@@ -95,7 +95,7 @@ def test_version_option_prints_the_installed_version():
 
 @pytest.mark.parametrize("columns", ["55", "123"])
 def test_the_console_follows_columns_when_output_is_not_a_terminal(columns):
-    code = "from graftbench.cli_common import console; print(console.width)"
+    code = "from graftbench.cli.common import console; print(console.width)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "COLUMNS": columns}, stdin=subprocess.DEVNULL)
     assert done.stdout.strip() == columns, done.stderr
@@ -147,8 +147,8 @@ def test_flywheel_round_tables_fit_80_columns():
 
 
 def test_route_quality_tables_fit_80_columns_one_ranker_each():
-    from graftbench.cli_route import _ranker_tables
-    from graftbench.route_quality import measure_route_quality, table_header, table_rows
+    from graftbench.cli.route import _ranker_tables
+    from graftbench.bench.route_quality import measure_route_quality, table_header, table_rows
 
     result = measure_route_quality(1, 2, 0.6, 0)
     tables = _ranker_tables(table_header(result), table_rows(result), result["rankers"])
@@ -286,12 +286,12 @@ def test_a_failed_write_says_earlier_writes_are_kept():
 
 
 def test_a_full_runs_folder_during_a_run_says_the_samples_are_kept_and_the_command_resumes(monkeypatch, tmp_path):
-    from graftbench import cli
+    from graftbench.cli.app import app
 
     def full(*args, **kwargs):
         raise storage_error(OSError(errno.ENOSPC, "No space left on device"), "sample 'mod-1'")
 
-    monkeypatch.setattr(cli, "_executor", lambda *args: full)
+    monkeypatch.setattr("graftbench.cli.app._executor", lambda *args: full)
     result = runner.invoke(app, ["solve", "--problems", "builtin:1", "--limit", "2", "--run", "full",
                                  "--runs-dir", str(tmp_path)])
     message = " ".join(result.output.split())
@@ -312,7 +312,7 @@ def test_a_read_only_file_system_is_named_not_shown_as_a_raw_errno(monkeypatch, 
     def read_only(folder, follow=True):
         raise OSError(errno.EROFS, "Read-only file system", str(folder))
 
-    monkeypatch.setattr("graftbench.store.clean_temporaries", read_only)
+    monkeypatch.setattr("graftbench.store.folder.clean_temporaries", read_only)
     opened = open_graft_store(store.root)  # a graft only reads: the store opens read-only
     assert opened.readonly and opened.ids() == store.ids()
 
@@ -337,7 +337,7 @@ def test_the_problem_file_format_is_documented_with_its_default_columns():
 @pytest.fixture(scope="module")
 def finished(session, tmp_path_factory):
     from graftbench.settings import EvalSettings
-    from graftbench.workflows import run_eval
+    from graftbench.eval.workflows import run_eval
 
     runs = tmp_path_factory.mktemp("runs")
     problems = load_problems("builtin:1", limit=1)
@@ -347,11 +347,11 @@ def finished(session, tmp_path_factory):
 
 
 def test_a_finished_run_run_again_changes_nothing_and_loads_no_model(finished, monkeypatch):
-    from graftbench import cli
+    from graftbench.cli.app import app
 
     runs, result = finished
     before = {p.name: p.read_bytes() for p in result.run.path.iterdir()}
-    monkeypatch.setattr(cli, "_executor", lambda *args: pytest.fail("a finished run loaded a model"))
+    monkeypatch.setattr("graftbench.cli.app._executor", lambda *args: pytest.fail("a finished run loaded a model"))
     args = ["solve", "--problems", "builtin:1", "--limit", "1", "--max-new-tokens", "4", "--run", "rr",
             "--runs-dir", str(runs), "--chunk-size", str(result.manifest["config"]["chunk_size"])]
     again = runner.invoke(app, args)
@@ -363,7 +363,7 @@ def test_a_finished_run_run_again_changes_nothing_and_loads_no_model(finished, m
 def test_an_unfinished_run_is_not_taken_for_a_finished_one(finished, tmp_path):
     import shutil
 
-    from graftbench.finished_runs import Request, finished_run
+    from graftbench.results.finished import Request, finished_run
     from graftbench.settings import EvalSettings
 
     runs, result = finished
@@ -387,7 +387,7 @@ def test_an_unfinished_run_is_not_taken_for_a_finished_one(finished, tmp_path):
 
 def test_verify_manifest_and_store_verify_of_a_grafted_run_import_no_torch(session, tmp_path):
     from graftbench.settings import EvalSettings
-    from graftbench.workflows import deposit_job, run_eval
+    from graftbench.eval.workflows import deposit_job, run_eval
 
     problems = load_problems("builtin:1", limit=1)
     store = tmp_path / "store"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from graftbench.flywheel_rounds import pool_slices, rounds_summary, run_rounds, verified_items
-from graftbench.problem_types import Problem
+from graftbench.eval.flywheel import pool_slices, rounds_summary, run_rounds, verified_items
+from graftbench.problems.types import Problem
 from graftbench.settings import RoundsSettings
 
 FAMILIES = ["mod", "paths", "digits", "divisors", "base", "gcd"]
@@ -48,7 +48,7 @@ def test_rounds_run_resume_and_label_every_run(session, tmp_path):
         assert result.manifest["settings"]["round"] in (0, 1)
         assert result.manifest["metrics"]["samples_per_problem"] == {"min": 2, "max": 2}
     assert all(source.startswith("flywheel:") for source in
-               [row["source"] for row in __import__("graftbench.store", fromlist=["Store"]).Store(
+               [row["source"] for row in __import__("graftbench.store.folder", fromlist=["Store"]).Store(
                    tmp_path / "store").rows()])
     summary = rounds_summary(results, settings)
     assert [row["round"] for row in summary["rounds"]] == [0, 1]

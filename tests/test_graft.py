@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 import torch
 
-from graftbench import engine, graft
-from graftbench.artifact_codec import ArtifactError
-from graftbench.store import Store
+from graftbench.engine import forward, graft
+from graftbench.store.codec import ArtifactError
+from graftbench.store.folder import Store
 
 
 def _deposit(session, store, problem, answer=None, solution=None):
@@ -28,12 +28,12 @@ def test_graft_is_byte_exact_against_fresh_chunked_recompute(session, store, aim
         artifact_id, ids = _deposit(session, store, problem)
         query = session.query_ids(problem.problem)
         cache, _ = graft.restore_chain(session.model, session.config, store, artifact_id)
-        grafted = engine.prefill(session.model, cache, query, session.config.chunk_size, all_logits=True)
-        fresh_cache = engine.new_cache(session.model)
-        engine.prefill(session.model, fresh_cache, ids, session.config.chunk_size)
-        fresh = engine.prefill(session.model, fresh_cache, query, session.config.chunk_size, all_logits=True)
+        grafted = forward.prefill(session.model, cache, query, session.config.chunk_size, all_logits=True)
+        fresh_cache = forward.new_cache(session.model)
+        forward.prefill(session.model, fresh_cache, ids, session.config.chunk_size)
+        fresh = forward.prefill(session.model, fresh_cache, query, session.config.chunk_size, all_logits=True)
         assert grafted.shape == (len(query), session.model.config.vocab_size)
-        assert engine.logits_sha256(grafted) == engine.logits_sha256(fresh)
+        assert forward.logits_sha256(grafted) == forward.logits_sha256(fresh)
 
 
 def test_monolithic_forward_is_not_byte_exact(session, aime2024):
@@ -42,7 +42,7 @@ def test_monolithic_forward_is_not_byte_exact(session, aime2024):
     ids = session.deposit_ids(problem.problem, problem.answer, problem.solution)
     query = session.query_ids(problem.problem)
     chunked = graft.fresh_recompute(session.model, session.config, [ids], query)
-    mono = engine.forward(session.model, engine.new_cache(session.model), ids + query)
+    mono = forward.forward(session.model, forward.new_cache(session.model), ids + query)
     delta = (chunked - mono).abs().max().item()
     assert 0 < delta < 1e-3
     assert torch.argmax(chunked) == torch.argmax(mono)
@@ -51,8 +51,8 @@ def test_monolithic_forward_is_not_byte_exact(session, aime2024):
 def test_store_round_trip_is_bit_exact(session, store, aime2024):
     problem = aime2024[1]
     ids = session.deposit_ids(problem.problem, problem.answer, problem.solution)
-    cache = engine.new_cache(session.model)
-    engine.prefill(session.model, cache, ids, session.config.chunk_size)
+    cache = forward.new_cache(session.model)
+    forward.prefill(session.model, cache, ids, session.config.chunk_size)
     artifact_id, _ = _deposit(session, store, problem)
     artifact = store.read(artifact_id)
     assert artifact.token_ids.tolist() == ids
@@ -98,20 +98,20 @@ def test_changed_cache_value_changes_graft_hash_but_not_fresh(session, store, ai
     artifact_id, ids = _deposit(session, store, problem)
     query = session.query_ids(problem.problem)
     cache, _ = graft.restore_chain(session.model, session.config, store, artifact_id)
-    clean = engine.logits_sha256(engine.prefill(session.model, cache, query, session.config.chunk_size))
+    clean = forward.logits_sha256(forward.prefill(session.model, cache, query, session.config.chunk_size))
 
     cache, _ = graft.restore_chain(session.model, session.config, store, artifact_id)
     cache.layers[5].keys[0, 1, 10, 7] += 0.5
-    tampered = engine.logits_sha256(engine.prefill(session.model, cache, query, session.config.chunk_size))
-    fresh = engine.logits_sha256(graft.fresh_recompute(session.model, session.config, [ids], query))
+    tampered = forward.logits_sha256(forward.prefill(session.model, cache, query, session.config.chunk_size))
+    fresh = forward.logits_sha256(graft.fresh_recompute(session.model, session.config, [ids], query))
     assert tampered != clean
     assert fresh == clean
 
 
 def _graft_answer(session, store, artifact_id, problem, max_new_tokens=8):
     cache, _ = graft.restore_chain(session.model, session.config, store, artifact_id)
-    logits = engine.prefill(session.model, cache, session.query_ids(problem.problem), session.config.chunk_size)
-    return engine.greedy_decode(session.model, session.tokenizer, cache, logits, max_new_tokens, session.eos_ids,
+    logits = forward.prefill(session.model, cache, session.query_ids(problem.problem), session.config.chunk_size)
+    return forward.greedy_decode(session.model, session.tokenizer, cache, logits, max_new_tokens, session.eos_ids,
                                 stop="\n")
 
 
@@ -141,9 +141,9 @@ def test_chained_artifact_grafts_exact_and_missing_parent_is_refused(session, tm
     query = session.query_ids(second.problem)
     cache, chain = graft.restore_chain(session.model, session.config, store, child_id)
     assert [link.id for link in chain] == [parent_id, child_id]
-    grafted = engine.prefill(session.model, cache, query, session.config.chunk_size)
+    grafted = forward.prefill(session.model, cache, query, session.config.chunk_size)
     fresh = graft.fresh_recompute(session.model, session.config, [ids_a, ids_b], query)
-    assert engine.logits_sha256(grafted) == engine.logits_sha256(fresh)
+    assert forward.logits_sha256(grafted) == forward.logits_sha256(fresh)
 
     store.path(parent_id).unlink()
     with pytest.raises(ArtifactError, match="parent check failed"):
@@ -151,7 +151,7 @@ def test_chained_artifact_grafts_exact_and_missing_parent_is_refused(session, tm
 
 
 def test_router_exact_similar_and_gated(session, store):
-    from graftbench.problem_types import Problem, normalize_problem_text, problem_key
+    from graftbench.problems.types import Problem, normalize_problem_text, problem_key
 
     seen = Problem("a", "Find the remainder when $7^{222}$ is divided by $1000$.", "49", "7^222 ... Final answer: 49")
     artifact_id, _ = _deposit(session, store, seen)

@@ -22,14 +22,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from graftbench.cli import app
-from graftbench.display_text import console_markup, markdown_text, plot_text, visible
-from graftbench.config import pin_fingerprint
-from graftbench.manifest import (compute_totals, load_manifest, run_metrics, seal_sha256, sealed_fields,
-                                 verify_manifest, write_manifest)
-from graftbench.report import build_report, markdown
-from graftbench.safe_files import UnsafeFileError, read_regular, sha256_regular
-from graftbench.store import Store
+from graftbench.cli.app import app
+from graftbench.util.display_text import console_markup, markdown_text, plot_text, visible
+from graftbench.results.fingerprint import pin_fingerprint
+from graftbench.results.manifest import (compute_totals, load_manifest, run_metrics, seal_sha256, sealed_fields,
+                                         verify_manifest, write_manifest)
+from graftbench.report.compare import build_report, markdown
+from graftbench.util.safe_files import UnsafeFileError, read_regular, sha256_regular
+from graftbench.store.folder import Store
 
 from .test_store_files import artifact
 
@@ -83,7 +83,7 @@ CAPPED = """
 import json, resource, sys
 resource.setrlimit(resource.RLIMIT_DATA, (int(sys.argv[1]), int(sys.argv[1])))
 from typer.testing import CliRunner
-from graftbench.cli import app
+from graftbench.cli.app import app
 results = []
 for args in json.loads(sys.argv[2]):
     result = CliRunner().invoke(app, args)
@@ -299,7 +299,7 @@ def test_store_ls_lists_the_index_whatever_the_artifact_file_is(hostile_outcomes
 
 
 def test_a_fifo_named_like_an_artifact_never_blocks_a_graft_read(stored):
-    from graftbench.artifact_codec import ArtifactError
+    from graftbench.store.codec import ArtifactError
 
     root, artifact_id, path = stored
     path.unlink()
@@ -349,7 +349,7 @@ def test_bounded_reads_refuse_before_reading_and_stream_what_they_hash(tmp_path)
 
 
 def test_store_ls_shows_wrongly_typed_and_markup_cells_as_written(stored, monkeypatch):
-    from graftbench.cli_common import console
+    from graftbench.cli.common import console
 
     monkeypatch.setattr(console, "width", 400)  # wide enough that no cell is folded over lines
     root, artifact_id, _ = stored

@@ -10,8 +10,8 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from graftbench import isa
-from graftbench.cli import app
+from graftbench.util import isa
+from graftbench.cli.app import app
 
 AVX512_FLAGS = {"fma", "avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq"}
 
@@ -55,7 +55,7 @@ def test_a_mixed_environment_is_neither_pin(monkeypatch):
 def test_the_portable_pin_caps_every_library_in_a_fresh_process():
     code = (
         "import json, graftbench, torch\n"
-        "from graftbench.isa import configure_torch\n"
+        "from graftbench.util.isa import configure_torch\n"
         "name = configure_torch()\n"
         "print(json.dumps([name, torch.backends.cpu.get_cpu_capability(), torch.backends.mkldnn.enabled]))\n"
     )

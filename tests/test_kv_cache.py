@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import DynamicCache
 
-from graftbench import engine, graft
-from graftbench.artifact_codec import decode_artifact
-from graftbench.kv_cache import GROWTH_STEP, PreallocatedLayer, new_cache, reserve
+from graftbench.engine import forward, graft
+from graftbench.store.codec import decode_artifact
+from graftbench.engine.kv_cache import GROWTH_STEP, PreallocatedLayer, new_cache, reserve
 
 
 def _kv(batch: int, tokens: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -98,10 +98,10 @@ def test_logits_equal_dynamic_cache_bit_for_bit(session):
     ids = torch.randint(100, 5000, (700,), generator=torch.Generator().manual_seed(0)).tolist()
 
     def run(cache):
-        first = engine.prefill(model, cache, ids[:600], 256, all_logits=True)
-        logits = [first, engine.prefill(model, cache, ids[600:], 256, all_logits=True)]
+        first = forward.prefill(model, cache, ids[:600], 256, all_logits=True)
+        logits = [first, forward.prefill(model, cache, ids[600:], 256, all_logits=True)]
         for _ in range(6):
-            logits.append(engine.forward(model, cache, [int(logits[-1][-1].argmax())]))
+            logits.append(forward.forward(model, cache, [int(logits[-1][-1].argmax())]))
         return torch.cat(logits)
 
     assert torch.equal(run(new_cache(model)), run(DynamicCache(config=model.config)))
@@ -121,7 +121,7 @@ def test_graft_then_decode_moves_the_artifact_once(session):
     assert layer.keys.data_ptr() == artifact.layers[0][0].data_ptr() and layer.capacity == 300
     reserve(cache, 300 + 16)
     pointer = layer._key_buffer.data_ptr()
-    decoded = engine.greedy_decode(model, session.tokenizer, cache, engine.forward(model, cache, ids[:1]), 8, set())
+    decoded = forward.greedy_decode(model, session.tokenizer, cache, forward.forward(model, cache, ids[:1]), 8, set())
     assert len(decoded.token_ids) == 8 and layer._key_buffer.data_ptr() == pointer
 
 
@@ -142,7 +142,7 @@ def test_a_read_with_room_is_grafted_without_a_move_and_only_once(session, tmp_p
     """Store.read with room reads the keys and values into buffers with spare positions (same bytes, same digest);
     the first restore takes them and the query and decode append in place; a second restore of the same read
     artifact gets no room, so two caches never share spare positions."""
-    from graftbench.store import Store
+    from graftbench.store.folder import Store
 
     model = session.model
     ids = torch.randint(100, 5000, (200,), generator=torch.Generator().manual_seed(2)).tolist()
@@ -156,12 +156,12 @@ def test_a_read_with_room_is_grafted_without_a_move_and_only_once(session, tmp_p
     cache = graft.restore(model, session.config, roomy)
     layer = cache.layers[0]
     assert layer.capacity == 250 and layer._key_buffer.data_ptr() == roomy.layers[0][0].data_ptr()
-    engine.prefill(model, cache, ids[:10], 64)
+    forward.prefill(model, cache, ids[:10], 64)
     assert layer.capacity == 250 and layer._key_buffer.data_ptr() == roomy.layers[0][0].data_ptr()
     assert all(torch.equal(k, kept_k) for (k, _), kept_k in zip(roomy.layers, kept))
     again = graft.restore(model, session.config, roomy)
     assert again.layers[0].capacity == 200
-    logits_roomy = engine.prefill(model, graft.restore(model, session.config, store.read(artifact_id, room=9)),
+    logits_roomy = forward.prefill(model, graft.restore(model, session.config, store.read(artifact_id, room=9)),
                                   ids[:10], 64)
-    logits_plain = engine.prefill(model, graft.restore(model, session.config, plain), ids[:10], 64)
+    logits_plain = forward.prefill(model, graft.restore(model, session.config, plain), ids[:10], 64)
     assert torch.equal(logits_roomy, logits_plain)

@@ -11,14 +11,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from graftbench import kv_pool
-from graftbench.session import open_session
+from graftbench.engine import kv_pool
+from graftbench.engine.session import open_session
 
 # Allocate and write 48 MiB as eight 6 MiB tensors (an 8,192-token smollm2 layer's keys are 6.3 MB) and print how
 # much resident memory grew, after reserving a pool of POOL bytes (0: none).
 _PROBE = """
 import json, sys, torch
-from graftbench import kv_pool
+from graftbench.engine import kv_pool
 from graftbench.bench.stats import rss_bytes
 report = kv_pool.reserve(int(sys.argv[1]))
 before = rss_bytes()
@@ -49,7 +49,7 @@ def test_without_the_packages_allocator_setting_there_is_no_pool_and_it_says_why
 
 
 def test_the_trim_threshold_only_grows():
-    from graftbench import allocator
+    from graftbench.util import allocator
 
     assert allocator.keep_freed_memory(2 << 30)  # past a C int: capped
     assert allocator._trim == 2**31 - 1

@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from graftbench.cli import app
-from graftbench.hashing import sha256_json, sha256_text
-from graftbench.manifest import (ManifestRefused, compute_totals, load_manifest, run_metrics, seal_sha256,
-                                 sealed_fields, write_manifest)
-from graftbench.manifest_anchor import INDEX_NAME, ProblemSet, index_text, read_index
-from graftbench.manifest_check import check_manifest
-from graftbench.problem_loading import load_problems
-from graftbench.report import ReportError, build_report
-from graftbench.verify import verify_answer
+from graftbench.cli.app import app
+from graftbench.util.hashing import sha256_json, sha256_text
+from graftbench.results.manifest import (ManifestRefused, compute_totals, load_manifest, run_metrics, seal_sha256,
+                                         sealed_fields, write_manifest)
+from graftbench.results.anchor import INDEX_NAME, ProblemSet, index_text, read_index
+from graftbench.results.check import check_manifest
+from graftbench.problems.loading import load_problems
+from graftbench.report.compare import ReportError, build_report
+from graftbench.verify.answers import verify_answer
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFESTS = ROOT / "manifests"

@@ -1,6 +1,6 @@
 """Manifest schema 2 (RFC 8785 bytes, the verifier version recorded) and the checks under the recorded version.
 
-No model: the manifests are built from hand-made samples with :func:`graftbench.manifest.build_manifest`.
+No model: the manifests are built from hand-made samples with :func:`graftbench.results.manifest.build_manifest`.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from pathlib import Path
 import rfc8785
 from typer.testing import CliRunner
 
-from graftbench.cli import app
-from graftbench.hashing import canonical_json, sha256_text
-from graftbench.manifest import (SCHEMA, SCHEMA_V1, build_manifest, load_manifest, seal_sha256, sealed_fields,
-                                 verify_manifest, write_manifest)
-from graftbench.rescore import rescore_manifest
+from graftbench.cli.app import app
+from graftbench.util.hashing import canonical_json, sha256_text
+from graftbench.results.manifest import (SCHEMA, SCHEMA_V1, build_manifest, load_manifest, seal_sha256, sealed_fields,
+                                         verify_manifest, write_manifest)
+from graftbench.results.rescore import rescore_manifest
 from graftbench.settings import EvalSettings
-from graftbench.verify import VERIFIER_VERSION, verify_answer
+from graftbench.verify.answers import VERIFIER_VERSION, verify_answer
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = ROOT / "manifests" / "aime2024-baseline-smollm2-135m.json"
@@ -71,7 +71,7 @@ def _written(manifest: dict, tmp_path: Path, name: str = "m.json") -> Path:
 
 
 def _fingerprinted(manifest: dict) -> dict:
-    from graftbench.config import pin_fingerprint
+    from graftbench.results.fingerprint import pin_fingerprint
 
     manifest = copy.deepcopy(manifest)
     manifest["config_fingerprint"] = pin_fingerprint(manifest["config"])

@@ -5,12 +5,12 @@ import shutil
 
 import pytest
 
-from graftbench.builtin_problems import builtin_problems
-from graftbench.manifest import verify_manifest, write_manifest
-from graftbench.merge import MergeError, merge_runs
-from graftbench.runs import RunError
+from graftbench.problems.builtin import builtin_problems
+from graftbench.results.manifest import verify_manifest, write_manifest
+from graftbench.scale.merge import MergeError, merge_runs
+from graftbench.results.runs import RunError
 from graftbench.settings import EvalSettings
-from graftbench.workflows import run_eval
+from graftbench.eval.workflows import run_eval
 
 TIMING = {"wall_s", "ttft_s", "energy_j", "certify_s"}  # measured, so they differ between any two runs
 

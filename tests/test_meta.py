@@ -14,13 +14,13 @@ import pytest
 import typer.core
 import typer.main
 
-from graftbench.cli import app
+from graftbench.cli.app import app
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 # The typer command that writes docs/cli.md (the Makefile's `make docs` runs the same).
-CLI_DOCS_COMMAND = ["-m", "typer", "graftbench.cli", "utils", "docs", "--name", "graftbench", "--output"]
+CLI_DOCS_COMMAND = ["-m", "typer", "graftbench.cli.app", "utils", "docs", "--name", "graftbench", "--output"]
 
 
 def _commands(group, prefix: str = "graftbench") -> list[tuple[str, object]]:

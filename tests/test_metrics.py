@@ -1,5 +1,5 @@
-"""graftbench.metrics: avg@N, pass@k, maj@N, the intervals and the copy controls, on hand-made samples and on the
-committed AIME 2024 manifests. No model."""
+"""graftbench.results.metrics: avg@N, pass@k, maj@N, the intervals and the copy controls, on hand-made samples and on
+the committed AIME 2024 manifests. No model."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from graftbench.manifest import load_manifest, recorded_verifier_version
-from graftbench.metrics import (bootstrap_interval, copy_controls, family_of, mean_pass_at_k, paired_difference,
-                                pass_at_k, summarize, wilson_interval)
+from graftbench.results.manifest import load_manifest, recorded_verifier_version
+from graftbench.results.metrics import (bootstrap_interval, copy_controls, family_of, mean_pass_at_k, paired_difference,
+                                        pass_at_k, summarize, wilson_interval)
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = sorted((ROOT / "manifests").glob("aime2024-*.json"))

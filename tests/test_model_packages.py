@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from graftbench import model_packages
-from graftbench.model_packages import (
-    PackagedWeights,
-    PackagedWeightsError,
-    Part,
-    check_pin,
-    locate_part,
-    resolve_packaged,
-)
+from graftbench.engine import model_packages
+from graftbench.engine.model_packages import (
+                                              PackagedWeights,
+                                              PackagedWeightsError,
+                                              Part,
+                                              check_pin,
+                                              locate_part,
+                                              resolve_packaged,
+                                              )
 
 ROOT = Path(__file__).resolve().parents[1]
 PART_BYTES = [b"GGUF" + bytes(range(256)) * 40, bytes(range(255, -1, -1)) * 33, b"tail-of-the-file" * 7]
@@ -215,7 +215,7 @@ def test_concurrent_resolvers_share_one_assembly(site, tmp_path):
 
 
 def test_models_raise_model_error_for_an_alias_whose_package_is_missing(tmp_path, monkeypatch):
-    from graftbench import models
+    from graftbench.engine import models
 
     site = tmp_path / "site"
     site.mkdir()
@@ -240,7 +240,7 @@ def _installed(weights: PackagedWeights) -> bool:
 
 
 def _alias_weights(alias: str) -> PackagedWeights:
-    from graftbench.models import ALIASES
+    from graftbench.engine.models import ALIASES
 
     return ALIASES[alias]
 
@@ -263,7 +263,7 @@ def test_real_alias_pins_agree_with_the_installed_files(alias):
 
 
 def test_real_aliases_are_pinned_as_recorded():
-    from graftbench.models import ALIASES
+    from graftbench.engine.models import ALIASES
 
     table = {alias: (len(w.parts), w.parts[0].distribution, w.parts[-1].distribution, w.size, w.sha256, w.install)
              for alias, w in ALIASES.items()}
@@ -289,7 +289,7 @@ def _make_list(name: str) -> list[str]:
 
 
 def test_the_makefile_installs_exactly_the_pinned_packages():
-    from graftbench.models import ALIASES
+    from graftbench.engine.models import ALIASES
 
     bundled = [line for w in ALIASES.values() if w.install == "make install" for line in w.pip_lines()]
     optional = [line for w in ALIASES.values() if w.install == "make models" for line in w.pip_lines()]
@@ -306,6 +306,6 @@ def test_the_makefile_installs_exactly_the_pinned_packages():
 def test_the_packaged_weights_module_imports_no_torch():
     import subprocess
 
-    code = "import sys, graftbench.model_packages; print('torch' in sys.modules)"
+    code = "import sys, graftbench.engine.model_packages; print('torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"

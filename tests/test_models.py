@@ -8,13 +8,13 @@ import shutil
 import pytest
 import torch
 
-from graftbench import engine, models
-from graftbench.models import ModelError, cast_dir, dequantized_dir, load_model, resolve_model
+from graftbench.engine import forward, models
+from graftbench.engine.models import ModelError, cast_dir, dequantized_dir, load_model, resolve_model
 
 
 def _logits_hash(loaded) -> str:
     ids = loaded.tokenizer("Problem: Find $2+2$.\nFinal answer:").input_ids
-    return engine.logits_sha256(engine.forward(loaded.model, engine.new_cache(loaded.model), ids, all_logits=True))
+    return forward.logits_sha256(forward.forward(loaded.model, forward.new_cache(loaded.model), ids, all_logits=True))
 
 
 def test_cold_and_warm_loads_give_byte_identical_logits(session, tmp_path, monkeypatch):
@@ -134,7 +134,7 @@ def test_cached_checkpoint_holds_the_tied_embedding_once_and_loads_with_no_key_m
 def test_cached_tokenizer_matches_the_model_class_tokenizer(alias, aime2024):
     from transformers import AutoTokenizer
 
-    from graftbench.models import tokenizer_sha256
+    from graftbench.engine.models import tokenizer_sha256
 
     loaded = load_model(alias)
     fast, reference = loaded.tokenizer, AutoTokenizer.from_pretrained(dequantized_dir(loaded.weights_sha256))
@@ -152,7 +152,7 @@ def test_cached_tokenizer_matches_the_model_class_tokenizer(alias, aime2024):
 
 @pytest.mark.model
 def test_cached_tokenizer_falls_back_to_its_class_when_the_recorded_sha256_differs_or_is_missing(tmp_path):
-    from graftbench.models import TOKENIZER_PIN, _load_cached_tokenizer
+    from graftbench.engine.models import TOKENIZER_PIN, _load_cached_tokenizer
 
     loaded = load_model("gemma3-270m")
     source = dequantized_dir(loaded.weights_sha256)
@@ -170,7 +170,7 @@ def test_cached_tokenizer_falls_back_to_its_class_when_the_recorded_sha256_diffe
 
 
 def _tokenizer_copy(source, target):
-    from graftbench.tokenizer_check import FILES
+    from graftbench.engine.tokenizer_check import FILES
 
     for name in FILES:
         if (source / name).is_file():
@@ -181,7 +181,7 @@ def _tokenizer_copy(source, target):
 def test_a_passed_tokenizer_check_is_recorded_and_reused_until_a_file_or_library_changes(tmp_path, monkeypatch):
     import json
 
-    from graftbench.tokenizer_check import RECORD
+    from graftbench.engine.tokenizer_check import RECORD
 
     loaded = load_model("smollm2-135m")
     _tokenizer_copy(dequantized_dir(loaded.weights_sha256), tmp_path)
@@ -210,7 +210,7 @@ def test_a_passed_tokenizer_check_is_recorded_and_reused_until_a_file_or_library
 
 @pytest.mark.model
 def test_a_recorded_check_never_vouches_for_a_tokenizer_whose_pin_changed(tmp_path):
-    from graftbench.tokenizer_check import RECORD
+    from graftbench.engine.tokenizer_check import RECORD
 
     loaded = load_model("smollm2-135m")
     _tokenizer_copy(dequantized_dir(loaded.weights_sha256), tmp_path)
@@ -223,8 +223,8 @@ def test_a_recorded_check_never_vouches_for_a_tokenizer_whose_pin_changed(tmp_pa
 
 @pytest.mark.model
 def test_a_tokenizer_folder_that_cannot_be_written_keeps_no_record_and_still_loads(tmp_path, monkeypatch):
-    from graftbench import tokenizer_check
-    from graftbench.durable import StorageError
+    from graftbench.engine import tokenizer_check
+    from graftbench.util.durable import StorageError
 
     def full_disk(path, data):
         raise StorageError(28, f"no space left writing {path}")

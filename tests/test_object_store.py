@@ -24,14 +24,14 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from graftbench.artifact_codec import ArtifactError, encode_artifact
-from graftbench.artifact_ids import SUFFIX, artifact_id_of
-from graftbench.cli import app
+from graftbench.store.codec import ArtifactError, encode_artifact
+from graftbench.store.ids import SUFFIX, artifact_id_of
+from graftbench.cli.app import app
 from graftbench.faults.harness import IMPORT_ROOT
-from graftbench import object_backend
-from graftbench.object_store import CACHE_ENV, ENDPOINT_ENV, ObjectStore
-from graftbench.router import Route, gate_ratio, rank_candidates, route, route_other_family, route_top_ranked
-from graftbench.store import Store, StoreError, is_store_url, require_store
+from graftbench.store import object_backend
+from graftbench.store.object_store import CACHE_ENV, ENDPOINT_ENV, ObjectStore
+from graftbench.store.router import Route, gate_ratio, rank_candidates, route, route_other_family, route_top_ranked
+from graftbench.store.folder import Store, StoreError, is_store_url, require_store
 
 runner = CliRunner()
 LAYERS, HEADS, DIM = 2, 2, 4
@@ -159,7 +159,7 @@ def objects(s3) -> list[str]:
 
 PUT_CODE = """
 import sys
-from graftbench.store import Store
+from graftbench.store.folder import Store
 store = Store(sys.argv[1])
 data = open(sys.argv[2], "rb").read()
 print("READY", flush=True)
@@ -343,7 +343,7 @@ def test_store_verify_catches_a_corrupted_object(s3, caches):
 
 
 def test_manifest_artifacts_are_checked_against_the_objects_of_a_url_store(s3, caches, tmp_path, monkeypatch):
-    from graftbench.manifest import _check_artifacts
+    from graftbench.results.manifest import _check_artifacts
 
     held, damaged, absent = artifact("mod-1"), artifact("paths-1"), artifact("digits-1")
     store = Store(s3.url)
@@ -544,14 +544,14 @@ def test_file_and_memory_url_stores_through_the_commands(tmp_path):
 # ------------------------------------------------------------------------------------------ the real graft
 
 
-EVAL_CODE = "import sys\nfrom graftbench.cli import app\nsys.argv[0] = 'graftbench'\napp()\n"
+EVAL_CODE = "import sys\nfrom graftbench.cli.app import app\nsys.argv[0] = 'graftbench'\napp()\n"
 
 
 @pytest.mark.slow
 def test_a_third_process_grafts_from_the_s3_store_byte_exact(session, aime2024, s3, tmp_path):
     """Deposits from this process; a fresh process with an empty store cache routes, fetches each artifact once,
     grafts it with the real model and certifies the graft against a fresh recompute (``--certify``)."""
-    from graftbench.deposit import deposit_items, items_from_problems
+    from graftbench.eval.deposit import deposit_items, items_from_problems
 
     from .conftest import AIME2024
 

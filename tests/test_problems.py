@@ -1,4 +1,4 @@
-"""Tests for the problem modules (graftbench.problem_types, .problem_sources, .problem_loading,
+"""Tests for the problem modules (graftbench.problems.types, .problem_sources, .problem_loading,
 .builtin_problems): loading real AIME files, field mapping, malformed inputs, the offline hub
 error, the built-in generated set (answers recomputed here by brute force) and the hashes."""
 
@@ -21,23 +21,24 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from graftbench.builtin_problems import builtin_problems
-from graftbench.hashing import canonical_json, problem_set_json
-from graftbench.problem_loading import BUILTIN, MAX_PROBLEM_CHARS, load_problems
-from graftbench.problem_types import (
-    Problem,
-    ProblemSetError,
-    normalize_problem_text,
-    problem_key,
-    problem_set_sha256,
-    problem_text_sha256,
-)
+from graftbench.problems.builtin import builtin_problems
+from graftbench.util.hashing import canonical_json, problem_set_json
+from graftbench.problems.loading import BUILTIN, MAX_PROBLEM_CHARS, load_problems
+from graftbench.problems.types import (
+                                       Problem,
+                                       ProblemSetError,
+                                       normalize_problem_text,
+                                       problem_key,
+                                       problem_set_sha256,
+                                       problem_text_sha256,
+                                       )
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 AIME2024 = DATA / "aime2024.jsonl"
 AIME2025 = DATA / "aime2025.jsonl"
-MODULES = ["problem_types", "problem_sources", "problem_loading", "builtin_problems", "hub_access"]
+MODULES = ["problems.types", "problems.sources", "problems.loading", "problems.builtin", "problems.methods",
+           "util.hub_access"]
 BASELINE_MANIFEST = REPO / "manifests" / "aime2024-baseline-smollm2-135m.json"
 
 CANONICAL_INT = re.compile(r"^(0|-?[1-9][0-9]*)$")
@@ -519,8 +520,8 @@ def test_ten_megabyte_solution_loads(tmp_path):
 
 def test_fake_hub_id_offline_gives_clear_error():
     code = (
-        "from graftbench.problem_loading import load_problems\n"
-        "from graftbench.problem_types import ProblemSetError\n"
+        "from graftbench.problems.loading import load_problems\n"
+        "from graftbench.problems.types import ProblemSetError\n"
         "try:\n"
         "    load_problems('graftbench-no-such-owner/no-such-problem-set')\n"
         "except ProblemSetError as e:\n"
@@ -582,8 +583,8 @@ def test_builtin_deterministic_and_seeded():
 
 
 def test_builtin_default_is_stable_across_processes():
-    code = ("from graftbench.builtin_problems import builtin_problems; "
-            "from graftbench.problem_types import problem_set_sha256; print(problem_set_sha256(builtin_problems()))")
+    code = ("from graftbench.problems.builtin import builtin_problems; "
+            "from graftbench.problems.types import problem_set_sha256; print(problem_set_sha256(builtin_problems()))")
     digests = set()
     for hashseed in ("1", "2"):
         env = {**os.environ, "PYTHONHASHSEED": hashseed,
@@ -778,7 +779,7 @@ def test_nfc_and_nfd_texts_share_the_exact_key_and_the_similarity_text():
 
 
 def test_an_nfd_copy_routes_exactly(tmp_path):
-    from graftbench.store import Store
+    from graftbench.store.folder import Store
 
     deposited = Problem("a", "Combien de résultats différents ? Écrivez la réponse.", "12")
     query = Problem("b", unicodedata.normalize("NFD", deposited.problem), "12")
@@ -802,23 +803,28 @@ def test_nfc_leaves_the_committed_problem_keys_unchanged():
 
 
 LAYERS = {  # each problem module and the graftbench modules it may import: types at the bottom, no cycles
-    "problem_types": {"hashing"},
-    "builtin_problems": {"problem_types"},
-    "problem_sources": {"hub_access", "problem_types"},
-    "problem_loading": {"builtin_problems", "hub_access", "problem_sources", "problem_types"},
-    "hub_access": set(),  # the hub's reachability: no graftbench module below it
+    "problems.types": {"util.hashing"},
+    "problems.builtin": {"problems.types"},
+    "problems.methods": {"problems.types"},
+    "problems.sources": {"util.hub_access", "problems.types"},
+    "problems.loading": {"problems.builtin", "problems.methods", "util.hub_access", "problems.sources",
+                         "problems.types"},
+    "util.hub_access": set(),  # the hub's reachability: no graftbench module below it
 }
 
 
 @pytest.mark.parametrize("name", MODULES)
 def test_modules_import_no_torch_and_stay_layered(name):
-    tree = ast.parse((REPO / "graftbench" / f"{name}.py").read_text(encoding="utf-8"))
+    package = name.split(".")[:-1]
+    tree = ast.parse((REPO / "graftbench" / f"{name.replace('.', '/')}.py").read_text(encoding="utf-8"))
     imported, internal = set(), set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             imported |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level:
+            internal.add(".".join([*package[:len(package) - node.level + 1], node.module]))
         elif isinstance(node, ast.ImportFrom) and node.module:
-            (internal if node.level else imported).add(node.module.split(".")[0])
+            imported.add(node.module.split(".")[0])
     assert "torch" not in imported and "graftbench" not in imported
     assert internal == LAYERS[name]
 
@@ -826,8 +832,8 @@ def test_modules_import_no_torch_and_stay_layered(name):
 def test_using_the_problem_modules_pulls_no_torch_and_json_needs_no_datasets():
     code = (
         "import sys\n"
-        "from graftbench.builtin_problems import builtin_problems\n"
-        "from graftbench.problem_loading import load_problems\n"
+        "from graftbench.problems.builtin import builtin_problems\n"
+        "from graftbench.problems.loading import load_problems\n"
         "builtin_problems(1)\n"
         f"load_problems({str(AIME2024)!r})\n"
         "print('torch' in sys.modules, 'datasets' in sys.modules)\n"
@@ -841,7 +847,7 @@ def test_using_the_problem_modules_pulls_no_torch_and_json_needs_no_datasets():
 
 
 def test_builtin_slices_name_problems_per_family():
-    from graftbench.problem_loading import load_problems
+    from graftbench.problems.loading import load_problems
 
     held_out = load_problems("builtin:2-12")
     assert len(held_out) == 60 and {p.id.rsplit("-", 1)[1] for p in held_out} == {str(k) for k in range(2, 12)}
@@ -857,14 +863,14 @@ def test_builtin_slices_name_problems_per_family():
                                              ("builtin:118", "hold 117 distinct problems each, not 118"),
                                              ("builtin:0-99999999999999999999", "each, not 99999999999999999999")])
 def test_bad_builtin_slices_are_refused(source, message):
-    from graftbench.problem_loading import load_problems
+    from graftbench.problems.loading import load_problems
 
     with pytest.raises(ProblemSetError, match=message):
         load_problems(source)
 
 
 def test_max_per_family_is_the_most_every_family_yields():
-    from graftbench.builtin_problems import MAX_PER_FAMILY, builtin_problems
+    from graftbench.problems.builtin import MAX_PER_FAMILY, builtin_problems
 
     assert len(builtin_problems(n_per_family=MAX_PER_FAMILY)) == 6 * MAX_PER_FAMILY
     with pytest.raises(ValueError, match=f"could not produce {MAX_PER_FAMILY + 1} distinct problems"):
@@ -875,10 +881,9 @@ def test_max_per_family_is_the_most_every_family_yields():
 def test_too_many_builtin_problems_is_a_one_line_error_before_any_model_loads(args, tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from graftbench import cli
-    from graftbench.cli import app
+    from graftbench.cli.app import app
 
-    monkeypatch.setattr(cli, "open_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    monkeypatch.setattr("graftbench.cli.app.open_model", lambda *a, **k: pytest.fail("the model was loaded"))
     result = CliRunner().invoke(app, [*args, "--runs-dir", str(tmp_path)], terminal_width=200)
     assert result.exit_code == 2, result.output
     assert "117 distinct problems each" in result.output and "Traceback" not in result.output

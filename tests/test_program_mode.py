@@ -12,19 +12,19 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from graftbench import sandbox
-from graftbench.builtin_problems import builtin_problems
-from graftbench.cli import app
-from graftbench.deposit import DepositItem, deposit_items, item_from_sample, items_from_samples
-from graftbench.hashing import sha256_text
-from graftbench.manifest import build_manifest, sealed_fields, seal_sha256, verify_manifest, write_manifest
-from graftbench.problem_types import Problem
-from graftbench.program_mode import (PROGRAM_CLOSE, PROGRAM_FENCE, PROGRAM_LAYOUT, extract_program, program_verdict,
-                                     query_text, solution_text)
-from graftbench.sample import PROGRAM_FIELDS, Sample
+from graftbench.programs import sandbox
+from graftbench.problems.builtin import builtin_problems
+from graftbench.cli.app import app
+from graftbench.eval.deposit import DepositItem, deposit_items, item_from_sample, items_from_samples
+from graftbench.util.hashing import sha256_text
+from graftbench.results.manifest import build_manifest, sealed_fields, seal_sha256, verify_manifest, write_manifest
+from graftbench.problems.types import Problem
+from graftbench.programs.mode import (PROGRAM_CLOSE, PROGRAM_FENCE, PROGRAM_LAYOUT, extract_program, program_verdict,
+                                      query_text, solution_text)
+from graftbench.results.samples import PROGRAM_FIELDS, Sample
 from graftbench.settings import EvalSettings, RoundsSettings, SandboxLimits
-from graftbench.store import Store
-from graftbench.workflows import run_eval
+from graftbench.store.folder import Store
+from graftbench.eval.workflows import run_eval
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -96,7 +96,7 @@ def _sample(problem_id: str, key: str, program: str | None, limits=SandboxLimits
                       stdout_sha256=result.stdout_sha256, stderr_tail=result.stderr_tail, program_s=result.run_s,
                       stopped=result.stopped, isolation=result.isolation)
         verdict = program_verdict(result.stdout, result.stopped, key)
-    from graftbench.verify import verify_answer
+    from graftbench.verify.answers import verify_answer
 
     verdict = verdict or verify_answer(output, key, cue="Final answer:")
     return Sample(problem_id=problem_id, problem_sha256=sha256_text(problem_id), key=key, mode="baseline",
@@ -130,7 +130,7 @@ def _manifest(samples: list[Sample]) -> dict:
 
 
 def _fingerprinted_and_resealed(manifest: dict) -> dict:
-    from graftbench.config import pin_fingerprint
+    from graftbench.results.fingerprint import pin_fingerprint
 
     body = {k: v for k, v in manifest.items() if k not in ("manifest_sha256", "sealed_fields")}
     body["config_fingerprint"] = pin_fingerprint(body["config"])
@@ -201,7 +201,7 @@ def test_committed_text_manifests_verify_unchanged(name):
 
 
 def test_a_text_mode_deposit_refuses_a_program_sample_and_runs_nothing(monkeypatch):
-    monkeypatch.setattr("graftbench.deposit.run_program", lambda *a, **k: pytest.fail("a program was run"))
+    monkeypatch.setattr("graftbench.eval.deposit.run_program", lambda *a, **k: pytest.fail("a program was run"))
     problem = Problem("p-0", "What is 6 times 7?", "42")
     item = item_from_sample(problem, _sample("p-0", "42", "print(6 * 7)\n"), "solve:r")
     assert item == DepositItem(problem, "```python\nprint(6 * 7)\n```", "solve:r", program="print(6 * 7)\n")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from graftbench import sandbox
-from graftbench.program_replay import replay_programs
+from graftbench.programs import sandbox
+from graftbench.programs.replay import replay_programs
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = ROOT / "manifests" / "transfer-qwen2.5-coder-0.5b-program-baseline.json"

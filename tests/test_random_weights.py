@@ -7,8 +7,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from graftbench import random_weights as rw
-from graftbench.cli import app
+from graftbench.engine import random_weights as rw
+from graftbench.cli.app import app
 
 runner = CliRunner()
 
@@ -118,7 +118,7 @@ def test_scoring_commands_refuse_a_random_weights_model(command, tmp_path):
 
 
 def test_a_results_index_row_of_a_random_model_shows_the_label_and_no_accuracy(tmp_path):
-    from graftbench.results_index import run_row
+    from graftbench.report.results_index import run_row
 
     manifest = {"command": "eval", "config": {"model": "random:gemma3-1b", "dtype": "bfloat16",
                                               "random_weights": {"label": rw.LABEL}},
@@ -130,8 +130,8 @@ def test_a_results_index_row_of_a_random_model_shows_the_label_and_no_accuracy(t
 
 @pytest.mark.slow
 def test_gemma3_1b_at_full_dimensions_builds_and_prefills_in_bfloat16():
-    from graftbench import engine
-    from graftbench.attention import ATTENTION
+    from graftbench.engine import forward as engine
+    from graftbench.engine.attention import ATTENTION
 
     model, sha = rw.build(rw.load_config_dict("gemma3-1b"), 0, torch.bfloat16, ATTENTION)
     assert sum(t.numel() for t in rw._untied(model).values()) == 999_885_952 and len(sha) == 64

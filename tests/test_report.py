@@ -1,5 +1,5 @@
 """``graftbench report`` on the committed AIME 2024 manifests and on hand-made N-sample manifests: the tables carry
-what graftbench.metrics computes, the files are written, the PNGs decode, the lm-eval files parse. No model."""
+what graftbench.results.metrics computes, the files are written, the PNGs decode, the lm-eval files parse. No model."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from graftbench.cli import app
-from graftbench.config import pin_fingerprint
-from graftbench.hashing import sha256_text
-from graftbench.manifest import build_manifest, load_manifest, recorded_verifier_version
-from graftbench.metrics import summarize
-from graftbench.report import RUN_COLUMNS, build_report, round_rows, run_row
+from graftbench.cli.app import app
+from graftbench.results.fingerprint import pin_fingerprint
+from graftbench.util.hashing import sha256_text
+from graftbench.results.manifest import build_manifest, load_manifest, recorded_verifier_version
+from graftbench.results.metrics import summarize
+from graftbench.report.compare import RUN_COLUMNS, build_report, round_rows, run_row
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = ROOT / "manifests" / "aime2024-baseline-smollm2-135m.json"
@@ -211,26 +211,28 @@ def test_the_report_imports_no_torch_and_the_cli_default_matches_metrics():
     import subprocess
     import sys
 
-    code = ("import sys, graftbench.cli, graftbench.report, graftbench.report_plots, graftbench.report_lmeval; "
+    code = ("import sys, graftbench.cli.app, graftbench.report.compare, graftbench.report.plots, "
+            "graftbench.report.lmeval; "
             "print('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True).stdout.strip() == "False"
-    from graftbench import cli_report, metrics
+    from graftbench.cli import report
+    from graftbench.results import metrics
 
-    assert cli_report.RESAMPLES == metrics.RESAMPLES
+    assert report.RESAMPLES == metrics.RESAMPLES
 
 
 def test_rounds_curve_keeps_an_equal_baseline_line_visible(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from graftbench import report_plots
+    from graftbench.report import plots
 
     drawn = {}
-    monkeypatch.setattr(report_plots, "_finish", lambda figure, axes, title, path: drawn.setdefault("axes", axes))
+    monkeypatch.setattr(plots, "_finish", lambda figure, axes, title, path: drawn.setdefault("axes", axes))
     summary = {"avg_at_n": 0.25, "accuracy_ci95": [0.1, 0.5]}
     rounds = [SimpleNamespace(round=r, series=series, summary=summary) for r in (1, 2)
               for series in ("baseline", "graft", "recurring")]
-    report_plots.rounds_curve(rounds, tmp_path / "rounds.png")
+    plots.rounds_curve(rounds, tmp_path / "rounds.png")
     lines = {bars.get_label(): [round(x, 6) for x in bars.lines[0].get_xdata()] for bars in drawn["axes"].containers}
     assert lines == {"baseline": [0.94, 1.94], "graft": [1.06, 2.06], "recurring": [1.12, 2.12]}
 

@@ -11,10 +11,10 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from graftbench import similarity
-from graftbench.artifact_codec import ArtifactError, encode_artifact
-from graftbench.artifact_reader import read_safetensors, xxh3_128_hex
-from graftbench.store import Store
+from graftbench.store import minhash
+from graftbench.store.codec import ArtifactError, encode_artifact
+from graftbench.store.reader import read_safetensors, xxh3_128_hex
+from graftbench.store.folder import Store
 
 from .test_store import HEADER, VALID, _decode
 
@@ -123,12 +123,13 @@ def test_candidates_are_the_texts_that_share_a_band(tmp_path):
 def test_band_collision_probability_follows_jaccard():
     base = "let n be the least positive integer such that the sum of the digits of n is 2024."
     edited = base.replace("2024", "2025")
-    a, b = similarity.minhash(base), similarity.minhash(edited)
-    jaccard = len(similarity.shingles(base) & similarity.shingles(edited)) / len(similarity.shingles(base) | similarity.shingles(edited))
+    a, b = minhash.minhash(base), minhash.minhash(edited)
+    base_shingles, edited_shingles = minhash.shingles(base), minhash.shingles(edited)
+    jaccard = len(base_shingles & edited_shingles) / len(base_shingles | edited_shingles)
     assert 0.8 < jaccard < 1.0
     agree = float((a == b).mean())
     assert abs(agree - jaccard) < 0.25  # each MinHash agrees with probability J (40 of them)
-    assert set(similarity.band_keys("c", base)) & set(similarity.band_keys("c", edited))
-    assert not set(similarity.band_keys("c", base)) & set(similarity.band_keys("d", base))
+    assert set(minhash.band_keys("c", base)) & set(minhash.band_keys("c", edited))
+    assert not set(minhash.band_keys("c", base)) & set(minhash.band_keys("d", base))
     with pytest.raises(ValueError, match="empty text"):
-        similarity.minhash("")
+        minhash.minhash("")

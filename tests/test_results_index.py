@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from graftbench import results_index
+from graftbench.report import results_index
 
 ROOT = Path(__file__).resolve().parents[1]
 

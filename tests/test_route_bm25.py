@@ -1,5 +1,5 @@
-"""The router's BM25 ranking (graftbench/router.py) and its retrieval-quality measurement
-(graftbench/route_quality.py, ``graftbench route-quality``), on planted index rows: no model."""
+"""The router's BM25 ranking (graftbench/store/router.py) and its retrieval-quality measurement
+(graftbench/bench/route_quality.py, ``graftbench route-quality``), on planted index rows: no model."""
 
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from graftbench import graft, router
-from graftbench.problem_types import Problem, normalize_problem_text, problem_key
-from graftbench.route_quality import (measure_route_quality, plant_library, split_builtin, table_header, table_rows,
-                                      write_results)
-from graftbench.store import Store
+from graftbench.engine import graft
+from graftbench.store import router
+from graftbench.problems.types import Problem, normalize_problem_text, problem_key
+from graftbench.bench.route_quality import (measure_route_quality, plant_library, split_builtin, table_header,
+                                            table_rows, write_results)
+from graftbench.store.folder import Store
 
 FP = "7" * 64
 
@@ -159,7 +160,7 @@ def test_the_quality_measurement_returns_what_the_table_shows(tmp_path):
 def test_route_quality_command_prints_and_writes(tmp_path):
     from typer.testing import CliRunner
 
-    from graftbench.cli import app
+    from graftbench.cli.app import app
 
     result = CliRunner().invoke(app, ["route-quality", "--library-per-family", "1", "--held-out-per-family", "2",
                                       "--out", str(tmp_path)])
@@ -188,7 +189,7 @@ def test_candidate_rows_are_read_by_rowid_not_by_scanning_the_fingerprint(tmp_pa
     row of the fingerprint, so a similarity lookup grew with the store (39 ms at 100,000 artifacts)."""
     import sqlite3
 
-    from graftbench.store_index import ROUTE_CANDIDATES, candidate_rows_sql
+    from graftbench.store.index import ROUTE_CANDIDATES, candidate_rows_sql
 
     store = Store(tmp_path / "s")
     for i in range(40):

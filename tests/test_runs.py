@@ -6,16 +6,16 @@ import json
 
 import pytest
 
-from graftbench.builtin_problems import builtin_problems
-from graftbench.deposit import deposit_items, items_from_problems
-from graftbench.evaluate import StrictFallbackError
-from graftbench.manifest import verify_manifest, write_manifest
-from graftbench.problem_types import Problem
-from graftbench.runs import RunDir, RunError
+from graftbench.problems.builtin import builtin_problems
+from graftbench.eval.deposit import deposit_items, items_from_problems
+from graftbench.eval.evaluate import StrictFallbackError
+from graftbench.results.manifest import verify_manifest, write_manifest
+from graftbench.problems.types import Problem
+from graftbench.results.runs import RunDir, RunError
 from graftbench.settings import EvalSettings
-from graftbench.store import Store
-from graftbench.verify import VERIFIER_VERSION
-from graftbench.workflows import run_eval
+from graftbench.store.folder import Store
+from graftbench.verify.answers import VERIFIER_VERSION
+from graftbench.eval.workflows import run_eval
 
 TINY = EvalSettings(max_new_tokens=6)
 

@@ -8,11 +8,11 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from graftbench.builtin_problems import builtin_problems
-from graftbench.runs import RunDir
-from graftbench.sampling import SamplingSettings, next_token, sample_seed
+from graftbench.problems.builtin import builtin_problems
+from graftbench.results.runs import RunDir
+from graftbench.engine.sampling import SamplingSettings, next_token, sample_seed
 from graftbench.settings import EvalSettings
-from graftbench.workflows import run_eval
+from graftbench.eval.workflows import run_eval
 
 SAMPLED = EvalSettings(max_new_tokens=12, samples=3, temperature=0.7, top_p=0.95, seed=0)
 
@@ -96,7 +96,7 @@ def test_a_resumed_sampled_run_draws_the_same_tokens(session, tmp_path):
 def test_the_nucleus_is_the_sorted_prefix_reaching_top_p(scale, top_p):
     """The top-k search with widening finds the same tokens as a full sort, also when the distribution is so flat
     that the nucleus holds thousands of tokens (scale 0.05 over 50,000)."""
-    from graftbench.sampling import NUCLEUS_CANDIDATES, nucleus
+    from graftbench.engine.sampling import NUCLEUS_CANDIDATES, nucleus
 
     logits = torch.randn(50_000, generator=torch.Generator().manual_seed(int(scale * 100))) * scale
     settings = SamplingSettings(temperature=0.7, top_p=top_p)

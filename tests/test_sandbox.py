@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from graftbench import sandbox, sandbox_bwrap, sandbox_cgroup
-from graftbench.evaluate import program_fields
-from graftbench.program_mode import program_verdict
+from graftbench.programs import bwrap, cgroup, sandbox
+from graftbench.eval.evaluate import program_fields
+from graftbench.programs.mode import program_verdict
 from graftbench.settings import SandboxLimits
 
 LIMITS = SandboxLimits(cpu_s=2, wall_s=6.0, processes=16)
@@ -50,7 +50,7 @@ def run(source: str, limits: SandboxLimits = LIMITS, **kwargs) -> sandbox.Progra
 
 def sandbox_user_processes() -> list[int]:
     """Live (not zombie) processes of the sandbox's user anywhere on the machine."""
-    uid = sandbox_bwrap.ids()[0]
+    uid = bwrap.ids()[0]
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -298,7 +298,7 @@ def test_os_system_runs_contained(tmp_path):
         print(os.path.exists("/tmp/pwned"))
     """)
     assert result.stopped is None
-    assert result.stdout.splitlines() == [str(sandbox_bwrap.ids()[0]), "True"]  # its own /tmp, as nobody
+    assert result.stdout.splitlines() == [str(bwrap.ids()[0]), "True"]  # its own /tmp, as nobody
     assert not marker.exists() and not Path("/tmp/pwned").exists()
 
 
@@ -362,7 +362,7 @@ def test_the_sandbox_dies_with_graftbench(tmp_path):
     if not built():
         return
     script = tmp_path / "host.py"
-    script.write_text("from graftbench import sandbox\nfrom graftbench.settings import SandboxLimits\n"
+    script.write_text("from graftbench.programs import sandbox\nfrom graftbench.settings import SandboxLimits\n"
                       "sandbox.run_program('import time\\nprint(1, flush=True)\\ntime.sleep(600)\\n', "
                       "SandboxLimits(wall_s=600))\n")
     # TMPDIR: the killed host cannot remove its sandbox's (empty) mount point; let it fall in tmp_path
@@ -389,7 +389,7 @@ def test_the_sandbox_is_described():
         return
     found = sandbox.isolation()
     assert found.level == "bwrap" and found.description.startswith("bwrap: pid, net")
-    assert f"user {sandbox_bwrap.ids()[0]}:" in found.description and "seccomp" in found.description
+    assert f"user {bwrap.ids()[0]}:" in found.description and "seccomp" in found.description
 
 
 def _syscall_number(name: str) -> int:
@@ -614,7 +614,7 @@ def test_a_venv_reached_through_a_symbolic_link_runs_programs(tmp_path):
     link = tmp_path / "linked-venv"
     link.symlink_to(sys.prefix, target_is_directory=True)
     host = subprocess.run([str(link / "bin" / "python"), "-c",
-                           "import sys; from graftbench import sandbox\n"
+                           "import sys; from graftbench.programs import sandbox\n"
                            "r = sandbox.run_program('import sympy, sys\\nprint(sys.prefix)\\n')\n"
                            "print(r.stopped, r.answer)"],
                           cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=120,
@@ -633,12 +633,12 @@ def test_without_a_facility_no_program_runs_and_the_refusal_names_it(monkeypatch
     ran = []
     monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: ran.append(a) or pytest.fail("something was started"))
     if lack == "bwrap":
-        monkeypatch.setattr(sandbox_bwrap, "tools", lambda: {"bwrap": None, "prlimit": "/usr/bin/prlimit",
+        monkeypatch.setattr(bwrap, "tools", lambda: {"bwrap": None, "prlimit": "/usr/bin/prlimit",
                                                              "setpriv": "/usr/bin/setpriv"})
     elif lack == "root":
         monkeypatch.setattr(os, "geteuid", lambda: 1000)
     else:
-        monkeypatch.setattr(sandbox_cgroup, "ROOT", str(tmp_path))  # a machine mounting no cgroup hierarchy...
+        monkeypatch.setattr(cgroup, "ROOT", str(tmp_path))  # a machine mounting no cgroup hierarchy...
         if lack == "cgroup-v2":
             (tmp_path / "cgroup.controllers").write_text("cpu memory pids\n")  # ...or only the unified one
     sandbox._probe.cache_clear()
@@ -655,9 +655,9 @@ def test_without_a_facility_no_program_runs_and_the_refusal_names_it(monkeypatch
 def test_program_mode_refuses_to_start_without_the_sandbox(monkeypatch):
     from typer.testing import CliRunner
 
-    from graftbench.cli import app
+    from graftbench.cli.app import app
 
-    monkeypatch.setattr(sandbox_bwrap, "tools", lambda: {"bwrap": None, "prlimit": "/usr/bin/prlimit",
+    monkeypatch.setattr(bwrap, "tools", lambda: {"bwrap": None, "prlimit": "/usr/bin/prlimit",
                                                          "setpriv": "/usr/bin/setpriv"})
     sandbox._probe.cache_clear()
     try:

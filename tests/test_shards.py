@@ -4,9 +4,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from graftbench.builtin_problems import builtin_problems
+from graftbench.problems.builtin import builtin_problems
 from graftbench.settings import EvalSettings
-from graftbench.shards import Shard, parse_shard, select, shard_of
+from graftbench.problems.shards import Shard, parse_shard, select, shard_of
 
 
 @pytest.mark.parametrize("spec, expected", [("0/1", Shard(0, 1)), ("1/2", Shard(1, 2)), (" 3 / 8 ", Shard(3, 8)),

@@ -11,9 +11,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from graftbench.artifact_codec import ArtifactError, decode_artifact, encode_artifact, payload_sha256
-from graftbench.artifact_reader import parse_header
-from graftbench.store import Store
+from graftbench.store.codec import ArtifactError, decode_artifact, encode_artifact, payload_sha256
+from graftbench.store.reader import parse_header
+from graftbench.store.folder import Store
 
 LAYERS = 3
 HEADS, DIM, TOKENS = 2, 4, 5

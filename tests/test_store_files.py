@@ -18,25 +18,25 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from graftbench.artifact_codec import ArtifactError, encode_artifact
-from graftbench.artifact_ids import artifact_id_of
-from graftbench.builtin_problems import builtin_problems
-from graftbench.cli import app
-from graftbench.durable import clean_temporaries, locked_temp
+from graftbench.store.codec import ArtifactError, encode_artifact
+from graftbench.store.ids import artifact_id_of
+from graftbench.problems.builtin import builtin_problems
+from graftbench.cli.app import app
+from graftbench.util.durable import clean_temporaries, locked_temp
 from graftbench.faults.harness import IMPORT_ROOT, FullIndex, put_in_subprocess, write_payloads
-from graftbench.manifest import ManifestError
-from graftbench.problem_types import Problem
-from graftbench.runs import RunDir, RunError
-from graftbench.sample import Sample
+from graftbench.results.manifest import ManifestError
+from graftbench.problems.types import Problem
+from graftbench.results.runs import RunDir, RunError
+from graftbench.results.samples import Sample
 from graftbench.settings import EvalSettings
-from graftbench.store import (
-    Store,
-    StoreError,
-    clean_store,
-    reindex_store,
-    require_store,
-)
-from graftbench.workflows import deposit_plan, run_eval
+from graftbench.store.folder import (
+                                     Store,
+                                     StoreError,
+                                     clean_store,
+                                     reindex_store,
+                                     require_store,
+                                     )
+from graftbench.eval.workflows import deposit_plan, run_eval
 
 from .conftest import AIME2024
 
@@ -77,7 +77,7 @@ def kill(proc: subprocess.Popen) -> None:
 WRITING_CODE = """
 import sys, time
 from pathlib import Path
-from graftbench.durable import locked_temp
+from graftbench.util.durable import locked_temp
 fd, path = locked_temp(Path(sys.argv[1]))
 print(path.name, flush=True)
 print("HELD", flush=True)
@@ -86,7 +86,7 @@ time.sleep(600)
 
 RUN_CODE = """
 import sys, time
-from graftbench.runs import RunDir
+from graftbench.results.runs import RunDir
 run = RunDir(sys.argv[1], sys.argv[2])
 run.open({"a": 1})
 print("HELD", flush=True)
@@ -95,7 +95,7 @@ time.sleep(600)
 
 PUT_AFTER_READY = """
 import sys
-from graftbench.store import Store
+from graftbench.store.folder import Store
 store = Store(sys.argv[1])
 print("READY", flush=True)
 store.put(open(sys.argv[2], "rb").read())
@@ -497,7 +497,7 @@ def test_a_committed_manifest_stands_in_for_its_run_folder_and_a_tampered_one_is
 _MODES_PROBE = """
 import os, stat, sys
 from pathlib import Path
-from graftbench.durable import append_json_line, write_file_atomic
+from graftbench.util.durable import append_json_line, write_file_atomic
 folder = Path(sys.argv[1])
 write_file_atomic(folder / "manifest.json", b"{}")
 append_json_line(folder / "samples.jsonl", {"a": 1}, "a sample")

@@ -1,4 +1,4 @@
-"""Strict JSON reading (graftbench.strict_json) and every manifest reader that uses it: run manifests, exactness
+"""Strict JSON reading (graftbench.util.strict_json) and every manifest reader that uses it: run manifests, exactness
 manifests, verify-manifest's schema dispatch and the replay log. A committed document that parsers may read
 differently (a repeated key, a lone surrogate, NaN, a float that overflows) is refused, naming the file and the key
 or place, never a traceback and never a silent 'ok'. No model is loaded: the committed manifests are edited."""
@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from graftbench.cli import app
-from graftbench.exact_manifest import load_expectation, read_replay_log
-from graftbench.manifest import ManifestError, load_manifest, verify_manifest
-from graftbench.manifest_check import check_manifest
-from graftbench.strict_json import StrictJSONError, load_strict, loads_strict
+from graftbench.cli.app import app
+from graftbench.results.exact_manifest import load_expectation, read_replay_log
+from graftbench.results.manifest import ManifestError, load_manifest, verify_manifest
+from graftbench.results.check import check_manifest
+from graftbench.util.strict_json import StrictJSONError, load_strict, loads_strict
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_MANIFEST = ROOT / "manifests" / "aime2024-baseline-smollm2-135m.json"
@@ -205,7 +205,7 @@ def test_replay_log_is_read_strictly(tmp_path):
 
 def test_the_strict_reader_keeps_verify_manifest_torch_free():
     code = ("import sys\n"
-            "from graftbench.manifest_check import check_manifest\n"
+            "from graftbench.results.check import check_manifest\n"
             f"mismatches, notes = check_manifest({str(RUN_MANIFEST)!r})\n"
             "assert notes and isinstance(mismatches, list)\n"
             "print('torch' in sys.modules)\n")
@@ -217,8 +217,8 @@ def test_the_strict_reader_keeps_verify_manifest_torch_free():
 
 
 def test_artifact_headers_repeating_a_key_are_refused():
-    from graftbench.artifact_codec import FORMAT, HEADER_KEY, ArtifactError, header_from_metadata
-    from graftbench.artifact_reader import LayoutError, parse_table
+    from graftbench.store.codec import FORMAT, HEADER_KEY, ArtifactError, header_from_metadata
+    from graftbench.store.reader import LayoutError, parse_table
 
     text = f'{{"format": "{FORMAT}", "answer": "7", "answer": "8"}}'
     with pytest.raises(ArtifactError, match="repeats the key 'answer'") as info:
@@ -229,7 +229,7 @@ def test_artifact_headers_repeating_a_key_are_refused():
 
 
 def test_run_settings_and_samples_repeating_a_key_are_refused(tmp_path):
-    from graftbench.runs import RunDir, RunError
+    from graftbench.results.runs import RunDir, RunError
 
     run = RunDir(tmp_path, "r")
     with run:

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from graftbench.router import Route
-from graftbench.builtin_problems import builtin_problems
-from graftbench.deposit import deposit_items, items_from_problems
-from graftbench.engine import Decoded
-from graftbench.problem_types import Problem
-from graftbench.evaluate import _sample
+from graftbench.store.router import Route
+from graftbench.problems.builtin import builtin_problems
+from graftbench.eval.deposit import deposit_items, items_from_problems
+from graftbench.engine.forward import Decoded
+from graftbench.problems.types import Problem
+from graftbench.eval.evaluate import _sample
 from graftbench.settings import EvalSettings
-from graftbench.store import Store
-from graftbench.workflows import run_eval
+from graftbench.store.folder import Store
+from graftbench.eval.workflows import run_eval
 
 
 def _shared(key: str, example_answer: str | None, cue: str = "Final answer:") -> dict:
@@ -104,3 +104,42 @@ def test_the_gate_off_grafts_every_problem_even_one_sharing_no_words_with_the_li
     assert (arms["nearest"].route, arms["nearest"].example_id) == ("none", None)
     assert arms["top-ranked"].route == "similar" and arms["top-ranked"].example_id in ("mod-0", "paths-0")
     assert arms["top-ranked"].layout == "solve" and arms["top-ranked"].artifact_tokens > 0
+
+
+def test_the_example_as_prompt_arm_gives_the_grafts_first_logits_and_tokens(session, library):
+    # The graft is exactly one-shot prompting with the example: prefilling the artifact's own token ids as prompt
+    # text with the pinned chunk schedule gives byte-identical first logits, hence the same greedy tokens.
+    root, problems = library
+    arms = {example_as: run_eval(session, problems, "builtin", f"as-{example_as}",
+                                 EvalSettings(max_new_tokens=6, graft=True, min_similarity=0.3, example_as=example_as),
+                                 runs_root=root, store_root=root / "store")
+            for example_as in ("graft", "prompt")}
+    graft, prompt = ({s.problem_id: s for s in arms[a].samples} for a in ("graft", "prompt"))
+    assert sorted(graft) == sorted(prompt) == sorted(p.id for p in problems)
+    for pid, grafted in graft.items():
+        prompted = prompt[pid]
+        assert prompted.logits_sha256 == grafted.logits_sha256, pid
+        assert prompted.output_sha256 == grafted.output_sha256, pid
+        assert (prompted.artifact_id, prompted.example_id, prompted.route) == \
+            (grafted.artifact_id, grafted.example_id, grafted.route)
+        assert (grafted.prefill_tokens_saved, prompted.prefill_tokens_saved) == (grafted.artifact_tokens, 0)
+        assert prompted.prefill_tokens == grafted.prefill_tokens + grafted.artifact_tokens
+    assert arms["prompt"].manifest["settings"]["example_as"] == "prompt"
+    assert "example_as" not in arms["graft"].manifest["settings"]
+
+
+def test_an_artifacts_token_ids_are_read_without_its_kv_and_a_bad_span_is_refused(library, tmp_path):
+    from graftbench.store.codec import ArtifactError
+
+    root, _ = library
+    store = Store(root / "store")
+    artifact_id = store.ids()[0]
+    assert store.token_ids(artifact_id) == store.read(artifact_id).token_ids.tolist()
+    copy = Store(tmp_path / "copy")
+    data = bytearray(store.path(artifact_id).read_bytes())
+    at = data.index(b'"token_ids":{"dtype":"I64","shape":[') + len(b'"token_ids":{"dtype":"')
+    data[at:at + 3] = b"I32"
+    copy.path(artifact_id).parent.mkdir(parents=True, exist_ok=True)
+    copy.path(artifact_id).write_bytes(bytes(data))
+    with pytest.raises(ArtifactError, match="token_ids is not int64"):
+        copy.token_ids(artifact_id)

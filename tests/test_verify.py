@@ -1,4 +1,4 @@
-"""Tests for graftbench.verify: final-answer extraction and exact equivalence."""
+"""Tests for graftbench.verify.answers: final-answer extraction and exact equivalence."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from graftbench.verify import Verdict, answers_equivalent, extract_answer, verify_answer
+from graftbench.verify.answers import Verdict, answers_equivalent, extract_answer, verify_answer
 
 AIME2024 = Path(__file__).resolve().parents[2] / "shared" / "data" / "aime2024.jsonl"
 
@@ -239,7 +239,7 @@ def test_works_off_the_main_thread():
 def test_module_does_not_import_torch_or_transformers():
     code = (
         "import sys\n"
-        "from graftbench.verify import verify_answer\n"
+        "from graftbench.verify.answers import verify_answer\n"
         "assert verify_answer(r'\\boxed{\\sqrt{16}}', '4').correct\n"
         "bad = [n for n in ('torch', 'transformers') if n in sys.modules]\n"
         "assert not bad, bad\n"

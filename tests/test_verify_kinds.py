@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from graftbench.answer_normalization import RULES_ADDED
-from graftbench.verify import Verdict, verify_answer
+from graftbench.verify.normalization import RULES_ADDED
+from graftbench.verify.answers import Verdict, verify_answer
 
 # (response, key, v3 extracted, v3 correct, v2 extracted, v2 correct)
 CASES = [

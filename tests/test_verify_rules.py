@@ -11,9 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from graftbench.answer_extraction import is_placeholder
-from graftbench.answer_normalization import RULES_ADDED, normalize
-from graftbench.verify import VERIFIER_VERSION, VERIFIER_VERSIONS, Verdict, check_version, extract_answer, verify_answer
+from graftbench.verify.extraction import is_placeholder
+from graftbench.verify.normalization import RULES_ADDED, normalize
+from graftbench.verify.answers import (VERIFIER_VERSION, VERIFIER_VERSIONS, Verdict, check_version, extract_answer,
+                                       verify_answer)
 
 # (response, key, v2 extracted, v2 correct, v1 extracted, v1 correct)
 CASES = [

@@ -1,10 +1,10 @@
 """Batched samples: after one restore of a grafted artifact, N samples decoded as one batch
-(:func:`graftbench.sampling.sample_decode`) against the same N samples decoded one at a time, each after its own
+(:func:`graftbench.engine.sampling.sample_decode`) against the same N samples decoded one at a time, each after its own
 restore, side by side in one process.
 
 Every row runs the full token budget (no EOS, no stop string), so both sides decode exactly ``samples × tokens``
-tokens; sample i draws with the same seed on both sides (:func:`graftbench.sampling.sample_seed` of the run seed, the
-query problem and i). Repetitions alternate which side runs first.
+tokens; sample i draws with the same seed on both sides (:func:`graftbench.engine.sampling.sample_seed` of the run seed,
+the query problem and i). Repetitions alternate which side runs first.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import os
 import time
 from pathlib import Path
 
-from .. import engine, graft
-from ..sampling import SamplingSettings, sample_decode, sample_seed
-from ..session import Session
-from ..store import Store
-from .batched_settings import GOAL_DECODE_RATIO, BatchedSettings
+from ..engine import forward, graft
+from ..engine.sampling import SamplingSettings, sample_decode, sample_seed
+from ..engine.session import Session
+from ..store.folder import Store
+from ..settings import GOAL_DECODE_RATIO, BatchedSettings
 from .stats import PeakRSS, summary
 from .ttft import deposit_tokens
 
@@ -25,7 +25,7 @@ from .ttft import deposit_tokens
 def _graft(session: Session, store: Store, artifact_id: str, query: list[int]):
     """Read and restore the artifact, prefill the query after it: (cache, the query's last logits)."""
     cache = graft.restore(session.model, session.config, store.read(artifact_id))
-    return cache, engine.prefill(session.model, cache, query, session.config.chunk_size)
+    return cache, forward.prefill(session.model, cache, query, session.config.chunk_size)
 
 
 def _side(session: Session, store: Store, artifact_id: str, query: list[int], settings: BatchedSettings,

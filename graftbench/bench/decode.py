@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import torch
 
-from .. import engine, graft
-from ..session import Session
+from ..engine import forward, graft
+from ..engine.session import Session
 from .stats import summary, timed
 
 
 def _engine_decode(session: Session, prompt: list[int], new_tokens: int) -> tuple[float, list[int]]:
-    cache = engine.new_cache(session.model)
-    logits = engine.prefill(session.model, cache, prompt, session.config.chunk_size)
-    decoded = engine.greedy_decode(session.model, session.tokenizer, cache, logits, new_tokens, session.eos_ids)
+    cache = forward.new_cache(session.model)
+    logits = forward.prefill(session.model, cache, prompt, session.config.chunk_size)
+    decoded = forward.greedy_decode(session.model, session.tokenizer, cache, logits, new_tokens, session.eos_ids)
     return decoded.decode_s, decoded.token_ids
 
 
@@ -53,8 +53,8 @@ def measure_decode(session: Session, prompt: list[int], new_tokens: int, repeats
 
 
 def _decode_tok_per_s(session: Session, cache, query: list[int], tokens: int) -> float:
-    logits = engine.prefill(session.model, cache, query, session.config.chunk_size)
-    decoded = engine.greedy_decode(session.model, session.tokenizer, cache, logits, tokens, set())
+    logits = forward.prefill(session.model, cache, query, session.config.chunk_size)
+    decoded = forward.greedy_decode(session.model, session.tokenizer, cache, logits, tokens, set())
     return (len(decoded.token_ids) - 1) / decoded.decode_s
 
 
@@ -75,7 +75,7 @@ def measure_decode_after_graft(session: Session, store, artifact_id: str, contex
         return _decode_tok_per_s(session, graft.restore(session.model, session.config, artifact), query, tokens)
 
     def alone():
-        return _decode_tok_per_s(session, engine.new_cache(session.model), query, tokens)
+        return _decode_tok_per_s(session, forward.new_cache(session.model), query, tokens)
 
     after, empty = [], []
     for i in range(repeats):

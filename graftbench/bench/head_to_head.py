@@ -15,8 +15,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ..session import Session
-from ..store import Store
+from ..engine.session import Session
+from ..store.folder import Store
 from .peer import peer_command, peer_skip
 from .stats import summary
 from .ttft import deposit_tokens, graft_once

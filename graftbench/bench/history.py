@@ -11,7 +11,7 @@ import os
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..durable import write_atomic
+from ..util.durable import write_atomic
 
 RUNS = "runs"
 

@@ -23,9 +23,9 @@ from .history import write_json_and_markdown
 
 
 def _probe(model: str, dtype: str, prompt_tokens: int, decode_tokens: int, threads: int, problems: str) -> dict:
-    from graftbench import engine
-    from graftbench.problem_loading import load_problems
-    from graftbench.session import open_session
+    from ..engine import forward
+    from ..problems.loading import load_problems
+    from ..engine.session import open_session
 
     session = open_session(model, dtype=dtype, threads=threads)
     usable = [p for p in load_problems(problems) if p.solution]
@@ -35,11 +35,11 @@ def _probe(model: str, dtype: str, prompt_tokens: int, decode_tokens: int, threa
         if len(ids) >= prompt_tokens:
             break
     ids = ids[:prompt_tokens]
-    cache = engine.new_cache(session.model)
+    cache = forward.new_cache(session.model)
     started = time.perf_counter()
-    logits = engine.prefill(session.model, cache, ids, session.config.chunk_size)
+    logits = forward.prefill(session.model, cache, ids, session.config.chunk_size)
     prefill_s = time.perf_counter() - started
-    decoded = engine.greedy_decode(session.model, session.tokenizer, cache, logits, decode_tokens, set())
+    decoded = forward.greedy_decode(session.model, session.tokenizer, cache, logits, decode_tokens, set())
     return {"isa": session.config.isa, "cpu_capability": session.config.cpu_capability, "dtype": dtype,
             "prompt_tokens": len(ids), "prefill_s": prefill_s, "prefill_tok_per_s": len(ids) / prefill_s,
             "decode_tokens": len(decoded.token_ids),
@@ -63,7 +63,7 @@ def measure(model: str, dtypes: list[str], problems: str, prompt_tokens: int = 5
             threads: int = 1, repeats: int = 3, on_probe=None) -> dict:
     """Median prefill and decode tokens/s per (dtype, pin) over ``repeats`` alternating fresh processes, and the
     avx2/native ratios. ``on_probe`` is called after each process."""
-    from graftbench.isa import environment
+    from ..util.isa import environment
 
     rows = []
     for dtype in dtypes:

@@ -15,9 +15,9 @@ import shutil
 import time
 from pathlib import Path
 
-from .. import engine, graft
-from ..session import Session
-from ..store import Store
+from ..engine import forward, graft
+from ..engine.session import Session
+from ..store.folder import Store
 from .restore import evict
 from .memory import graft_memory
 from .stats import summary, timed
@@ -61,7 +61,7 @@ def reach(session: Session, store: Store, i: int, artifact_tokens: int, query: l
     route_s, artifact_id = timed(lambda: store.find_exact(session.config.fingerprint, key(i, artifact_tokens)))
     read_s, artifact = timed(lambda: store.read(artifact_id))
     rebuild_s, cache = timed(lambda: graft.restore(session.model, session.config, artifact))
-    query_s, _ = timed(lambda: engine.prefill(session.model, cache, query, session.config.chunk_size))
+    query_s, _ = timed(lambda: forward.prefill(session.model, cache, query, session.config.chunk_size))
     return {"route_s": route_s, "read_s": read_s, "rebuild_s": rebuild_s, "query_s": query_s,
             "total_s": route_s + read_s + rebuild_s + query_s}
 

@@ -3,8 +3,8 @@ from earlier work in the benchmark's own process cannot hide the increase).
 
 The same probe times that graft (read, rebuild, query forward): the first graft of a process, whose memory is
 all freshly faulted in, against the benchmark's medians, taken in a process that has grafted before. With a KV pool
-(:mod:`graftbench.kv_pool`, reserved when the session opens) the graft reads into resident pages instead; the probe
-then reports the pool's size and the seconds it took at open.
+(:mod:`graftbench.engine.kv_pool`, reserved when the session opens) the graft reads into resident pages instead; the
+probe then reports the pool's size and the seconds it took at open.
 
 Run as ``python -m graftbench.bench.memory STORE ARTIFACT_ID MODEL DTYPE CHUNK_SIZE QUERY_IDS_JSON [POOL_TOKENS]``:
 prints ``{"rss_at_rest_bytes", "increase_bytes", "rss_after_bytes", "first_graft_in_process_s", "kv_pool_bytes",
@@ -24,19 +24,19 @@ from .stats import PeakRSS, rss_bytes
 
 def _probe(store_root: str, artifact_id: str, model: str, dtype: str, chunk_size: int, query: list[int],
            pool_tokens: int = 0) -> dict:
-    from .. import engine, graft
-    from ..session import open_session
-    from ..store import Store
+    from ..engine import forward, graft
+    from ..engine.session import open_session
+    from ..store.folder import Store
     from .ttft import DECODE_ROOM
 
     session = open_session(model, dtype=dtype, chunk_size=chunk_size, kv_pool_tokens=pool_tokens)
     store = Store(store_root)
-    engine.prefill(session.model, engine.new_cache(session.model), query, chunk_size)  # warm the forward once
+    forward.prefill(session.model, forward.new_cache(session.model), query, chunk_size)  # warm the forward once
     with PeakRSS() as peak:
         at_rest = peak.start
         started = time.perf_counter()
         cache = graft.restore(session.model, session.config, store.read(artifact_id, room=len(query) + DECODE_ROOM))
-        engine.prefill(session.model, cache, query, chunk_size)
+        forward.prefill(session.model, cache, query, chunk_size)
         first_graft_s = time.perf_counter() - started
     return {"rss_at_rest_bytes": at_rest, "increase_bytes": peak.increase, "rss_after_bytes": rss_bytes(),
             "first_graft_in_process_s": first_graft_s, "kv_pool_bytes": session.kv_pool.bytes,

@@ -9,8 +9,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from .. import isa
-from ..session import Session
+from ..util import isa
+from ..engine.session import Session
 from .workload import Workload
 
 SCRIPT = Path(__file__).resolve().with_name("peer_llama.py")

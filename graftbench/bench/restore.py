@@ -11,10 +11,10 @@ from pathlib import Path
 import torch
 import xxhash
 
-from .. import graft
-from ..artifact_codec import ArtifactError
-from ..session import Session
-from ..store import Store
+from ..engine import graft
+from ..store.codec import ArtifactError
+from ..engine.session import Session
+from ..store.folder import Store
 from .stats import gb_per_s, summary, timed
 
 RAW_READ_METHOD = ("one unbuffered readinto() of the whole file into a preallocated bytearray, "

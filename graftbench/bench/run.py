@@ -12,15 +12,15 @@ from pathlib import Path
 
 import torch
 
-from .. import isa
-from ..problem_types import Problem
-from ..session import Session
+from ..util import isa
+from ..problems.types import Problem
+from ..engine.session import Session
 from ..settings import BenchSettings
-from ..store import Store
-from ..random_weights import model_name
+from ..store.folder import Store
+from ..engine.random_weights import model_name
 from .batched import measure_batched
 from .batched import target as batched_target
-from .batched_settings import BatchedSettings
+from ..settings import BatchedSettings
 from .decode import measure_decode, measure_decode_after_graft
 from .head_to_head import measure_head_to_head
 from .load import measure_load

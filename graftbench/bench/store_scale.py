@@ -3,7 +3,7 @@
 Artifacts here are small (4 tokens, one layer): the index, not the payload, is under test. Their problem texts
 are seeded random sequences of 30 words drawn from the vocabulary of the benchmark's problem set (AIME 2024:
 about 1,500 distinct words) with 4 numbers, each a different problem; the vocabulary is kept in the store folder
-(``vocabulary.json``) for the probe. Every lookup runs :func:`graftbench.graft.route`, as
+(``vocabulary.json``) for the probe. Every lookup runs :func:`graftbench.engine.graft.route`, as
 ``eval --graft`` does, in a fresh process per store size (so resident memory is that of a process that opened
 the store and routed, not of the one that built it).
 
@@ -21,10 +21,10 @@ from pathlib import Path
 
 import torch
 
-from ..artifact_codec import encode_artifact
-from ..graft import route
-from ..problem_types import Problem, normalize_problem_text, problem_key
-from ..store import Store
+from ..store.codec import encode_artifact
+from ..engine.graft import route
+from ..problems.types import Problem, normalize_problem_text, problem_key
+from ..store.folder import Store
 from .stats import rss_bytes, summary
 
 FINGERPRINT = "b" * 64

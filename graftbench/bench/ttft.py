@@ -8,9 +8,9 @@ from pathlib import Path
 
 import torch
 
-from .. import engine, graft
-from ..session import Session
-from ..store import Store
+from ..engine import forward, graft
+from ..engine.session import Session
+from ..store.folder import Store
 from .memory import graft_memory
 from .stats import summary, timed
 
@@ -22,8 +22,8 @@ def deposit_tokens(session: Session, store: Store, ids: list[int]) -> str:
 
 
 def _first_token(session: Session, cache, query: list[int]) -> tuple[int, str]:
-    logits = engine.prefill(session.model, cache, query, session.config.chunk_size)
-    return int(torch.argmax(logits[-1]).item()), engine.logits_sha256(logits)
+    logits = forward.prefill(session.model, cache, query, session.config.chunk_size)
+    return int(torch.argmax(logits[-1]).item()), forward.logits_sha256(logits)
 
 
 def prefill_once(session: Session, ids: list[int], queries: dict[str, list[int]]) -> dict:
@@ -32,8 +32,8 @@ def prefill_once(session: Session, ids: list[int], queries: dict[str, list[int]]
     Returns seconds: ``prefill_s`` and per query name ``{name}_s`` (query forward plus argmax), and the logits
     SHA-256 of each query's last position (``{name}_logits``). Copying the cache for the second query is untimed.
     """
-    cache = engine.new_cache(session.model)
-    seconds, _ = timed(lambda: engine.prefill(session.model, cache, ids, session.config.chunk_size))
+    cache = forward.new_cache(session.model)
+    seconds, _ = timed(lambda: forward.prefill(session.model, cache, ids, session.config.chunk_size))
     out = {"prefill_s": seconds}
     for i, (name, query) in enumerate(queries.items()):
         target = cache if i == len(queries) - 1 else copy.deepcopy(cache)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from ..problem_types import Problem
-from ..session import Session
+from ..problems.types import Problem
+from ..engine.session import Session
 
 
 @dataclass(frozen=True)

@@ -25,12 +25,12 @@ import torch
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
-from .. import graft
-from ..artifact_codec import HEADER_KEY, decode_header, payload_sha256
-from ..artifact_ids import artifact_id_of
-from ..deposit import deposit_meta
-from ..problem_types import Problem
-from ..store import Store
+from ..engine import graft
+from ..store.codec import HEADER_KEY, decode_header, payload_sha256
+from ..store.ids import artifact_id_of
+from ..eval.deposit import deposit_meta
+from ..problems.types import Problem
+from ..store.folder import Store
 
 # --------------------------------------------------------------------------------------------- forging artifacts
 
@@ -137,7 +137,7 @@ class Lab:
     store: Store
 
     def meta(self, problem: Problem, ids: list[int]) -> dict:
-        """The header fields :func:`graftbench.deposit.deposit_items` writes (they make the artifact routable)."""
+        """The header fields :func:`graftbench.eval.deposit.deposit_items` writes (they make the artifact routable)."""
         return deposit_meta(self.session, problem, ids, "reference")
 
     def build(self, problem: Problem, config=None, parent=None, ids: list[int] | None = None,

@@ -1,7 +1,7 @@
 """The fault harness: processes to kill and a disk to fill.
 
 * Subprocesses: the code they run (:data:`PUT_CODE`, :data:`DEPOSIT_CODE`, :data:`SOLVE_CODE`, :data:`HUB_CODE`),
-  :func:`start_python` (with ``GRAFTBENCH_FAULT`` set, so that :func:`graftbench.durable.crash_point` kills the
+  :func:`start_python` (with ``GRAFTBENCH_FAULT`` set, so that :func:`graftbench.util.durable.crash_point` kills the
   writer at a named point), :func:`put_in_subprocess`, :func:`wait_for_line`, :func:`sigkill`,
   :func:`kill_when_lines`, :func:`complete_lines`, :func:`lines_of`.
 * A full disk: :func:`disk_full` (``os.write`` refuses with ``ENOSPC`` under a folder) and :func:`index_full`
@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..artifact_ids import artifact_id_of
-from ..store import Store
+from ..store.ids import artifact_id_of
+from ..store.folder import Store
 
 # The folder that holds this graftbench package: subprocesses start there, so that ``python -c`` imports this very
 # code (a checkout's, or an installed one's) whatever the caller's working folder.
@@ -30,7 +30,7 @@ IMPORT_ROOT = Path(__file__).resolve().parents[2]
 
 PUT_CODE = """
 import sys
-from graftbench.store import Store
+from graftbench.store.folder import Store
 store = Store(sys.argv[1])
 for _ in range(int(sys.argv[2])):
     for path in sys.argv[3:]:
@@ -41,23 +41,23 @@ print("DONE", flush=True)
 
 SESSION_CODE = """
 import sys
-from graftbench.session import open_session
+from graftbench.engine.session import open_session
 session = open_session(sys.argv[1], dtype=sys.argv[2], chunk_size=int(sys.argv[3]))
 print("READY", flush=True)
 """
 
 DEPOSIT_CODE = SESSION_CODE + """
-from graftbench.deposit import deposit_items, items_from_problems
-from graftbench.problem_loading import load_problems
-from graftbench.store import Store
+from graftbench.eval.deposit import deposit_items, items_from_problems
+from graftbench.problems.loading import load_problems
+from graftbench.store.folder import Store
 deposit_items(session, Store(sys.argv[5]), items_from_problems(load_problems(sys.argv[4])))
 print("DONE", flush=True)
 """
 
 SOLVE_CODE = SESSION_CODE + """
 from graftbench.settings import EvalSettings
-from graftbench.workflows import run_eval
-from graftbench.problem_loading import load_problems
+from graftbench.eval.workflows import run_eval
+from graftbench.problems.loading import load_problems
 run_eval(session, load_problems(sys.argv[4]), "faults", sys.argv[6], EvalSettings(max_new_tokens=int(sys.argv[7])),
          runs_root=sys.argv[5])
 print("DONE", flush=True)
@@ -65,8 +65,8 @@ print("DONE", flush=True)
 
 # Prints the error that loading an unreachable hub id raises (run offline).
 HUB_CODE = """
-from graftbench.problem_loading import load_problems
-from graftbench.problem_types import ProblemSetError
+from graftbench.problems.loading import load_problems
+from graftbench.problems.types import ProblemSetError
 try:
     load_problems("graftbench-no-such-owner/no-such-problem-set")
 except ProblemSetError as exc:

@@ -28,25 +28,25 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..artifact_codec import ArtifactError
-from ..artifact_ids import artifact_id_of
-from ..problem_types import Problem, problem_key
+from ..store.codec import ArtifactError
+from ..store.ids import artifact_id_of
+from ..problems.types import Problem, problem_key
 from ..settings import EvalSettings
-from ..store import Store
+from ..store.folder import Store
 from . import scenarios, store_faults
 from .catalogue import (
-    ARTIFACT_FAULTS,
-    ESCAPING_IDS,
-    ESCAPING_RUN_NAMES,
-    MANIFEST_EDITS,
-    PROBLEM_SET_FAULTS,
-    ArtifactFault,
-    Lab,
-    escaping_artifact_entry,
-    mutate_artifact,
-    tiny_problem,
-    write_problem_set,
-)
+                        ARTIFACT_FAULTS,
+                        ESCAPING_IDS,
+                        ESCAPING_RUN_NAMES,
+                        MANIFEST_EDITS,
+                        PROBLEM_SET_FAULTS,
+                        ArtifactFault,
+                        Lab,
+                        escaping_artifact_entry,
+                        mutate_artifact,
+                        tiny_problem,
+                        write_problem_set,
+                        )
 from .harness import DEPOSIT_CODE, HUB_CODE, IMPORT_ROOT, lines_of, session_args, sigkill, start_python, wait_for_line
 from .scenarios import count_losses, inventory, store_consistent
 
@@ -101,7 +101,7 @@ class Bench:
 
     def eval(self, problems, name, **settings):
         """A run over ``problems`` in ``runs/`` (graft runs use the main store unless ``store_root`` is given)."""
-        from graftbench.workflows import run_eval
+        from ..eval.workflows import run_eval
 
         store_root = settings.pop("store_root", self.main)
         on_sample = settings.pop("on_sample", None)
@@ -110,7 +110,7 @@ class Bench:
 
     def setup(self) -> None:
         """Deposit the baseline problems into the main store, then a solve run and a graft eval run."""
-        from graftbench.deposit import deposit_items, items_from_problems
+        from ..eval.deposit import deposit_items, items_from_problems
 
         deposit_items(self.session, Store(self.main), items_from_problems(self.problems))
         self.eval(self.problems, "baseline", max_new_tokens=6)
@@ -155,7 +155,7 @@ class Bench:
 
     def reader_fuzz(self, n: int = 1000) -> Outcome:
         """``n`` random mutations of a real artifact read under its id: every one must raise ArtifactError."""
-        from graftbench.artifact_codec import decode_artifact
+        from ..store.codec import decode_artifact
 
         (problem,) = self.fresh_problems(1)
         ids = self.session.deposit_ids(problem.problem, problem.answer, problem.solution)[:12]
@@ -190,7 +190,7 @@ class Bench:
 
     def escaping_run_names(self) -> Outcome:
         """Run names that would leave ``runs/``: refused before anything is written."""
-        from graftbench.runs import RunError
+        from ..results.runs import RunError
 
         refused = 0
         for bad in ESCAPING_RUN_NAMES:
@@ -229,7 +229,7 @@ class Bench:
 
     def kill_deposit_randomly(self) -> Outcome:
         """SIGKILL a real ``deposit`` (model prefill, write, index) after a random delay; then deposit again."""
-        from graftbench.deposit import deposit_items, items_from_problems
+        from ..eval.deposit import deposit_items, items_from_problems
 
         problems = self.fresh_problems(4)
         proc = start_python(DEPOSIT_CODE, [*session_args(self.session), self.problems_file(problems), self.main])
@@ -402,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from rich.console import Console
 
-    from graftbench.session import open_session
+    from ..engine.session import open_session
 
     started = time.perf_counter()
     session = open_session(args.model)

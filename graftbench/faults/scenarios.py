@@ -16,28 +16,28 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import graft
-from ..artifact_codec import ArtifactError
-from ..deposit import DepositReport, deposit_items, items_from_problems
-from ..durable import StorageError
-from ..manifest import verify_manifest, write_manifest
-from ..problem_loading import load_problems
-from ..problem_types import Problem, ProblemSetError
-from ..runs import RunDir
+from ..engine import graft
+from ..store.codec import ArtifactError
+from ..eval.deposit import DepositReport, deposit_items, items_from_problems
+from ..util.durable import StorageError
+from ..results.manifest import verify_manifest, write_manifest
+from ..problems.loading import load_problems
+from ..problems.types import Problem, ProblemSetError
+from ..results.runs import RunDir
 from ..settings import EvalSettings
-from ..store import Store
-from ..workflows import RunResult, run_eval
+from ..store.folder import Store
+from ..eval.workflows import RunResult, run_eval
 from .harness import (
-    SOLVE_CODE,
-    complete_lines,
-    disk_full,
-    index_full,
-    kill_when_lines,
-    put_in_subprocess,
-    session_args,
-    start_python,
-    write_payloads,
-)
+                      SOLVE_CODE,
+                      complete_lines,
+                      disk_full,
+                      index_full,
+                      kill_when_lines,
+                      put_in_subprocess,
+                      session_args,
+                      start_python,
+                      write_payloads,
+                      )
 
 SOURCE = "faults"  # the problem-set source recorded by every run the scenarios make
 

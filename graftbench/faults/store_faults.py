@@ -14,23 +14,23 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..artifact_ids import artifacts_dir
-from ..durable import clean_temporaries
-from ..problem_loading import load_problems
-from ..runs import RunDir, RunError
+from ..store.ids import artifacts_dir
+from ..util.durable import clean_temporaries
+from ..problems.loading import load_problems
+from ..results.runs import RunDir, RunError
 from ..settings import EvalSettings
-from ..store import Store, StoreError, reindex_store
-from ..workflows import run_eval
+from ..store.folder import Store, StoreError, reindex_store
+from ..eval.workflows import run_eval
 from .harness import (
-    SOLVE_CODE,
-    lines_of,
-    put_in_subprocess,
-    session_args,
-    sigkill,
-    start_python,
-    wait_for_line,
-    write_payloads,
-)
+                      SOLVE_CODE,
+                      lines_of,
+                      put_in_subprocess,
+                      session_args,
+                      sigkill,
+                      start_python,
+                      wait_for_line,
+                      write_payloads,
+                      )
 
 SOURCE = "faults"
 
@@ -38,7 +38,7 @@ SOURCE = "faults"
 WRITING_CODE = """
 import sys, time
 from pathlib import Path
-from graftbench.durable import locked_temp
+from graftbench.util.durable import locked_temp
 fd, path = locked_temp(Path(sys.argv[1]))
 print("HELD", flush=True)
 time.sleep(600)

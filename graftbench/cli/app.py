@@ -1,0 +1,563 @@
+"""The ``graftbench`` command line: parses arguments and prints; the logic lives in :mod:`graftbench.eval.workflows` and
+the modules it calls. Shared options and helpers are in :mod:`graftbench.cli.common`; ``check-exact`` and the
+benchmark commands in :mod:`graftbench.cli.exact` and :mod:`graftbench.cli.bench`.
+
+Heavy imports (torch, transformers) happen inside the commands that need a model, so ``verify-manifest`` runs on
+a machine without them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import replace
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.markup import escape
+
+from . import bench, exact, flywheel, report
+from . import merge, route
+from .common import (EVAL, FLYWHEEL, AnswerFieldOpt, ChunkOpt, DeviceOpt, DtypeOpt, ExampleAsOpt, GraftFromOpt, IdFieldOpt,
+                     IsaOpt, LayoutOpt, LimitOpt, ModelOpt, ProblemFieldOpt, ProblemsOpt, RunsOpt, SamplesOpt, SeedOpt,
+                     ShardOpt, SolutionFieldOpt, StoreOpt, TemperatureOpt, TopPOpt, console, fail, load_problem_set,
+                     model_label, open_model, os_error_text, progress, shard_problems, stage_progress)
+from ..settings import EvalSettings
+from ..scale.dispatch import EXECUTORS, RAY_EXTRA, ClusterOptions, DispatchError
+from .common import ModeOpt, announce_sandbox, check_hub_model, refuse_random
+from ..util.display_text import console_markup
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Verified-knowledge experiments: solve, deposit KV artifacts, graft them back, verify.")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            number = version("graftbench")
+        except PackageNotFoundError:
+            number = "unknown (not installed as a package)"
+        console.print(f"graftbench {number}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(show_version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                            help="print graftbench's version and exit")) -> None:
+    """Verified-knowledge experiments: solve, deposit KV artifacts, graft them back, verify."""
+
+
+CLUSTER = ClusterOptions()
+ExecutorOpt = typer.Option("process", "--executor", help=escape("process: this process loads the model and runs "
+                           f"every problem; ray: Ray workers, each loading the model once ({RAY_EXTRA})"))
+WorkersOpt = typer.Option(CLUSTER.workers, "--workers", min=1, help=escape(
+    "with --executor ray: workers to start [default: as many as the cluster's free CPUs hold at --worker-threads each]"))
+WorkerThreadsOpt = typer.Option(CLUSTER.threads, "--worker-threads", min=1, help="with --executor ray: torch threads "
+                                "per worker and the CPUs each reserves (part of the pin: deposit under the same count)")
+AddressOpt = typer.Option(CLUSTER.address, "--address", help=escape(
+    "with --executor ray: join this running Ray cluster (host:port, or auto) [default: start a local one for the run "
+    "and stop it at the end]"))
+
+ProblemTimeoutOpt = typer.Option(CLUSTER.problem_timeout_s, "--problem-timeout", min=1.0, help=escape(
+    "with --executor ray: seconds a worker may hold one problem; past it the worker counts as hung, is stopped, and "
+    "the problem goes to another"))
+
+
+def _print_cleaned(cleaned) -> None:
+    if cleaned:
+        console.print(f"removed {len(cleaned)} temporary file(s) left by killed writers: "
+                      + console_markup(", ".join(str(path) for path in cleaned)))
+
+
+def _print_run(result, energy_method: str) -> None:
+    from .tables import FULL_FIGURES_NOTE, samples_table, summary_table
+
+    _print_cleaned(result.cleaned)
+    console.print(samples_table(result.samples))
+    console.print(summary_table([(result.run.name, result.manifest["totals"])], energy_method))
+    console.print(FULL_FIGURES_NOTE)
+    console.print(f"manifest: {result.run.manifest_path} (sha256 {result.manifest['manifest_sha256'][:16]})")
+
+
+def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, run, limit, settings: EvalSettings,
+                  store, fields, isa, new_store=False, cluster: ClusterOptions | None = None) -> None:
+    if cluster is None:
+        check_hub_model(model)  # first: what follows imports torch
+    from ..util.durable import StorageError
+    from ..eval.evaluate import StrictFallbackError
+    from ..programs.sandbox import SandboxError
+    from ..eval.workflows import shard_size
+    from ..results.runs import RunError
+    from ..store.folder import StoreError
+    from ..eval.workflows import check_resume_before_load, samples_recorded
+
+    problem_list = load_problem_set(problems, limit, *fields)
+    if settings.graft and not new_store:
+        from ..store.folder import require_store
+
+        try:
+            require_store(store)  # before the model loads: a mistyped --store fails at once
+        except StoreError as exc:
+            fail(str(exc) + (" or pass --new-store to start an empty one" if exc.missing else ""))
+    name = run or default_run_name(command, model, problems, settings.graft)
+    try:
+        check_resume_before_load(runs_dir, name, command, model, problem_list, settings)  # checks the name too
+    except RunError as exc:
+        fail(str(exc))
+    if _report_finished(runs_dir, name, command, model, dtype, chunk_size, isa, problem_list, settings, store):
+        return
+    execute = _executor(cluster, model, dtype, chunk_size, isa)  # loads the model here, or leaves it to workers
+    if settings.graft and cluster is None:  # the pin is known once the model is loaded: partial(run_eval, session)
+        _check_store_pins(store, execute.args[0].config, settings.strict)
+    try:
+        with progress(command, shard_size(problem_list, settings) * settings.samples,
+                      samples_recorded(runs_dir, name, problem_list, settings)) as advance:
+            result = execute(problem_list, problems, name, settings, command=command, runs_root=runs_dir,
+                             store_root=store if settings.graft else None, on_sample=advance, new_store=new_store)
+    except StoreError as exc:
+        fail(str(exc) + (" or pass --new-store to start an empty one" if exc.missing else ""))
+    except DispatchError as exc:
+        fail(str(exc))
+    except StorageError as exc:  # a full or read-only runs folder: the samples appended before it stay
+        fail(f"{os_error_text(exc)}; the samples finished so far are kept in {Path(runs_dir) / name} and the same "
+             "command resumes the run")
+    except (RunError, StrictFallbackError, OSError, SandboxError) as exc:  # a graft opens its store read-only
+        fail(os_error_text(exc, f"the run folder {Path(runs_dir) / name}"))
+    except KeyboardInterrupt:
+        fail(f"interrupted: the samples finished so far are kept in {Path(runs_dir) / name}; the same command "
+             "resumes the run", 130)
+    _print_run(result, result.manifest["energy"]["method"])
+    if result.certificate_mismatches:
+        fail(f"certificate mismatch (graft logits differ from a fresh recompute): {result.certificate_mismatches}", 1)
+
+
+def _check_store_pins(store: str, config, strict: bool) -> None:
+    """Before a graft run starts: when the store holds no artifact under this run's pin, say so (how many it
+    holds, under which models and pins); under ``strict`` that is an error (exit 2)."""
+    from ..store.folder import Store, StoreError
+    from ..store.pins import pins_held, unusable_store_message
+
+    try:
+        holdings = pins_held(Store(store, readonly=True))
+    except StoreError:
+        return  # a store not created yet (--new-store), or an index the run upgrades: it holds nothing to name
+    message = unusable_store_message(store, holdings, config.model, config.dtype, config.fingerprint)
+    if message is None:
+        return
+    if strict:
+        fail(f"--strict: {message}; nothing was run")
+    console.print(f"[yellow]note[/yellow]: {console_markup(message)}")
+
+
+def _report_finished(runs_dir, name, command, model, dtype, chunk_size, isa, problem_list, settings, store) -> bool:
+    """When ``runs_dir/name`` is a finished run of this command (:mod:`graftbench.results.finished`), say so, verify it
+    and print its summary without loading a model or writing anything (exit 1 when it does not verify); ``False``
+    when the command has work to do."""
+    from ..results.finished import Request, finished_run
+    from ..util.isa import ENV_VAR
+    from .tables import FULL_FIGURES_NOTE, summary_table
+
+    request = Request(command, model, dtype, chunk_size, isa or os.environ.get(ENV_VAR) or "native", settings)
+    done = finished_run(runs_dir, name, request, problem_list, store if settings.graft else None)
+    if done is None:
+        return False
+    if done.mismatches:
+        fail(f"run '{name}' is complete, but its manifest {done.path} does not verify ({len(done.mismatches)} "
+             f"mismatches; the first: {done.mismatches[0]}); nothing was run or written: "
+             f"`graftbench verify-manifest {done.path}` lists them", 1)
+    for note in done.notes:
+        console.print(console_markup(note))
+    console.print(summary_table([(name, done.manifest["totals"])], done.manifest["energy"]["method"]))
+    console.print(f"run '{console_markup(name)}' is already complete: every sample is recorded and its manifest {done.path} verifies "
+                  f"(sha256 {done.manifest['manifest_sha256'][:16]}); nothing was run or written (pass another "
+                  "--run name to run it again)")
+    return True
+
+
+def default_run_name(command: str, model: str, problems: str, graft: bool) -> str:
+    """The run name when ``--run`` is not given: ``COMMAND-MODEL-PROBLEMS[-graft]`` from the model's label and the
+    problem set's stem, as a plain folder name (other characters become ``_``, at most 128)."""
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", f"{command}-{model_label(model)}-{Path(problems).stem}"
+                                           f"{'-graft' if graft else ''}")
+    return name.replace("..", "_")[:128]
+
+
+def _executor(cluster: ClusterOptions | None, model, dtype, chunk_size, isa):
+    """What runs the eval: :func:`graftbench.eval.workflows.run_eval` with the model loaded in this process, or with
+    ``cluster`` :func:`graftbench.scale.ray_executor.run_eval_ray` (each worker loads the model; this process does
+    not)."""
+    from functools import partial
+
+    refuse_random(model)  # Ray workers load the model themselves
+    if cluster is None:
+        from ..eval.workflows import run_eval
+
+        return partial(run_eval, open_model(model, dtype, chunk_size, isa=isa))
+    from ..scale.ray_executor import WorkerPin, run_eval_ray
+    from ..util.isa import ENV_VAR, IsaError, check_name
+
+    try:
+        isa_name = check_name(isa or os.environ.get(ENV_VAR) or "native")
+    except IsaError as exc:
+        fail(str(exc))
+    pin = WorkerPin(model, dtype, chunk_size, isa_name, cluster.threads)
+    return partial(run_eval_ray, pin=pin, options=cluster, on_event=console.print)
+
+
+def _cluster(executor: str, workers: int | None, threads: int, address: str | None,
+             problem_timeout: float = CLUSTER.problem_timeout_s) -> ClusterOptions | None:
+    """The Ray options of ``--executor ray`` (``None`` for ``process``). Exits 2 for an unknown executor, Ray
+    options without ``--executor ray``, or Ray not installed (before any model loads)."""
+    if executor not in EXECUTORS:
+        fail(f"executor {executor!r} is not one of {', '.join(EXECUTORS)}")
+    if executor == "process":
+        if workers is not None or address is not None or problem_timeout != CLUSTER.problem_timeout_s:
+            fail("--workers, --address and --problem-timeout apply to --executor ray")
+        return None
+    from importlib.util import find_spec
+
+    if find_spec("ray") is None:
+        fail(f"--executor ray needs Ray, which is not installed here: {RAY_EXTRA}")
+    return ClusterOptions(workers=workers, threads=threads, address=address, problem_timeout_s=problem_timeout)
+
+
+def _settings(**values) -> EvalSettings:
+    try:
+        return EvalSettings(**values)
+    except ValueError as exc:
+        fail(str(exc))
+
+
+def _in_mode(settings: EvalSettings, mode: str) -> EvalSettings:
+    """``settings`` in ``mode``; in program mode the sandbox is probed and described before the model loads. An
+    unknown mode, or no sandbox at all, exits 2."""
+    announce_sandbox(mode)
+    return replace(settings, mode=mode)
+
+
+@app.command()
+def solve(
+    model: str = ModelOpt, problems: str = ProblemsOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt,
+    isa: Optional[str] = IsaOpt, device: str = DeviceOpt,
+    runs_dir: str = RunsOpt, run: Optional[str] = typer.Option(None, "--run", help="run name (resumes if it exists)"),
+    limit: Optional[int] = LimitOpt,
+    max_new_tokens: int = typer.Option(EVAL.max_new_tokens, "--max-new-tokens", min=1, help="decode budget per problem (tokens)"),
+    token_budget: Optional[int] = typer.Option(None, "--token-budget", min=1, help="decode budget for the whole run (tokens)"),
+    samples: int = SamplesOpt, temperature: float = TemperatureOpt, top_p: float = TopPOpt, seed: int = SeedOpt,
+    shard: Optional[str] = ShardOpt,
+    executor: str = ExecutorOpt, workers: Optional[int] = WorkersOpt, worker_threads: int = WorkerThreadsOpt,
+    address: Optional[str] = AddressOpt, problem_timeout: float = ProblemTimeoutOpt,
+    id_field: str = IdFieldOpt, problem_field: str = ProblemFieldOpt, answer_field: str = AnswerFieldOpt,
+    solution_field: str = SolutionFieldOpt, mode: str = ModeOpt,
+) -> None:
+    """Decode every problem under the budget (greedy, or N samples) and verify each answer (the baseline)."""
+    settings = _settings(max_new_tokens=max_new_tokens, token_budget=token_budget, samples=samples,
+                         temperature=temperature, top_p=top_p, seed=seed, shard=shard)
+    settings = _in_mode(settings, mode)
+    _eval_command("solve", model, problems, dtype, chunk_size, runs_dir, run, limit, settings, None,
+                  (id_field, problem_field, answer_field, solution_field), isa,
+                  cluster=_cluster(executor, workers, worker_threads, address, problem_timeout))
+
+
+@app.command(name="eval")
+def eval_(
+    model: str = ModelOpt, problems: str = ProblemsOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt,
+    isa: Optional[str] = IsaOpt, device: str = DeviceOpt,
+    runs_dir: str = RunsOpt, run: Optional[str] = typer.Option(None, "--run", help="run name (resumes if it exists)"),
+    limit: Optional[int] = LimitOpt,
+    max_new_tokens: int = typer.Option(EVAL.max_new_tokens, "--max-new-tokens", min=1, help="decode budget per problem (tokens)"),
+    token_budget: Optional[int] = typer.Option(None, "--token-budget", min=1, help="decode budget for the whole run (tokens)"),
+    graft: bool = typer.Option(False, "--graft", help="route each problem to an artifact and graft it"),
+    store: str = StoreOpt,
+    new_store: bool = typer.Option(False, "--new-store", help="with --graft: create the store if it does not exist "
+                                   "(an empty store: every problem then runs as the baseline)"),
+    certify: bool = typer.Option(False, "--certify", help="also hash a fresh chunked recompute; must be equal"),
+    strict: bool = typer.Option(False, "--strict", help="a refused artifact is an error, not a fallback"),
+    min_similarity: float = typer.Option(EVAL.min_similarity, "--min-similarity", min=0.0, max=1.0, help="confidence gate for non-exact routes (0-1)"),
+    layout: str = LayoutOpt, graft_from: str = GraftFromOpt, example_as: str = ExampleAsOpt,
+    samples: int = SamplesOpt, temperature: float = TemperatureOpt, top_p: float = TopPOpt, seed: int = SeedOpt,
+    shard: Optional[str] = ShardOpt,
+    executor: str = ExecutorOpt, workers: Optional[int] = WorkersOpt, worker_threads: int = WorkerThreadsOpt,
+    address: Optional[str] = AddressOpt, problem_timeout: float = ProblemTimeoutOpt,
+    id_field: str = IdFieldOpt, problem_field: str = ProblemFieldOpt, answer_field: str = AnswerFieldOpt,
+    solution_field: str = SolutionFieldOpt, mode: str = ModeOpt,
+) -> None:
+    """Evaluate: the baseline, or with --graft an artifact restored at its own positions before the query."""
+    settings = _settings(max_new_tokens=max_new_tokens, token_budget=token_budget, graft=graft, certify=certify,
+                         strict=strict, min_similarity=min_similarity, layout=layout, graft_from=graft_from,
+                         samples=samples, temperature=temperature, top_p=top_p, seed=seed, shard=shard,
+                         example_as=example_as)
+    settings = _in_mode(settings, mode)
+    _eval_command("eval", model, problems, dtype, chunk_size, runs_dir, run, limit, settings, store,
+                  (id_field, problem_field, answer_field, solution_field), isa, new_store,
+                  cluster=_cluster(executor, workers, worker_threads, address, problem_timeout))
+
+
+@app.command()
+def deposit(
+    model: str = ModelOpt, problems: str = ProblemsOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt,
+    isa: Optional[str] = IsaOpt, device: str = DeviceOpt,
+    store: str = StoreOpt, runs_dir: str = RunsOpt, limit: Optional[int] = LimitOpt,
+    from_run: Optional[str] = typer.Option(None, "--from-run", help="deposit this solve run's verified samples"),
+    from_manifest: Optional[Path] = typer.Option(None, "--from-manifest", help="deposit the verified samples "
+                                                 "recorded in this solve run's manifest (e.g. a committed one), "
+                                                 "once it verifies"),
+    references: bool = typer.Option(True, "--references/--no-references",
+                                    help="deposit the problem set's solution field"),
+    shard: Optional[str] = ShardOpt,
+    id_field: str = IdFieldOpt, problem_field: str = ProblemFieldOpt, answer_field: str = AnswerFieldOpt,
+    solution_field: str = SolutionFieldOpt, mode: str = ModeOpt,
+    recompute: bool = typer.Option(False, "--recompute", help="prefill every solution, even one whose artifact "
+                                   "the store already holds intact (equal bytes keep the one copy)"),
+) -> None:
+    """Re-verify solutions against their keys and deposit the verified ones as KV artifacts (a solution already
+    stored under the same pin is reused without a prefill)."""
+    from ..eval.workflows import deposit_job, deposit_plan, empty_plan_reasons
+    from .tables import deposit_table
+    from ..results.runs import RunDir, RunError
+    from ..programs.sandbox import SandboxError
+    from ..store.folder import StoreError, check_store_target
+
+    announce_sandbox(mode)
+
+    problem_list = shard_problems(load_problem_set(problems, limit, id_field, problem_field, answer_field,
+                                                   solution_field), shard)
+    try:
+        source_run = RunDir(runs_dir, from_run) if from_run else None
+    except RunError as exc:
+        fail(str(exc))
+    if source_run is not None and not source_run.samples_path.exists():
+        fail(f"run '{from_run}' has no samples at {source_run.samples_path}")
+    try:
+        items = deposit_plan(problem_list, references=references, from_run=source_run, from_manifest=from_manifest)
+    except (RunError, ValueError) as exc:  # ValueError includes ManifestError
+        fail(str(exc))
+    try:
+        check_store_target(store)
+    except StoreError as exc:
+        fail(str(exc))
+    if not items:
+        reasons = empty_plan_reasons(problem_list, references=references, from_run=source_run,
+                                     from_manifest=from_manifest)
+        fail(f"nothing to deposit from problem set '{problems}' (solution field '{solution_field}'"
+             f"{f', shard {shard}' if shard else ''}): "
+             + ("; ".join(reasons) or "--no-references without --from-run or --from-manifest"))
+    session = open_model(model, dtype, chunk_size, isa=isa)
+    try:
+        with progress("deposit", len(items)) as advance:
+            report = deposit_job(session, store, problem_list, references=references, items=items, on_item=advance,
+                                 mode=mode, recompute=recompute)
+    except (RunError, OSError, SandboxError) as exc:  # OSError includes StorageError (disk full) and StoreError
+        fail(os_error_text(exc, f"the store {store}"))
+    except KeyboardInterrupt:
+        fail(f"interrupted: the artifacts deposited so far are kept in {store}; the same command reuses them "
+             "without a prefill", 130)
+    _print_cleaned(report.cleaned)
+    console.print(deposit_table(report, store))
+    for pid, reason in report.refused:
+        console.print(f"[yellow]refused[/yellow] {pid}: {reason}")
+    console.print(f"{len(report.deposited)} deposited ({len(report.reused)} reused without a prefill), "
+                  f"{len(report.refused)} refused")
+    for fingerprint, held in sorted(report.other_pins.items()):
+        console.print(f"[yellow]note[/yellow]: {held} of the {len(set(report.prefilled_keys))} problems prefilled "
+                      f"were already stored under another pin, config {fingerprint[:12]} (this one is "
+                      f"{session.config.fingerprint[:12]}); a deposit reuses only artifacts of its own pin: "
+                      "the same weights, dtype, chunk size, thread count, --isa and layout")
+
+
+@app.command(name="verify-manifest")
+def verify_manifest_cmd(
+    path: Path = typer.Argument(..., help="manifest.json (run or exactness manifest) to re-check"),
+    store: Optional[str] = typer.Option(None, "--store", help="store to check artifact payloads against (the "
+                                        "store a manifest records is never read) [default: none, payloads not "
+                                        "checked]"),
+    require_artifacts: bool = typer.Option(False, "--require-artifacts",
+                                           help="an artifact the store does not hold is a mismatch, not 'not checked'"),
+    rescore: bool = typer.Option(False, "--rescore", help="also re-score every sample under the current verifier, "
+                                 "as a separate report (a changed verdict there is a re-score, not a mismatch)"),
+    problems: Optional[str] = typer.Option(None, "--problems", "-p", help=escape(
+        "problem set to anchor the run to: its SHA-256, every key, every problem sampled as often as the settings "
+        "say ('builtin[:A-B]' or a local file) [default: the set the manifest records, when it is built-in or a "
+        "file under ../shared/data/]")),
+) -> None:
+    """Re-check a manifest without a model: hashes, every verdict, totals, artifact payloads, the problem set. Exit 0 only if all hold."""
+    from ..results.manifest import ManifestError, ManifestRefused
+    from ..results.anchor import ProblemSet
+    from ..results.check import check_manifest
+
+    if store and Path(store).is_file():
+        fail(f"--store {store} is not a store: it is a file, not a folder; no artifact could be checked")
+    named = None
+    if problems is not None:
+        named = ProblemSet(tuple(load_problem_set(problems, None, "id", "problem", "answer", "solution")), problems,
+                           True)
+    try:
+        mismatches, notes = check_manifest(path, store, require_artifacts, named)
+    except ManifestRefused as exc:
+        fail(str(exc), 1)
+    except ManifestError as exc:
+        fail(str(exc))
+    for note in notes:
+        console.print(console_markup(note))
+    if rescore:
+        _print_rescore(path)
+    if mismatches:
+        for line in mismatches:
+            console.print(f"[red]mismatch[/red] {console_markup(line)}")
+        fail(f"{path}: {len(mismatches)} mismatch(es)", 1)
+    console.print(f"[green]ok[/green] {console_markup(path)}")
+
+
+def _print_rescore(path: Path) -> None:
+    from ..results.manifest import ManifestError, load_manifest
+    from ..results.rescore import rescore_manifest
+    from .tables import rescore_table
+
+    try:
+        report = rescore_manifest(load_manifest(path))
+    except (ManifestError, ValueError) as exc:
+        console.print(f"[yellow]re-score not made[/yellow]: {console_markup(exc)}")
+        return
+    console.print(rescore_table(report))
+
+
+store_app = typer.Typer(help="Inspect, check, clean and reindex an artifact store.", no_args_is_help=True)
+app.add_typer(store_app, name="store")
+
+
+def _open_readonly(store: str):
+    from ..store.folder import Store, StoreError
+
+    try:
+        return Store(store, readonly=True)
+    except StoreError as exc:
+        fail(str(exc))
+
+
+@store_app.command("ls")
+def store_ls(store: str = StoreOpt) -> None:
+    """List the indexed artifacts: id, problem id, model, dtype and pin, answer key, tokens, source (and the parent
+    a chained artifact continues), with their count and size; read-only."""
+    from ..store.folder import StoreError
+    from ..store.pins import pins_held
+    from .tables import store_table
+
+    try:
+        opened = _open_readonly(store)
+        pins = pins_held(opened)
+        rows = opened.rows()
+    except StoreError as exc:
+        fail(str(exc))
+    console.print(store_table(rows, store, {h.fingerprint: h for h in pins}))
+
+
+@store_app.command("verify")
+def store_verify(store: str = StoreOpt) -> None:
+    """Re-check every indexed artifact with SHA-256 (file against id, payload against header) and its indexed
+    XXH3-128; exit 1 on any failure (read-only)."""
+    from ..store.folder import StoreError
+
+    opened = _open_readonly(store)
+    try:
+        problems = opened.verify()
+    except StoreError as exc:
+        fail(str(exc))
+    for line in problems:
+        console.print(f"[red]refused[/red] {console_markup(line)}")
+    temporaries = opened.temporaries()
+    if temporaries:
+        console.print(f"{len(temporaries)} temporary file(s) (writes in flight, or left by killed writers: "
+                      f"`graftbench store clean` removes the latter): {console_markup(', '.join(temporaries))}")
+    if problems:
+        fail(f"{len(problems)} artifact(s) in {store} failed verification", 1)
+    console.print(f"[green]ok[/green] every artifact in {console_markup(store)} verifies")
+
+
+@store_app.command("reindex")
+def store_reindex(store: str = StoreOpt) -> None:
+    """Rebuild the store's index from its artifact files (each checked: SHA-256 = its id, header parses); bad
+    files are named and left in place."""
+    from ..store.folder import reindex_store
+
+    try:
+        report, cleaned = reindex_store(store)
+    except OSError as exc:  # StoreError, or the new index could not be written
+        fail(str(exc))
+    _print_cleaned(cleaned)
+    for name, reason in report.skipped:
+        console.print(f"[yellow]skipped[/yellow] {console_markup(name)}: {console_markup(reason)}")
+    if report.temporaries:
+        console.print(f"not indexed: {len(report.temporaries)} temporary file(s) of writes in flight")
+    console.print(f"reindexed {console_markup(store)}: {len(report.indexed)} artifact(s) indexed, "
+                  f"{len(report.skipped)} file(s) skipped")
+
+
+@store_app.command("clean")
+def store_clean(store: str = StoreOpt) -> None:
+    """Remove the temporary files of writers killed before their rename (never one a live process is writing)."""
+    from ..store.folder import StoreError, clean_store
+
+    try:
+        cleaned = clean_store(store)
+    except StoreError as exc:
+        fail(str(exc))
+    _print_cleaned(cleaned)
+    console.print(f"{console_markup(store)}: {len(cleaned)} temporary file(s) removed")
+
+
+@app.command()
+def run(
+    model: str = ModelOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt, isa: Optional[str] = IsaOpt,
+    device: str = DeviceOpt, runs_dir: str = RunsOpt,
+    store: str = StoreOpt,
+    n_per_family: int = typer.Option(FLYWHEEL.per_family, "--per-family", min=1, help="built-in problems per family"),
+    max_new_tokens: int = typer.Option(FLYWHEEL.max_new_tokens, "--max-new-tokens", min=1, help="decode budget per problem (tokens)"),
+    prefix: str = typer.Option(FLYWHEEL.prefix, "--prefix", help="run name prefix"),
+) -> None:
+    """The whole flywheel on the built-in set: solve, deposit, eval with graft, verify manifests, one table."""
+    from ..eval.workflows import flywheel
+    from ..problems.builtin import MAX_PER_FAMILY, builtin_problems
+    from .tables import summary_table
+
+    if n_per_family > MAX_PER_FAMILY:
+        fail(f"--per-family {n_per_family}: the built-in families hold {MAX_PER_FAMILY} distinct problems each")
+    problem_list = builtin_problems(n_per_family=n_per_family)
+    session = open_model(model, dtype, chunk_size, isa=isa)
+    from ..results.runs import RunError
+
+    try:
+        with stage_progress(len(problem_list)) as (advance, on_stage):
+            result = flywheel(session, problem_list, "builtin", prefix=prefix, max_new_tokens=max_new_tokens,
+                              runs_root=runs_dir, store_root=store, on_sample=advance, on_item=advance,
+                              on_stage=on_stage)
+    except (RunError, OSError) as exc:  # OSError includes StorageError (disk full)
+        fail(str(exc))
+    console.print(summary_table(result.rows(), result.grafted.manifest["energy"]["method"],
+                                title=f"flywheel on {len(problem_list)} built-in problems ({model})"))
+    console.print(f"deposited {len(result.deposit.deposited)}, refused {len(result.deposit.refused)}")
+    failed = False
+    for name, mismatches in result.manifest_checks.items():
+        console.print(f"verify-manifest {name}: " + ("[green]ok[/green]" if not mismatches else f"[red]{mismatches}[/red]"))
+        failed |= bool(mismatches)
+    if result.grafted.certificate_mismatches:
+        console.print(f"[red]certificate mismatches[/red]: {result.grafted.certificate_mismatches}")
+        failed = True
+    if failed:
+        raise typer.Exit(1)
+
+
+app.command(name="check-exact")(exact.check_exact)
+app.command(name="bench")(bench.bench)
+app.command(name="bench-isa")(bench.bench_isa)
+app.command(name="bench-long-context")(bench.bench_long_context)
+app.command(name="report")(report.report)
+app.command(name="route-quality")(route.route_quality)
+app.command(name="flywheel")(flywheel.flywheel)
+app.command(name="merge")(merge.merge)
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,167 @@
+"""The benchmark commands: ``bench`` (graft against prefill and more), ``bench-isa`` (what the portable pin costs)
+and ``bench-long-context`` (a store far larger than the window)."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ..settings import BatchedSettings
+from .common import (BENCH, DEFAULT_DTYPE, DTYPE_NAMES, ChunkOpt, DeviceOpt, DtypeOpt, IsaOpt, ModelOpt, apply_isa, console,
+                     fail, int_list, load_problem_set, model_label, open_model, progress_bar)
+from ..settings import BenchSettings
+
+BATCHED = BatchedSettings()
+
+
+class BenchSection(str, Enum):
+    """Sections of ``graftbench bench`` that run alone."""
+
+    batched_samples = "batched-samples"
+    head_to_head = "head-to-head"
+    load_decode = "load-decode"
+    store_scale = "store-scale"
+    ttft = "ttft"
+
+
+def bench(
+    model: str = ModelOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt, isa: Optional[str] = IsaOpt,
+    device: str = DeviceOpt,
+    problems: str = typer.Option("../shared/data/aime2024.jsonl", "--problems", "-p",
+                                 help="problems with solutions: the text the artifacts are cut from"),
+    sizes: str = typer.Option(",".join(map(str, BENCH.sizes)), "--sizes", help="artifact sizes in tokens, comma-separated"),
+    repeats: int = typer.Option(BENCH.repeats, "--repeats", min=1, help="timed repetitions of each prefill (medians reported)"),
+    graft_repeats: int = typer.Option(BENCH.graft_repeats, "--graft-repeats", min=1, help="timed repetitions of each graft"),
+    decode_tokens: int = typer.Option(BENCH.decode_tokens, "--decode-tokens", min=1, help="greedy tokens in the decode comparison"),
+    store_sizes: str = typer.Option(",".join(map(str, BENCH.store_sizes)), "--store-sizes", help="artifact counts for the store scale test"),
+    cold_load: bool = typer.Option(True, "--cold-load/--no-cold-load", help="also time a cold (de-quantizing) load"),
+    peer_python: Optional[Path] = typer.Option(BENCH.peer_python, "--peer-python",
+                                               help="a Python with llama-cpp-python for the peer row (make bench-peer-env)"),
+    out: Path = typer.Option(Path("benchmarks/results"), "--out", help="folder for the JSON, markdown and PNG"),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch intra-op threads (default: torch's)"),
+    batch_samples: int = typer.Option(BATCHED.samples, "--batch-samples", min=1, max=256,
+                                      help="samples decoded as one batch after one graft, against one at a time"),
+    batch_tokens: int = typer.Option(BATCHED.tokens, "--batch-tokens", min=2, max=4096,
+                                     help="tokens decoded per sample in the batched-samples row (EOS ignored)"),
+    batch_artifact_tokens: int = typer.Option(BATCHED.artifact_tokens, "--batch-artifact-tokens", min=1, max=1_000_000,
+                                              help="tokens of the artifact grafted in the batched-samples row"),
+    only: Optional[BenchSection] = typer.Option(None, "--only", help="run one section alone: batched-samples "
+                                                "(writes batched-samples-<model>.json and .md, '-<N>-tokens' added "
+                                                "for a --batch-artifact-tokens other than the default) or "
+                                                "load-decode (decode against generate and model load: "
+                                                "load-decode-<model>.json and .md) or head-to-head (the graft "
+                                                "against llama.cpp's state load at the largest --sizes, one "
+                                                "repetition of each in turn: head-to-head-<model>.json and .md) "
+                                                "or ttft (graft against chunked prefill at --sizes: "
+                                                "ttft-<model>.json and .md) or store-scale (router "
+                                                "lookups at --store-sizes artifacts, no model: store-scale.json "
+                                                "and .md)"),
+    smoke: bool = typer.Option(False, "--smoke", help="tiny sizes, one repetition, no cold load or peer: checks it runs"),
+) -> None:
+    """Measure graft against prefill (TTFT), restore throughput, decode, batched samples, model load, store scale and
+    llama.cpp."""
+    apply_isa(isa)  # before the imports below bring in torch
+    from ..bench.report import markdown, only_markdown, write_json_and_markdown, write_outputs
+    from ..bench.run import run_bench
+
+    settings = BenchSettings(sizes=sorted(int_list(sizes, "--sizes")), repeats=repeats, graft_repeats=graft_repeats,
+                             decode_tokens=decode_tokens, store_sizes=int_list(store_sizes, "--store-sizes"),
+                             cold_load=cold_load, peer_python=peer_python)
+    batched = BatchedSettings(samples=batch_samples, tokens=batch_tokens, artifact_tokens=batch_artifact_tokens,
+                              repeats=repeats)
+    if smoke:
+        settings, batched = BenchSettings.smoke_run(), BatchedSettings.smoke_run()
+    problem_list = load_problem_set(problems, None, "id", "problem", "answer", "solution")
+    session = open_model(model, dtype, chunk_size, threads, isa, architecture_only=True)
+    try:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console) as progress:
+            result = run_bench(session, model, problem_list, problems, settings, progress, batched,
+                               only.value if only else None)
+    except ValueError as exc:
+        fail(str(exc))
+    stem = _stem(only, model, dtype, batched, smoke)
+    if only:
+        text = only_markdown(result)
+        paths = write_json_and_markdown(result, text, out, stem)
+        console.print(text)
+    else:
+        paths = write_outputs(result, out, stem)
+        console.print(markdown(result))
+    console.print("wrote " + ", ".join(str(p) for p in paths))
+
+
+def _stem(only: BenchSection | None, model: str, dtype: str, batched: BatchedSettings, smoke: bool) -> str:
+    """The result files' name: ``bench-<model>[-<dtype>]``, ``<section>-<model>[-<dtype>]`` for a section alone
+    (``-<N>-tokens`` for a batched-samples artifact size other than the default), ``store-scale`` (no model);
+    ``-smoke`` for a smoke run."""
+    if only == BenchSection.store_scale:
+        return "store-scale" + ("-smoke" if smoke else "")
+    other_size = (only == BenchSection.batched_samples and batched.artifact_tokens != BATCHED.artifact_tokens
+                  and not smoke)
+    return (f"{only.value if only else 'bench'}-{model_label(model)}" + ("" if dtype == DEFAULT_DTYPE else f"-{dtype}")
+            + (f"-{batched.artifact_tokens}-tokens" if other_size else "") + ("-smoke" if smoke else ""))
+
+
+def bench_isa(
+    model: str = ModelOpt,
+    dtypes: str = typer.Option(",".join(DTYPE_NAMES), "--dtypes", help="dtypes to measure, comma-separated"),
+    problems: str = typer.Option("../shared/data/aime2024.jsonl", "--problems", "-p",
+                                 help="problems with solutions: the prompt text"),
+    prompt_tokens: int = typer.Option(512, "--prompt-tokens", min=1, help="tokens prefilled (the prompt)"),
+    decode_tokens: int = typer.Option(64, "--decode-tokens", min=2, help="greedy tokens decoded after it"),
+    threads: int = typer.Option(1, "--threads", min=1, help="torch intra-op threads in each process"),
+    repeats: int = typer.Option(3, "--repeats", min=1, help="fresh processes per (pin, dtype); medians reported"),
+    out: Path = typer.Option(Path("benchmarks/results"), "--out", help="folder for the JSON and markdown"),
+) -> None:
+    """Measure what the portable pin (--isa avx2) costs against native kernels: prefill and decode tokens/s."""
+    from ..bench.isa_cost import markdown, measure, write_outputs
+
+    names = [d.strip() for d in dtypes.split(",") if d.strip()]
+    if not names or any(d not in DTYPE_NAMES for d in names):
+        fail(f"--dtypes must list {' and/or '.join(DTYPE_NAMES)}, got {dtypes!r}")
+    load_problem_set(problems, None, "id", "problem", "answer", "solution")  # a bad problem file is named before any probe
+    try:
+        with progress_bar("fresh processes", 2 * repeats * len(names)) as advance:
+            result = measure(model, names, problems, prompt_tokens, decode_tokens, threads, repeats, advance)
+    except RuntimeError as exc:
+        fail(str(exc))
+    paths = write_outputs(result, out, f"isa-cost-{model_label(model)}")
+    console.print(markdown(result))
+    console.print("wrote " + ", ".join(str(p) for p in paths))
+
+
+def bench_long_context(
+    model: str = typer.Option("gemma3-270m", "--model", "-m", help="alias, hub id, folder or .gguf"),
+    dtype: str = DtypeOpt, chunk_size: int = ChunkOpt, isa: Optional[str] = IsaOpt, device: str = DeviceOpt,
+    problems: list[str] = typer.Option(["../shared/data/aime2024.jsonl", "../shared/data/aime2025.jsonl"], "--problems",
+                                       "-p", help="problems with solutions (repeatable): the text the artifacts are cut from"),
+    tokens: int = typer.Option(1_000_000, "--tokens", min=1, help="tokens of KV state to hold in the store"),
+    artifact_tokens: int = typer.Option(4096, "--artifact-tokens", min=1, help="tokens per artifact"),
+    probes: int = typer.Option(20, "--probes", min=1, help="random artifacts reached (each warm and cold)"),
+    store: Path = typer.Option(Path("store-long-context"), "--store", help="store folder (resumable; large)"),
+    out: Path = typer.Option(Path("benchmarks/results"), "--out", help="folder for the JSON and markdown"),
+) -> None:
+    """Hold far more KV state than the window in the store and time reaching any artifact (a benchmark run)."""
+    apply_isa(isa)  # before the imports below bring in torch
+    from ..bench.long_context import measure
+    from ..bench.report import long_context_markdown, write_long_context
+    from ..bench.workload import corpus_ids
+
+    problem_list = [p for source in problems for p in load_problem_set(source, None, "id", "problem", "answer", "solution")]
+    session = open_model(model, dtype, chunk_size, isa=isa, architecture_only=True)
+    try:
+        corpus = corpus_ids(session, problem_list)
+        query = session.query_ids(problem_list[0].problem)
+        with progress_bar("depositing long-context artifacts", -(-tokens // artifact_tokens)) as advance:
+            result = measure(session, model, store, corpus, artifact_tokens, tokens, probes, query, advance)
+    except (ValueError, OSError) as exc:
+        fail(str(exc))
+    result["problems"] = problems
+    paths = write_long_context(result, out, f"long-context-{model_label(model)}")
+    console.print(long_context_markdown(result))
+    console.print("wrote " + ", ".join(str(p) for p in paths))

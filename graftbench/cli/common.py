@@ -1,0 +1,292 @@
+"""What every ``graftbench`` command shares: the console, the common options, and small parse-and-print helpers
+(errors, the instruction-set pin, loading a model or a problem set, progress bars).
+
+Imports no torch: a command applies its instruction-set pin (:func:`apply_isa`) before anything imports torch.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+from contextlib import contextmanager
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ..util.display_text import console_markup
+from ..settings import (DEFAULT_CHUNK_SIZE, DEFAULT_DTYPE, DEFAULT_MODEL, DEFAULT_RUNS_DIR, DEFAULT_STORE, DTYPE_NAMES,
+                        SAMPLED_TEMPERATURE, SAMPLED_TOP_P, BenchSettings, EvalSettings, FlywheelSettings)
+
+EVAL, BENCH, FLYWHEEL = EvalSettings(), BenchSettings(), FlywheelSettings()
+
+# Width: the terminal's, else $COLUMNS, else 80 (rich's own rule); the tables are sized to fit 80 columns. No
+# emoji codes: a ``:name:`` in untrusted text is shown as written.
+console = Console(soft_wrap=True, emoji=False)
+
+ModelOpt = typer.Option(DEFAULT_MODEL, "--model", "-m", help="alias (smollm2-135m, gemma3-270m; after make models "
+                        "qwen2.5-coder-0.5b, qwen2.5-coder-1.5b), hub id, folder or .gguf")
+ProblemsOpt = typer.Option("builtin", "--problems", "-p", help="'builtin', a local jsonl/json/parquet/csv, or a hub id")
+DtypeOpt = typer.Option(DEFAULT_DTYPE, "--dtype", help=" or ".join(DTYPE_NAMES))
+ChunkOpt = typer.Option(DEFAULT_CHUNK_SIZE, "--chunk-size", min=1, help="prefill chunk size in tokens (part of the pinned config)")
+IsaOpt = typer.Option(None, "--isa", help="instruction-set pin: native (fastest) or avx2 (the portable pin: the same "
+                      "bytes on AVX-512 and AVX2 CPUs); part of the pinned config [default: native, or $GRAFTBENCH_ISA]")
+_DEVICE = {"name": "auto"}  # the --device of this invocation (set by the option's callback, read by open_model)
+
+
+def _remember_device(value: str) -> str:
+    from ..engine.device import DeviceError, check_name
+
+    try:
+        _DEVICE["name"] = check_name(value)
+    except DeviceError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    return value
+
+
+DeviceOpt = typer.Option("auto", "--device", envvar="GRAFTBENCH_DEVICE", callback=_remember_device,
+                         help="auto (CUDA when torch sees a GPU, else the CPU), cpu, cuda or cuda:N; on CUDA the "
+                              "CUDA pin is set and recorded (docs/gpu.md)")
+RunsOpt = typer.Option(DEFAULT_RUNS_DIR, "--runs-dir", envvar="GRAFTBENCH_RUNS_DIR", help="folder holding one folder per run")
+StoreOpt = typer.Option(DEFAULT_STORE, "--store", envvar="GRAFTBENCH_STORE",
+                        help="artifact store: a folder, or a URL (s3://bucket/prefix, file:///path, memory://name)")
+LimitOpt = typer.Option(None, "--limit", min=1, help="use only the first N problems")
+SamplesOpt = typer.Option(EVAL.samples, "--samples", min=1, max=1024,
+                          help="samples per problem, decoded as one batch after one prefill or graft (N > 1 needs "
+                               "--temperature above 0)")
+TemperatureOpt = typer.Option(EVAL.temperature, "--temperature", min=0.0, max=10.0,
+                              help=f"0 decodes greedily; above 0 samples (e.g. {SAMPLED_TEMPERATURE})")
+TopPOpt = typer.Option(EVAL.top_p, "--top-p", min=0.01, max=1.0,
+                       help=f"nucleus: sample among the most likely tokens holding this much probability (e.g. {SAMPLED_TOP_P})")
+SeedOpt = typer.Option(EVAL.seed, "--seed", min=0, max=2**31 - 1,
+                       help="run seed; each sample's seed derives from (run seed, problem id, sample index)")
+LayoutOpt = typer.Option(EVAL.layout, "--layout", help="query layout after a graft: answer (the answer cue), solve "
+                         "(a full solution), or auto (answer on exact routes, solve on similar ones)")
+GraftFromOpt = typer.Option(EVAL.graft_from, "--graft-from", help="nearest (the router's choice), other-family "
+                            "(the control: the nearest deposit of another family, no similarity gate) or top-ranked "
+                            "(the gate off: the top-ranked deposit of the whole library for every problem)")
+ExampleAsOpt = typer.Option(EVAL.example_as, "--example-as", help="with --graft: graft (the routed example's KV "
+                            "restored) or prompt (the control: the same example's tokens prefilled as plain prompt "
+                            "text, then the same query; its first logits equal the graft's)")
+ShardOpt = typer.Option(None, "--shard", help="run only shard i of N (i/N, from 0): a problem's shard is SHA-256 "
+                        "of its id mod N, whatever the file's order; merge the shards with graftbench merge")
+ModeOpt = typer.Option(EVAL.mode, "--mode", help="text (the model's own final answer is judged) or program (the model "
+                       "writes a Python program, run in the sandbox; the last line it prints is judged)")
+IdFieldOpt = typer.Option("id", "--id-field", help="problem set column holding each problem's id")
+ProblemFieldOpt = typer.Option("problem", "--problem-field", help="problem set column holding the problem text")
+AnswerFieldOpt = typer.Option("answer", "--answer-field", help="problem set column holding the answer key")
+SolutionFieldOpt = typer.Option("solution", "--solution-field",
+                                help="problem set column holding a worked solution (optional)")
+
+
+def fail(message: str, code: int = 2) -> None:
+    """Print ``error: message`` (the message shown as text: it may quote untrusted input, see
+    :func:`graftbench.util.display_text.console_markup`) and exit with ``code``."""
+    console.print(f"[red]error:[/red] {console_markup(message)}")
+    raise typer.Exit(code)
+
+
+def os_error_text(exc: BaseException, what: str | None = None) -> str:
+    """``exc`` as an error line: graftbench's own errors as they are (a failed write without its ``[Errno N]``
+    prefix); a bare ``OSError`` (``[Errno 30] ...``) as
+    what could not be done to which file, and, for a file system that refuses writes, that ``what`` (e.g. ``the
+    store gs``) cannot be written and nothing in it was changed."""
+    from ..util.durable import StorageError
+    from ..store.folder import StoreError
+
+    if isinstance(exc, StorageError):
+        return exc.strerror or str(exc)  # its own message, without the "[Errno 28]" prefix
+    if not isinstance(exc, OSError) or isinstance(exc, StoreError) or exc.errno is None:
+        return str(exc)
+    target = f" ({exc.filename})" if exc.filename else ""
+    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return (f"{what or 'a file'} cannot be written: {exc.strerror}{target}; nothing was written. Pass a place "
+                "this process can write (a store or runs folder elsewhere), or make it writable")
+    return f"{exc.strerror}{target}"
+
+
+def announce_sandbox(mode: str) -> None:
+    """In program mode, check the sandbox before the model loads and print how programs will be contained; exit 2
+    for an unknown mode or, with one line naming what is missing and how to get it, when the sandbox cannot be
+    built (programs never run uncontained)."""
+    from ..settings import MODES
+
+    if mode not in MODES:
+        fail(f"mode {mode!r} is not one of {', '.join(MODES)}")
+    if mode != "program":
+        return
+    from ..programs.sandbox import SandboxError, isolation
+
+    try:
+        found = isolation()
+    except SandboxError as exc:
+        fail(str(exc))
+    console.print(f"program sandbox: [green]{found.description}[/green]", markup=True, highlight=False)
+
+
+def quiet_transformers() -> None:
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
+def apply_isa(isa: str | None) -> None:
+    from ..util.isa import ENV_VAR, IsaError, apply
+
+    try:
+        apply(isa or os.environ.get(ENV_VAR) or "native")
+    except IsaError as exc:
+        fail(str(exc))
+
+
+_HUB_CHECKED: set[str] = set()  # hub ids this process has found loadable (reachable, or in the cache)
+
+
+def check_hub_model(model: str) -> None:
+    """When ``model`` is a hub id, check before torch is imported that it can be loaded, exiting 2 with one line
+    that says how to run offline when it cannot (:func:`graftbench.util.hub_access.hub_model_refusal`): an unreachable
+    hub fails in a second, not after half a minute of retries. Asked once per hub id."""
+    from ..util.hub_access import hub_model_refusal, looks_like_hub_id
+
+    if model in _HUB_CHECKED or not looks_like_hub_id(model):
+        return
+    refusal = hub_model_refusal(model)
+    if refusal is not None:
+        fail(refusal)
+    _HUB_CHECKED.add(model)
+
+
+def refuse_random(model: str) -> None:
+    """Exit 2 when ``model`` is a random-weights model (``random:``): no accuracy is ever reported for one."""
+    from ..engine.random_weights import LABEL, is_random
+
+    if is_random(model):
+        fail(f"model '{model}' has {LABEL}: no accuracy is reported for one; use check-exact or bench with it")
+
+
+def open_model(model: str, dtype: str, chunk_size: int, threads: int | None = None, isa: str | None = None,
+               architecture_only: bool = False):
+    """Load ``model`` on this invocation's ``--device`` and pin the config; fail with one line when it cannot be
+    loaded. A random-weights model (``random:``) is refused unless ``architecture_only`` (the commands that
+    report no accuracy: ``check-exact``, ``bench``)."""
+    if not architecture_only:
+        refuse_random(model)
+    check_hub_model(model)
+    apply_isa(isa)  # before torch is imported
+    from ..engine.device import DeviceError, resolve
+    from ..engine.models import ModelError
+    from ..engine.session import open_session
+
+    quiet_transformers()
+    try:
+        device = resolve(_DEVICE["name"])
+        with console.status(f"loading {model} ({dtype}) on {device}"):
+            session = open_session(model, dtype=dtype, chunk_size=chunk_size, threads=threads, device=device)
+    except (ModelError, DeviceError, ValueError) as exc:
+        fail(str(exc))
+    console.print(model_line(model, session), markup=False, highlight=False)
+    return session
+
+
+def model_line(model: str, session) -> str:
+    """The line naming the loaded model: how it was loaded, the device, the pins, and for a random-weights model
+    its label."""
+    loaded, config = session.loaded, session.config
+    how = ("random weights drawn" if config.random_weights else
+           "cached weights" if loaded.from_cache else "de-quantized GGUF")
+    where = config.accelerator.get("gpu", config.device) if config.accelerator else config.device
+    label = f" · {config.random_weights['label']}" if config.random_weights else ""
+    return (f"model {model}: {how} in {loaded.load_s:.2f} s on {where} · isa {config.isa} "
+            f"({config.cpu_capability}) · config {config.fingerprint[:12]}{label}")
+
+
+def load_problem_set(source: str, limit, id_field, problem_field, answer_field, solution_field):
+    from ..problems.loading import load_problems
+    from ..problems.types import ProblemSetError
+
+    try:
+        return load_problems(source, id_field=id_field, problem_field=problem_field, answer_field=answer_field,
+                             solution_field=solution_field, limit=limit)
+    except ProblemSetError as exc:
+        fail(str(exc))
+
+
+def progress_columns():
+    return (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("{task.fields[last]}"))
+
+
+def describe(sample_or_item) -> str:
+    """The progress line's tail: a sample's own label, a deposit item's problem id, or a given text."""
+    from ..results.samples import Sample
+
+    if isinstance(sample_or_item, Sample):
+        return sample_or_item.progress_label
+    if isinstance(sample_or_item, str):
+        return sample_or_item
+    return sample_or_item.problem.id
+
+
+@contextmanager
+def progress(label: str, total: int, completed: int = 0):
+    """A progress bar of ``total`` items starting at ``completed`` (a resumed run's recorded samples); yields the
+    callback that advances it by one item and shows the item's label."""
+    with Progress(*progress_columns(), console=console) as bar:
+        task = bar.add_task(label, total=total, completed=completed, last="resumed" if completed else "")
+        yield lambda item: bar.update(task, advance=1, last=describe(item))
+
+
+@contextmanager
+def stage_progress(n_problems: int | None = None):
+    """A progress bar per flywheel stage, of ``total`` items when the stage gives one; otherwise deposit counts
+    offered solutions (no total) and the others ``n_problems``."""
+    with Progress(*progress_columns(), console=console) as bar:
+        current = {}
+
+        def on_stage(name: str, total: int | None = None) -> None:
+            if total is None and name != "deposit":
+                total = n_problems
+            current["task"] = bar.add_task(name, total=total, last="")
+
+        yield (lambda item: bar.update(current["task"], advance=1, last=describe(item))), on_stage
+
+
+def model_label(model: str) -> str:
+    """``model`` as a file or folder name part: an alias as it is (``qwen2.5-coder-0.5b`` keeps its dots), a hub
+    id's or a folder's last part, a GGUF file's name without ``.gguf``; other characters become ``_``."""
+    name = Path(model).name
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name[: -len(".gguf")] if name.endswith(".gguf") else name)
+
+
+def int_list(text: str, name: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        fail(f"{name} must be comma-separated positive integers, got {text!r}")
+    if not values or min(values) < 1:
+        fail(f"{name} must be comma-separated positive integers, got {text!r}")
+    return values
+
+
+@contextmanager
+def progress_bar(description: str, total: int):
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console) as bar:
+        task = bar.add_task(description, total=total)
+        yield lambda: bar.advance(task)
+
+
+def shard_problems(problems: list, spec: str | None) -> list:
+    """The problems of shard ``spec`` (``i/N``; all when ``None``), in their order; a malformed spec exits 2."""
+    from ..problems.shards import parse_shard, select
+
+    try:
+        shard = parse_shard(spec)
+    except ValueError as exc:
+        fail(str(exc))
+    return [p for _, p in select(problems, shard)]

@@ -1,0 +1,168 @@
+"""``graftbench check-exact``: measure the graft against a fresh recompute, or replay a committed expectation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .common import (ChunkOpt, DeviceOpt, DtypeOpt, ModelOpt, ProblemsOpt, RunsOpt, apply_isa, console, fail,
+                     load_problem_set, model_label, open_model, progress)
+
+
+def check_exact(
+    model: str = ModelOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt, problems: str = ProblemsOpt,
+    isa: Optional[str] = typer.Option(None, "--isa", help="instruction-set pin: native or avx2 (portable); with "
+                                      "--expect the expectation's pin is adopted [default: native]"),
+    samples: int = typer.Option(50, "--samples", min=1, help="number of (artifact, query) pairs"),
+    controls: bool = typer.Option(False, "--controls", help="also run the negative controls"),
+    control_pairs: int = typer.Option(10, "--control-pairs", min=0, help="pairs that run the controls (the first N)"),
+    write_expect: Optional[Path] = typer.Option(None, "--write-expect", help="write the manifest here as the expectation"),
+    expect: Optional[Path] = typer.Option(None, "--expect", help="replay this expectation instead of measuring"),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="with --expect: replay only the first N pairs"),
+    log: Optional[Path] = typer.Option(None, "--log", help="with --expect: append the outcome and both CPUs to this "
+                                       "replay log (JSON lines, e.g. manifests/replays.jsonl)"),
+    extend: Optional[Path] = typer.Option(None, "--extend", help="start from this expectation's pair records "
+                                          "(same pin and problem set) and measure only the pairs it lacks"),
+    runs_dir: str = RunsOpt,
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch intra-op threads (pinned; default: torch's)"),
+    device: str = DeviceOpt,
+) -> None:
+    """Prove the graft byte-exact against a fresh chunked recompute, with negative controls, or replay an expectation."""
+    if expect is not None:
+        return _replay(expect, limit, isa, log)
+    apply_isa(isa)  # before the imports below bring in torch
+    from ..eval.exactness import check_pair_source, run_check_exact
+    from ..results.manifest import write_manifest
+
+    problem_list = load_problem_set(problems, None, "id", "problem", "answer", "solution")
+    try:
+        check_pair_source(problem_list, problems, samples)
+    except ValueError as exc:
+        fail(str(exc))
+    expected = _load_expectation(extend) if extend else None  # a bad file fails before the model loads
+    if extend:
+        _check_extendable_before_load(extend, expected, model, dtype, chunk_size, threads, problem_list, samples)
+    session, recorded = open_model(model, dtype, chunk_size, threads, isa, architecture_only=True), []
+    if extend:
+        session, recorded = _extension(extend, expected, session, problem_list, samples)
+    run, done = _open_run(runs_dir, model, session, problem_list)
+    done = recorded + done  # the journal's records come last, so they win
+    with run, progress("check-exact", samples) as advance:
+        def measured(record):
+            run.append(record)
+            advance(f"{record['id']} {'✓' if record['equal'] else '✗'} {record['artifact_tokens']} artifact tokens")
+
+        try:
+            manifest = run_check_exact(session, problem_list, problems, samples, controls, control_pairs,
+                                       on_pair=measured, done=done,
+                                       on_reused=lambda r: advance(f"{r['id']} resumed"))
+        except OSError as exc:
+            fail(str(exc))
+    from .tables import exactness_tables
+
+    for table in exactness_tables(manifest):
+        console.print(table)
+    try:
+        write_manifest(manifest, run.path / "exactness.json")
+        if write_expect:
+            write_manifest(manifest, write_expect)
+    except OSError as exc:
+        fail(str(exc))
+    totals = manifest["totals"]
+    console.print(f"{totals['exact_pairs']} of {totals['pairs']} pairs byte-exact · manifest {run.path / 'exactness.json'}"
+                  + (f" · expectation {write_expect}" if write_expect else ""))
+    if totals["exact_pairs"] != totals["pairs"]:
+        fail("some pairs are not byte-exact", 1)
+
+
+def _load_expectation(expect: Path) -> dict:
+    """The exactness manifest at ``expect``; fails naming the path when it is missing or not one."""
+    from ..results.exact_manifest import load_expectation
+    from ..results.manifest import ManifestError
+
+    try:
+        return load_expectation(expect)
+    except ManifestError as exc:  # it names the path
+        fail(str(exc))
+
+
+def _check_extendable_before_load(expect: Path, expected: dict, model: str, dtype: str, chunk_size: int,
+                                  threads: int | None, problem_list, samples: int) -> None:
+    """Fail before the model loads when ``expected`` cannot be extended with these options: the pin fields known
+    without a model (dtype, chunk size, threads when given, and the weights' SHA-256 when the spec is an alias,
+    whose GGUF file is pinned), the problem set, the pair layout and count (:func:`check_extendable`)."""
+    from ..results.exact_manifest import pin_differences
+    from ..eval.exactness import check_extendable
+    from ..engine.models import ModelError, resolve_model
+
+    known = {"dtype": dtype, "chunk_size": chunk_size, **({"threads": threads} if threads is not None else {})}
+    try:
+        resolved = resolve_model(model)
+    except ModelError as exc:
+        fail(str(exc))
+    if resolved.sha256:
+        known["weights_sha256"] = resolved.sha256
+    differing = pin_differences({name: expected["config"].get(name) for name in known}, known)
+    try:
+        check_extendable(expected, problem_list, samples, differing)
+    except ValueError as exc:
+        fail(f"{expect}: {exc}")
+
+
+def _extension(expect: Path, expected: dict, session, problem_list, samples: int):
+    """The session and pair records to extend ``expected`` (read from ``expect``) from
+    (:func:`graftbench.eval.exactness.extension_base`); fails with the reason when it cannot be extended."""
+    from ..eval.exactness import extension_base
+
+    try:
+        session, records = extension_base(session, expected, problem_list, samples)
+    except ValueError as exc:
+        fail(f"{expect}: {exc}")
+    console.print(f"extending {expect}: {len(records)} pair records from it (each reused when its pair's tokens and "
+                  f"controls match), {samples - len(records)} new pairs")
+    return session, records
+
+
+def _open_run(runs_dir: str, model: str, session, problem_list):
+    """The run folder that journals each measured pair (``samples.jsonl``, one record a line), named by the model,
+    the pin's fingerprint and the problem set's hash, so that a re-run under the same pin resumes it and another
+    pin never reads its records; returns it open, with the records already in it. Fails with the holder when
+    another process has it open."""
+    from ..problems.types import problem_set_sha256
+    from ..results.runs import RunDir, RunError
+
+    config, problems_sha = session.config, problem_set_sha256(problem_list)
+    name = f"exact-{model_label(model)}-{config.dtype}-{config.fingerprint[:12]}-{problems_sha[:8]}"
+    run = RunDir(runs_dir, name, key="id")
+    try:
+        done = run.open({"config_fingerprint": config.fingerprint, "problem_set_sha256": problems_sha})
+    except (RunError, OSError) as exc:
+        fail(str(exc))
+    if done:
+        console.print(f"resuming {run.path}: {len(done)} pair records already measured under this pin")
+    return run, done
+
+
+def _replay(expect: Path, limit, isa: str | None, log: Path | None) -> None:
+    expected = _load_expectation(expect)
+    pin = expected["config"]
+    apply_isa(isa or pin.get("isa", "native"))
+    from ..eval.exactness import replay_and_log
+    from ..util.isa import describe_cpu
+
+    problem_list = load_problem_set(expected["problem_set"]["source"], None, "id", "problem", "answer", "solution")
+    session = open_model(pin["model"], pin["dtype"], pin["chunk_size"], pin["threads"], architecture_only=True)
+    total = min(limit or len(expected["pairs"]), len(expected["pairs"]))
+    with progress("replay", total) as advance:
+        result, record = replay_and_log(session, expected, problem_list, limit, log,
+                                        on_pair=lambda r: advance(f"{r['id']} equal"))
+    recorded, here = record["recorded_on"], record["replayed_on"]
+    console.print(f"recorded on {describe_cpu(recorded)}, replayed on {describe_cpu(here)} under --isa "
+                  f"{session.config.isa}")
+    if result.pin_differences:
+        fail(f"not comparable: this machine's pin differs from {expect} in {', '.join(result.pin_differences)}", 1)
+    console.print(f"{result.compared} compared, {result.equal} equal")
+    if not result.passed:
+        fail(f"replay of {expect} failed at {result.first_difference}", 1)

@@ -1,0 +1,58 @@
+"""``graftbench flywheel``: the flywheel over rounds (the library grows from the model's own verified samples)."""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+
+from .common import (ChunkOpt, DeviceOpt, DtypeOpt, IsaOpt, ModelOpt, ModeOpt, RunsOpt, announce_sandbox, console, fail,
+                     open_model, stage_progress)
+from ..settings import RoundsSettings
+
+ROUNDS = RoundsSettings()
+
+
+def flywheel(
+    model: str = ModelOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt, isa: Optional[str] = IsaOpt,
+    device: str = DeviceOpt, runs_dir: str = RunsOpt,
+    store: str = typer.Option("store-rounds", "--store", envvar="GRAFTBENCH_ROUNDS_STORE",
+                              help="artifact store of this flywheel (created; holds only its deposits)"),
+    rounds: int = typer.Option(ROUNDS.rounds, "--rounds", min=1, max=50, help="rounds after round 0"),
+    per_family: int = typer.Option(ROUNDS.per_family, "--per-family", min=1, max=20,
+                                   help="new built-in problems per family per round"),
+    samples: int = typer.Option(ROUNDS.samples, "--samples", min=1, max=64, help="samples per problem (batched)"),
+    temperature: float = typer.Option(ROUNDS.temperature, "--temperature", min=0.01, max=10.0,
+                                      help="sampling temperature"),
+    top_p: float = typer.Option(ROUNDS.top_p, "--top-p", min=0.01, max=1.0, help="nucleus probability"),
+    seed: int = typer.Option(ROUNDS.seed, "--seed", min=0, max=2**31 - 1, help="run seed of every sample"),
+    max_new_tokens: int = typer.Option(ROUNDS.max_new_tokens, "--max-new-tokens", min=1,
+                                       help="decode budget per sample (tokens)"),
+    prefix: str = typer.Option(ROUNDS.prefix, "--prefix", help="run name prefix: <prefix>-r<round>-<arm>"),
+    mode: str = ModeOpt,
+) -> None:
+    """The flywheel over rounds: held-out baseline vs graft per round, recurring recall, the library growing from the model's own verified samples."""
+    from ..eval.flywheel import rounds_summary, run_rounds
+    from ..results.runs import RunError
+    from ..programs.sandbox import SandboxError
+    from .tables import rounds_tables
+
+    announce_sandbox(mode)
+    settings = RoundsSettings(rounds=rounds, per_family=per_family, samples=samples, temperature=temperature,
+                              top_p=top_p, seed=seed, max_new_tokens=max_new_tokens, prefix=prefix, mode=mode)
+    session = open_model(model, dtype, chunk_size, isa=isa)
+    try:
+        with stage_progress() as (advance, on_stage):
+            results = run_rounds(session, settings, runs_root=runs_dir, store_root=store, on_sample=advance,
+                                 on_stage=on_stage, on_item=advance)
+    except (RunError, OSError, ValueError, SandboxError) as exc:  # OSError includes StorageError and StoreError
+        fail(str(exc))
+    summary = rounds_summary(results, settings)
+    for table in rounds_tables(summary, title=f"flywheel over {rounds} rounds ({model})"):
+        console.print(table)
+    path = f"{runs_dir}/{prefix}-summary.json"
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(summary, handle, indent=1, sort_keys=True)
+    console.print(f"summary: {path}; plot the curve with graftbench report {runs_dir}/{prefix}-r*-baseline "
+                  f"{runs_dir}/{prefix}-r*-graft (each run's round is its settings.round)")

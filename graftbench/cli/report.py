@@ -1,0 +1,60 @@
+"""``graftbench report``: compare runs from their manifests (no model, no torch) and write a report folder."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .common import console, fail
+from ..util.display_text import console_markup
+
+
+RESAMPLES = 2000  # graftbench.results.metrics.RESAMPLES, kept here so that the CLI starts without importing numpy
+
+
+class ReportFormat(str, Enum):
+    """What ``--format`` writes besides the tables: markdown and plots, or those and lm-eval files."""
+
+    markdown = "markdown"
+    lm_eval = "lm-eval"
+
+
+def report(
+    paths: list[Path] = typer.Argument(..., help="run folders (runs/NAME) or run manifests (a manifest.json, or a "
+                                       "committed manifest such as manifests/aime2024-*.json) to compare"),
+    out: Optional[Path] = typer.Option(None, "--out", help="folder to write report.md, summary.json and the plots "
+                                       "into [default: reports/<--name>, or reports/<UTC timestamp>]"),
+    name: Optional[str] = typer.Option(None, "--name", help="report name: the folder under reports/ when --out is "
+                                       "not given"),
+    rounds: bool = typer.Option(False, "--rounds", help="the runs, in the order given, are successive flywheel "
+                                "rounds (otherwise a manifest's settings.round is used when recorded)"),
+    output_format: ReportFormat = typer.Option(ReportFormat.markdown, "--format", help="markdown: tables and plots; "
+                                               "lm-eval: also each run as lm-evaluation-harness results_*.json and "
+                                               "samples_*.jsonl under lm-eval/<run>/"),
+    seed: int = typer.Option(0, "--seed", min=0, help="seed of the bootstrap intervals (numpy PCG64)"),
+    resamples: int = typer.Option(RESAMPLES, "--resamples", min=100, max=1_000_000,
+                                  help="bootstrap resamples over problems"),
+) -> None:
+    """Compare runs from their manifests: accuracy with 95% intervals, pass@k, maj@N, tokens, energy, copy controls; writes markdown and plots."""
+    from ..report.compare import ReportError, build_report, check_out_dir, default_out_dir, write_report
+    from .tables import report_tables
+
+    try:
+        built = build_report(paths, seed=seed, resamples=resamples, rounds=rounds)
+        out_dir = out if out is not None else default_out_dir(name)
+        check_out_dir(out_dir)
+    except ReportError as exc:
+        fail(str(exc))
+    for run in built.runs:
+        for what in run.unverified:
+            console.print(f"{console_markup(run.label)}: verified, except: {console_markup(what)}")
+    for table in report_tables(built):
+        console.print(table)
+    try:
+        written = write_report(built, out_dir, lm_eval=output_format is ReportFormat.lm_eval)
+    except OSError as exc:
+        fail(f"cannot write the report into '{out_dir}': {exc}")
+    console.print(f"report: {console_markup(out_dir / 'report.md')} ({len(written)} files written)")

@@ -1,0 +1,170 @@
+"""Prefill in a fixed chunk schedule, greedy decode under a budget, and logits hashing.
+
+Every forward here runs under ``torch.inference_mode`` on graftbench's KV cache (:mod:`graftbench.engine.kv_cache`:
+preallocated full-attention layers, ``transformers``' sliding-window layers). The chunk schedule
+is the one thing besides the weights that fixes the matmul shapes, so it is explicit: a segment of n tokens is
+prefilled in forwards of ``chunk_size`` tokens from the segment's own first token (boundaries restart at each
+segment: artifact, chained artifact, query).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+
+from ..util.hashing import tensors_sha256
+from .kv_cache import new_cache, reserve
+
+__all__ = ["new_cache", "reserve", "chunk_bounds", "forward", "forward_batch", "prefill", "greedy_decode"]
+
+
+def model_device(model) -> torch.device:
+    """The device ``model``'s weights live on (the CPU for a model that does not say)."""
+    return getattr(model, "device", None) or torch.device("cpu")
+
+
+def chunk_bounds(n_tokens: int, chunk_size: int) -> list[tuple[int, int]]:
+    """Half-open ``(start, end)`` token ranges of a segment of ``n_tokens`` prefilled in ``chunk_size`` chunks.
+
+    >>> chunk_bounds(5, 2)
+    [(0, 2), (2, 4), (4, 5)]
+    """
+    if chunk_size < 1:
+        raise ValueError(f"chunk size must be positive, got {chunk_size}")
+    return [(s, min(s + chunk_size, n_tokens)) for s in range(0, n_tokens, chunk_size)]
+
+
+@torch.inference_mode()
+def forward(model, cache: DynamicCache, ids: list[int], all_logits: bool = False, offset: int = 0) -> torch.Tensor:
+    """One forward of ``ids`` after what ``cache`` holds; the cache grows in place.
+
+    Returns logits of shape ``[len(ids), vocab]`` when ``all_logits`` else ``[1, vocab]`` (last position),
+    in the model's dtype. Positions continue from ``cache.get_seq_length()``; a non-zero ``offset`` adds that
+    many positions for RoPE only (the shifted-graft control), the attention mask still follows the cache.
+    """
+    device = model_device(model)
+    input_ids = torch.tensor([ids], dtype=torch.long, device=device)
+    kwargs = {}
+    if offset:
+        start = cache.get_seq_length() + offset
+        kwargs["position_ids"] = torch.arange(start, start + len(ids), device=device).unsqueeze(0)
+    out = model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=0 if all_logits else 1, **kwargs)
+    return out.logits[0]
+
+
+@torch.inference_mode()
+def forward_batch(model, cache: DynamicCache, last_tokens: list[int]) -> torch.Tensor:
+    """One decode step for a batch: row i of ``cache`` gets ``last_tokens[i]``. Every row holds the same number of
+    positions (no padding), so positions follow the cache. Returns logits ``[len(last_tokens), vocab]``."""
+    input_ids = torch.tensor(last_tokens, dtype=torch.long, device=model_device(model)).unsqueeze(1)
+    out = model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=1)
+    return out.logits[:, -1]
+
+
+def stop_reached(tokenizer, tokens: list[int], stop: str | re.Pattern | None) -> bool:
+    """Whether the decoded ``tokens`` end the generation: a string ``stop`` occurring in the text after its first
+    non-space character (the answer layout's newline), or a compiled pattern found in the text (the solve layout's
+    completed final-answer line)."""
+    if not stop:
+        return False
+    text = tokenizer.decode(tokens, skip_special_tokens=True)
+    if isinstance(stop, str):
+        return stop in text.lstrip()
+    return stop.search(text) is not None
+
+
+def prefill(model, cache: DynamicCache, ids: list[int], chunk_size: int, all_logits: bool = False,
+            offset: int = 0) -> torch.Tensor:
+    """Prefill one segment in the pinned chunk schedule.
+
+    Returns the last position's logits ``[1, vocab]``, or with ``all_logits`` every position's ``[len(ids), vocab]``.
+    Raises ``ValueError`` for an empty segment.
+    """
+    if not ids:
+        raise ValueError("cannot prefill an empty segment")
+    reserve(cache, cache.get_seq_length() + len(ids))
+    pieces = [forward(model, cache, ids[start:end], all_logits=all_logits, offset=offset)
+              for start, end in chunk_bounds(len(ids), chunk_size)]
+    return torch.cat(pieces) if all_logits else pieces[-1]
+
+
+def logits_sha256(logits: torch.Tensor) -> str:
+    """SHA-256 of the raw bytes of ``logits`` (any shape) in their own dtype (float32: 4 bytes per value,
+    bfloat16: 2; :func:`graftbench.util.hashing.tensor_bytes`)."""
+    return tensors_sha256([logits])
+
+
+@dataclass
+class Decoded:
+    """Result of a greedy decode: generated ``token_ids`` (the EOS token included when hit), their text (EOS
+    excluded), ``finish_reason`` (``eos``, ``stop`` or ``budget``) and seconds to the first token."""
+
+    token_ids: list[int]
+    text: str
+    finish_reason: str
+    first_token_s: float
+    decode_s: float
+
+
+def greedy_decode(
+    model,
+    tokenizer,
+    cache: DynamicCache,
+    first_logits: torch.Tensor,
+    max_new_tokens: int,
+    eos_ids: set[int],
+    stop: str | re.Pattern | None = None,
+    started: float | None = None,
+) -> Decoded:
+    """Greedy (argmax) decode from ``first_logits`` (``[1, vocab]``, the logits after the prompt).
+
+    Stops at an EOS token (``eos``), when ``stop`` is reached (``stop``, see :func:`stop_reached`), or after ``max_new_tokens`` tokens (``budget``). ``started`` is the ``perf_counter`` time the
+    problem started, for time to first token.
+    """
+    started = time.perf_counter() if started is None else started
+    tokens: list[int] = []
+    logits = first_logits
+    first_token_s = 0.0
+    decode_start = time.perf_counter()
+    reason = "budget"
+    reserve(cache, cache.get_seq_length() + max_new_tokens)
+    while len(tokens) < max_new_tokens:
+        token = int(torch.argmax(logits[-1]).item())
+        tokens.append(token)
+        if len(tokens) == 1:
+            first_token_s = time.perf_counter() - started
+        if token in eos_ids:
+            reason = "eos"
+            break
+        if stop_reached(tokenizer, tokens, stop):
+            reason = "stop"
+            break
+        if len(tokens) < max_new_tokens:
+            logits = forward(model, cache, [token])
+    text_ids = tokens[:-1] if reason == "eos" else tokens
+    return Decoded(
+        token_ids=tokens,
+        text=tokenizer.decode(text_ids, skip_special_tokens=True),
+        finish_reason=reason,
+        first_token_s=first_token_s,
+        decode_s=time.perf_counter() - decode_start,
+    )
+
+
+def eos_token_ids(model, tokenizer) -> set[int]:
+    """Token ids that end a generation: the tokenizer's EOS plus the generation config's (chat end tokens)."""
+    ids = set()
+    for source in (getattr(model, "generation_config", None), model.config, tokenizer):
+        value = getattr(source, "eos_token_id", None)
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, (list, tuple)):
+            ids.update(int(v) for v in value)
+    end_turn = tokenizer.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in tokenizer.get_vocab() else None
+    if end_turn is not None:
+        ids.add(end_turn)
+    return ids

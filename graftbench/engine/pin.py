@@ -1,0 +1,121 @@
+"""The pinned config: everything that fixes the numbers, and its fingerprint.
+
+Two runs whose fingerprints are equal are expected to produce byte-identical logits; an artifact is grafted only
+under the fingerprint it was deposited with.
+"""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+
+from ..problems.prompts import PromptLayout
+from ..results.fingerprint import UNPINNED_FIELDS, pin_fingerprint
+from ..settings import DEFAULT_CHUNK_SIZE
+
+PINNED_LIBRARIES = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "gguf", "accelerate")
+
+
+# Pin fields added after pins were committed, left out of a pin while empty: ``accelerator`` (the CUDA pin,
+# graftbench.engine.cuda_pin; empty on the CPU) and ``random_weights`` (graftbench.engine.random_weights; empty
+# for real weights).
+OMITTED_WHEN_EMPTY = ("accelerator", "random_weights")
+
+
+@dataclass(frozen=True)
+class PinnedConfig:
+    """Everything that fixes the logits of a run.
+
+    ``attn_implementation`` names the attention function (``graftbench_sdpa``, :mod:`graftbench.engine.attention`) and
+    ``cache_class`` the KV cache's layer class (``preallocated``, :mod:`graftbench.engine.kv_cache`).
+    ``isa`` is the instruction-set pin (:mod:`graftbench.util.isa`): ``native`` or ``avx2``; ``cpu_capability`` is
+    the capability torch's kernels run at under it (``AVX2`` on every AVX2-capable CPU under ``avx2``).
+    ``chunk_size`` is in tokens: a segment (artifact, chained artifact, query) of n tokens is prefilled in
+    forwards of ``chunk_size`` tokens starting at the segment's first token, the last one shorter.
+    ``device`` is the device's kind (``cpu`` or ``cuda``); ``accelerator`` the CUDA pin of a CUDA run
+    (:mod:`graftbench.engine.cuda_pin`), ``random_weights`` the draw of a random-weights model
+    (:mod:`graftbench.engine.random_weights`); both empty otherwise and then left out of :meth:`to_dict`.
+    """
+
+    model: str
+    weights_sha256: str
+    tokenizer_sha256: str
+    dtype: str
+    device: str
+    threads: int
+    attn_implementation: str
+    chunk_size: int
+    layout: PromptLayout
+    libraries: dict[str, str] = field(default_factory=dict)
+    cpu_capability: str = ""
+    machine: str = ""
+    isa: str = "native"
+    cache_class: str = ""
+    accelerator: dict = field(default_factory=dict)
+    random_weights: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict of every field, less the :data:`OMITTED_WHEN_EMPTY` fields that are empty (a CPU run
+        with real weights: its fingerprint is the one it had before those fields existed)."""
+        pin = asdict(self)
+        for name in OMITTED_WHEN_EMPTY:
+            if not pin[name]:
+                del pin[name]
+        return pin
+
+    @property
+    def fingerprint(self) -> str:
+        """SHA-256 of the canonical JSON of every field except :data:`UNPINNED_FIELDS`."""
+        return pin_fingerprint(self.to_dict())
+
+
+def library_versions() -> dict[str, str]:
+    """Installed versions of the libraries that can change the numbers."""
+    versions = {}
+    for name in PINNED_LIBRARIES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "absent"
+    return versions
+
+
+def build_config(loaded, chunk_size: int = DEFAULT_CHUNK_SIZE, layout: PromptLayout | None = None) -> PinnedConfig:
+    """Pin the config of a :class:`graftbench.engine.models.LoadedModel` on this machine.
+
+    Raises ``ValueError`` if ``chunk_size`` is not a positive number of tokens.
+    """
+    import torch
+
+    from ..util.isa import current
+    from .kv_cache import CACHE_CLASS
+
+    if chunk_size < 1:
+        raise ValueError(f"chunk size must be a positive number of tokens, got {chunk_size}")
+    from .cuda_pin import record
+
+    device = str(next(loaded.model.parameters()).device)
+    if device.startswith("cuda"):
+        capability = torch.cuda.get_device_name(torch.device(device))
+        accelerator = record(device)
+    else:
+        capability, accelerator = torch.backends.cpu.get_cpu_capability(), {}
+    return PinnedConfig(
+        model=loaded.spec,
+        weights_sha256=loaded.weights_sha256,
+        tokenizer_sha256=loaded.tokenizer_sha256,
+        dtype=loaded.dtype,
+        device=device.split(":")[0],
+        threads=torch.get_num_threads(),
+        attn_implementation=str(loaded.model.config._attn_implementation),
+        chunk_size=chunk_size,
+        layout=layout or PromptLayout(),
+        libraries=library_versions(),
+        cpu_capability=capability,
+        machine=platform.machine(),
+        isa=current(),
+        cache_class=CACHE_CLASS,
+        accelerator=accelerator,
+        random_weights=getattr(loaded, "random_weights", None) or {},
+    )

@@ -1,0 +1,112 @@
+"""Sampled decoding: N samples of one problem decoded as one batch after one shared prefill or graft.
+
+Each sample draws from its own ``torch.Generator`` seeded by :func:`sample_seed` (run seed, problem id, sample
+index), so a resumed run draws the same tokens as an uninterrupted one, and a sample's tokens do not depend on
+which other problems the run holds. Temperature and nucleus (top-p) sampling follow Holtzman et al., "The Curious
+Case of Neural Text Degeneration" (ICLR 2020): keep the smallest set of most likely tokens whose probability
+reaches ``top_p``, renormalize, draw.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+
+import torch
+
+from .forward import Decoded, forward_batch, stop_reached
+from .kv_cache import reserve
+from ..util.seeds import sample_seed  # noqa: F401  (re-exported: the seed of each sample)
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """``temperature`` > 0 (1.0 leaves the logits as they are), ``top_p`` in (0, 1] (1.0 keeps every token),
+    ``seed`` the run's seed (any integer)."""
+
+    temperature: float = 0.7
+    top_p: float = 0.95
+    seed: int = 0
+
+
+NUCLEUS_CANDIDATES = 256  # most likely tokens looked at first; the nucleus rarely needs more at top-p 0.95
+
+
+def nucleus(logits: torch.Tensor, settings: SamplingSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    """The top-p nucleus of ``logits`` (``[vocab]``) at ``settings.temperature``: ``(token_ids, probs)``, most likely
+    first (every token in vocabulary order when ``top_p`` is 1), with each token's probability under the whole tempered distribution (float32; not renormalized).
+
+    The smallest prefix of most likely tokens whose probability reaches ``top_p`` (the first token always kept), as
+    a full sort finds it, but from ``torch.topk`` of :data:`NUCLEUS_CANDIDATES` tokens, widened 4× at a time when
+    they do not reach ``top_p``: on a 262,144-token vocabulary a full sort costs tens of milliseconds a token.
+    """
+    scaled = logits.float() / settings.temperature
+    if settings.top_p >= 1.0:
+        return torch.arange(scaled.numel()), torch.softmax(scaled, dim=-1)
+    log_total = torch.logsumexp(scaled, dim=-1)
+    k = min(NUCLEUS_CANDIDATES, scaled.numel())
+    while True:
+        top, ids = torch.topk(scaled, k)
+        probs = torch.exp(top - log_total)
+        before = torch.cumsum(probs, dim=-1) - probs
+        if k == scaled.numel() or before[-1] + probs[-1] >= settings.top_p:
+            kept = int((before < settings.top_p).sum())
+            return ids[:kept], probs[:kept]
+        k = min(4 * k, scaled.numel())
+
+
+def next_token(logits: torch.Tensor, settings: SamplingSettings, generator: torch.Generator) -> int:
+    """Draw one token id from ``logits`` (``[vocab]``, any float dtype; computed in float32) at
+    ``settings.temperature`` within the ``settings.top_p`` nucleus (:func:`nucleus`, renormalized), with
+    ``generator``."""
+    ids, probs = nucleus(logits, settings)
+    if len(ids) == 1:
+        return int(ids[0])
+    return int(ids[torch.multinomial(probs, 1, generator=generator)].item())
+
+
+def sample_decode(model, tokenizer, cache, first_logits: torch.Tensor, max_new_tokens: int, eos_ids: set[int],
+                  settings: SamplingSettings, seeds: list[int], stop: str | re.Pattern | None = None,
+                  started: float | None = None) -> list[Decoded]:
+    """Decode ``len(seeds)`` samples from one prefix as a batch: ``cache`` (batch 1, holding the prompt or the
+    graft and query) is repeated to one row per sample, each row draws its first token from ``first_logits``
+    (``[1, vocab]``) and then from its own logits. A row that ends (EOS, ``stop``, budget) leaves the batch.
+
+    Returns one :class:`~graftbench.engine.forward.Decoded` per seed, in order; ``first_token_s`` is the same for all
+    (the shared prefix and the first draw), ``decode_s`` is the batch's decode time. ``cache`` is consumed.
+    """
+    started = time.perf_counter() if started is None else started
+    n = len(seeds)
+    generators = [torch.Generator().manual_seed(s) for s in seeds]
+    tokens: list[list[int]] = [[] for _ in range(n)]
+    reasons = ["budget"] * n
+    active = list(range(n))
+    logits = first_logits.expand(n, -1)
+    decode_start = time.perf_counter()
+    first_token_s = 0.0
+    reserve(cache, cache.get_seq_length() + max_new_tokens)
+    if n > 1:
+        cache.batch_repeat_interleave(n)
+    while active:
+        still = []
+        for row, i in enumerate(active):
+            token = next_token(logits[row], settings, generators[i])
+            tokens[i].append(token)
+            if token in eos_ids:
+                reasons[i] = "eos"
+            elif stop_reached(tokenizer, tokens[i], stop):
+                reasons[i] = "stop"
+            elif len(tokens[i]) < max_new_tokens:
+                still.append(row)
+        if not first_token_s:
+            first_token_s = time.perf_counter() - started
+        if len(still) < len(active) and still:
+            cache.batch_select_indices(torch.tensor(still, device=cache.layers[0].keys.device))
+        active = [active[row] for row in still]
+        if active:
+            logits = forward_batch(model, cache, [tokens[i][-1] for i in active])
+    decode_s = time.perf_counter() - decode_start
+    return [Decoded(token_ids=t, text=tokenizer.decode(t[:-1] if r == "eos" else t, skip_special_tokens=True),
+                    finish_reason=r, first_token_s=first_token_s, decode_s=decode_s)
+            for t, r in zip(tokens, reasons)]

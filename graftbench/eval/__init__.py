@@ -1,0 +1,1 @@
+"""The evaluation stage: evaluate, deposit, workflows, the flywheel, the exactness check."""

@@ -1,0 +1,404 @@
+"""``check-exact``: the graft against an independent fresh chunked recompute, with negative controls.
+
+For each (artifact, query) pair built from real text, the artifact is deposited (prefilled with the pinned chunk
+schedule, serialized, parsed back), grafted into a fresh cache at its own positions, and the query's logits at
+every query position are compared with a fresh computation (new cache, same artifact tokens, same chunk schedule,
+same query). The contract (docs/exactness.md) is SHA-256 equality of the raw logits bytes, hence KL 0 and argmax 100%.
+
+Negative controls, which must differ to show that the check has teeth:
+
+- ``monolithic``: one forward over artifact + query (other matmul shapes);
+- ``chunk``: the artifact prefilled with another chunk size;
+- ``shift-k``: the artifact's keys computed at positions 0..n-1 and re-rotated by RoPE to k..k+n-1, against a
+  fresh computation at k..k+n-1 (RoPE rotations compose exactly in real numbers, not in floating point);
+- ``naive-restore`` (models with sliding-window layers): kept keys and values copied back with ``update`` so the
+  layer forgets how many tokens it has seen.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, replace
+
+import torch
+from transformers.models.llama.modeling_llama import rotate_half
+
+from ..engine import forward, graft
+from ..store.codec import decode_artifact
+from ..store.ids import artifact_id_of
+from ..util.hashing import sha256_json
+from ..problems.types import Problem
+from ..engine.session import Session
+
+SHIFTS = (8, 128, 1024)
+SHORT_CAP = 768  # tokens: a short artifact is a problem with its solution, cut here to bound the run's time
+LONG_MIN = 2000  # tokens: a long artifact joins problems with their solutions until it reaches this
+LONG_CAP = 2400
+LONG_PIECE = 1300  # tokens per problem in a long artifact, so that it always joins two or more
+
+
+@dataclass(frozen=True)
+class PairLayout:
+    """The text templates ``check-exact`` builds its pairs from, its own and recorded in the exactness manifest's
+    settings, so that a change of the deposit or query layout of ``eval`` leaves committed expectations
+    comparable. ``deposit`` takes ``problem``, ``answer``, ``solution``; ``query`` takes ``problem``."""
+
+    deposit: str = "Problem: {problem}\nFinal answer: {answer}\nSolution: {solution}\n\n"
+    query: str = "Problem: {problem}\nFinal answer:"
+
+    def to_dict(self) -> dict:
+        return {"deposit": self.deposit, "query": self.query}
+
+
+PAIR_LAYOUT = PairLayout()
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One (artifact, query) pair: ``kind`` is ``short``, ``long`` or ``cross-window`` (the artifact ends just
+    before the sliding window and the query crosses it); token id lists; the problems it was built from."""
+
+    id: str
+    kind: str
+    problems: tuple[str, ...]
+    artifact: list[int]
+    query: list[int]
+
+    @property
+    def tokens_sha256(self) -> str:
+        """SHA-256 of the canonical JSON of ``[artifact, query]`` token ids."""
+        return sha256_json([self.artifact, self.query])
+
+
+def sliding_window(session: Session) -> int | None:
+    """The model's sliding window in tokens, when it has sliding-window layers."""
+    config = session.model.config.get_text_config()
+    if any(graft.layer_kind(layer) == "sliding" for layer in forward.new_cache(session.model).layers):
+        return int(config.sliding_window)
+    return None
+
+
+def check_pair_source(problems: list[Problem], source: str, n: int) -> None:
+    """Check, before any model is loaded, that the problem set ``source`` can give ``n`` distinct pairs.
+
+    Raises ``ValueError`` naming ``source`` when none of its problems has a worked solution (the ``solution``
+    field; e.g. ``../shared/data/aime2025.jsonl`` has answers only), or when too few have one for ``n`` pairs.
+    """
+    usable = sum(1 for p in problems if p.solution)
+    if not usable:
+        raise ValueError(f"{source}: none of its {len(problems)} problems has a solution (no 'solution' field); "
+                         "check-exact builds its pairs from worked solutions: pass a problem set with solutions "
+                         "(e.g. ../shared/data/aime2024.jsonl)")
+    if n > usable * max(usable - 1, 1):
+        raise ValueError(f"{source}: {n} distinct pairs need more problems with solutions than its {usable}; "
+                         "pass a smaller --samples")
+
+
+def build_pairs(session: Session, problems: list[Problem], n: int, layout: PairLayout = PAIR_LAYOUT) -> list[Pair]:
+    """``n`` distinct pairs from problems with solutions: every 5th pair long (two or more problems with their
+    solutions, at least ``LONG_MIN`` tokens), every 5th (offset 3) crossing the sliding window (or 512 tokens when
+    the model has none), the rest short; in the first pass over the problems odd short pairs query another problem
+    than the artifact's. Past ``len(problems)`` pairs the builder starts a new pass whose queries move one problem
+    further per pass, so no (artifact, query) pair repeats.
+
+    Raises ``ValueError`` when no problem has a solution, or when ``n`` pairs cannot all be distinct.
+    """
+    usable = [p for p in problems if p.solution]
+    if not usable:
+        raise ValueError("check-exact needs problems with a solution field (e.g. ../shared/data/aime2024.jsonl)")
+    if n > len(usable) * max(len(usable) - 1, 1):
+        raise ValueError(f"{n} distinct pairs need more problems with solutions than {len(usable)}")
+    tokenizer = session.tokenizer
+
+    def deposit_text(problem: Problem) -> str:
+        return layout.deposit.format(problem=problem.problem, answer=problem.answer, solution=problem.solution)
+
+    def query_ids(text: str) -> list[int]:
+        return tokenizer(layout.query.format(problem=text), add_special_tokens=False).input_ids
+
+    window = sliding_window(session) or 512
+    pairs = []
+    for i in range(n):
+        first, shift = usable[i % len(usable)], i // len(usable)
+        other = lambda offset: usable[(i + offset + shift) % len(usable)]  # noqa: E731
+        deposit = tokenizer(deposit_text(first)).input_ids
+        if i % 5 == 4:
+            used, deposit = [first], deposit[:LONG_PIECE]
+            while len(deposit) < LONG_MIN and len(used) < len(usable):
+                nxt = usable[(i + len(used)) % len(usable)]
+                used.append(nxt)
+                deposit += tokenizer(deposit_text(nxt), add_special_tokens=False).input_ids[:LONG_PIECE]
+            pairs.append(Pair(f"pair-{i:03d}", "long", tuple(p.id for p in used), deposit[:LONG_CAP],
+                              query_ids(other(1).problem)))
+        elif i % 5 == 3:
+            query = query_ids(first.problem + "\n" + other(7).problem)
+            cut = max(8, window - len(query) // 2)
+            pairs.append(Pair(f"pair-{i:03d}", "cross-window", (first.id,), deposit[:cut], query))
+        else:
+            asked = first if i % 2 == 0 and shift == 0 else other(1)
+            pairs.append(Pair(f"pair-{i:03d}", "short", (first.id, asked.id), deposit[:SHORT_CAP],
+                              query_ids(asked.problem)))
+    return pairs
+
+
+def compare(reference: torch.Tensor, other: torch.Tensor) -> dict:
+    """Compare two ``[positions, vocab]`` logits tensors.
+
+    Returns ``equal`` (SHA-256 of raw bytes equal), ``max_abs_delta`` (logits units), ``kl`` (per-position
+    KL(reference || other) in nats, computed in float64 from log-softmax) and ``argmax_agreement`` (fraction).
+    """
+    ref, oth = reference.double(), other.double()
+    log_p, log_q = torch.log_softmax(ref, -1), torch.log_softmax(oth, -1)
+    kl = (log_p.exp() * (log_p - log_q)).sum(-1)
+    return {
+        "equal": forward.logits_sha256(reference) == forward.logits_sha256(other),
+        "max_abs_delta": float((ref - oth).abs().max()),
+        "kl": kl.tolist(),
+        "argmax_agreement": float((ref.argmax(-1) == oth.argmax(-1)).double().mean()),
+    }
+
+
+def _fresh(session: Session, artifact: list[int], query: list[int], chunk_size: int | None = None,
+           offset: int = 0) -> torch.Tensor:
+    return graft.fresh_recompute(session.model, session.config, [artifact], query, all_logits=True,
+                                 segment_chunk_size=chunk_size, offset=offset)
+
+
+def graft_pair(session: Session, pair: Pair):
+    """Deposit the pair's artifact (bytes round trip), graft it at its own positions and run the query.
+
+    Returns (artifact id, query logits ``[len(query), vocab]``, the artifact).
+    """
+    data, _ = graft.build_artifact(session.model, session.config, pair.artifact, {})
+    artifact = decode_artifact(artifact_id_of(data), data)
+    cache = graft.restore(session.model, session.config, artifact)
+    logits = forward.prefill(session.model, cache, pair.query, session.config.chunk_size, all_logits=True)
+    return artifact.id, logits, artifact
+
+
+def rotate_cache(session: Session, cache, shift: int) -> None:
+    """Re-rotate every cached key by ``shift`` positions with the model's own RoPE (per layer type's base)."""
+    rotary = session.model.model.rotary_emb
+    layer_types = getattr(session.model.config.get_text_config(), "layer_types", None)
+    if "layer_type" not in inspect.signature(rotary.forward).parameters:
+        layer_types = None  # one RoPE base for every layer (e.g. Qwen2, whose config lists layer types too)
+    for i, layer in enumerate(cache.layers):
+        kwargs = {"layer_type": layer_types[i]} if layer_types else {}
+        cos, sin = rotary(layer.keys, torch.tensor([[shift]], device=layer.keys.device), **kwargs)
+        cos, sin = cos[:, None], sin[:, None]
+        layer.keys = layer.keys * cos + rotate_half(layer.keys) * sin
+
+
+def controls(session: Session, pair: Pair, fresh: torch.Tensor, artifact) -> dict[str, dict]:
+    """Run every negative control on one pair; returns ``{control name: compare() result}``."""
+    model, chunk = session.model, session.config.chunk_size
+    results = {}
+    mono = forward.forward(model, forward.new_cache(model), pair.artifact + pair.query, all_logits=True)
+    results["monolithic"] = compare(fresh, mono[len(pair.artifact):])
+    other_chunk = chunk // 2 if chunk > 1 else 2
+    results[f"chunk-{other_chunk}"] = compare(fresh, _fresh(session, pair.artifact, pair.query, other_chunk))
+    for shift in SHIFTS:
+        cache = graft.restore(model, session.config, artifact)
+        rotate_cache(session, cache, shift)
+        shifted = forward.prefill(model, cache, pair.query, chunk, all_logits=True, offset=shift)
+        results[f"shift-{shift}"] = compare(_fresh(session, pair.artifact, pair.query, offset=shift), shifted)
+    if sliding_window(session):
+        cache = forward.new_cache(model)
+        device = forward.model_device(model)
+        for layer, (keys, values) in zip(cache.layers, artifact.layers):
+            layer.update(keys.to(device, copy=True), values.to(device, copy=True))
+        naive = forward.prefill(model, cache, pair.query, chunk, all_logits=True)
+        results["naive-restore"] = compare(fresh, naive)
+    return results
+
+
+def check_pair(session: Session, pair: Pair, with_controls: bool) -> dict:
+    """The exactness record of one pair (JSON-ready): hashes, graft-vs-fresh figures, and controls if asked."""
+    artifact_id, grafted, artifact = graft_pair(session, pair)
+    fresh = _fresh(session, pair.artifact, pair.query)
+    result = compare(fresh, grafted)
+    record = {
+        "id": pair.id, "kind": pair.kind, "problems": list(pair.problems),
+        "artifact_tokens": len(pair.artifact), "query_tokens": len(pair.query),
+        "tokens_sha256": pair.tokens_sha256, "artifact_id": artifact_id,
+        "graft_logits_sha256": forward.logits_sha256(grafted), "fresh_logits_sha256": forward.logits_sha256(fresh),
+        **summarize([result]),
+    }
+    if with_controls:
+        record["controls"] = {name: summarize([r]) for name, r in controls(session, pair, fresh, artifact).items()}
+    return record
+
+
+def summarize(results: list[dict]) -> dict:
+    """Aggregate compare() results: all equal, max |Δlogit|, mean / p99 / max KL over all positions, argmax."""
+    kls = torch.tensor([k for r in results for k in r["kl"]], dtype=torch.float64)
+    return {
+        "equal": all(r["equal"] for r in results),
+        "max_abs_delta": max(r["max_abs_delta"] for r in results),
+        "kl_mean": float(kls.mean()),
+        "kl_p99": float(torch.quantile(kls, 0.99)),
+        "kl_max": float(kls.max()),
+        "argmax_agreement": sum(r["argmax_agreement"] for r in results) / len(results),
+    }
+
+
+def reusable(record: dict | None, pair: Pair, with_controls: bool) -> bool:
+    """Whether ``record`` (from an interrupted run under the same pin) was measured on ``pair``'s very tokens, with
+    controls exactly when they are asked for now."""
+    return (record is not None and record.get("tokens_sha256") == pair.tokens_sha256
+            and ("controls" in record) == with_controls)
+
+
+def run_check_exact(session: Session, problems: list[Problem], source: str, samples: int, with_controls: bool,
+                    control_pairs: int, on_pair=None, done: list[dict] | None = None, on_reused=None) -> dict:
+    """Check ``samples`` pairs (controls on the first ``control_pairs`` when ``with_controls``) and return the
+    sealed exactness manifest (see :mod:`graftbench.results.exact_manifest`).
+
+    ``done``: records of an interrupted run of the same pin (the caller keeps them per config fingerprint); a
+    pair whose id, tokens and controls match one is not measured again (the last matching record counts), and
+    ``on_reused`` is called with it; ``on_pair`` is called with each newly measured record (to journal it)."""
+    from ..results.exact_manifest import build_exactness_manifest
+    from ..problems.types import problem_set_sha256
+
+    previous = {record["id"]: record for record in done or []}
+    records = []
+    for i, pair in enumerate(build_pairs(session, problems, samples, PAIR_LAYOUT)):
+        controls_here = with_controls and i < control_pairs
+        if reusable(previous.get(pair.id), pair, controls_here):
+            records.append(previous[pair.id])
+            if on_reused:
+                on_reused(records[-1])
+            continue
+        records.append(check_pair(session, pair, controls_here))
+        if on_pair:
+            on_pair(records[-1])
+    return build_exactness_manifest(
+        config=session.config.to_dict(), config_fingerprint=session.config.fingerprint,
+        problem_set={"source": source, "sha256": problem_set_sha256(problems), "n": len(problems)},
+        settings={"samples": samples, "controls": with_controls, "control_pairs": control_pairs if with_controls else 0,
+                  "shifts": list(SHIFTS), "short_cap": SHORT_CAP, "long_min": LONG_MIN, "long_cap": LONG_CAP,
+                  "pair_layout": PAIR_LAYOUT.to_dict()},
+        records=records,
+    )
+
+
+@dataclass
+class Replay:
+    """Outcome of replaying an expectation: pairs compared and equal, the first difference (pair id and what),
+    and the pin fields that differ (non-empty means not comparable, a failure)."""
+
+    compared: int
+    equal: int
+    first_difference: str | None
+    pin_differences: list[str]
+
+    @property
+    def passed(self) -> bool:
+        return not self.pin_differences and self.first_difference is None and self.compared == self.equal
+
+
+def as_recorded(session: Session, recorded_layout: dict) -> Session:
+    """``session`` with the eval prompt layout its expectation was recorded under, as a plain dict: an artifact's
+    header carries the pin's fingerprint, and the pin holds the eval layout, so without this a later change of
+    the eval layout (which check-exact's pairs do not use) would change every replayed artifact id."""
+    return replace(session, config=replace(session.config, layout=recorded_layout))
+
+
+def not_comparable(session: Session, expected: dict, problems: list[Problem]) -> list[str]:
+    """What keeps the expectation ``expected`` from being measured again by ``session`` on ``problems``: the pin
+    fields that differ (:func:`graftbench.results.exact_manifest.pin_differences`) and ``problem_set.sha256`` when the
+    problem set is another; empty when comparable."""
+    from ..results.exact_manifest import pin_differences
+    from ..problems.types import problem_set_sha256
+
+    differing = pin_differences(expected["config"], session.config.to_dict())
+    if problem_set_sha256(problems) != expected["problem_set"]["sha256"]:
+        differing.append("problem_set.sha256")
+    return differing
+
+
+def check_extendable(expected: dict, problems: list[Problem], samples: int, differing: list[str]) -> None:
+    """Raise ``ValueError`` when the expectation ``expected`` cannot be extended to ``samples`` pairs on
+    ``problems``: its seal or totals do not hold (:func:`graftbench.results.exact_manifest.verify_exactness_manifest`),
+    ``samples`` is fewer than its pairs (the extension would drop some), or it was recorded on another problem set,
+    pair layout or pin (``differing``: the pin fields the caller found to differ, named in the message)."""
+    from ..results.exact_manifest import verify_exactness_manifest
+    from ..problems.types import problem_set_sha256
+
+    broken = verify_exactness_manifest(expected)
+    if broken:
+        raise ValueError(f"not a sound expectation: {'; '.join(broken)}")
+    differing = list(differing)
+    if problem_set_sha256(problems) != expected["problem_set"]["sha256"]:
+        differing.append("problem_set.sha256")
+    if expected["settings"].get("pair_layout") != PAIR_LAYOUT.to_dict():
+        differing.append("settings.pair_layout")
+    if samples < len(expected["pairs"]):
+        raise ValueError(f"{samples} pairs asked for, fewer than the expectation's {len(expected['pairs'])}")
+    if differing:
+        raise ValueError(f"cannot extend an expectation recorded under another pin; differing: {', '.join(differing)}")
+
+
+def extension_base(session: Session, expected: dict, problems: list[Problem],
+                   samples: int) -> tuple[Session, list[dict]]:
+    """What extending the committed expectation ``expected`` to more pairs starts from: ``session`` with the eval
+    layout the expectation was recorded under (:func:`as_recorded`, so new artifact ids match the old ones), and the
+    expectation's pair records, to be reused as an interrupted run's records are (:func:`reusable`: same id, tokens
+    and controls). Pair ``i`` depends only on ``i`` (:func:`build_pairs`), so the first pairs of a longer list are
+    the recorded ones.
+
+    Raises ``ValueError`` as :func:`check_extendable` does, with every pin field that differs (any but the display
+    name and the eval layout): its records would not be measurements of this pin."""
+    from ..results.exact_manifest import pin_differences
+
+    check_extendable(expected, problems, samples, pin_differences(expected["config"], session.config.to_dict()))
+    recorded = as_recorded(session, expected["config"]["layout"])
+    if recorded.config.fingerprint != expected["config_fingerprint"]:
+        raise ValueError(f"cannot extend: this pin's fingerprint {recorded.config.fingerprint[:12]} is not the "
+                         f"expectation's {expected['config_fingerprint'][:12]}")
+    return recorded, list(expected["pairs"])
+
+
+def replay(session: Session, expected: dict, problems: list[Problem], limit: int | None = None,
+           on_pair=None) -> Replay:
+    """Recompute the expectation's pairs (the first ``limit``) under this machine's pin, built with the pair layout
+    the expectation records; stop at the first hash that differs. A pin that differs makes the replay not
+    comparable and nothing is computed."""
+    differing = not_comparable(session, expected, problems)
+    if differing:
+        return Replay(0, 0, None, differing)
+    records = expected["pairs"][:limit] if limit else expected["pairs"]
+    layout = PairLayout(**expected["settings"]["pair_layout"]) if "pair_layout" in expected["settings"] else \
+        PairLayout(deposit=expected["config"]["layout"]["deposit"], query=expected["config"]["layout"]["query"])
+    pairs = build_pairs(session, problems, expected["settings"]["samples"], layout)[: len(records)]
+    session = as_recorded(session, expected["config"]["layout"])
+    compared = equal = 0
+    for record, pair in zip(records, pairs):
+        compared += 1
+        if pair.tokens_sha256 != record["tokens_sha256"]:
+            return Replay(compared, equal, f"{record['id']}: token ids differ", [])
+        artifact_id, logits, _ = graft_pair(session, pair)
+        if artifact_id != record["artifact_id"]:
+            return Replay(compared, equal, f"{record['id']}: artifact id {artifact_id[:16]} != {record['artifact_id'][:16]}", [])
+        got = forward.logits_sha256(logits)
+        if got != record["graft_logits_sha256"]:
+            return Replay(compared, equal, f"{record['id']}: graft logits {got[:16]} != {record['graft_logits_sha256'][:16]}", [])
+        equal += 1
+        if on_pair:
+            on_pair(record)
+    return Replay(compared, equal, None, [])
+
+
+def replay_and_log(session: Session, expected: dict, problems: list[Problem], limit: int | None = None,
+                   log=None, on_pair=None) -> tuple[Replay, dict]:
+    """:func:`replay`, then the replay record naming both CPUs
+    (:func:`graftbench.results.exact_manifest.replay_record`), appended to the replay log ``log`` (a path) when given.
+    Returns ``(outcome, record)``."""
+    from ..results.exact_manifest import append_replay_log, replay_record
+
+    result = replay(session, expected, problems, limit, on_pair)
+    record = replay_record(expected, compared=result.compared, equal=result.equal,
+                           first_difference=result.first_difference, pin_differences_found=result.pin_differences)
+    if log is not None:
+        append_replay_log(log, record)
+    return result, record

@@ -1,0 +1,1 @@
+"""Problem sets: the record, built-in and file sources, loading, prompt layouts, shards."""

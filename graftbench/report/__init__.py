@@ -1,0 +1,1 @@
+"""Reports over finished runs and the results index."""

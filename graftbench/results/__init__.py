@@ -1,0 +1,1 @@
+"""Samples, run folders, manifests and metrics (imports no torch)."""

@@ -1,0 +1,179 @@
+"""Exactness manifests (``check-exact``): build, seal, verify and compare pins. Imports no torch.
+
+An exactness manifest is also the pre-registered expectation that ``check-exact --expect`` replays: it records
+the full config pin and, per pair, the token ids' hash, the artifact id and the graft's logits hash.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .fingerprint import UNPINNED_FIELDS
+from ..util.durable import append_json_line
+from ..util.hashing import sha256_json
+from ..util.isa import environment as cpu_environment
+from ..util.isa import same_cpu_kind
+from .manifest import environment, load_manifest
+from ..util.strict_json import loads_strict
+
+SCHEMA = "graftbench.exactness/1"
+# Besides the pin's own unpinned fields, a replay ignores the eval prompt layout: check-exact builds its pairs from
+# its own pair layout, recorded in the settings.
+REPLAY_UNPINNED_FIELDS = (*UNPINNED_FIELDS, "layout")
+
+
+def control_table(records: list[dict]) -> dict[str, dict]:
+    """Per control, over the pairs that ran it: pairs, exact pairs, max |Δlogit|, mean of per-pair mean KL,
+    max of per-pair p99 KL (nats), mean argmax agreement (fraction)."""
+    names = sorted({name for r in records for name in r.get("controls", {})})
+    table = {}
+    for name in names:
+        rows = [r["controls"][name] for r in records if name in r.get("controls", {})]
+        table[name] = {
+            "pairs": len(rows),
+            "exact_pairs": sum(1 for row in rows if row["equal"]),
+            "max_abs_delta": max(row["max_abs_delta"] for row in rows),
+            "kl_mean": sum(row["kl_mean"] for row in rows) / len(rows),
+            "kl_p99": max(row["kl_p99"] for row in rows),
+            "argmax_agreement": sum(row["argmax_agreement"] for row in rows) / len(rows),
+        }
+    return table
+
+
+def exactness_totals(records: list[dict]) -> dict:
+    """Pairs, byte-exact pairs (graft hash equal to fresh hash), worst graft-vs-fresh figures, kinds, controls."""
+    return {
+        "pairs": len(records),
+        "exact_pairs": sum(1 for r in records if r["graft_logits_sha256"] == r["fresh_logits_sha256"]),
+        "max_abs_delta": max((r["max_abs_delta"] for r in records), default=0.0),
+        "kl_max": max((r["kl_max"] for r in records), default=0.0),
+        "min_argmax_agreement": min((r["argmax_agreement"] for r in records), default=1.0),
+        "max_artifact_tokens": max((r["artifact_tokens"] for r in records), default=0),
+        "kinds": {k: sum(1 for r in records if r["kind"] == k) for k in sorted({r["kind"] for r in records})},
+        "controls": control_table(records),
+    }
+
+
+def build_exactness_manifest(*, config: dict, config_fingerprint: str, problem_set: dict, settings: dict,
+                             records: list[dict]) -> dict:
+    """Assemble and seal (``manifest_sha256``) an exactness manifest."""
+    body = {
+        "schema": SCHEMA,
+        "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "config": config,
+        "config_fingerprint": config_fingerprint,
+        "environment": environment(),
+        "problem_set": problem_set,
+        "settings": settings,
+        "pairs": records,
+        "totals": exactness_totals(records),
+    }
+    return {**body, "manifest_sha256": sha256_json(body)}
+
+
+def verify_exactness_manifest(manifest: dict) -> list[str]:
+    """Re-check the seal and recompute the totals from the pair records; returns mismatches (empty if it holds)."""
+    mismatches = []
+    body = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
+    if sha256_json(body) != manifest.get("manifest_sha256"):
+        mismatches.append("manifest_sha256 does not match the manifest's content")
+    for record in manifest.get("pairs", []):
+        if record.get("equal") != (record.get("graft_logits_sha256") == record.get("fresh_logits_sha256")):
+            mismatches.append(f"pair {record.get('id')}: equal does not match its two logits hashes")
+    try:
+        totals = exactness_totals(manifest.get("pairs", []))
+    except (KeyError, TypeError, ZeroDivisionError) as exc:
+        return mismatches + [f"totals cannot be recomputed ({exc})"]
+    recorded = manifest.get("totals", {})
+    for name in sorted(set(totals) | set(recorded)):
+        if totals.get(name) != recorded.get(name):
+            mismatches.append(f"totals.{name}: recorded {recorded.get(name)!r}, recomputed {totals.get(name)!r}")
+    return mismatches
+
+
+def pin_differences(expected: dict, current: dict) -> list[str]:
+    """Fields of two config pins that differ (nested dicts as ``a.b``), ignoring :data:`REPLAY_UNPINNED_FIELDS`."""
+    differing = []
+    for name in sorted(set(expected) | set(current)):
+        if name in REPLAY_UNPINNED_FIELDS:
+            continue
+        a, b = expected.get(name), current.get(name)
+        if isinstance(a, dict) and isinstance(b, dict):
+            differing += [f"{name}.{sub}" for sub in pin_differences(a, b)]
+        elif a != b:
+            differing.append(name)
+    return differing
+
+
+def load_expectation(path) -> dict:
+    """Read an exactness manifest to replay; raises :class:`graftbench.results.manifest.ManifestError` if it is not
+    one."""
+    return load_manifest(path, schema=SCHEMA)
+
+
+REPLAY_SCHEMA = "graftbench.replay/1"
+
+
+def replay_record(expected: dict, *, compared: int, equal: int, first_difference: str | None,
+                  pin_differences_found: list[str]) -> dict:
+    """One line of a replay log: which expectation (by its ``manifest_sha256``) was replayed where, under which
+    pin, and with what outcome. ``recorded_on`` and ``replayed_on`` name the CPUs (model and native capability)."""
+    recorded = expected.get("environment", {})
+    return {
+        "schema": REPLAY_SCHEMA,
+        "replayed_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "expectation_sha256": expected.get("manifest_sha256"),
+        "model": expected["config"].get("model"),
+        "dtype": expected["config"].get("dtype"),
+        "isa": expected["config"].get("isa", "native"),
+        "recorded_on": {k: recorded[k] for k in ("cpu_model", "cpu_capability_native", "cpu_kernel_flags")
+                        if k in recorded},
+        "replayed_on": cpu_environment(),
+        "compared": compared,
+        "equal": equal,
+        "first_difference": first_difference,
+        "pin_differences": pin_differences_found,
+    }
+
+
+def append_replay_log(path, record: dict) -> None:
+    """Append one replay record as a JSON line to ``path`` (a log, never rewritten; see
+    :func:`graftbench.util.durable.append_json_line`)."""
+    append_json_line(Path(path), record, f"the replay record of {record.get('expectation_sha256', '')[:16]}")
+
+
+def read_replay_log(path) -> list[dict]:
+    """The records of a replay log (``[]`` when the file does not exist), each line read with
+    :func:`graftbench.util.strict_json.loads_strict`. Raises ``ValueError`` naming the line that is not a JSON object
+    (:class:`~graftbench.util.strict_json.StrictJSONError`, a ``ValueError``, for a line that is not strict JSON: an
+    object repeating a key, ``NaN``, a lone surrogate); ``UnicodeDecodeError`` for a file that is not UTF-8."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    records = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        record = loads_strict(line, source=f"{path} line {number}")
+        if not isinstance(record, dict):
+            raise ValueError(f"{path} line {number}: not a JSON object")
+        records.append(record)
+    return records
+
+
+def verified_cpus(expected: dict, records: list[dict]) -> list[dict]:
+    """The CPUs (recorded environments, see :func:`graftbench.util.isa.environment`) on which ``expected`` is known to
+    reproduce: the one it was recorded on, plus every CPU on which a logged replay of this very expectation (same
+    ``manifest_sha256``, no pin difference) found every compared pair equal."""
+    verified = [expected.get("environment", {})]
+    for record in records:
+        if (record.get("expectation_sha256") == expected.get("manifest_sha256") and not record.get("pin_differences")
+                and record.get("compared", 0) > 0 and record.get("compared") == record.get("equal")):
+            verified.append(record.get("replayed_on", {}))
+    return [env for env in verified if env.get("cpu_model")]
+
+
+def known_to_reproduce(expected: dict, records: list[dict], here: dict) -> bool:
+    """Whether the CPU ``here`` is of a kind (:func:`graftbench.util.isa.same_cpu_kind`) in :func:`verified_cpus`."""
+    return any(same_cpu_kind(env, here) for env in verified_cpus(expected, records))

@@ -1,0 +1,184 @@
+"""Run folders: a durable, resumable ``samples.jsonl`` and the run's ``manifest.json``.
+
+Each sample is one JSON line, written with unbuffered writes then ``fsync`` before the next problem starts, so a
+run killed at any point loses at most the problem in flight. On reopen, a torn last line (no newline) is cut off,
+and problems already recorded are skipped. A write that fails (disk full) is cut back and raised as
+:class:`graftbench.util.durable.StorageError`, leaving the file as it was.
+
+A run folder is locked while a process evaluates into it (:meth:`RunDir.open` to :meth:`RunDir.close`): an
+``flock`` on ``run.lock`` (through ``filelock``), with the holder's pid, host and start time written next to it in
+``run.lock.json``. A second process resuming the same run is refused with a :class:`RunError` that names the
+holder; the kernel drops the lock when the holder exits or is killed, so a lock left by a dead process never
+blocks. Opening a run also removes the ``.tmp-*`` files that writers killed before their rename left in it
+(``cleaned``).
+
+The durable-write helpers and the fault-injection hook live in :mod:`graftbench.util.durable`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import sys
+import time
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from ..util.durable import append_json_line, clean_temporaries, write_atomic
+from ..util.strict_json import load_strict, loads_strict
+
+_RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+LOCK_NAME = "run.lock"
+OWNER_NAME = "run.lock.json"  # who holds the lock: pid, host, started
+
+
+class RunError(ValueError):
+    """A run name or run folder that cannot be used; the message names it and what is wrong."""
+
+
+def check_run_name(name: str) -> str:
+    """Return ``name`` if it is a plain folder name (letters, digits, ``._-``, at most 128 characters).
+
+    Raises :class:`RunError` for names that could leave ``runs/`` (``../x``, ``/abs``, NUL bytes, ``..``).
+    """
+    if not isinstance(name, str) or not _RUN_NAME.fullmatch(name) or ".." in name:
+        raise RunError(f"run name {name!r} is not a plain folder name (letters, digits, '.', '_', '-')")
+    return name
+
+
+class RunDir:
+    """One run's folder under ``runs_root``: ``samples.jsonl``, ``manifest.json``, ``run.json`` (its settings),
+    and while it is open ``run.lock`` with its holder in ``run.lock.json``. Usable as a context manager
+    (``with run: run.open(...)`` closes it)."""
+
+    def __init__(self, runs_root: str | Path, name: str, key: str = "problem_id"):
+        self.name = check_run_name(name)
+        self.key = key  # the field every line of samples.jsonl names its item by
+        self.path = Path(runs_root) / self.name
+        self.samples_path = self.path / "samples.jsonl"
+        self.manifest_path = self.path / "manifest.json"
+        self.settings_path = self.path / "run.json"
+        self.lock_path = self.path / LOCK_NAME
+        self.owner_path = self.path / OWNER_NAME
+        self.cleaned: list[Path] = []
+        self._lock: FileLock | None = None
+
+    def open(self, settings: dict) -> list[dict]:
+        """Create the folder or resume it, holding its lock until :meth:`close` (or this process's exit); returns
+        the samples already recorded. Removes the temporary files of killed writers first (``cleaned``).
+
+        Raises :class:`RunError` if another process holds the run (the message names its pid, host and start
+        time) or if the folder holds a run with other settings (model, config, problems, budget): resuming it
+        would mix incomparable samples. The lock is released when it raises.
+        """
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.lock()
+        try:
+            self.cleaned = clean_temporaries(self.path)
+            return self._resume(settings)
+        except BaseException:
+            self.close()
+            raise
+
+    def lock(self) -> None:
+        """Take the run's lock without waiting (a second call on the same object does nothing) and write who
+        holds it; creates the run's folder if needed. Raises :class:`RunError` naming the holder when another
+        process (or another open :class:`RunDir` of this run) has it."""
+        if self._lock is not None:
+            return
+        self.path.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(self.lock_path, timeout=0)
+        try:
+            lock.acquire()
+        except Timeout:
+            raise RunError(f"run '{self.name}' is in use by {self.holder()}; wait for it or stop it") from None
+        self._lock = lock
+        owner = {"pid": os.getpid(), "host": socket.gethostname(),
+                 "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": " ".join(sys.argv)[:200]}
+        try:
+            write_atomic(self.owner_path, json.dumps(owner, sort_keys=True))
+        except BaseException:
+            self.close()
+            raise
+
+    def holder(self) -> str:
+        """Who holds the run's lock, as written in ``run.lock.json``: ``pid 1234 on host (started ...)``, or
+        ``another process`` when that file cannot be read."""
+        try:
+            owner = json.loads(self.owner_path.read_text(encoding="utf-8"))
+            return f"pid {int(owner['pid'])} on {owner['host']} (started {owner['started']})"
+        except (OSError, ValueError, KeyError, TypeError):
+            return "another process"
+
+    def close(self) -> None:
+        """Release the run's lock (if held) and remove ``run.lock.json``; the folder and its files stay."""
+        if self._lock is None:
+            return
+        lock, self._lock = self._lock, None
+        try:
+            self.owner_path.unlink(missing_ok=True)
+        finally:
+            lock.release()
+
+    def __enter__(self) -> RunDir:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def check_resumable(self, settings: dict, partial: bool = False) -> None:
+        """Raise :class:`RunError` when the folder records a run (``run.json``) whose settings differ from
+        ``settings``, or whose ``run.json`` does not parse; nothing when there is none. With ``partial``, only the
+        keys ``settings`` holds are compared: what a command can check before its model loads (the pin's
+        fingerprint is then left to :meth:`open`). Reads only; takes no lock."""
+        if not self.settings_path.exists():
+            return
+        try:
+            previous = load_strict(self.settings_path)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise RunError(f"{self.settings_path} is not valid JSON ({exc}); delete the run folder or pass "
+                           "another --run name") from exc
+        keys = set(settings) if partial else set(previous) | set(settings)
+        changed = sorted(k for k in keys if previous.get(k) != settings.get(k))
+        if changed:
+            raise RunError(f"run '{self.name}' exists with other settings ({', '.join(changed)}); "
+                           "pass another --run name or delete the folder")
+
+    def _resume(self, settings: dict) -> list[dict]:
+        if self.settings_path.exists():
+            self.check_resumable(settings)
+        else:
+            write_atomic(self.settings_path, json.dumps(settings, indent=1, sort_keys=True))
+        return self.read_samples(repair=True)
+
+    def read_samples(self, repair: bool = False) -> list[dict]:
+        """Samples recorded so far. With ``repair``, a torn last line is cut off the file."""
+        if not self.samples_path.exists():
+            return []
+        data = self.samples_path.read_bytes()
+        complete = data[: data.rfind(b"\n") + 1]
+        if repair and len(complete) != len(data):
+            with open(self.samples_path, "r+b") as handle:
+                handle.truncate(len(complete))
+                os.fsync(handle.fileno())
+        return [self._parse_line(number, line) for number, line in enumerate(complete.split(b"\n"), 1)
+                if line.strip()]
+
+    def _parse_line(self, number: int, line: bytes) -> dict:
+        try:
+            sample = loads_strict(line, source=f"{self.samples_path} line {number}")
+        except (ValueError, UnicodeDecodeError) as exc:
+            sample = exc
+        if not isinstance(sample, dict) or not isinstance(sample.get(self.key), str):
+            raise RunError(f"{self.samples_path}: line {number} is not a sample ({str(sample)[:80]}); the file was "
+                           "edited or damaged: delete that line to re-run its problem")
+        return sample
+
+    def append(self, sample: dict) -> None:
+        """Append one sample durably (unbuffered writes, then fsync). Raises
+        :class:`~graftbench.util.durable.StorageError` (e.g. disk full) naming the file; the failed write is cut back
+        first, so the file stays as it was."""
+        append_json_line(self.samples_path, sample, f"sample {sample.get(self.key)!r}", crash="sample")

@@ -1,0 +1,1 @@
+"""Shards across machines: merge, dispatch, the Ray executor."""

@@ -1,0 +1,1 @@
+"""Helpers below every stage: hashing, strict JSON, durable writes, seeds, bounded file reads, the CPU pin."""

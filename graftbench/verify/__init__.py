@@ -1,0 +1,1 @@
+"""Answer checking: extraction, normalization, spelling, equivalence."""

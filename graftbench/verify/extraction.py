@@ -1,0 +1,242 @@
+"""Finding final-answer markers in a response: ``\\boxed{}``-style boxes with balanced braces and phrases such as
+"Final answer: X", each with its position, so that :func:`graftbench.verify.answers.extract_answer` can take the last
+one.
+
+Imports no torch, no sympy. Never raises on any text: the callers catch nothing from here but treat ``[]`` as
+"no marker".
+"""
+
+from __future__ import annotations
+
+import re
+
+from .spelling import canonical_spelling
+
+MAX_BOX_SCAN = 1000  # characters: a \boxed{...} whose closing brace is further away is not an answer
+MAX_PHRASE_LINE = 300  # characters of the line after "final answer:" that are looked at
+
+TEXT_CMD_RE = re.compile(r"\\(?:text|mbox|textrm|mathrm|textnormal|operatorname)\s*\{([^{}]*)\}")
+_UNIT_EXPONENT = r"(?:\s*\^\s*(?:\{[^{}]*\}|[0-9a-zA-Z]))?"
+TEXT_CMD_WITH_EXPONENT_RE = re.compile(TEXT_CMD_RE.pattern + _UNIT_EXPONENT)
+
+
+def strip_text_blocks(s: str, with_exponent: bool = False) -> str:
+    """Remove \\text{...}-style unit annotations (with their exponent, ``\\text{ cm}^2``, when ``with_exponent``);
+    unwrap them if nothing else would remain."""
+    pattern = TEXT_CMD_WITH_EXPONENT_RE if with_exponent else TEXT_CMD_RE
+    removed = pattern.sub(" ", s).strip()
+    if removed:
+        return removed
+    return TEXT_CMD_RE.sub(lambda m: m.group(1), s).strip()
+
+
+_BOX_RE = re.compile(r"\\(?:boxed|fbox|framebox)\s*(?:\[[^\]\n]{0,40}\])?\s*\{")
+
+# Phrase markers. Group "tail" records whether the marker ended with ":" or "is", which
+# lets the answer sit on the following line ("The final answer is:\n\n73").
+_PHRASE_RE = re.compile(
+    r"(?:"
+    r"\bfinal\s+answer\b(?:\s+is\b)?"  # Final answer: X / final answer is X
+    r"|\banswer\s+is\b"  # The answer is X / our answer is X
+    r"|^[ \t>#*_]*answer\b(?=[ \t*_]*[:：])"  # Answer: X / **Answer:** X (line start)
+    r")"
+    r"(?P<tail>[ \t*_]*[:：]?)",
+    re.IGNORECASE | re.MULTILINE,
+)
+# Version 3: a line "Answer" followed by a math delimiter is a marker without a colon ("Answer $ 9 $").
+_PHRASE_V3_RE = re.compile(
+    _PHRASE_RE.pattern.replace(r"(?=[ \t*_]*[:：])", r"(?=[ \t*_]*(?:[:：]|\$|\\[(\[]))"),
+    re.IGNORECASE | re.MULTILINE,
+)
+_DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
+_OPENING_RE = re.compile(r"[ \t*_]*(\n\s*)?(\$\$|\$|\\\(|\\\[)")
+_LATEX_SPACE_RE = re.compile(r"\\[,;:! ]|\\q?quad(?![a-zA-Z])|~")
+
+
+def match_brace(text: str, open_idx: int, limit: int = MAX_BOX_SCAN) -> int:
+    """Index of the ``}`` closing the ``{`` at ``open_idx``; -1 if unclosed within ``limit``."""
+    depth = 0
+    end = min(len(text), open_idx + limit)
+    i = open_idx
+    while i < end:
+        c = text[i]
+        if c == "\\":  # skip escaped characters such as \{ \}
+            i += 2
+            continue
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return -1
+
+
+# TeX boxes the next token when no brace follows: one character (\boxed 2, \boxed7). Several characters after it
+# (\boxed 42, \boxed 2.5) are ambiguous: TeX boxes only the first, a reader sees them all.
+_BRACELESS_BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![a-zA-Z])[ \t]*([0-9a-zA-Z])(?![0-9a-zA-Z{]|[.,]\d)")
+_PLACEHOLDER_RE = re.compile(
+    r"^(?:\?*|\.{2,}|\u2026|\\[lc]?dots|\\square|\\Box|_*|(?:\\_)+"
+    r"|\\text\{(?:your|the)?(?:final)?(?:answer)?\})$",
+    re.IGNORECASE,
+)
+
+
+def is_placeholder(content: str) -> bool:
+    """True for a box that holds no answer: empty, spaces, ``?``, an ellipsis, ``\\square``, ``\\text{answer}``."""
+    squeezed = re.sub(r"\s+|\\[,;:! ]|\\q?quad(?![a-zA-Z])", "", content)
+    return bool(_PLACEHOLDER_RE.match(squeezed))
+
+
+def box_candidates(text: str, version: int = 1) -> list[tuple[int, str]]:
+    """``(position, content)`` of every closed box; under version 2 also brace-less boxes around one character,
+    and no placeholder boxes."""
+    out = []
+    for m in _BOX_RE.finditer(text):
+        open_idx = m.end() - 1
+        close = match_brace(text, open_idx)
+        if close < 0:
+            continue  # unclosed (e.g. truncated output): not a final answer
+        content = text[open_idx + 1 : close]
+        if version >= 2 and is_placeholder(content):
+            continue
+        out.append((m.start(), content))
+    if version >= 2:
+        out += [(m.start(), m.group(1)) for m in _BRACELESS_BOX_RE.finditer(text)]
+    return out
+
+
+_SENTENCE_END_RE = re.compile(r"\.(?=\s|$)|;|,\s|\s\(|!\s|\?")
+# Version 2: the periods of an ellipsis ("1 + 2 + ... + 10") do not end a sentence.
+_SENTENCE_END_V2_RE = re.compile(r"(?<!\.)\.(?!\.)(?=\s|$)|;|,\s|\s\(|!\s|\?")
+_QUOTED_RE = re.compile(r"^([\"'`\u201c\u2018])(.{1,80}?)([\"'`\u201d\u2019])")
+_CONNECTOR_RE = re.compile(r"\b(?:is|equals)\b", re.IGNORECASE)
+_LEADING_NUMBER_RE = re.compile(
+    r"^[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s*/\s*\d+)?(?![\w.])"
+)
+# Version 3: a clock time or ratio (3:45) is taken whole, and an ordinal suffix (5th) belongs to its number.
+_LEADING_NUMBER_V3_RE = re.compile(
+    r"^[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?::\d+)*(?:\s*/\s*\d+)?(?:st|nd|rd|th)?(?![\w.:])"
+)
+_LATEX_CMD_RE = re.compile(r"\\[a-zA-Z]+")
+_WORDISH_RE = re.compile(r"[a-zA-Z]{2,}")
+_MATH_CHARS_RE = re.compile(r"^[0-9a-zA-Z\s+\-*/^_(){}\[\].,=!|<>:'%\\]+$")
+
+
+def _delimited(s: str) -> str | None:
+    """If ``s`` starts with a math delimiter ($, $$, \\(, \\[), return the enclosed text."""
+    for open_, close in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
+        if s.startswith(open_):
+            end = s.find(close, len(open_))
+            return s[len(open_) : end] if end >= 0 else s[len(open_) :]
+    return None
+
+
+def _looks_like_math(s: str, version: int = 1) -> bool:
+    """True for short expressions without prose: no two-letter words outside LaTeX commands. Under version 2 an
+    equation ``A = B`` qualifies when B does and A is a short name (``xy = 10``: no word of three letters or more)."""
+    if version >= 2 and "=" in s:
+        left, _, right = s.rpartition("=")
+        return _looks_like_name(left) and _looks_like_math(right.strip())
+    if not s or not _MATH_CHARS_RE.match(s):
+        return False
+    stripped = _without_commands(s)
+    return not _WORDISH_RE.search(stripped) and bool(re.search(r"[0-9a-zA-Z]", stripped))
+
+
+def _without_commands(s: str) -> str:
+    stripped = re.sub(r"\\(?:text|mbox|mathrm|textrm)\s*\{[^{}]*\}", " ", s)
+    return _LATEX_CMD_RE.sub(" ", stripped)
+
+
+def _looks_like_name(s: str) -> bool:
+    return bool(s.strip()) and bool(_MATH_CHARS_RE.match(s)) and not re.search(r"[a-zA-Z]{3,}", _without_commands(s))
+
+
+def _phrase_tail(text: str, m: re.Match[str]) -> str:
+    """What follows a phrase marker on its line; the next non-empty line when the marker ends the line with
+    ``:`` or ``is`` ("The final answer is:\n\n73")."""
+    start = m.end()
+    line_end = text.find("\n", start, start + MAX_PHRASE_LINE)
+    rest = text[start : line_end if line_end >= 0 else start + MAX_PHRASE_LINE]
+    rest = rest.strip().lstrip("*_ \t,").strip()
+    ends_open = bool(m.group("tail").strip(" \t*_")) or m.group(0).lower().rstrip(" \t*_").endswith("is")
+    if not rest and ends_open:
+        window = text[start : start + 2 * MAX_PHRASE_LINE]
+        nxt = re.match(r"[ \t*_]*\n\s*([^\n]+)", window)
+        rest = nxt.group(1).strip().lstrip("*_ \t").strip() if nxt else ""
+    return rest
+
+
+def _delimited_block(text: str, start: int, ends_open: bool) -> str | None:
+    """Version 3: a math-delimited answer right after a marker, taken to its closing delimiter even on a later
+    line (``Answer: \\[`` / ``9`` / ``\\]``); on the next line only after an open marker (``:`` or ``is``)."""
+    window = text[start : start + 2 * MAX_PHRASE_LINE]
+    opening = _OPENING_RE.match(window)
+    if not opening or (opening.group(1) and not ends_open):
+        return None
+    close = dict(_DELIMITERS)[opening.group(2)]
+    end = window.find(close, opening.end())
+    return window[opening.start(2) : end + len(close)] if end >= 0 else None
+
+
+def _math_in_delimiters(rest: str, version: int) -> str | None:
+    inner = _delimited(rest)
+    if inner is None:
+        return None
+    if version >= 3:  # LaTeX spacing inside the delimiters is space: $\; 9 \;$
+        inner = _LATEX_SPACE_RE.sub(" ", inner)
+    inner = inner.strip()
+    if not inner or re.search(r"\\(?:boxed|fbox|framebox)", inner):
+        return None
+    return inner if _looks_like_math(strip_text_blocks(inner), version) else None
+
+
+def _sentence_value(sentence: str) -> str | None:
+    """Version 2: the value after the last "is" / "equals" of a sentence ("The largest $n$ is 34" -> "34")."""
+    connectors = list(_CONNECTOR_RE.finditer(sentence))
+    if not connectors:
+        return None
+    value = sentence[connectors[-1].end():].strip()
+    if _delimited(value) is not None:
+        return _math_in_delimiters(value, 2)
+    return value if _looks_like_math(value) else None
+
+
+def _phrase_candidate(text: str, m: re.Match[str], version: int) -> str | None:
+    """The answer following a phrase marker, or None if what follows is not an answer."""
+    rest = _phrase_tail(text, m)
+    if version >= 3:
+        ends_open = bool(m.group("tail").strip(" \t*_")) or m.group(0).lower().rstrip(" \t*_").endswith("is")
+        rest = _delimited_block(text, m.end(), ends_open) or rest
+        rest = canonical_spelling(rest).strip()
+    if not rest:
+        return None
+    if "\\boxed" in rest[:20] or "\\fbox" in rest[:20] or "\\framebox" in rest[:20]:
+        return None  # the box itself is a (later) marker
+    quoted = _QUOTED_RE.match(rest) if version >= 2 else None
+    if quoted and _looks_like_math(quoted.group(2).strip()):
+        return quoted.group(2).strip()
+    if _delimited(rest) is not None:
+        return _math_in_delimiters(rest, version)
+    cut = (_SENTENCE_END_V2_RE if version >= 2 else _SENTENCE_END_RE).search(rest)
+    chunk = rest[: cut.start()] if cut else rest
+    chunk = chunk.replace("**", "").replace("__", "").strip().rstrip(".").strip()
+    if _looks_like_math(chunk, version):
+        return chunk
+    num = (_LEADING_NUMBER_V3_RE if version >= 3 else _LEADING_NUMBER_RE).match(rest.replace("**", "").strip())
+    if num:
+        return num.group(0)
+    return _sentence_value(chunk) if version >= 2 else None
+
+
+def phrase_candidates(text: str, version: int = 1) -> list[tuple[int, str]]:
+    """``(position, answer)`` after every phrase marker ("Final answer: X", "the answer is X", a line
+    "Answer: X") whose answer looks like mathematics, under the rules of verifier ``version``."""
+    out = []
+    for m in (_PHRASE_V3_RE if version >= 3 else _PHRASE_RE).finditer(text):
+        cand = _phrase_candidate(text, m, version)
+        if cand is not None:
+            out.append((m.start(), cand))
+    return out
