@@ -77,3 +77,35 @@ def test_make_install_passes_the_constraints_to_every_pip_install_of_the_package
     assert "pip install -q $(CONSTRAINTS) torch\n" in text
     assert "pip install -q $(CONSTRAINTS) -e '.[test]'" in text
     assert "$(STAMP): pyproject.toml constraints.txt Makefile" in text
+
+
+# What the GPU host lacks of graftbench's requirements (docs/gpu.md): xxhash and rfc8785 travel as wheels, the
+# others must not be imported on the path make gpu-certify runs.
+GPU_HOST_LACKS = ("gguf", "accelerate", "bm25s", "cydifflib", "pyseccomp", "matplotlib", "latex2sympy2_extended",
+                  "datasets", "ray", "hypothesis", "s3fs", "boto3", "PIL", "psutil")
+GPU_PATH_MODULES = ("graftbench.cli.app", "graftbench.cli.exact", "graftbench.cli.bench", "graftbench.eval.exactness",
+                    "graftbench.engine.session", "graftbench.engine.graft", "graftbench.engine.random_weights",
+                    "graftbench.bench.run", "graftbench.bench.report", "graftbench.bench.gpu_name")
+
+
+def test_the_gpu_scripts_modules_import_without_the_packages_the_gpu_host_lacks():
+    import subprocess
+    import sys
+
+    code = f"""
+import importlib, importlib.machinery, sys
+lacks = set({GPU_HOST_LACKS!r})
+class Lacking(importlib.machinery.PathFinder):
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if name.split(".")[0] in lacks:
+            return None
+        return importlib.machinery.PathFinder.find_spec(name, path, target)
+sys.meta_path = [Lacking if f is importlib.machinery.PathFinder else f for f in sys.meta_path]
+for module in {GPU_PATH_MODULES!r}:
+    importlib.import_module(module)
+print(sorted(lacks & {{name.split(".")[0] for name in sys.modules}}))
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
