@@ -93,7 +93,7 @@ results-index: $(STAMP)
 # pin, and append the outcome with this machine's CPU to manifests/replays.jsonl: commit that log.
 REPLAY_PAIRS ?= 5
 replay-exact: $(STAMP)
-	for f in manifests/exact-*.json manifests/cpu/*/exact-*.json; do \
+	for f in manifests/exact-*.json manifests/cpu/*/exact-*.json manifests/random/exact-*.json; do \
 	  $(BIN)/graftbench check-exact --expect $$f --limit $(REPLAY_PAIRS) --log manifests/replays.jsonl || exit 1; \
 	done
 
