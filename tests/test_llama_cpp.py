@@ -184,7 +184,7 @@ def _query_after_artifact(llama, config, data, artifact, query):
     """``restore_or_prefill`` of the artifact ``data`` under ``config``, then the query: ``(refusal, the query's
     logits SHA-256)``; the cache must hold the artifact's tokens either way."""
     from graftbench.store.ids import artifact_id_of
-    from graftbench.store.llama_codec import restore_or_prefill
+    from graftbench.engine.llama_codec import restore_or_prefill
 
     cache, refusal = restore_or_prefill(llama.engine, config, artifact_id_of(data), data, artifact)
     try:
@@ -197,7 +197,7 @@ def _query_after_artifact(llama, config, data, artifact, query):
 @pytest.mark.model
 def test_a_llama_state_artifact_round_trips_and_its_graft_equals_the_fresh_prefill(llama, texts):
     from graftbench.eval.exactness_llama import deposit_state, fresh_logits
-    from graftbench.store.llama_codec import encode_llama_artifact
+    from graftbench.engine.llama_codec import encode_llama_artifact
 
     artifact, query = texts[0]
     state = deposit_state(llama, artifact)
@@ -213,7 +213,7 @@ def test_a_llama_state_artifact_that_is_corrupt_or_of_another_pin_is_refused_and
     from graftbench.eval.exactness_llama import deposit_state, fresh_logits
     from graftbench.store.codec import ArtifactError
     from graftbench.store.ids import artifact_id_of
-    from graftbench.store.llama_codec import decode_llama_artifact, encode_llama_artifact
+    from graftbench.engine.llama_codec import decode_llama_artifact, encode_llama_artifact
 
     artifact, query = texts[1]
     data = encode_llama_artifact(llama.config, deposit_state(llama, artifact))

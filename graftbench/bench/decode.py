@@ -18,7 +18,7 @@ def _engine_decode(session: Session, prompt: list[int], new_tokens: int) -> tupl
 
 
 def _generate(session: Session, prompt: list[int], new_tokens: int) -> tuple[float, list[int]]:
-    input_ids = torch.tensor([prompt])
+    input_ids = torch.tensor([prompt], device=session.model.device)
     kwargs = {"attention_mask": torch.ones_like(input_ids), "do_sample": False, "num_beams": 1,
               "max_new_tokens": new_tokens, "pad_token_id": session.tokenizer.eos_token_id or 0}
     with torch.inference_mode():

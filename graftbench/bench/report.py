@@ -4,13 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
-import matplotlib.ticker
+from .history import write_json_and_markdown
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from .history import write_json_and_markdown  # noqa: E402
+# matplotlib is imported where a plot is drawn: a one-section run (bench --only) writes no plot, and the GPU host
+# the prepared script targets has no matplotlib (docs/gpu.md).
 
 
 def _ms(summary: dict) -> str:
@@ -248,6 +245,12 @@ def peer_lines(peer: dict) -> list[str]:
 def plot(result: dict, path: Path) -> None:
     """Two panels: TTFT against artifact tokens (log-log; prefill and graft, 1-token and real query, llama.cpp
     where measured), and restore throughput against the raw read (GB/s). Written as PNG to ``path``."""
+    import matplotlib
+    import matplotlib.ticker
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     tokens = [row["tokens"] for row in result["ttft"]]
     q = result["workload"]["query_tokens"]
@@ -339,6 +342,8 @@ def only_markdown(result: dict) -> str:
         return store_scale_markdown(result)
     if result["only"] == "head-to-head":
         return head_to_head_markdown(result)
+    if result["only"] == "ttft":
+        return "\n".join([f"# Time to first token: {result['environment'].get('model')}", "", *ttft_table(result)])
     return load_decode_markdown(result) if result["only"] == "load-decode" else batched_markdown(result)
 
 

@@ -17,6 +17,7 @@ from ..problems.types import Problem
 from ..engine.session import Session
 from ..settings import BenchSettings
 from ..store.folder import Store
+from ..results.model_names import model_name
 from .batched import measure_batched
 from .batched import target as batched_target
 from ..settings import BatchedSettings
@@ -142,7 +143,8 @@ def environment(session: Session) -> dict:
             "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "python": platform.python_version(), "libraries": session.config.libraries,
             "config_fingerprint": session.config.fingerprint, "chunk_size": session.config.chunk_size,
-            "model": session.config.model, "dtype": session.config.dtype,
+            "model": model_name(session.config.to_dict()), "dtype": session.config.dtype,
+            **({"accelerator": session.config.accelerator} if session.config.accelerator else {}),
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "graftbench_commit": _commit()}
 
 
@@ -156,7 +158,7 @@ def _commit() -> str | None:
     return done.stdout.strip() or None
 
 
-SECTIONS = ("batched-samples", "head-to-head", "load-decode", "store-scale")  # sections that run alone with ``--only``
+SECTIONS = ("batched-samples", "head-to-head", "load-decode", "store-scale", "ttft")  # sections that run alone with ``--only``
 
 
 def _load_and_decode(session: Session, model: str, settings: BenchSettings, workload, task, result: dict,
@@ -204,6 +206,11 @@ def run_bench(session: Session, model: str, problems: list[Problem], problems_so
         task(None, 0)
         result["targets"] = targets(result)
         return result
+    if only == "ttft":
+        with tempfile.TemporaryDirectory(prefix="graftbench-bench-") as folder:
+            _ttft(session, model, settings, workload, Path(folder), task, result)
+        task(None, 0)
+        return result
     with tempfile.TemporaryDirectory(prefix="graftbench-bench-") as folder:
         if not only:
             _main_sections(session, model, problems, settings, workload, Path(folder), task, result)
@@ -243,13 +250,18 @@ def _store_scale_alone(session: Session, problems: list[Problem], problems_sourc
     return result
 
 
+def _ttft(session: Session, model: str, settings: BenchSettings, workload, folder: Path, task, result: dict) -> None:
+    """Time to first token, graft against chunked prefill, at each of ``settings.sizes`` (the ``ttft`` section)."""
+    step = task("TTFT: prefill against graft", len(settings.sizes) * (settings.repeats + 1))
+    result["ttft"] = [measure_size(session, model, folder / "ttft", workload.context[:n], workload.query,
+                                   settings.repeats, settings.graft_repeats, step) for n in settings.sizes]
+
+
 def _main_sections(session: Session, model: str, problems: list[Problem], settings: BenchSettings, workload,
                    folder: Path, task, result: dict) -> None:
     """TTFT, restore, decode (against generate, and after the largest graft), load and store scale, one after
     another, into ``result``."""
-    step = task("TTFT: prefill against graft", len(settings.sizes) * (settings.repeats + 1))
-    result["ttft"] = [measure_size(session, model, folder / "ttft", workload.context[:n], workload.query,
-                                   settings.repeats, settings.graft_repeats, step) for n in settings.sizes]
+    _ttft(session, model, settings, workload, folder, task, result)
     store = Store(folder / "ttft")
     largest = result["ttft"][-1]["artifact_id"]
     task("restore throughput", 1)

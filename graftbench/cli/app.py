@@ -19,13 +19,13 @@ from rich.markup import escape
 
 from . import bench, exact, flywheel, report
 from . import merge, route
-from .common import (EVAL, FLYWHEEL, AnswerFieldOpt, ChunkOpt, DtypeOpt, ExampleAsOpt, GraftFromOpt, IdFieldOpt, IsaOpt,
+from .common import (EVAL, FLYWHEEL, AnswerFieldOpt, ChunkOpt, DeviceOpt, DtypeOpt, ExampleAsOpt, GraftFromOpt, IdFieldOpt, IsaOpt,
                      LayoutOpt, LimitOpt, ModelOpt, ProblemFieldOpt, ProblemsOpt, RunsOpt, ShardOpt, SolutionFieldOpt,
                      StoreOpt, console, fail, load_problem_set, model_label, open_model, os_error_text, progress,
                      shard_problems, stage_progress)
 from ..settings import EvalSettings
 from ..eval.dispatch import EXECUTORS, RAY_EXTRA, ClusterOptions, DispatchError
-from .common import ModeOpt, announce_sandbox, check_hub_model
+from .common import ModeOpt, announce_sandbox, check_hub_model, refuse_random
 from .options import CLUSTER, CLUSTER_OPTIONS, FIELDS, OWN, RUN, SAMPLING, with_options
 from ..util.display_text import console_markup
 
@@ -177,6 +177,7 @@ def _executor(cluster: ClusterOptions | None, model, dtype, chunk_size, isa):
     not)."""
     from functools import partial
 
+    refuse_random(model)  # Ray workers load the model themselves
     if cluster is None:
         from ..eval.workflows import run_eval
 
@@ -266,7 +267,7 @@ def _run_command(command: str, options: dict, store: str | None = None, new_stor
 @app.command()
 def deposit(
     model: str = ModelOpt, problems: str = ProblemsOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt,
-    isa: Optional[str] = IsaOpt,
+    isa: Optional[str] = IsaOpt, device: str = DeviceOpt,
     store: str = StoreOpt, runs_dir: str = RunsOpt, limit: Optional[int] = LimitOpt,
     from_run: Optional[str] = typer.Option(None, "--from-run", help="deposit this solve run's verified samples"),
     from_manifest: Optional[Path] = typer.Option(None, "--from-manifest", help="deposit the verified samples "
@@ -481,7 +482,7 @@ def store_clean(store: str = StoreOpt) -> None:
 @app.command()
 def run(
     model: str = ModelOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt, isa: Optional[str] = IsaOpt,
-    runs_dir: str = RunsOpt,
+    device: str = DeviceOpt, runs_dir: str = RunsOpt,
     store: str = StoreOpt,
     n_per_family: int = typer.Option(FLYWHEEL.per_family, "--per-family", min=1, help="built-in problems per family"),
     max_new_tokens: int = typer.Option(FLYWHEEL.max_new_tokens, "--max-new-tokens", min=1, help="decode budget per problem (tokens)"),

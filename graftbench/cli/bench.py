@@ -11,7 +11,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..settings import BatchedSettings
-from .common import (BENCH, DEFAULT_DTYPE, DTYPE_NAMES, ChunkOpt, DtypeOpt, IsaOpt, ModelOpt, apply_isa, console,
+from .common import (BENCH, DEFAULT_DTYPE, DTYPE_NAMES, ChunkOpt, DeviceOpt, DtypeOpt, IsaOpt, ModelOpt, apply_isa, console,
                      fail, int_list, load_problem_set, model_label, open_model, progress_bar)
 from ..settings import BenchSettings
 
@@ -25,10 +25,12 @@ class BenchSection(str, Enum):
     head_to_head = "head-to-head"
     load_decode = "load-decode"
     store_scale = "store-scale"
+    ttft = "ttft"
 
 
 def bench(
     model: str = ModelOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt, isa: Optional[str] = IsaOpt,
+    device: str = DeviceOpt,
     problems: str = typer.Option("../shared/data/aime2024.jsonl", "--problems", "-p",
                                  help="problems with solutions: the text the artifacts are cut from"),
     sizes: str = typer.Option(",".join(map(str, BENCH.sizes)), "--sizes", help="artifact sizes in tokens, comma-separated"),
@@ -54,7 +56,8 @@ def bench(
                                                 "load-decode-<model>.json and .md) or head-to-head (the graft "
                                                 "against llama.cpp's state load at the largest --sizes, one "
                                                 "repetition of each in turn: head-to-head-<model>.json and .md) "
-                                                "or store-scale (router "
+                                                "or ttft (graft against chunked prefill at --sizes: "
+                                                "ttft-<model>.json and .md) or store-scale (router "
                                                 "lookups at --store-sizes artifacts, no model: store-scale.json "
                                                 "and .md)"),
     smoke: bool = typer.Option(False, "--smoke", help="tiny sizes, one repetition, no cold load or peer: checks it runs"),
@@ -73,7 +76,7 @@ def bench(
     if smoke:
         settings, batched = BenchSettings.smoke_run(), BatchedSettings.smoke_run()
     problem_list = load_problem_set(problems, None, "id", "problem", "answer", "solution")
-    session = open_model(model, dtype, chunk_size, threads, isa)
+    session = open_model(model, dtype, chunk_size, threads, isa, architecture_only=True)
     try:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console) as progress:
@@ -134,7 +137,7 @@ def bench_isa(
 
 def bench_long_context(
     model: str = typer.Option("gemma3-270m", "--model", "-m", help="alias, hub id, folder or .gguf"),
-    dtype: str = DtypeOpt, chunk_size: int = ChunkOpt, isa: Optional[str] = IsaOpt,
+    dtype: str = DtypeOpt, chunk_size: int = ChunkOpt, isa: Optional[str] = IsaOpt, device: str = DeviceOpt,
     problems: list[str] = typer.Option(["../shared/data/aime2024.jsonl", "../shared/data/aime2025.jsonl"], "--problems",
                                        "-p", help="problems with solutions (repeatable): the text the artifacts are cut from"),
     tokens: int = typer.Option(1_000_000, "--tokens", min=1, help="tokens of KV state to hold in the store"),
@@ -150,7 +153,7 @@ def bench_long_context(
     from ..bench.workload import corpus_ids
 
     problem_list = [p for source in problems for p in load_problem_set(source, None, "id", "problem", "answer", "solution")]
-    session = open_model(model, dtype, chunk_size, isa=isa)
+    session = open_model(model, dtype, chunk_size, isa=isa, architecture_only=True)
     try:
         corpus = corpus_ids(session, problem_list)
         query = session.query_ids(problem_list[0].problem)

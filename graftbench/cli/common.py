@@ -33,6 +33,22 @@ DtypeOpt = typer.Option(DEFAULT_DTYPE, "--dtype", help=" or ".join(DTYPE_NAMES))
 ChunkOpt = typer.Option(DEFAULT_CHUNK_SIZE, "--chunk-size", min=1, help="prefill chunk size in tokens (part of the pinned config)")
 IsaOpt = typer.Option(None, "--isa", help="instruction-set pin: native (fastest) or avx2 (the portable pin: the same "
                       "bytes on AVX-512 and AVX2 CPUs); part of the pinned config [default: native, or $GRAFTBENCH_ISA]")
+_DEVICE = {"name": "auto"}  # the --device of this invocation (set by the option's callback, read by open_model)
+
+
+def _remember_device(value: str) -> str:
+    from ..engine.device import DeviceError, check_name
+
+    try:
+        _DEVICE["name"] = check_name(value)
+    except DeviceError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    return value
+
+
+DeviceOpt = typer.Option("auto", "--device", envvar="GRAFTBENCH_DEVICE", callback=_remember_device,
+                         help="auto (CUDA when torch sees a GPU, else the CPU), cpu, cuda or cuda:N; on CUDA the "
+                              "CUDA pin is set and recorded (docs/gpu.md)")
 RunsOpt = typer.Option(DEFAULT_RUNS_DIR, "--runs-dir", envvar="GRAFTBENCH_RUNS_DIR", help="folder holding one folder per run")
 StoreOpt = typer.Option(DEFAULT_STORE, "--store", envvar="GRAFTBENCH_STORE",
                         help="artifact store: a folder, or a URL (s3://bucket/prefix, file:///path, memory://name)")
@@ -145,23 +161,48 @@ def check_hub_model(model: str) -> None:
     _HUB_CHECKED.add(model)
 
 
-def open_model(model: str, dtype: str, chunk_size: int, threads: int | None = None, isa: str | None = None):
+def refuse_random(model: str) -> None:
+    """Exit 2 when ``model`` is a random-weights model (``random:``): no accuracy is ever reported for one."""
+    from ..engine.random_weights import LABEL, is_random
+
+    if is_random(model):
+        fail(f"model '{model}' has {LABEL}: no accuracy is reported for one; use check-exact or bench with it")
+
+
+def open_model(model: str, dtype: str, chunk_size: int, threads: int | None = None, isa: str | None = None,
+               architecture_only: bool = False):
+    """Load ``model`` on this invocation's ``--device`` and pin the config; fail with one line when it cannot be
+    loaded. A random-weights model (``random:``) is refused unless ``architecture_only`` (the commands that
+    report no accuracy: ``check-exact``, ``bench``)."""
+    if not architecture_only:
+        refuse_random(model)
     check_hub_model(model)
     apply_isa(isa)  # before torch is imported
+    from ..engine.device import DeviceError, resolve
     from ..engine.models import ModelError
     from ..engine.session import open_session
 
     quiet_transformers()
     try:
-        with console.status(f"loading {model} ({dtype})"):
-            session = open_session(model, dtype=dtype, chunk_size=chunk_size, threads=threads)
-    except (ModelError, ValueError) as exc:
+        device = resolve(_DEVICE["name"])
+        with console.status(f"loading {model} ({dtype}) on {device}"):
+            session = open_session(model, dtype=dtype, chunk_size=chunk_size, threads=threads, device=device)
+    except (ModelError, DeviceError, ValueError) as exc:
         fail(str(exc))
-    loaded = session.loaded
-    console.print(f"model {model}: {'cached weights' if loaded.from_cache else 'de-quantized GGUF'} in "
-                  f"{loaded.load_s:.2f} s · isa {session.config.isa} ({session.config.cpu_capability}) · "
-                  f"config {session.config.fingerprint[:12]}")
+    console.print(model_line(model, session), markup=False, highlight=False)
     return session
+
+
+def model_line(model: str, session) -> str:
+    """The line naming the loaded model: how it was loaded, the device, the pins, and for a random-weights model
+    its label."""
+    loaded, config = session.loaded, session.config
+    how = ("random weights drawn" if config.random_weights else
+           "cached weights" if loaded.from_cache else "de-quantized GGUF")
+    where = config.accelerator.get("gpu", config.device) if config.accelerator else config.device
+    label = f" · {config.random_weights['label']}" if config.random_weights else ""
+    return (f"model {model}: {how} in {loaded.load_s:.2f} s on {where} · isa {config.isa} "
+            f"({config.cpu_capability}) · config {config.fingerprint[:12]}{label}")
 
 
 def load_problem_set(source: str, limit, id_field, problem_field, answer_field, solution_field):

@@ -7,7 +7,8 @@ from typing import Optional
 
 import typer
 
-from .common import (ChunkOpt, DtypeOpt, ModelOpt, ProblemsOpt, RunsOpt, apply_isa, console, fail,
+from .exact_runs import open_run, report_manifest
+from .common import (ChunkOpt, DeviceOpt, DtypeOpt, ModelOpt, ProblemsOpt, RunsOpt, apply_isa, console, fail,
                      load_problem_set, model_label, open_model, progress)
 
 
@@ -32,6 +33,7 @@ def check_exact(
     kv_type: str = typer.Option("f16", "--kv-type", help="llama.cpp KV cache type: f16, q8_0 or q4_0"),
     flash_attn: Optional[bool] = typer.Option(None, "--flash-attn/--no-flash-attn", help="llama.cpp flash attention "
                                               "(pinned) [default: on for a quantized KV cache, else off]"),
+    device: str = DeviceOpt,
 ) -> None:
     """Prove the graft byte-exact against a fresh chunked recompute, with negative controls, or replay an expectation."""
     if expect is not None:
@@ -52,10 +54,10 @@ def check_exact(
     expected = _load_expectation(extend) if extend else None  # a bad file fails before the model loads
     if extend:
         _check_extendable_before_load(extend, expected, model, dtype, chunk_size, threads, problem_list, samples)
-    session, recorded = open_model(model, dtype, chunk_size, threads, isa), []
+    session, recorded = open_model(model, dtype, chunk_size, threads, isa, architecture_only=True), []
     if extend:
         session, recorded = _extension(extend, expected, session, problem_list, samples)
-    run, done = _open_run(runs_dir, model, session, problem_list)
+    run, done = open_run(runs_dir, model, session, problem_list)
     done = recorded + done  # the journal's records come last, so they win
     with run, progress("check-exact", samples) as advance:
         def measured(record):
@@ -69,29 +71,6 @@ def check_exact(
         except OSError as exc:
             fail(str(exc))
     report_manifest(manifest, run, write_expect)
-
-
-def report_manifest(manifest: dict, run, write_expect: Path | None, note: str = "") -> None:
-    """Print the exactness tables (and ``note``), write the manifest into the run folder and to ``write_expect``
-    when given, print the totals; exit with status 1 when a pair is not byte-exact."""
-    from ..results.manifest import write_manifest
-    from .tables import exactness_tables
-
-    for table in exactness_tables(manifest):
-        console.print(table)
-    if note:
-        console.print(note)
-    try:
-        write_manifest(manifest, run.path / "exactness.json")
-        if write_expect:
-            write_manifest(manifest, write_expect)
-    except OSError as exc:
-        fail(str(exc))
-    totals = manifest["totals"]
-    console.print(f"{totals['exact_pairs']} of {totals['pairs']} pairs byte-exact · manifest {run.path / 'exactness.json'}"
-                  + (f" · expectation {write_expect}" if write_expect else ""))
-    if totals["exact_pairs"] != totals["pairs"]:
-        fail("some pairs are not byte-exact", 1)
 
 
 def _load_expectation(expect: Path) -> dict:
@@ -142,26 +121,6 @@ def _extension(expect: Path, expected: dict, session, problem_list, samples: int
     return session, records
 
 
-def _open_run(runs_dir: str, model: str, session, problem_list):
-    """The run folder that journals each measured pair (``samples.jsonl``, one record a line), named by the model,
-    the pin's fingerprint and the problem set's hash, so that a re-run under the same pin resumes it and another
-    pin never reads its records; returns it open, with the records already in it. Fails with the holder when
-    another process has it open."""
-    from ..problems.types import problem_set_sha256
-    from ..results.runs import RunDir, RunError
-
-    config, problems_sha = session.config, problem_set_sha256(problem_list)
-    name = f"exact-{model_label(model)}-{config.dtype}-{config.fingerprint[:12]}-{problems_sha[:8]}"
-    run = RunDir(runs_dir, name, key="id")
-    try:
-        done = run.open({"config_fingerprint": config.fingerprint, "problem_set_sha256": problems_sha})
-    except (RunError, OSError) as exc:
-        fail(str(exc))
-    if done:
-        console.print(f"resuming {run.path}: {len(done)} pair records already measured under this pin")
-    return run, done
-
-
 def _replay(expect: Path, limit, isa: str | None, log: Path | None) -> None:
     expected = _load_expectation(expect)
     pin = expected["config"]
@@ -174,7 +133,7 @@ def _replay(expect: Path, limit, isa: str | None, log: Path | None) -> None:
     from ..util.isa import describe_cpu
 
     problem_list = load_problem_set(expected["problem_set"]["source"], None, "id", "problem", "answer", "solution")
-    session = open_model(pin["model"], pin["dtype"], pin["chunk_size"], pin["threads"])
+    session = open_model(pin["model"], pin["dtype"], pin["chunk_size"], pin["threads"], architecture_only=True)
     total = min(limit or len(expected["pairs"]), len(expected["pairs"]))
     with progress("replay", total) as advance:
         result, record = replay_and_log(session, expected, problem_list, limit, log,

@@ -39,7 +39,7 @@ def check_exact_llama(engine: str, model: str, chunk_size: int, problems: str, s
     """check-exact on the llama.cpp engine (:func:`graftbench.eval.exactness_llama.certify_llama`); ``torch_only``: an
     option of the torch engine alone (``--extend``, ``--isa``) was given, which is refused."""
     from ..eval.exactness import check_pair_source
-    from .exact import _open_run, report_manifest
+    from .exact_runs import open_run, report_manifest
 
     if engine not in ENGINES:
         fail(f"--engine {engine!r} is not one of {', '.join(ENGINES)}")
@@ -53,7 +53,7 @@ def check_exact_llama(engine: str, model: str, chunk_size: int, problems: str, s
     ls = open_llama(model, chunk_size, threads, kv_type, flash_attn)
     from ..eval.exactness_llama import certify_llama
 
-    run, done = _open_run(runs_dir, model, ls, problem_list)
+    run, done = open_run(runs_dir, model, ls, problem_list)
     with run, progress("check-exact llama.cpp", samples) as advance:
         def measured(record):
             run.append(record)

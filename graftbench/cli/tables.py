@@ -90,7 +90,9 @@ def exactness_tables(manifest: dict) -> list[Table]:
     """check-exact's tables: graft vs fresh recompute per pair kind, and the negative controls (if run)."""
     totals = manifest["totals"]
     config = manifest["config"]
-    pairs = Table(title=console_text(f"graft vs fresh chunked recompute ({config['model']}, {config['dtype']})"))
+    from ..results.model_names import model_name
+
+    pairs = Table(title=console_text(f"graft vs fresh chunked recompute ({model_name(config)}, {config['dtype']})"))
     for name in ("kind", "pairs", "byte-exact", "max |Δlogit|", "KL max", "argmax agree", "artifact tokens"):
         pairs.add_column(name, justify="right")
     for kind in totals["kinds"]:

@@ -22,6 +22,11 @@ from .kv_cache import new_cache, reserve
 __all__ = ["new_cache", "reserve", "chunk_bounds", "forward", "forward_batch", "prefill", "greedy_decode"]
 
 
+def model_device(model) -> torch.device:
+    """The device ``model``'s weights live on (the CPU for a model that does not say)."""
+    return getattr(model, "device", None) or torch.device("cpu")
+
+
 def chunk_bounds(n_tokens: int, chunk_size: int) -> list[tuple[int, int]]:
     """Half-open ``(start, end)`` token ranges of a segment of ``n_tokens`` prefilled in ``chunk_size`` chunks.
 
@@ -41,11 +46,12 @@ def forward(model, cache: DynamicCache, ids: list[int], all_logits: bool = False
     in the model's dtype. Positions continue from ``cache.get_seq_length()``; a non-zero ``offset`` adds that
     many positions for RoPE only (the shifted-graft control), the attention mask still follows the cache.
     """
-    input_ids = torch.tensor([ids], dtype=torch.long)
+    device = model_device(model)
+    input_ids = torch.tensor([ids], dtype=torch.long, device=device)
     kwargs = {}
     if offset:
         start = cache.get_seq_length() + offset
-        kwargs["position_ids"] = torch.arange(start, start + len(ids)).unsqueeze(0)
+        kwargs["position_ids"] = torch.arange(start, start + len(ids), device=device).unsqueeze(0)
     out = model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=0 if all_logits else 1, **kwargs)
     return out.logits[0]
 
@@ -54,7 +60,7 @@ def forward(model, cache: DynamicCache, ids: list[int], all_logits: bool = False
 def forward_batch(model, cache: DynamicCache, last_tokens: list[int]) -> torch.Tensor:
     """One decode step for a batch: row i of ``cache`` gets ``last_tokens[i]``. Every row holds the same number of
     positions (no padding), so positions follow the cache. Returns logits ``[len(last_tokens), vocab]``."""
-    input_ids = torch.tensor(last_tokens, dtype=torch.long).unsqueeze(1)
+    input_ids = torch.tensor(last_tokens, dtype=torch.long, device=model_device(model)).unsqueeze(1)
     out = model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=1)
     return out.logits[:, -1]
 

@@ -104,7 +104,8 @@ class LoadedModel:
 
     ``weights_sha256`` is the GGUF file's SHA-256 (or, for folders, of the weight files' hashes);
     ``tokenizer_sha256`` hashes the serialized tokenizer and chat template. ``load_s`` is seconds spent in
-    loading (imports excluded); ``from_cache`` says whether de-quantized weights were reused.
+    loading (imports excluded); ``from_cache`` says whether de-quantized weights were reused. A random-weights
+    model (``random:<name>``) has ``weights_sha256`` of its generated tensors and its ``random_weights`` record.
     """
 
     spec: str
@@ -116,6 +117,7 @@ class LoadedModel:
     tokenizer_sha256: str
     load_s: float
     from_cache: bool
+    random_weights: dict | None = None  # the pin's record of a random-weights model (graftbench.engine.random_weights)
 
 
 def packaged_path(alias: str) -> tuple[Path, str]:
@@ -293,17 +295,24 @@ def _check_hub_model(spec: str) -> None:
         raise ModelError(refusal)
 
 
-def load_model(spec: str = DEFAULT_MODEL, dtype: str = DEFAULT_DTYPE) -> LoadedModel:
-    """Load a model and tokenizer in ``dtype`` (``float32`` or ``bfloat16``) on the CPU, in eval mode.
+def load_model(spec: str = DEFAULT_MODEL, dtype: str = DEFAULT_DTYPE, device: str = "cpu") -> LoadedModel:
+    """Load a model and tokenizer in ``dtype`` (``float32`` or ``bfloat16``) onto ``device`` (a resolved torch
+    device string, :func:`graftbench.engine.device.resolve`), in eval mode.
 
     A GGUF file is de-quantized to float32 once into the cache (:func:`dequantized_dir`); a load in another dtype
-    casts that checkpoint and keeps the cast copy beside it (:func:`cast_dir`) for the next load.
+    casts that checkpoint and keeps the cast copy beside it (:func:`cast_dir`) for the next load. The weights are
+    loaded on the CPU and then moved to ``device``. ``random:<name>[@seed]`` builds a random-weights model
+    (:func:`load_random`).
 
     Raises :class:`ModelError` for an unknown dtype, a spec that cannot be resolved, or a hub id that cannot
     be reached (the message says to pass a local folder or ``.gguf`` file instead).
     """
     if dtype not in DTYPES:
         raise ModelError(f"dtype '{dtype}' is not supported; choose one of {', '.join(DTYPES)}")
+    from .random_weights import is_random
+
+    if is_random(spec):
+        return load_random(spec, dtype, device)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from .attention import ATTENTION
@@ -342,6 +351,8 @@ def load_model(spec: str = DEFAULT_MODEL, dtype: str = DEFAULT_DTYPE) -> LoadedM
     if resolved.kind == "hub":
         weights_sha = _hub_weights_sha256(model)
     model.eval()
+    if device != "cpu":
+        model.to(device)
     return LoadedModel(
         spec=spec,
         resolved=resolved,
@@ -379,3 +390,45 @@ def _hub_weights_sha256(model: torch.nn.Module) -> str:
     """SHA-256 over each state-dict entry in name order: its name (UTF-8) then its tensor's raw bytes."""
     entries = sorted(model.state_dict().items())
     return tensors_sha256(part for name, tensor in entries for part in (name.encode(), tensor))
+
+
+def family_tokenizer(alias: str) -> tuple[object, str]:
+    """The tokenizer of the bundled model ``alias`` and its :func:`tokenizer_sha256`, from the de-quantized cache
+    folder of its pinned GGUF (:func:`dequantized_dir` of the alias's pinned SHA-256). When that folder holds no
+    ``tokenizer.json`` the GGUF is resolved and de-quantized first. A machine without the GGUF gets the tokenizer
+    by copying the folder's tokenizer files alone into the same place under ``$GRAFTBENCH_CACHE`` (docs/gpu.md).
+
+    Raises :class:`ModelError` for an unknown alias, or when the tokenizer is absent and the alias's packages are
+    not installed (the message names the command that installs them)."""
+    if alias not in ALIASES:
+        raise ModelError(f"'{alias}' is not an alias ({', '.join(ALIASES)})")
+    folder = dequantized_dir(ALIASES[alias].sha256)
+    if not (folder / "tokenizer.json").is_file():
+        path, _ = packaged_path(alias)
+        _write_dequantized(Path(path), folder)
+    return _load_cached_tokenizer(folder)
+
+
+def load_random(spec: str, dtype: str, device: str = "cpu") -> LoadedModel:
+    """Build the random-weights model ``random:<name>[@seed]`` (:mod:`graftbench.engine.random_weights`: weights drawn
+    on the CPU, hashed, then moved to ``device``) with the tokenizer of its family's bundled model
+    (:func:`family_tokenizer`).
+
+    Raises :class:`ModelError` for a name that is not bundled, or a family tokenizer that cannot be found."""
+    from . import random_weights
+    from .attention import ATTENTION
+
+    start = time.perf_counter()
+    try:
+        parsed = random_weights.parse_spec(spec)
+    except random_weights.RandomModelError as exc:
+        raise ModelError(str(exc)) from exc
+    config = random_weights.load_config_dict(parsed.name)
+    tokenizer, tokenizer_digest = family_tokenizer(config["_family_tokenizer"])
+    model, weights_sha = random_weights.build(config, parsed.seed, DTYPES[dtype], ATTENTION)
+    if device != "cpu":
+        model.to(device)
+    return LoadedModel(spec=spec, resolved=ResolvedModel(spec, "random", parsed.name), model=model,
+                       tokenizer=tokenizer, dtype=dtype, weights_sha256=weights_sha, tokenizer_sha256=tokenizer_digest,
+                       load_s=time.perf_counter() - start, from_cache=False,
+                       random_weights=random_weights.pin_record(parsed, config))

@@ -18,6 +18,13 @@ from ..util.isa import current as current_isa
 PINNED_LIBRARIES = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "gguf", "accelerate")
 
 
+# Pin fields added after pins were committed, left out of a pin while empty: ``engine`` (another engine's own
+# fields; empty is torch), ``accelerator`` (the CUDA pin,
+# graftbench.engine.cuda_pin; empty on the CPU) and ``random_weights`` (graftbench.engine.random_weights; empty
+# for real weights).
+OMITTED_WHEN_EMPTY = ("engine", "accelerator", "random_weights")
+
+
 @dataclass(frozen=True)
 class PinnedConfig:
     """Everything that fixes the logits of a run.
@@ -30,6 +37,9 @@ class PinnedConfig:
     forwards of ``chunk_size`` tokens starting at the segment's first token, the last one shorter.
     ``engine`` holds another engine's own pin fields (``engine`` names it, e.g. ``llama.cpp``:
     :meth:`graftbench.engine.llama_cpp.LlamaCppEngine.pin_fields`); empty (absent from :meth:`to_dict`) is torch.
+    ``device`` is the device's kind (``cpu`` or ``cuda``); ``accelerator`` the CUDA pin of a CUDA run
+    (:mod:`graftbench.engine.cuda_pin`), ``random_weights`` the draw of a random-weights model
+    (:mod:`graftbench.engine.random_weights`); all three empty otherwise and then left out of :meth:`to_dict`.
     """
 
     model: str
@@ -47,13 +57,16 @@ class PinnedConfig:
     isa: str = "native"
     cache_class: str = ""
     engine: dict = field(default_factory=dict)
+    accelerator: dict = field(default_factory=dict)
+    random_weights: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        """A JSON-ready dict of every field; ``engine`` only when it is not empty (an empty one means the torch
-        engine, so every torch pin keeps the dict, and the fingerprint, it had before the field existed)."""
+        """A JSON-ready dict of every field, less the :data:`OMITTED_WHEN_EMPTY` fields that are empty (a CPU run
+        with real weights: its fingerprint is the one it had before those fields existed)."""
         pin = asdict(self)
-        if not pin["engine"]:
-            del pin["engine"]
+        for name in OMITTED_WHEN_EMPTY:
+            if not pin[name]:
+                del pin[name]
         return pin
 
     @property
@@ -95,17 +108,20 @@ def build_config(loaded, chunk_size: int = DEFAULT_CHUNK_SIZE, layout: PromptLay
 
     if chunk_size < 1:
         raise ValueError(f"chunk size must be a positive number of tokens, got {chunk_size}")
+    from .cuda_pin import record
+
     device = str(next(loaded.model.parameters()).device)
     if device.startswith("cuda"):
-        capability = torch.cuda.get_device_name()
+        capability = torch.cuda.get_device_name(torch.device(device))
+        accelerator = record(device)
     else:
-        capability = torch.backends.cpu.get_cpu_capability()
+        capability, accelerator = torch.backends.cpu.get_cpu_capability(), {}
     return PinnedConfig(
         model=loaded.spec,
         weights_sha256=loaded.weights_sha256,
         tokenizer_sha256=loaded.tokenizer_sha256,
         dtype=loaded.dtype,
-        device=device,
+        device=device.split(":")[0],
         threads=torch.get_num_threads(),
         attn_implementation=str(loaded.model.config._attn_implementation),
         chunk_size=chunk_size,
@@ -115,4 +131,6 @@ def build_config(loaded, chunk_size: int = DEFAULT_CHUNK_SIZE, layout: PromptLay
         machine=platform.machine(),
         isa=current_isa(),
         cache_class=CACHE_CLASS,
+        accelerator=accelerator,
+        random_weights=getattr(loaded, "random_weights", None) or {},
     )

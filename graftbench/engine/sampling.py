@@ -102,7 +102,7 @@ def sample_decode(model, tokenizer, cache, first_logits: torch.Tensor, max_new_t
         if not first_token_s:
             first_token_s = time.perf_counter() - started
         if len(still) < len(active) and still:
-            cache.batch_select_indices(torch.tensor(still))
+            cache.batch_select_indices(torch.tensor(still, device=cache.layers[0].keys.device))
         active = [active[row] for row in still]
         if active:
             logits = forward_batch(model, cache, [tokens[i][-1] for i in active])

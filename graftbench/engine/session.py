@@ -81,12 +81,14 @@ class Session:
 
 
 def open_session(model: str = DEFAULT_MODEL, dtype: str = DEFAULT_DTYPE, chunk_size: int = DEFAULT_CHUNK_SIZE,
-                 threads: int | None = None, kv_pool_tokens: int = 0) -> Session:
+                 threads: int | None = None, kv_pool_tokens: int = 0, device: str = "cpu") -> Session:
     """Load ``model`` in ``dtype`` and pin the config. ``threads`` sets torch's intra-op thread count (part of the pin).
     The instruction-set pin is the one this process was started under (:func:`graftbench.util.isa.apply`).
     ``kv_pool_tokens`` > 0 faults in KV memory for that many tokens once, after the load
     (:mod:`graftbench.engine.kv_pool`: a fresh process's first graft then reads into resident pages); the pool does not
-    change any logits.
+    change any logits. ``device`` is a torch device string (``cpu``, ``cuda:N``;
+    :func:`graftbench.engine.device.resolve`): on CUDA the CUDA pin's settings are made before the model loads
+    (:func:`graftbench.engine.cuda_pin.configure`) and recorded in the pin.
 
     Raises :class:`graftbench.engine.models.ModelError` for a model that cannot be loaded, ``ValueError`` for a negative
     ``kv_pool_tokens``.
@@ -96,7 +98,11 @@ def open_session(model: str = DEFAULT_MODEL, dtype: str = DEFAULT_DTYPE, chunk_s
     configure_torch()
     if threads:
         torch.set_num_threads(threads)
-    loaded = load_model(model, dtype=dtype)
+    if device != "cpu":
+        from .cuda_pin import configure
+
+        configure()
+    loaded = load_model(model, dtype=dtype, device=device)
     config = build_config(loaded, chunk_size=chunk_size)
     pool = reserve_tokens(loaded.model, kv_pool_tokens)
     return Session(loaded, config, forward.eos_token_ids(loaded.model, loaded.tokenizer), pool)

@@ -188,7 +188,7 @@ def rotate_cache(session: Session, cache, shift: int) -> None:
         layer_types = None  # one RoPE base for every layer (e.g. Qwen2, whose config lists layer types too)
     for i, layer in enumerate(cache.layers):
         kwargs = {"layer_type": layer_types[i]} if layer_types else {}
-        cos, sin = rotary(layer.keys, torch.tensor([[shift]]), **kwargs)
+        cos, sin = rotary(layer.keys, torch.tensor([[shift]], device=layer.keys.device), **kwargs)
         cos, sin = cos[:, None], sin[:, None]
         layer.keys = layer.keys * cos + rotate_half(layer.keys) * sin
 
@@ -208,8 +208,9 @@ def controls(session: Session, pair: Pair, fresh: torch.Tensor, artifact) -> dic
         results[f"shift-{shift}"] = compare(_fresh(session, pair.artifact, pair.query, offset=shift), shifted)
     if sliding_window(session):
         cache = forward.new_cache(model)
+        device = forward.model_device(model)
         for layer, (keys, values) in zip(cache.layers, artifact.layers):
-            layer.update(keys.clone(), values.clone())
+            layer.update(keys.to(device, copy=True), values.to(device, copy=True))
         naive = forward.prefill(model, cache, pair.query, chunk, all_logits=True)
         results["naive-restore"] = compare(fresh, naive)
     return results

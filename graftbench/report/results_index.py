@@ -22,6 +22,7 @@ from ..util.display_text import markdown_text
 from ..util.isa import describe_cpu
 from ..util.safe_files import MAX_JSON_BYTES, read_regular
 from ..util.strict_json import loads_strict
+from ..results.model_names import model_name
 
 PAGE = Path("docs") / "results.md"
 MANIFESTS = Path("manifests")
@@ -85,7 +86,9 @@ def run_row(root: Path, path: Path, manifest: dict) -> list[object]:
     settings, problems = manifest.get("settings") or {}, manifest.get("problem_set") or {}
     samples = totals.get("samples")
     correct = None if samples is None else f"{totals.get('correct', 0):,} / {samples:,}"
-    return [_link(root, path), manifest.get("command"), config.get("model"), config.get("dtype"),
+    if config.get("random_weights"):
+        correct = "not reported (random weights)"
+    return [_link(root, path), manifest.get("command"), model_name(config), config.get("dtype"),
             settings.get("mode") or "text", f"{problems.get('source')} ({problems.get('n')})",
             settings.get("samples", 1), correct, totals.get("decode_tokens"), totals.get("grafts"),
             manifest.get("created_utc")]
@@ -95,7 +98,7 @@ def exactness_row(root: Path, path: Path, manifest: dict) -> list[object]:
     """One exactness expectation's row: file, model, dtype, instruction-set pin, threads, byte-exact pairs, the
     longest artifact (tokens), created (UTC)."""
     config, totals = manifest.get("config") or {}, manifest.get("totals") or {}
-    return [_link(root, path), config.get("model"), config.get("dtype"), config.get("isa", "native"),
+    return [_link(root, path), model_name(config), config.get("dtype"), config.get("isa", "native"),
             config.get("threads"), f"{totals.get('exact_pairs', 0):,} / {totals.get('pairs', 0):,}",
             totals.get("max_artifact_tokens"), manifest.get("created_utc")]
 

@@ -36,12 +36,13 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
+from functools import cache
 from typing import TYPE_CHECKING
 
-import bm25s
-import cydifflib
 import numpy as np
-from bm25s.stopwords import STOPWORDS_EN
+
+# bm25s and cydifflib are imported where a route is ranked, not at import: check-exact and the CUDA path import
+# graft (which re-exports route) on hosts that hold neither (docs/gpu.md).
 
 if TYPE_CHECKING:  # the router only calls a store's lookups; importing Store would bring in torch
     from .folder import Store
@@ -52,7 +53,14 @@ BM25_K1 = 1.5
 BM25_B = 0.75
 # Words: runs of letters, a LaTeX command keeping its backslash; digits, punctuation and spaces separate them.
 _WORD = re.compile(r"\\?[^\W\d_]+")
-_STOP = frozenset(STOPWORDS_EN)
+
+
+@cache
+def _stop_words() -> frozenset[str]:
+    """Lucene's 33 English stop words (``bm25s.stopwords.STOPWORDS_EN``)."""
+    from bm25s.stopwords import STOPWORDS_EN
+
+    return frozenset(STOPWORDS_EN)
 
 
 @dataclass(frozen=True)
@@ -68,12 +76,15 @@ def terms(normalized_text: str) -> list[str]:
     """The BM25 terms of a normalized problem text, in order: its words (runs of letters; a LaTeX command keeps
     its backslash, ``\\cdot``) less Lucene's English stop words; numbers are not terms. Empty for a text with
     none (``"$2+2$"``)."""
-    return [word for word in _WORD.findall(normalized_text) if word not in _STOP]
+    stop = _stop_words()
+    return [word for word in _WORD.findall(normalized_text) if word not in stop]
 
 
 def gate_ratio(query: str, text: str) -> float:
     """The confidence gate's similarity: ``difflib.SequenceMatcher`` ratio of two normalized texts, in [0, 1]
     (1 for equal texts; 2·matches / total length, ``autojunk`` off)."""
+    import cydifflib
+
     return cydifflib.SequenceMatcher(None, query, text, autojunk=False).ratio()
 
 
@@ -91,6 +102,8 @@ def bm25_scores(query: str, texts: list[str]) -> np.ndarray:
     ids = sorted({i for doc in docs for i in doc} - {0})
     if not ids:
         return np.zeros(len(texts), dtype=np.float64)
+    import bm25s
+
     retriever = bm25s.BM25(k1=BM25_K1, b=BM25_B, method="lucene", dtype="float64", backend="numpy",
                            csc_backend="numpy")
     retriever.index((docs, {"": 0, **vocab}), show_progress=False)
@@ -123,6 +136,8 @@ def _best_by_ratio(query: str, tied: list[tuple[str, str]]) -> tuple[str, float]
     """Among ``(artifact_id, text)`` candidates, the one with the highest :func:`gate_ratio` (then the smallest id)
     and that ratio. Candidates are tried in order of ``quick_ratio`` (an upper bound of the ratio, linear time), and
     the search stops when the next bound is below the best ratio found: the result equals computing every ratio."""
+    import cydifflib
+
     bounded = []
     for aid, text in tied:
         matcher = cydifflib.SequenceMatcher(None, query, text, autojunk=False)

@@ -14,8 +14,9 @@ def _tensor_buffer(tensor):
     """The raw bytes of ``tensor`` as a flat uint8 numpy array (no copy when it is contiguous)."""
     import torch
 
-    # Viewed as uint8 before .numpy(): numpy has no bfloat16, and the bytes are the same for every dtype.
-    return tensor.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
+    # Viewed as uint8 before .numpy(): numpy has no bfloat16, and the bytes are the same for every dtype. A tensor
+    # on another device is copied to the host first (.cpu() returns a CPU tensor itself).
+    return tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
 
 
 def tensor_bytes(tensor) -> bytes:

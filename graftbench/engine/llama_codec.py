@@ -20,11 +20,11 @@ import json
 import numpy as np
 from safetensors import SafetensorError
 
-from ..engine.llama_cpp import LlamaState
+from .llama_cpp import LlamaState
 from ..util.strict_json import loads_strict
-from .codec import HEADER_KEY, ArtifactError
-from .ids import artifact_id_of
-from .reader import LayoutError, metadata_of, parse_header
+from ..store.codec import HEADER_KEY, ArtifactError
+from ..store.ids import artifact_id_of
+from ..store.reader import LayoutError, metadata_of, parse_header
 
 FORMAT = "graftbench.llama-state/1"
 

@@ -1,0 +1,158 @@
+"""The CUDA pin with a stand-in for torch.cuda (no GPU needed), its compatibility with every committed CPU pin, and
+the refusal of an artifact made on another device kind."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from graftbench.engine import cuda_pin
+from graftbench.engine.pin import OMITTED_WHEN_EMPTY, PinnedConfig
+from graftbench.problems.prompts import PromptLayout
+from graftbench.results.fingerprint import pin_fingerprint
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class _Flags:
+    def __init__(self):
+        self.allow_tf32 = True
+        self.allow_fp16_reduced_precision_reduction = True
+        self.allow_bf16_reduced_precision_reduction = True
+
+
+def fake_torch(name="NVIDIA H200", sms=132, major=9, minor=0):
+    """A stand-in for the parts of torch the CUDA pin reads and sets, starting from torch's own defaults."""
+    enabled = {"math": True, "flash": True, "efficient": True, "cudnn": True}
+    state = {"deterministic": False, "warn_only": False}
+    cuda_backend = SimpleNamespace(matmul=_Flags())
+    for backend in enabled:
+        setattr(cuda_backend, f"enable_{backend}_sdp", lambda on, b=backend: enabled.__setitem__(b, on))
+        setattr(cuda_backend, f"{backend}_sdp_enabled", lambda b=backend: enabled[b])
+    cudnn = SimpleNamespace(allow_tf32=True, benchmark=False, deterministic=False, is_available=lambda: True,
+                            version=lambda: 91002)
+    props = SimpleNamespace(name=name, major=major, minor=minor, multi_processor_count=sms)
+    return SimpleNamespace(
+        backends=SimpleNamespace(cuda=cuda_backend, cudnn=cudnn),
+        cuda=SimpleNamespace(get_device_properties=lambda index: props),
+        version=SimpleNamespace(cuda="12.8"),
+        use_deterministic_algorithms=lambda on, warn_only=False: state.update(deterministic=on, warn_only=warn_only),
+        are_deterministic_algorithms_enabled=lambda: state["deterministic"],
+        is_deterministic_algorithms_warn_only_enabled=lambda: state["warn_only"],
+    )
+
+
+class FakeNvml:
+    def __init__(self, mig=0):
+        self.mig = mig
+
+    def nvmlSystemGetDriverVersion(self):
+        return b"570.133.20"
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return index
+
+    def nvmlDeviceGetMigMode(self, handle):
+        return self.mig, self.mig
+
+
+def test_configure_then_record_gives_every_field_as_set(monkeypatch):
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    torch = fake_torch()
+    before = cuda_pin.record("cuda:0", torch=torch, nvml=FakeNvml())
+    assert before["tf32_matmul"] is True and before["deterministic_algorithms"] is False
+    assert before["sdpa_backends"] == ["math", "flash", "efficient", "cudnn"]
+    cuda_pin.configure(torch=torch)
+    pin = cuda_pin.record("cuda:0", torch=torch, nvml=FakeNvml())
+    assert pin == {
+        "gpu": "NVIDIA H200", "compute_capability": "9.0", "sm_count": 132, "mig": "none",
+        "driver": "570.133.20", "cuda": "12.8", "cublas": cuda_pin.library_version("cublas"), "cudnn": "91002",
+        "deterministic_algorithms": True, "deterministic_warn_only": True, "tf32_matmul": False, "tf32_cudnn": False,
+        "fp16_reduced_precision_reduction": False, "bf16_reduced_precision_reduction": False,
+        "cublas_workspace_config": ":4096:8", "sdpa_backends": ["math"], "execution": "eager",
+    }
+
+
+def test_a_workspace_config_set_by_the_user_is_kept_and_recorded(monkeypatch):
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
+    torch = fake_torch()
+    cuda_pin.configure(torch=torch)
+    assert cuda_pin.record("cuda:0", torch=torch, nvml=FakeNvml())["cublas_workspace_config"] == ":16:8"
+
+
+def test_mig_profile_comes_from_the_device_name_or_nvml():
+    assert cuda_pin.mig_profile("NVIDIA H100 80GB HBM3 MIG 3g.40gb", 0, FakeNvml()) == "3g.40gb"
+    assert cuda_pin.mig_profile("NVIDIA H200", 0, FakeNvml(mig=0)) == "none"
+    assert cuda_pin.mig_profile("NVIDIA H200", 0, FakeNvml(mig=1)) == "enabled (profile unknown)"
+
+
+def test_two_gpus_with_other_sm_counts_have_other_pins():
+    first = cuda_pin.record("cuda:0", torch=fake_torch(sms=132), nvml=FakeNvml())
+    second = cuda_pin.record("cuda:0", torch=fake_torch(sms=114), nvml=FakeNvml())
+    assert first != second and first["sm_count"] == 132 and second["sm_count"] == 114
+
+
+_CURRENT_FIELDS = {f.name for f in fields(PinnedConfig)} - set(OMITTED_WHEN_EMPTY)
+
+
+def _pin_from(recorded: dict) -> PinnedConfig:
+    fields = dict(recorded)
+    fields["layout"] = PromptLayout(**fields["layout"]) if isinstance(fields["layout"], dict) else fields["layout"]
+    return PinnedConfig(**fields)
+
+
+def _committed_manifests() -> list[Path]:
+    return sorted(p for p in (ROOT / "manifests").rglob("*.json"))
+
+
+def test_every_committed_pin_keeps_its_fingerprint_through_the_pinned_config():
+    checked = 0
+    for path in _committed_manifests():
+        manifest = json.loads(path.read_text())
+        if not isinstance(manifest.get("config"), dict) or "config_fingerprint" not in manifest:
+            continue
+        if manifest["config"].get("random_weights"):
+            continue  # a random-weights pin carries the new field itself (checked below)
+        assert pin_fingerprint(manifest["config"]) == manifest["config_fingerprint"], path
+        assert not set(OMITTED_WHEN_EMPTY) & set(manifest["config"]), path
+        if set(manifest["config"]) == _CURRENT_FIELDS:  # older pins lack fields added since (isa, cache_class)
+            pin = _pin_from(manifest["config"])
+            assert pin.fingerprint == manifest["config_fingerprint"] and pin.to_dict() == manifest["config"], path
+            checked += 1
+    assert checked >= 10  # the expectations and runs recorded under the current pin fields
+
+
+def test_a_cuda_pin_is_part_of_the_fingerprint_and_a_cpu_pin_has_none():
+    recorded = json.loads((ROOT / "manifests" / "exact-gemma3-270m.json").read_text())["config"]
+    cpu = _pin_from(recorded)
+    accelerator = cuda_pin.record("cuda:0", torch=fake_torch(), nvml=FakeNvml())
+    cuda = _pin_from({**recorded, "device": "cuda", "accelerator": accelerator})
+    assert "accelerator" not in cpu.to_dict() and cuda.to_dict()["accelerator"] == accelerator
+    assert cuda.fingerprint == pin_fingerprint(cuda.to_dict()) != cpu.fingerprint
+
+
+def test_an_artifact_made_on_another_device_kind_is_refused():
+    import torch
+
+    from graftbench.store.codec import ArtifactError, decode_artifact, encode_artifact
+    from graftbench.store.ids import artifact_id_of
+    from graftbench.engine.graft import check_compatible
+
+    recorded = json.loads((ROOT / "manifests" / "exact-gemma3-270m.json").read_text())["config"]
+    cpu = _pin_from(recorded)
+    cuda = _pin_from({**recorded, "device": "cuda",
+                      "accelerator": cuda_pin.record("cuda:0", torch=fake_torch(), nvml=FakeNvml())})
+    layer = torch.zeros((1, 1, 2, 4))
+    header = {"config_fingerprint": cpu.fingerprint, "weights_sha256": cpu.weights_sha256,
+              "tokenizer_sha256": cpu.tokenizer_sha256, "model": cpu.model, "dtype": cpu.dtype,
+              "chunk_size": cpu.chunk_size, "positions": [0, 2], "parent": None,
+              "layers": [{"kind": "full", "seen": 2, "kept": 2}], "kv_heads": 1, "head_dim": 4, "libraries": {}}
+    data = encode_artifact(header, torch.arange(2), [(layer, layer.clone())])
+    artifact = decode_artifact(artifact_id_of(data), data)
+    with pytest.raises(ArtifactError) as refused:
+        check_compatible(artifact, cuda, cache=None)
+    assert refused.value.check == "config" and "config_fingerprint" in str(refused.value)
