@@ -38,6 +38,7 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 AIME2024 = DATA / "aime2024.jsonl"
 AIME2025 = DATA / "aime2025.jsonl"
 MODULES = ["problems.types", "problems.sources", "problems.loading", "problems.builtin", "problems.methods",
+           "problems.generator_checks",
            "util.hub_access"]
 BASELINE_MANIFEST = REPO / "manifests" / "aime2024-baseline-smollm2-135m.json"
 
@@ -804,8 +805,9 @@ def test_nfc_leaves_the_committed_problem_keys_unchanged():
 
 LAYERS = {  # each problem module and the graftbench modules it may import: types at the bottom, no cycles
     "problems.types": {"util.hashing"},
-    "problems.builtin": {"problems.types"},
-    "problems.methods": {"problems.types"},
+    "problems.builtin": {"problems.generator_checks", "problems.types"},
+    "problems.methods": {"problems.generator_checks", "problems.types"},
+    "problems.generator_checks": set(),
     "problems.sources": {"util.hub_access", "problems.types"},
     "problems.loading": {"problems.builtin", "problems.methods", "util.hub_access", "problems.sources",
                          "problems.types"},

@@ -14,19 +14,10 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .generator_checks import check, walks_avoiding
 from .types import Problem
 
 __all__ = ["builtin_problems"]
-
-
-class _GeneratorBug(AssertionError):
-    """A generator's answer disagreed with its independent (sympy / brute-force) check."""
-
-
-def _check(ok: bool, what: str) -> None:
-    # Not `assert`: the checks must also run under `python -O`.
-    if not ok:
-        raise _GeneratorBug(what)
 
 
 def _factorize(n: int) -> dict[int, int]:
@@ -63,9 +54,9 @@ def _gen_mod(rng: random.Random) -> tuple[str, str, int]:
     r8 = pow(a, b % 2, 8)
     e = b % 100
     r125 = pow(a, e, 125)
-    _check(pow(a, b, 8) == r8 and pow(a, b, 125) == r125, "mod: CRT residues")
-    _check(int(sympy.Mod(sympy.Integer(a) ** b, 1000)) == ans, "mod: sympy power")
-    _check(int(crt([8, 125], [r8, r125])[0]) == ans, "mod: sympy crt")
+    check(pow(a, b, 8) == r8 and pow(a, b, 125) == r125, "mod: CRT residues")
+    check(int(sympy.Mod(sympy.Integer(a) ** b, 1000)) == ans, "mod: sympy power")
+    check(int(crt([8, 125], [r8, r125])[0]) == ans, "mod: sympy crt")
     text = f"Find the remainder when ${a}^{{{b}}}$ is divided by $1000$."
     sol = [
         "Since $1000 = 8 \\cdot 125$, find the remainders modulo $8$ and modulo $125$ and combine "
@@ -93,18 +84,9 @@ def _gen_paths(rng: random.Random) -> tuple[str, str, int]:
         if ans < 1000:
             break
     # sympy check of the formula, and a brute-force DP over the grid.
-    _check(int(sympy.binomial(p + q, p) * sympy.binomial(m + n - p - q, m - p)) == through, "paths: sympy")
-    _check(int(sympy.binomial(m + n, m)) == total, "paths: sympy total")
-    ways = [[0] * (n + 1) for _ in range(m + 1)]
-    for x in range(m + 1):
-        for y in range(n + 1):
-            if (x, y) == (p, q):
-                ways[x][y] = 0
-            elif x == 0 and y == 0:
-                ways[x][y] = 1
-            else:
-                ways[x][y] = (ways[x - 1][y] if x else 0) + (ways[x][y - 1] if y else 0)
-    _check(ways[m][n] == total - through, "paths: brute force")
+    check(int(sympy.binomial(p + q, p) * sympy.binomial(m + n - p - q, m - p)) == through, "paths: sympy")
+    check(int(sympy.binomial(m + n, m)) == total, "paths: sympy total")
+    check(walks_avoiding(m, n, (p, q)) == total - through, "paths: brute force")
     text = (
         f"A lattice path from $(0,0)$ to $({m},{n})$ consists of unit steps, each one unit to the "
         f"right or one unit up. How many such paths {'do not pass' if avoid else 'pass'} through "
@@ -132,8 +114,8 @@ def _gen_digits(rng: random.Random) -> tuple[str, str, int]:
         n = rng.randint(10, 70)
         value = math.factorial(n)
         ans = sum(int(c) for c in str(value))
-        _check(int(sympy.factorial(n)) == value, "digits: sympy factorial")
-        _check(sum(sympy_digits(value, 10)[1:]) == ans, "digits: sympy digits")
+        check(int(sympy.factorial(n)) == value, "digits: sympy factorial")
+        check(sum(sympy_digits(value, 10)[1:]) == ans, "digits: sympy digits")
         text = f"Find the sum of the digits of ${n}!$."
         sol = [
             f"Multiplying out, ${n}! = {value}$.",
@@ -145,8 +127,8 @@ def _gen_digits(rng: random.Random) -> tuple[str, str, int]:
     units_full, units_tail = 45 * t, u * (u + 1) // 2
     tens_full, tens_tail = 5 * t * (t - 1), t * (u + 1)
     ans = units_full + units_tail + tens_full + tens_tail
-    _check(sum(sum(sympy_digits(k, 10)[1:]) for k in range(1, big_n + 1)) == ans, "digits: sympy brute force")
-    _check(sum(int(c) for k in range(1, big_n + 1) for c in str(k)) == ans, "digits: brute force")
+    check(sum(sum(sympy_digits(k, 10)[1:]) for k in range(1, big_n + 1)) == ans, "digits: sympy brute force")
+    check(sum(int(c) for k in range(1, big_n + 1) for c in str(k)) == ans, "digits: brute force")
     text = f"Find the sum of all the digits of all the integers from $1$ to ${big_n}$."
     sol = [
         f"Add $0$ to the list and write every number from $0$ to ${big_n}$ with two digits.",
@@ -169,13 +151,13 @@ def _gen_divisors(rng: random.Random) -> tuple[str, str, int]:
         n = math.prod(p**e for p, e in fac.items())
         if 100 <= n <= 10**8:
             break
-    _check(_factorize(n) == fac and {int(k): int(v) for k, v in sympy.factorint(n).items()} == fac, "divisors: factorint")
+    check(_factorize(n) == fac and {int(k): int(v) for k, v in sympy.factorint(n).items()} == fac, "divisors: factorint")
     kind = rng.choice(["count", "squares", "sum"])
     exps = [fac[p] for p in primes]
     sol = [f"Factor: ${n} = {_tex_factors(fac)}$."]
     if kind == "count":
         ans = math.prod(e + 1 for e in exps)
-        _check(int(sympy.divisor_count(n)) == ans, "divisors: sympy divisor_count")
+        check(int(sympy.divisor_count(n)) == ans, "divisors: sympy divisor_count")
         text = f"How many positive divisors does ${n}$ have?"
         sol.append(
             "A divisor picks each prime's exponent independently, from $0$ up to its exponent in "
@@ -183,7 +165,7 @@ def _gen_divisors(rng: random.Random) -> tuple[str, str, int]:
         )
     elif kind == "squares":
         ans = math.prod(e // 2 + 1 for e in exps)
-        _check(sum(1 for d in sympy.divisors(n) if sympy.sqrt(d).is_Integer) == ans, "divisors: sympy squares")
+        check(sum(1 for d in sympy.divisors(n) if sympy.sqrt(d).is_Integer) == ans, "divisors: sympy squares")
         text = f"How many positive divisors of ${n}$ are perfect squares?"
         choices = " \\cdot ".join(str(e // 2 + 1) for e in exps)
         sol.append(
@@ -193,7 +175,7 @@ def _gen_divisors(rng: random.Random) -> tuple[str, str, int]:
     else:
         sigma = math.prod((p ** (e + 1) - 1) // (p - 1) for p, e in fac.items())
         ans = sigma % 1000
-        _check(int(sympy.divisor_sigma(n)) == sigma, "divisors: sympy divisor_sigma")
+        check(int(sympy.divisor_sigma(n)) == sigma, "divisors: sympy divisor_sigma")
         text = f"Find the remainder when the sum of the positive divisors of ${n}$ is divided by $1000$."
         parts = [
             (f"(1 + {p} + \\dots + {p}^{{{e}}})" if e > 1 else f"(1 + {p})", (p ** (e + 1) - 1) // (p - 1))
@@ -218,8 +200,8 @@ def _gen_base(rng: random.Random) -> tuple[str, str, int]:
         v //= b
     digs.reverse()
     numeral = "".join(map(str, digs))
-    _check(sympy_digits(ans, b)[1:] == digs, "base: sympy digits")
-    _check(int(numeral, b) == ans, "base: int(numeral, base)")
+    check(sympy_digits(ans, b)[1:] == digs, "base: sympy digits")
+    check(int(numeral, b) == ans, "base: int(numeral, base)")
     k = len(digs) - 1
     terms = [(d, k - i) for i, d in enumerate(digs) if d]
     text = f"In base ${b}$, the positive integer $N$ is written $\\underline{{{numeral}}}_{{{b}}}$. Find $N$ in base ten."
@@ -242,7 +224,7 @@ def _gen_gcd(rng: random.Random) -> tuple[str, str, int]:
                 break
         a, b = g * x, g * y
         ans = g
-        _check(math.gcd(a, b) == g and int(sympy.gcd(a, b)) == g, "gcd: sympy gcd")
+        check(math.gcd(a, b) == g and int(sympy.gcd(a, b)) == g, "gcd: sympy gcd")
         text = f"Find the greatest common divisor of ${a}$ and ${b}$."
         rule, res = "smaller", g
     else:
@@ -252,15 +234,15 @@ def _gen_gcd(rng: random.Random) -> tuple[str, str, int]:
                 break
         res = math.lcm(a, b)
         ans = res % 1000
-        _check(int(sympy.lcm(a, b)) == res, "gcd: sympy lcm")
+        check(int(sympy.lcm(a, b)) == res, "gcd: sympy lcm")
         text = f"Find the remainder when the least common multiple of ${a}$ and ${b}$ is divided by $1000$."
         rule = "larger"
     fa, fb, fr = _factorize(a), _factorize(b), _factorize(res)
     for num, f in ((a, fa), (b, fb), (res, fr)):
-        _check({int(k): int(v) for k, v in sympy.factorint(num).items()} == f, "gcd: factorint")
+        check({int(k): int(v) for k, v in sympy.factorint(num).items()} == f, "gcd: factorint")
     pick = min if rule == "smaller" else max
     expect = {p: pick(fa.get(p, 0), fb.get(p, 0)) for p in set(fa) | set(fb)}
-    _check({p: e for p, e in expect.items() if e} == fr, "gcd: exponent rule")
+    check({p: e for p, e in expect.items() if e} == fr, "gcd: exponent rule")
     sol = [
         f"Factor: ${a} = {_tex_factors(fa)}$ and ${b} = {_tex_factors(fb)}$.",
         f"Take each prime to the {rule} of its two exponents: ${_tex_factors(fr)} = {res}$.",
@@ -332,8 +314,8 @@ def builtin_problems(n_per_family: int = 2, seed: int = 0) -> list[Problem]:
             text, solution, answer = fam.make(rng)
             if text in seen:
                 continue
-            _check(0 <= answer <= 999, f"{fam.name}: answer {answer} out of range")
-            _check(solution.splitlines()[-1] == f"Final answer: {answer}", f"{fam.name}: final line")
+            check(0 <= answer <= 999, f"{fam.name}: answer {answer} out of range")
+            check(solution.splitlines()[-1] == f"Final answer: {answer}", f"{fam.name}: final line")
             out.append(
                 Problem(
                     id=f"{fam.name}-{len(seen)}",

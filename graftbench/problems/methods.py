@@ -17,22 +17,13 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .generator_checks import GeneratorBug, check, walks_avoiding
 from .types import Problem
 
 __all__ = ["METHOD_FAMILIES", "METHODS_MAX_PER_FAMILY", "method_problems"]
 
 Generated = tuple[str, list[str], int]
 """A generator's draw: the problem text, the worked solution's lines (without the final line), the answer."""
-
-
-class _GeneratorBug(AssertionError):
-    """A generator's answer disagreed with its independent (sympy / brute-force) check."""
-
-
-def _check(ok: bool, what: str) -> None:
-    # Not `assert`: the checks must also run under `python -O`.
-    if not ok:
-        raise _GeneratorBug(what)
 
 
 def _gen_grid_detour(rng: random.Random) -> Generated:
@@ -43,13 +34,8 @@ def _gen_grid_detour(rng: random.Random) -> Generated:
     total = math.comb(m + n, m)
     to_cell, from_cell = math.comb(p + q, p), math.comb(m - p + n - q, m - p)
     ans = (total - to_cell * from_cell) % 1000
-    ways = [[0] * (n + 1) for _ in range(m + 1)]
-    for x in range(m + 1):
-        for y in range(n + 1):
-            ways[x][y] = 0 if (x, y) == (p, q) else 1 if x == y == 0 else \
-                (ways[x - 1][y] if x else 0) + (ways[x][y - 1] if y else 0)
-    _check(ways[m][n] % 1000 == ans, "grid: brute force")
-    _check(int(sympy.binomial(m + n, m)) == total, "grid: sympy")
+    check(walks_avoiding(m, n, (p, q)) % 1000 == ans, "grid: brute force")
+    check(int(sympy.binomial(m + n, m)) == total, "grid: sympy")
     text = (f"A robot walks from $(0,0)$ to $({m},{n})$ taking unit steps right or up, and the point $({p},{q})$ "
             f"is blocked. Find the remainder when the number of walks that avoid $({p},{q})$ is divided by $1000$.")
     sol = [
@@ -70,7 +56,7 @@ def _gen_inclusion_exclusion(rng: random.Random) -> Generated:
     pairs = n // (a * b) + n // (a * c) + n // (b * c)
     triple = n // (a * b * c)
     ans = n - singles + pairs - triple
-    _check(ans == sum(1 for k in range(1, n + 1) if k % a and k % b and k % c), "inclusion-exclusion: brute force")
+    check(ans == sum(1 for k in range(1, n + 1) if k % a and k % b and k % c), "inclusion-exclusion: brute force")
     text = f"How many integers from $1$ to ${n}$ are divisible by none of ${a}$, ${b}$ and ${c}$?"
     sol = [
         "Subtract the multiples of each number, add back the multiples of each pair, subtract the multiples of all "
@@ -94,8 +80,8 @@ def _gen_fermat(rng: random.Random) -> Generated:
     e = rng.randint(10**6, 10**7)
     r = e % (p - 1)
     ans = pow(a, r, p)
-    _check(ans == pow(a, e, p), "fermat: direct power")
-    _check(int(sympy.Mod(sympy.Integer(a) ** r, p)) == ans, "fermat: sympy")
+    check(ans == pow(a, e, p), "fermat: direct power")
+    check(int(sympy.Mod(sympy.Integer(a) ** r, p)) == ans, "fermat: sympy")
     text = f"Find the remainder when ${a}^{{{e}}}$ is divided by the prime ${p}$."
     sol = [
         f"${p}$ is prime and does not divide ${a}$, so by Fermat's little theorem ${a}^{{{p - 1}}} \\equiv 1 "
@@ -117,7 +103,7 @@ def _gen_recurrence(rng: random.Random) -> Generated:
         terms.append(s * terms[-1] + t * terms[-2])
     ans = terms[-1] % 1000
     step = sympy.Matrix([[s, t], [1, 0]]) ** (n - 2) * sympy.Matrix([y, x])
-    _check(int(step[0]) % 1000 == ans, "recurrence: sympy matrix power")
+    check(int(step[0]) % 1000 == ans, "recurrence: sympy matrix power")
     rule = f"{_coefficient(s)}a_{{k-1}} + {_coefficient(t)}a_{{k-2}}"
     text = (f"A sequence has $a_1 = {x}$, $a_2 = {y}$ and $a_k = {rule}$ for $k \\ge 3$. "
             f"Find the remainder when $a_{{{n}}}$ is divided by $1000$.")
@@ -130,7 +116,7 @@ def _gen_recurrence(rng: random.Random) -> Generated:
         + ".",
         f"So $a_{{{n}}} \\equiv {ans} \\pmod{{1000}}$.",
     ]
-    _check(residues[-1] == ans, "recurrence: residues")
+    check(residues[-1] == ans, "recurrence: residues")
     return text, sol, ans
 
 
@@ -144,7 +130,7 @@ def _gen_floor_sum(rng: random.Random) -> Generated:
         if p != q and math.gcd(p, q) == 1 and (p - 1) * (q - 1) // 2 < 1000:
             break
     ans = (p - 1) * (q - 1) // 2
-    _check(ans == sum(k * p // q for k in range(1, q)), "floor sum: brute force")
+    check(ans == sum(k * p // q for k in range(1, q)), "floor sum: brute force")
     text = (f"Find $\\displaystyle\\sum_{{k=1}}^{{{q - 1}}} \\left\\lfloor \\frac{{{p}k}}{{{q}}} \\right\\rfloor$.")
     sol = [
         f"$\\gcd({p}, {q}) = 1$, so no ${p}k/{q}$ with $1 \\le k \\le {q - 1}$ is an integer, and the "
@@ -165,7 +151,7 @@ def _gen_crt(rng: random.Random) -> Generated:
             break
     x = rng.randint(1, m1 * m2 * m3 - 1)
     r1, r2, r3 = x % m1, x % m2, x % m3
-    _check(int(crt([m1, m2, m3], [r1, r2, r3])[0]) == x, "crt: sympy")
+    check(int(crt([m1, m2, m3], [r1, r2, r3])[0]) == x, "crt: sympy")
     text = (f"Find the smallest positive integer that leaves remainder ${r1}$ when divided by ${m1}$, remainder "
             f"${r2}$ when divided by ${m2}$, and remainder ${r3}$ when divided by ${m3}$.")
     both = next(v for v in range(r2, m1 * m2 * m3, m2) if v % m1 == r1)
@@ -226,7 +212,7 @@ def method_problems(n_per_family: int = 2, seed: int = 0) -> list[Problem]:
     for k in range(n_per_family):
         for fam in METHOD_FAMILIES:
             text, lines, answer = _draw_new(fam, rngs[fam.name], texts, answers)
-            _check(0 <= answer <= 999, f"{fam.name}: answer {answer} out of range")
+            check(0 <= answer <= 999, f"{fam.name}: answer {answer} out of range")
             texts.add(text)
             answers.add(answer)
             solution = "\n".join([*lines, f"Final answer: {answer}"])
@@ -242,4 +228,4 @@ def _draw_new(fam: _Family, rng: random.Random, texts: set[str], answers: set[in
         text, lines, answer = fam.make(rng)
         if text not in texts and answer not in answers:
             return text, lines, answer
-    raise _GeneratorBug(f"{fam.name}: no draw with a new text and answer in 10,000 tries")
+    raise GeneratorBug(f"{fam.name}: no draw with a new text and answer in 10,000 tries")
