@@ -35,7 +35,7 @@ import errno
 import os
 import re
 import sqlite3
-from contextlib import closing
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 
@@ -341,43 +341,39 @@ class Store(IndexedStore):
     def header(self, artifact_id: str) -> dict:
         """The graftbench header of an artifact, read from its file's first bytes (no tensors). Raises
         :class:`ArtifactError`: ``missing``, ``read``, ``format`` or ``header``."""
-        path = self.path(artifact_id)
-        try:
-            with open_regular(path, max_bytes=MAX_ARTIFACT_BYTES, within=self.root, what="artifact file") as handle:
-                length = header_length(handle.read(8), os.fstat(handle.fileno()).st_size)
-                table = parse_table(handle.read(length))
+        with self._header_table(artifact_id) as (_, _, table):
             return header_from_metadata(artifact_id, metadata_of(table))
-        except FileNotFoundError as exc:
-            raise ArtifactError(artifact_id, "missing", f"no file {path}") from exc
-        except OSError as exc:
-            raise ArtifactError(artifact_id, "read", f"cannot read {path}: {exc}") from exc
-        except LayoutError as exc:
-            raise ArtifactError(artifact_id, exc.check, str(exc)) from exc
 
     def token_ids(self, artifact_id: str) -> list[int]:
         """The token ids an artifact holds (``token_ids``, int64 ``[n]``), read from the file without its KV
         tensors: what the example-as-prompt arm prefills instead of restoring. Checked against the header's
         positions; the payload is not hashed (an arm that prefills these ids is judged by its logits against the
         graft's). Raises :class:`ArtifactError`: ``missing``, ``read``, ``format``, ``header`` or ``tensors``."""
+        with self._header_table(artifact_id) as (handle, length, table):
+            start, n = _token_span(artifact_id, table, header_from_metadata(artifact_id, metadata_of(table)))
+            handle.seek(8 + length + start)
+            data = handle.read(8 * n)
+        if len(data) != 8 * n:
+            raise ArtifactError(artifact_id, "format", f"token_ids runs past the end of {self.path(artifact_id)}")
+        return [int.from_bytes(data[i:i + 8], "little", signed=True) for i in range(0, len(data), 8)]
+
+    @contextmanager
+    def _header_table(self, artifact_id: str):
+        """An artifact file opened (a regular file inside the store, under the size cap) with its safetensors
+        header parsed: ``(handle, header length, table)``, the handle just past the header. A missing or unreadable
+        file, a malformed header, and a :class:`LayoutError` raised in the ``with`` body all become one
+        :class:`ArtifactError` (``missing``, ``read``, or the layout check's name)."""
         path = self.path(artifact_id)
         try:
             with open_regular(path, max_bytes=MAX_ARTIFACT_BYTES, within=self.root, what="artifact file") as handle:
-                size = os.fstat(handle.fileno()).st_size
-                length = header_length(handle.read(8), size)
-                table = parse_table(handle.read(length))
-                header = header_from_metadata(artifact_id, metadata_of(table))
-                start, n = _token_span(artifact_id, table, header)
-                handle.seek(8 + length + start)
-                data = handle.read(8 * n)
+                length = header_length(handle.read(8), os.fstat(handle.fileno()).st_size)
+                yield handle, length, parse_table(handle.read(length))
         except FileNotFoundError as exc:
             raise ArtifactError(artifact_id, "missing", f"no file {path}") from exc
         except OSError as exc:
             raise ArtifactError(artifact_id, "read", f"cannot read {path}: {exc}") from exc
         except LayoutError as exc:
             raise ArtifactError(artifact_id, exc.check, str(exc)) from exc
-        if len(data) != 8 * n:
-            raise ArtifactError(artifact_id, "format", f"token_ids runs past the end of {path}")
-        return [int.from_bytes(data[i:i + 8], "little", signed=True) for i in range(0, len(data), 8)]
 
     def read_audited(self, artifact_id: str) -> Artifact:
         """Read and check one artifact with every check there is (slower than :meth:`read`; for ``store verify``):
