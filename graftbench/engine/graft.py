@@ -191,7 +191,15 @@ def fresh_recompute(model, config: PinnedConfig, segments: list[list[int]], quer
     with ``all_logits``; shares no state with any grafted cache. ``segment_chunk_size`` prefills the segments with
     another chunk size and ``offset`` moves every RoPE position (both for ``check-exact``'s negative controls).
     """
+    return prefill_chain(model, config, segments, query, all_logits=all_logits,
+                         segment_chunk_size=segment_chunk_size, offset=offset)[1]
+
+
+def prefill_chain(model, config: PinnedConfig, segments: list[list[int]], query: list[int], *,
+                  all_logits: bool = False, segment_chunk_size: int | None = None, offset: int = 0):
+    """:func:`fresh_recompute`, returning the cache too: ``(cache, logits)``, the cache holding every segment and the
+    query, ready to decode from (the example-as-prompt arm of ``eval``)."""
     cache = forward.new_cache(model)
     for ids in segments:
         forward.prefill(model, cache, ids, segment_chunk_size or config.chunk_size, offset=offset)
-    return forward.prefill(model, cache, query, config.chunk_size, all_logits=all_logits, offset=offset)
+    return cache, forward.prefill(model, cache, query, config.chunk_size, all_logits=all_logits, offset=offset)

@@ -73,12 +73,18 @@ def _baseline(session: Session, problem: Problem, budget: int, settings: EvalSet
                    logits_sha256=logits_hash, decoded=decoded, program=program)
 
 
-def _grafted(session: Session, store: Store, problem: Problem, route: Route, budget: int,
-             settings: EvalSettings, seeds: list[int] | None, started: float) -> Attempt:
+def _query(session: Session, problem: Problem, route: Route, settings: EvalSettings) -> tuple[str, bool, list[int]]:
+    """The query that follows a routed example: its layout, whether it asks for a program, and its token ids."""
     layout = settings.query_layout(route.kind)
-    prompt_layout = session.config.layout
     program = settings.mode == "program" and layout == "solve"  # a recurring problem still answers after the cue
     query = session.program_query_ids(problem.problem) if program else session.query_ids(problem.problem, layout)
+    return layout, program, query
+
+
+def _grafted(session: Session, store: Store, problem: Problem, route: Route, budget: int,
+             settings: EvalSettings, seeds: list[int] | None, started: float) -> Attempt:
+    layout, program, query = _query(session, problem, route, settings)
+    prompt_layout = session.config.layout
     cache, chain = graft.restore_chain(session.model, session.config, store, route.artifact_id,
                                        room=len(query) + budget)
     logits = forward.prefill(session.model, cache, query, session.config.chunk_size)
@@ -98,21 +104,16 @@ def _as_prompt(session: Session, store: Store, problem: Problem, route: Route, b
                settings: EvalSettings, seeds: list[int] | None, started: float) -> Attempt:
     """The example-as-prompt arm: the routed artifact chain's token ids (no KV read) prefilled as prompt text, each
     link with the pinned chunk schedule as it was deposited, then the query exactly as :func:`_grafted` runs it."""
-    layout = settings.query_layout(route.kind)
+    layout, program, query = _query(session, problem, route, settings)
     prompt_layout = session.config.layout
-    program = settings.mode == "program" and layout == "solve"
-    query = session.program_query_ids(problem.problem) if program else session.query_ids(problem.problem, layout)
-    chain_ids = [route.artifact_id]
-    while parent := store.header(chain_ids[-1]).get("parent"):
-        chain_ids.append(parent)
-    segments = [store.token_ids(artifact_id) for artifact_id in reversed(chain_ids)]
-    cache = forward.new_cache(session.model)
-    for ids in segments:
-        forward.prefill(session.model, cache, ids, session.config.chunk_size)
-    logits = forward.prefill(session.model, cache, query, session.config.chunk_size)
+    chain = [(route.artifact_id, store.header(route.artifact_id))]  # the routed artifact first, then its ancestors
+    while parent := chain[-1][1].get("parent"):
+        chain.append((parent, store.header(parent)))
+    segments = [store.token_ids(artifact_id) for artifact_id, _ in reversed(chain)]
+    cache, logits = graft.prefill_chain(session.model, session.config, segments, query)
     stop = PROGRAM_CLOSE if program else prompt_layout.stop(layout)
     decoded = _decode(session, cache, logits, budget, settings, seeds, stop, started)
-    example = store.header(route.artifact_id)
+    example = chain[0][1]
     prompted = sum(len(ids) for ids in segments)
     return Attempt(cue=prompt_layout.cue(layout), prefill_tokens=prompted + len(query), prefill_tokens_saved=0,
                    artifact_id=route.artifact_id, artifact_tokens=prompted,
