@@ -38,7 +38,7 @@ def _short_problems(path, count=4):
 @pytest.fixture(scope="module")
 def llama():
     """smollm2-135m on llama.cpp: f16 KV cache, flash attention off, one thread, chunks of ``CHUNK`` tokens."""
-    from graftbench.eval.exactness_llama import open_llama_session
+    from graftbench.engine.llama_session import open_llama_session
 
     return open_llama_session("smollm2-135m", chunk_size=CHUNK, threads=1, n_ctx=1024)
 
@@ -92,7 +92,8 @@ def test_a_restore_into_a_cache_that_holds_tokens_is_refused(llama, texts):
 @pytest.mark.model
 def test_another_batch_size_is_reported_as_measured_and_is_another_pin(llama, texts, tmp_path):
     from graftbench.eval.exactness import build_pairs
-    from graftbench.eval.exactness_llama import check_pair, fresh_logits, open_llama_session, window_of
+    from graftbench.engine.llama_session import open_llama_session
+    from graftbench.eval.exactness_llama import check_pair, fresh_logits, window_of
     from graftbench.problems.loading import load_problems
 
     problems = load_problems(str(_short_problems(tmp_path / "short.jsonl")))
@@ -128,7 +129,8 @@ def test_a_llama_cpp_certificate_replays_in_a_second_process(llama, tmp_path):
 
 @pytest.mark.model
 def test_a_replay_under_another_kv_cache_type_is_not_comparable(llama, tmp_path):
-    from graftbench.eval.exactness_llama import certify_llama, open_llama_session, replay_llama
+    from graftbench.engine.llama_session import open_llama_session
+    from graftbench.eval.exactness_llama import certify_llama, replay_llama
     from graftbench.problems.loading import load_problems
 
     source = str(_short_problems(tmp_path / "short.jsonl", count=2))
@@ -177,7 +179,7 @@ def test_a_bad_kv_cache_option_is_refused_before_the_model_loads(kv_type, flash_
 def test_an_unknown_engine_is_refused_naming_the_option():
     result = CliRunner().invoke(app, ["check-exact", "--engine", "vllm", "--problems", str(AIME2024)])
     assert result.exit_code == 2
-    assert "--engine 'vllm' is not one of torch, llama.cpp" in result.output
+    assert "'vllm' is not one of torch, llama.cpp" in result.output
 
 
 def _query_after_artifact(llama, config, data, artifact, query):

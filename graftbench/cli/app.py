@@ -19,13 +19,13 @@ from rich.markup import escape
 
 from . import bench, exact, flywheel, report
 from . import merge, route
-from .common import (EVAL, FLYWHEEL, AnswerFieldOpt, ChunkOpt, DeviceOpt, DtypeOpt, ExampleAsOpt, GraftFromOpt, IdFieldOpt, IsaOpt,
+from .common import (EVAL, FLYWHEEL, AnswerFieldOpt, ChunkOpt, DeviceOpt, DtypeOpt, EngineOpt, FlashAttnOpt, KvTypeOpt, ExampleAsOpt, GraftFromOpt, IdFieldOpt, IsaOpt,
                      LayoutOpt, LimitOpt, ModelOpt, ProblemFieldOpt, ProblemsOpt, RunsOpt, ShardOpt, SolutionFieldOpt,
                      StoreOpt, console, fail, load_problem_set, model_label, open_model, os_error_text, progress,
                      shard_problems, stage_progress)
 from ..settings import EvalSettings
 from ..eval.dispatch import EXECUTORS, RAY_EXTRA, ClusterOptions, DispatchError
-from .common import ModeOpt, announce_sandbox, check_hub_model, refuse_random
+from .common import ModeOpt, announce_sandbox, check_hub_model, engine_name, refuse_random
 from .options import CLUSTER, CLUSTER_OPTIONS, FIELDS, OWN, RUN, SAMPLING, with_options
 from ..util.display_text import console_markup
 
@@ -146,6 +146,8 @@ def _report_finished(runs_dir, name, command, model, dtype, chunk_size, isa, pro
     from ..util.isa import ENV_VAR
     from .tables import FULL_FIGURES_NOTE, summary_table
 
+    if engine_name() == "llama.cpp":  # the pin of a llama.cpp run: the GGUF's weights as stored, its build's ISA
+        dtype, isa = "gguf", "native"
     request = Request(command, model, dtype, chunk_size, isa or os.environ.get(ENV_VAR) or "native", settings)
     done = finished_run(runs_dir, name, request, problem_list, store if settings.graft else None)
     if done is None:
@@ -203,6 +205,8 @@ def _cluster(executor: str, workers: int | None, threads: int, address: str | No
         if workers is not None or address is not None or problem_timeout != CLUSTER.problem_timeout_s:
             fail("--workers, --address and --problem-timeout apply to --executor ray")
         return None
+    if engine_name() != "torch":
+        fail(f"--executor ray runs the torch engine only; run --engine {engine_name()} with --executor process")
     from importlib.util import find_spec
 
     if find_spec("ray") is None:
@@ -267,8 +271,9 @@ def _run_command(command: str, options: dict, store: str | None = None, new_stor
 @app.command()
 def deposit(
     model: str = ModelOpt, problems: str = ProblemsOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt,
-    isa: Optional[str] = IsaOpt, device: str = DeviceOpt,
-    store: str = StoreOpt, runs_dir: str = RunsOpt, limit: Optional[int] = LimitOpt,
+    isa: Optional[str] = IsaOpt, device: str = DeviceOpt, engine: str = EngineOpt, kv_type: str = KvTypeOpt,
+    flash_attn: Optional[bool] = FlashAttnOpt, store: str = StoreOpt, runs_dir: str = RunsOpt,
+    limit: Optional[int] = LimitOpt,
     from_run: Optional[str] = typer.Option(None, "--from-run", help="deposit this solve run's verified samples"),
     from_manifest: Optional[Path] = typer.Option(None, "--from-manifest", help="deposit the verified samples "
                                                  "recorded in this solve run's manifest (e.g. a committed one), "
@@ -482,7 +487,8 @@ def store_clean(store: str = StoreOpt) -> None:
 @app.command()
 def run(
     model: str = ModelOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt, isa: Optional[str] = IsaOpt,
-    device: str = DeviceOpt, runs_dir: str = RunsOpt,
+    device: str = DeviceOpt, engine: str = EngineOpt, kv_type: str = KvTypeOpt,
+    flash_attn: Optional[bool] = FlashAttnOpt, runs_dir: str = RunsOpt,
     store: str = StoreOpt,
     n_per_family: int = typer.Option(FLYWHEEL.per_family, "--per-family", min=1, help="built-in problems per family"),
     max_new_tokens: int = typer.Option(FLYWHEEL.max_new_tokens, "--max-new-tokens", min=1, help="decode budget per problem (tokens)"),

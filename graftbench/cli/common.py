@@ -49,6 +49,43 @@ def _remember_device(value: str) -> str:
 DeviceOpt = typer.Option("auto", "--device", envvar="GRAFTBENCH_DEVICE", callback=_remember_device,
                          help="auto (CUDA when torch sees a GPU, else the CPU), cpu, cuda or cuda:N; on CUDA the "
                               "CUDA pin is set and recorded (docs/gpu.md)")
+ENGINES = ("torch", "llama.cpp")
+_ENGINE = {"name": "torch", "kv_type": "f16", "flash_attn": None}  # this invocation's engine options (as --device)
+
+
+def _remember(key: str, check=None):
+    def callback(value):
+        if check is not None and value is not None:
+            check(value)
+        _ENGINE[key] = value
+        return value
+    return callback
+
+
+def _check_engine(value: str) -> None:
+    if value not in ENGINES:
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(ENGINES)}")
+
+
+def _check_kv_type(value: str) -> None:
+    if value not in ("f16", "q8_0", "q4_0"):
+        raise typer.BadParameter(f"{value!r} is not one of f16, q8_0, q4_0")
+
+
+EngineOpt = typer.Option("torch", "--engine", callback=_remember("name", _check_engine), help=(
+    "torch, or llama.cpp (the GGUF file run by llama.cpp with its weights as stored: needs the llama extra; "
+    "--dtype and --isa do not apply; docs/llama-cpp.md)"))
+KvTypeOpt = typer.Option("f16", "--kv-type", callback=_remember("kv_type", _check_kv_type),
+                         help="llama.cpp KV cache type: f16, q8_0 or q4_0 (pinned)")
+FlashAttnOpt = typer.Option(None, "--flash-attn/--no-flash-attn", callback=_remember("flash_attn"),
+                            help="llama.cpp flash attention (pinned) [default: on for a quantized KV cache, else off]")
+
+
+def engine_name() -> str:
+    """The ``--engine`` of this invocation (``torch`` when the command has no such option)."""
+    return _ENGINE["name"]
+
+
 RunsOpt = typer.Option(DEFAULT_RUNS_DIR, "--runs-dir", envvar="GRAFTBENCH_RUNS_DIR", help="folder holding one folder per run")
 StoreOpt = typer.Option(DEFAULT_STORE, "--store", envvar="GRAFTBENCH_STORE",
                         help="artifact store: a folder, or a URL (s3://bucket/prefix, file:///path, memory://name)")
@@ -171,11 +208,15 @@ def refuse_random(model: str) -> None:
 
 def open_model(model: str, dtype: str, chunk_size: int, threads: int | None = None, isa: str | None = None,
                architecture_only: bool = False):
-    """Load ``model`` on this invocation's ``--device`` and pin the config; fail with one line when it cannot be
-    loaded. A random-weights model (``random:``) is refused unless ``architecture_only`` (the commands that
+    """Load ``model`` on this invocation's ``--device`` and pin the config (on the ``--engine llama.cpp``: the GGUF
+    file on llama.cpp, :func:`open_llama`); fail with one line when it cannot be loaded. A random-weights model (``random:``) is refused unless ``architecture_only`` (the commands that
     report no accuracy: ``check-exact``, ``bench``)."""
     if not architecture_only:
         refuse_random(model)
+    if engine_name() == "llama.cpp":
+        if isa is not None:
+            fail("--isa applies to the torch engine only (a llama.cpp build is pinned by its CPU features)")
+        return open_llama(model, chunk_size, threads, _ENGINE["kv_type"], _ENGINE["flash_attn"])
     check_hub_model(model)
     apply_isa(isa)  # before torch is imported
     from ..engine.device import DeviceError, resolve
@@ -190,6 +231,31 @@ def open_model(model: str, dtype: str, chunk_size: int, threads: int | None = No
     except (ModelError, DeviceError, ValueError) as exc:
         fail(str(exc))
     console.print(model_line(model, session), markup=False, highlight=False)
+    return session
+
+
+def open_llama(model: str, chunk_size: int, threads: int | None, kv_type: str, flash_attn: bool | None,
+               n_ctx: int | None = None):
+    """The llama.cpp session of ``model`` (:func:`graftbench.engine.llama_session.open_llama_session`; flash
+    attention on by default for a quantized KV cache); fails with the reason when the extra is missing, the model is
+    not a GGUF file or an option is refused."""
+    try:
+        from ..engine.llama_cpp import DEFAULT_N_CTX, LlamaCppError
+        from ..engine.llama_session import open_llama_session
+    except ImportError as exc:
+        fail(f"--engine llama.cpp: {exc}")
+    from ..engine.models import ModelError
+
+    attn = flash_attn if flash_attn is not None else kv_type != "f16"
+    try:
+        with console.status(f"loading {model} on llama.cpp (KV {kv_type})"):
+            session = open_llama_session(model, chunk_size=chunk_size, threads=threads, kv_type=kv_type,
+                                         flash_attn=attn, n_ctx=n_ctx or DEFAULT_N_CTX)
+    except (ModelError, ValueError, FileNotFoundError, LlamaCppError) as exc:
+        fail(str(exc))
+    console.print(f"model {model} on llama.cpp {session.config.engine['llama_cpp_python']} · KV {kv_type} · flash "
+                  f"attention {'on' if attn else 'off'} · {session.engine.threads} threads · config "
+                  f"{session.config.fingerprint[:12]}", markup=False, highlight=False)
     return session
 
 

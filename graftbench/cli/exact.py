@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from .exact_runs import open_run, report_manifest
-from .common import (ChunkOpt, DeviceOpt, DtypeOpt, ModelOpt, ProblemsOpt, RunsOpt, apply_isa, console, fail,
+from .common import (ChunkOpt, DeviceOpt, DtypeOpt, EngineOpt, FlashAttnOpt, KvTypeOpt, ModelOpt, ProblemsOpt, RunsOpt, apply_isa, console, fail,
                      load_problem_set, model_label, open_model, progress)
 
 
@@ -28,11 +28,7 @@ def check_exact(
                                           "(same pin and problem set) and measure only the pairs it lacks"),
     runs_dir: str = RunsOpt,
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch intra-op threads (pinned; default: torch's)"),
-    engine: str = typer.Option("torch", "--engine", help="torch, or llama.cpp (the GGUF file run by llama.cpp: "
-                               "needs the llama extra; --dtype and --isa do not apply)"),
-    kv_type: str = typer.Option("f16", "--kv-type", help="llama.cpp KV cache type: f16, q8_0 or q4_0"),
-    flash_attn: Optional[bool] = typer.Option(None, "--flash-attn/--no-flash-attn", help="llama.cpp flash attention "
-                                              "(pinned) [default: on for a quantized KV cache, else off]"),
+    engine: str = EngineOpt, kv_type: str = KvTypeOpt, flash_attn: Optional[bool] = FlashAttnOpt,
     device: str = DeviceOpt,
 ) -> None:
     """Prove the graft byte-exact against a fresh chunked recompute, with negative controls, or replay an expectation."""

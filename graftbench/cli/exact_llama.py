@@ -4,34 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .common import console, fail, load_problem_set, progress
-
-ENGINES = ("torch", "llama.cpp")
-
-
-def open_llama(model: str, chunk_size: int, threads: int | None, kv_type: str, flash_attn: bool | None,
-               n_ctx: int | None = None):
-    """The llama.cpp session of ``model`` (flash attention on by default for a quantized KV cache); fails with the
-    reason when the extra is missing, the model is not a GGUF file or an option is refused."""
-    from ..engine.llama_cpp import DEFAULT_N_CTX, LlamaCppError
-    from ..engine.models import ModelError
-
-    try:
-        from ..eval.exactness_llama import open_llama_session
-    except ImportError as exc:
-        fail(f"--engine llama.cpp: {exc}")
-    attn = flash_attn if flash_attn is not None else kv_type != "f16"
-    try:
-        with console.status(f"loading {model} on llama.cpp (KV {kv_type})"):
-            ls = open_llama_session(model, chunk_size=chunk_size, threads=threads, kv_type=kv_type, flash_attn=attn,
-                                    n_ctx=n_ctx or DEFAULT_N_CTX)
-    except (ModelError, ValueError, FileNotFoundError, LlamaCppError) as exc:
-        fail(str(exc))
-    console.print(f"model {model} on llama.cpp {ls.config.engine['llama_cpp_python']} · KV {kv_type} · flash "
-                  f"attention {'on' if attn else 'off'} · {ls.engine.threads} threads · config "
-                  f"{ls.config.fingerprint[:12]}")
-    return ls
-
+from .common import ENGINES, console, fail, load_problem_set, open_llama, progress
 
 def check_exact_llama(engine: str, model: str, chunk_size: int, problems: str, samples: int, controls: bool,
                       control_pairs: int, write_expect: Path | None, runs_dir: str, threads: int | None,

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from .common import (ChunkOpt, DeviceOpt, DtypeOpt, IsaOpt, ModelOpt, ModeOpt, RunsOpt, announce_sandbox, console, fail,
+from .common import (ChunkOpt, DeviceOpt, DtypeOpt, EngineOpt, FlashAttnOpt, IsaOpt, KvTypeOpt, ModelOpt, ModeOpt, RunsOpt, announce_sandbox, console, fail,
                      open_model, stage_progress)
 from ..settings import RoundsSettings
 
@@ -16,7 +16,8 @@ ROUNDS = RoundsSettings()
 
 def flywheel(
     model: str = ModelOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt, isa: Optional[str] = IsaOpt,
-    device: str = DeviceOpt, runs_dir: str = RunsOpt,
+    device: str = DeviceOpt, engine: str = EngineOpt, kv_type: str = KvTypeOpt,
+    flash_attn: Optional[bool] = FlashAttnOpt, runs_dir: str = RunsOpt,
     store: str = typer.Option("store-rounds", "--store", envvar="GRAFTBENCH_ROUNDS_STORE",
                               help="artifact store of this flywheel (created; holds only its deposits)"),
     rounds: int = typer.Option(ROUNDS.rounds, "--rounds", min=1, max=50, help="rounds after round 0"),

@@ -14,7 +14,7 @@ import typer
 from rich.markup import escape
 
 from ..eval.dispatch import RAY_EXTRA, ClusterOptions
-from .common import (EVAL, AnswerFieldOpt, ChunkOpt, DeviceOpt, DtypeOpt, IdFieldOpt, IsaOpt, LimitOpt, ModelOpt, ModeOpt,
+from .common import (EVAL, AnswerFieldOpt, ChunkOpt, DeviceOpt, DtypeOpt, EngineOpt, FlashAttnOpt, KvTypeOpt, IdFieldOpt, IsaOpt, LimitOpt, ModelOpt, ModeOpt,
                      ProblemFieldOpt, ProblemsOpt, RunsOpt, SamplesOpt, SeedOpt, ShardOpt, SolutionFieldOpt,
                      TemperatureOpt, TopPOpt)
 
@@ -29,7 +29,8 @@ def _option(name: str, annotation, default) -> Parameter:
 RUN = [
     _option("model", str, ModelOpt), _option("problems", str, ProblemsOpt), _option("dtype", str, DtypeOpt),
     _option("chunk_size", int, ChunkOpt), _option("isa", Optional[str], IsaOpt), _option("device", str, DeviceOpt),
-    _option("runs_dir", str, RunsOpt),
+    _option("engine", str, EngineOpt), _option("kv_type", str, KvTypeOpt),
+    _option("flash_attn", Optional[bool], FlashAttnOpt), _option("runs_dir", str, RunsOpt),
     _option("run", Optional[str], typer.Option(None, "--run", help="run name (resumes if it exists)")),
     _option("limit", Optional[int], LimitOpt),
     _option("max_new_tokens", int, typer.Option(EVAL.max_new_tokens, "--max-new-tokens", min=1,

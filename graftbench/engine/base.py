@@ -11,6 +11,7 @@ position ``n``, and :meth:`Engine.restore` puts an artifact's state back at the 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 
@@ -53,3 +54,13 @@ class Engine(Protocol):
 
     def logits_sha256(self, logits: Any) -> str:
         """SHA-256 hex digest of the raw bytes of ``logits``."""
+
+
+@dataclass
+class Grafted:
+    """A graft ready for its query: the ``cache`` holding the restored artifacts at their own positions, and for
+    each artifact of the chain (root first) its graftbench ``header`` and its ``token_ids`` (the segment it holds)."""
+
+    cache: Any
+    headers: list[dict]
+    segments: list[list[int]]

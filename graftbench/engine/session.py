@@ -6,16 +6,21 @@ from dataclasses import dataclass
 
 import torch
 
-from . import forward
+from . import forward, graft
+from .base import Grafted
+from .sampling import sample_decode
 from .pin import PinnedConfig, build_config, configure_torch
+from .prompt_ids import PromptIds
 from .kv_pool import NO_POOL, PoolReport, reserve_tokens
 from .models import LoadedModel, load_model
 from ..settings import DEFAULT_CHUNK_SIZE, DEFAULT_DTYPE, DEFAULT_MODEL
 
 
 @dataclass
-class Session:
-    """Everything a command needs to run the model: weights, tokenizer, EOS ids and the pinned config."""
+class Session(PromptIds):
+    """Everything a command needs to run the model on the torch engine: weights, tokenizer, EOS ids and the pinned
+    config; the prompts' token ids (:class:`graftbench.engine.prompt_ids.PromptIds`) and the run-level operations
+    a solve, eval or deposit takes (the same names as :class:`graftbench.engine.llama_session.LlamaSession`'s)."""
 
     loaded: LoadedModel
     config: PinnedConfig
@@ -30,54 +35,55 @@ class Session:
     def tokenizer(self):
         return self.loaded.tokenizer
 
-    def solve_prompt_ids(self, problem: str) -> list[int]:
-        """Baseline prompt: the chat template (with generation prompt) where the tokenizer has one, else the
-        instruction as plain text. Returns token ids."""
-        text = self.config.layout.solve_instruction.format(problem=problem)
-        if self.tokenizer.chat_template:
-            ids = self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True, return_dict=False
-            )
-            return list(ids["input_ids"] if isinstance(ids, dict) else ids)
-        return self.tokenizer(text + "\n\nSolution:").input_ids
-
-    def program_prompt_ids(self, problem: str) -> list[int]:
-        """Program mode's baseline prompt: the problem and the program instruction as the user's message (chat
-        template with generation prompt where the tokenizer has one, else plain text), then the opened
-        ```` ```python ```` fence, so the first decoded token is code. Returns token ids."""
-        from ..problems.prompts import PROGRAM_FENCE, program_prompt_text
-
-        text = program_prompt_text(problem)
-        if self.tokenizer.chat_template:
-            ids = self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True, return_dict=False
-            )
-            ids = list(ids["input_ids"] if isinstance(ids, dict) else ids)
-            return ids + self.tokenizer(PROGRAM_FENCE, add_special_tokens=False).input_ids
-        return self.tokenizer(text + "\n\n" + PROGRAM_FENCE).input_ids
-
-    def program_query_ids(self, problem: str) -> list[int]:
-        """Program mode's query after a graft for a new problem
-        (:func:`graftbench.problems.prompts.program_query_text`), without start tokens: it follows an artifact."""
-        from ..problems.prompts import program_query_text
-
-        return self.tokenizer(program_query_text(problem), add_special_tokens=False).input_ids
-
-    def deposit_ids(self, problem: str, answer: str, solution: str) -> list[int]:
-        """Token ids of a deposit text in the pinned layout, with the tokenizer's start tokens (e.g. BOS)."""
-        return self.tokenizer(self.config.layout.deposit_text(problem, answer, solution)).input_ids
-
-    def query_ids(self, problem: str, layout: str = "answer") -> list[int]:
-        """Token ids of the graft query in ``layout`` (``answer``: the problem, then the answer cue; ``solve``: the
-        problem, then the solution cue), without start tokens: it follows an artifact. Raises ``ValueError`` for
-        another layout."""
-        text = self.config.layout.query_text(problem, layout)
-        return self.tokenizer(text, add_special_tokens=False).input_ids
-
     @property
     def context_window(self) -> int:
         """The model's maximum positions (tokens)."""
         return int(getattr(self.model.config.get_text_config(), "max_position_embeddings", 8192))
+
+    def prefill_prompt(self, ids: list[int]):
+        """A fresh cache holding ``ids`` prefilled with the pinned chunk schedule: ``(cache, logits [1, vocab])``,
+        the last position's logits. Raises ``ValueError`` for no ids."""
+        cache = forward.new_cache(self.model)
+        return cache, forward.prefill(self.model, cache, ids, self.config.chunk_size)
+
+    def prefill_after(self, cache, ids: list[int]) -> torch.Tensor:
+        """Append ``ids`` (a graft's query) to ``cache``; the last position's logits ``[1, vocab]``."""
+        return forward.prefill(self.model, cache, ids, self.config.chunk_size)
+
+    def graft(self, store, artifact_id: str, room: int = 0) -> Grafted:
+        """:func:`graftbench.engine.graft.restore_chain`: ``artifact_id`` and its ancestors read from ``store`` and
+        grafted root first, with ``room`` spare positions (tokens) read in after a root artifact. Raises
+        :class:`graftbench.store.codec.ArtifactError` when a link is refused."""
+        cache, chain = graft.restore_chain(self.model, self.config, store, artifact_id, room=room)
+        return Grafted(cache, [link.header for link in chain], [link.token_ids.tolist() for link in chain])
+
+    def prefill_chain(self, segments: list[list[int]], query: list[int]):
+        """:func:`graftbench.engine.graft.prefill_chain`: ``(cache, the query's last logits [1, vocab])``."""
+        return graft.prefill_chain(self.model, self.config, segments, query)
+
+    def recompute(self, segments: list[list[int]], query: list[int]) -> torch.Tensor:
+        """:func:`graftbench.engine.graft.fresh_recompute`: the query's last logits ``[1, vocab]`` from a fresh
+        cache (the independent reference a graft is certified against)."""
+        return graft.fresh_recompute(self.model, self.config, segments, query)
+
+    def logits_sha256(self, logits: torch.Tensor) -> str:
+        """:func:`graftbench.engine.forward.logits_sha256`: SHA-256 of the raw bytes in the logits' dtype."""
+        return forward.logits_sha256(logits)
+
+    def decode(self, cache, logits: torch.Tensor, budget: int, sampling, seeds: list[int] | None, stop,
+               started: float) -> tuple:
+        """Decode from ``logits`` on ``cache``: greedy (:func:`graftbench.engine.forward.greedy_decode`) when
+        ``seeds`` is ``None``, else the seeds' samples as one batch (:func:`graftbench.engine.sampling.sample_decode`
+        with ``sampling``). Returns one :class:`graftbench.engine.forward.Decoded` per sample."""
+        if seeds is None:
+            return (forward.greedy_decode(self.model, self.tokenizer, cache, logits, budget, self.eos_ids,
+                                          stop=stop, started=started),)
+        return tuple(sample_decode(self.model, self.tokenizer, cache, logits, budget, self.eos_ids, sampling, seeds,
+                                   stop=stop, started=started))
+
+    def build_artifact(self, ids: list[int], meta: dict) -> bytes:
+        """:func:`graftbench.engine.graft.build_artifact` of ``ids`` with the header fields ``meta``: its bytes."""
+        return graft.build_artifact(self.model, self.config, ids, meta)[0]
 
 
 def open_session(model: str = DEFAULT_MODEL, dtype: str = DEFAULT_DTYPE, chunk_size: int = DEFAULT_CHUNK_SIZE,

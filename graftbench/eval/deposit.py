@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..engine import graft
 from ..store.codec import ArtifactError
 from ..util.hashing import sha256_text
 from ..problems.types import Problem, family, normalize_problem_text, problem_key, problem_text_sha256
@@ -107,7 +106,7 @@ def _deposit_one(session: Session, store: Store, item: DepositItem, report: Depo
         report.reused.add(held)
         report.deposited.append((problem.id, held, len(ids), False))
         return None
-    data, _ = graft.build_artifact(session.model, session.config, ids, meta)
+    data = session.build_artifact(ids, meta)
     artifact_id, written = store.put_reporting(data)
     report.prefilled_keys.append(meta["problem_key"])
     report.deposited.append((problem.id, artifact_id, len(ids), written))
@@ -136,18 +135,18 @@ def stored_artifact(session: Session, store: Store, ids: list[int], meta: dict) 
     header fields ``meta`` (:func:`deposit_meta`) would write again, or ``None``.
 
     It must be a top-level artifact under the session's config fingerprint (weights, tokenizer, dtype, chunk
-    schedule, kernels: the pin), pass every check of :meth:`Store.read_audited` (SHA-256 of the file against its
-    id, of the payload against its header), hold the same token ids at positions ``[0, n_tokens)`` and carry the
+    schedule, kernels, engine: the pin), pass every check of :meth:`Store.audit` (SHA-256 of the file against its
+    id, of the payload against its header; a torch KV artifact or a llama.cpp state alike), hold the same token ids at positions ``[0, n_tokens)`` and carry the
     same ``meta`` fields. The exactness contract says a prefill of the same ids under the same pin gives the same
     bytes, so such a deposit is taken as it is; ``deposit --recompute`` prefills anyway and checks it. A damaged
     copy is not held: the deposit prefills and replaces it."""
     for artifact_id in store.exact_ids(session.config.fingerprint, meta["problem_key"], len(ids)):
         try:
-            artifact = store.read_audited(artifact_id)
+            header = store.audit(artifact_id)
+            token_ids = store.token_ids(artifact_id)
         except ArtifactError:
             continue
-        header = artifact.header
-        if (header.get("positions") == [0, len(ids)] and artifact.token_ids.tolist() == ids
+        if (header.get("positions") == [0, len(ids)] and token_ids == ids
                 and all(header.get(name) == value for name, value in meta.items())):
             return artifact_id
     return None

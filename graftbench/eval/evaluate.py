@@ -19,7 +19,6 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from ..engine import forward, graft
 from ..store import router
 from ..store.codec import ArtifactError
 from ..util.energy import EnergyMeter
@@ -31,10 +30,10 @@ from ..problems.prompts import PROGRAM_CLOSE
 from ..programs.mode import extract_program, program_verdict
 from ..results.runs import RunDir
 from ..results.samples import Attempt, Sample
-from ..engine.sampling import SamplingSettings, sample_decode
+from ..engine.sampling import SamplingSettings
 from ..util.seeds import sample_seed
 from ..programs.sandbox import run_program
-from ..engine.session import Session
+from ..engine.session import Session  # or a LlamaSession: the same operations on the llama.cpp engine
 from ..settings import EvalSettings, SandboxLimits
 from ..store.folder import Store
 from ..verify.answers import answers_equivalent, verify_answer
@@ -53,21 +52,16 @@ def sample_seeds(settings: EvalSettings, problem_id: str) -> list[int] | None:
 
 def _decode(session: Session, cache, logits, budget: int, settings: EvalSettings, seeds: list[int] | None,
             stop, started: float) -> tuple[Decoded, ...]:
-    if seeds is None:
-        return (forward.greedy_decode(session.model, session.tokenizer, cache, logits, budget, session.eos_ids,
-                                     stop=stop, started=started),)
-    sampling = SamplingSettings(settings.temperature, settings.top_p, settings.seed)
-    return tuple(sample_decode(session.model, session.tokenizer, cache, logits, budget, session.eos_ids, sampling,
-                               seeds, stop=stop, started=started))
+    sampling = SamplingSettings(settings.temperature, settings.top_p, settings.seed) if seeds is not None else None
+    return session.decode(cache, logits, budget, sampling, seeds, stop, started)
 
 
 def _baseline(session: Session, problem: Problem, budget: int, settings: EvalSettings, seeds: list[int] | None,
               started: float) -> Attempt:
     program = settings.mode == "program"
     prompt = session.program_prompt_ids(problem.problem) if program else session.solve_prompt_ids(problem.problem)
-    cache = forward.new_cache(session.model)
-    logits = forward.prefill(session.model, cache, prompt, session.config.chunk_size)
-    logits_hash = forward.logits_sha256(logits)
+    cache, logits = session.prefill_prompt(prompt)
+    logits_hash = session.logits_sha256(logits)
     decoded = _decode(session, cache, logits, budget, settings, seeds, PROGRAM_CLOSE if program else None, started)
     return Attempt(cue="", prefill_tokens=len(prompt), prefill_tokens_saved=0, artifact_id=None, artifact_tokens=0,
                    logits_sha256=logits_hash, decoded=decoded, program=program)
@@ -85,15 +79,14 @@ def _grafted(session: Session, store: Store, problem: Problem, route: Route, bud
              settings: EvalSettings, seeds: list[int] | None, started: float) -> Attempt:
     layout, program, query = _query(session, problem, route, settings)
     prompt_layout = session.config.layout
-    cache, chain = graft.restore_chain(session.model, session.config, store, route.artifact_id,
-                                       room=len(query) + budget)
-    logits = forward.prefill(session.model, cache, query, session.config.chunk_size)
-    grafted_hash = forward.logits_sha256(logits)
+    grafted = session.graft(store, route.artifact_id, room=len(query) + budget)
+    logits = session.prefill_after(grafted.cache, query)
+    grafted_hash = session.logits_sha256(logits)
     stop = PROGRAM_CLOSE if program else prompt_layout.stop(layout)
-    decoded = _decode(session, cache, logits, budget, settings, seeds, stop, started)
-    restored = sum(len(link.token_ids) for link in chain)
-    to_certify = ([link.token_ids.tolist() for link in chain], query) if settings.certify else None
-    example = chain[-1].header
+    decoded = _decode(session, grafted.cache, logits, budget, settings, seeds, stop, started)
+    restored = sum(len(ids) for ids in grafted.segments)
+    to_certify = (grafted.segments, query) if settings.certify else None
+    example = grafted.headers[-1]
     return Attempt(cue=prompt_layout.cue(layout), prefill_tokens=len(query), prefill_tokens_saved=restored,
                    artifact_id=route.artifact_id, artifact_tokens=restored, logits_sha256=grafted_hash,
                    decoded=decoded, certify_segments=to_certify, layout=layout,
@@ -110,20 +103,20 @@ def _as_prompt(session: Session, store: Store, problem: Problem, route: Route, b
     while parent := chain[-1][1].get("parent"):
         chain.append((parent, store.header(parent)))
     segments = [store.token_ids(artifact_id) for artifact_id, _ in reversed(chain)]
-    cache, logits = graft.prefill_chain(session.model, session.config, segments, query)
+    cache, logits = session.prefill_chain(segments, query)
     stop = PROGRAM_CLOSE if program else prompt_layout.stop(layout)
     decoded = _decode(session, cache, logits, budget, settings, seeds, stop, started)
     example = chain[0][1]
     prompted = sum(len(ids) for ids in segments)
     return Attempt(cue=prompt_layout.cue(layout), prefill_tokens=prompted + len(query), prefill_tokens_saved=0,
                    artifact_id=route.artifact_id, artifact_tokens=prompted,
-                   logits_sha256=forward.logits_sha256(logits), decoded=decoded, layout=layout,
+                   logits_sha256=session.logits_sha256(logits), decoded=decoded, layout=layout,
                    example_id=example.get("problem_id"), example_answer=example.get("answer"), program=program)
 
 
 def _certificate(session: Session, segments: list[list[int]], query: list[int]) -> str:
     """Logits hash of an independent fresh chunked recompute: new cache, the chain's tokens, then the query."""
-    return forward.logits_sha256(graft.fresh_recompute(session.model, session.config, segments, query))
+    return session.logits_sha256(session.recompute(segments, query))
 
 
 def _route(session: Session, store: Store, problem: Problem, settings: EvalSettings) -> Route:

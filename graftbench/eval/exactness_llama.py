@@ -21,41 +21,15 @@ The manifest is an exactness manifest (:mod:`graftbench.results.exact_manifest`)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 
-from ..engine.llama_cpp import DEFAULT_N_CTX, LlamaCppEngine, LlamaState, pinned_config
+from ..engine.llama_cpp import LlamaState
+from ..engine.llama_session import LlamaSession
 from .exactness import (PAIR_LAYOUT, SHIFTS, Pair, PairLayout, Replay, build_pairs, compare, measure_pairs,
                          summarize)
-from ..engine.pin import PinnedConfig
 from ..problems.types import Problem
 from ..util.hashing import sha256_bytes
-
-
-@dataclass
-class LlamaSession:
-    """The llama.cpp engine of a model, graftbench's tokenizer of it, and the pin of runs on it."""
-
-    engine: LlamaCppEngine
-    tokenizer: object
-    config: PinnedConfig
-
-
-def open_llama_session(spec: str, chunk_size: int = 256, threads: int | None = None, kv_type: str = "f16",
-                       flash_attn: bool = False, n_ctx: int = DEFAULT_N_CTX) -> LlamaSession:
-    """Load the GGUF model ``spec`` (alias or ``.gguf`` path) on llama.cpp with graftbench's tokenizer and pin it.
-
-    Raises :class:`graftbench.engine.models.ModelError` for a spec that is not a GGUF model, ``ValueError`` for a bad
-    engine option and :class:`graftbench.engine.llama_cpp.LlamaCppError` when llama.cpp cannot load it.
-    """
-    from ..engine.models import load_gguf_tokenizer
-
-    resolved, tokenizer, digest = load_gguf_tokenizer(spec)
-    engine = LlamaCppEngine(resolved.path, n_ctx=n_ctx, chunk_size=chunk_size, threads=threads, kv_type=kv_type,
-                            flash_attn=flash_attn, tokenizer=tokenizer, weights_sha256=resolved.sha256)
-    return LlamaSession(engine, tokenizer, pinned_config(engine, spec, digest))
 
 
 def fresh_logits(ls: LlamaSession, artifact: list[int], query: list[int], chunk_size: int | None = None,

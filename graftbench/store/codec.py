@@ -28,7 +28,9 @@ from ..util.strict_json import loads_strict
 if TYPE_CHECKING:
     import torch
 
-FORMAT = "graftbench.artifact/1"
+FORMAT = "graftbench.artifact/1"  # torch KV tensors per layer (this module)
+LLAMA_FORMAT = "graftbench.llama-state/1"  # a llama.cpp sequence state (graftbench.store.llama_state)
+FORMATS = (FORMAT, LLAMA_FORMAT)
 HEADER_KEY = "graftbench"
 KV_DTYPES = ("float32", "bfloat16", "float16")  # the dtypes an artifact's keys and values may have
 
@@ -112,13 +114,13 @@ def decode_header(artifact_id: str, data: bytes) -> dict:
 
 def header_from_metadata(artifact_id: str, meta: dict) -> dict:
     """The graftbench header from a safetensors ``__metadata__`` dict: the JSON under ``HEADER_KEY``. Raises
-    :class:`ArtifactError` (``header``) when it is missing, not a JSON object, or not of this ``FORMAT``."""
+    :class:`ArtifactError` (``header``) when it is missing, not a JSON object, or of none of the ``FORMATS``."""
     try:
         header = loads_strict(meta[HEADER_KEY], source="the graftbench header")
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
         raise ArtifactError(artifact_id, "header", f"header is not valid graftbench JSON ({exc})") from exc
-    if not isinstance(header, dict) or header.get("format") != FORMAT:
-        raise ArtifactError(artifact_id, "header", f"format is not {FORMAT}")
+    if not isinstance(header, dict) or header.get("format") not in FORMATS:
+        raise ArtifactError(artifact_id, "header", f"format is not one of {', '.join(FORMATS)}")
     return header
 
 
@@ -185,9 +187,19 @@ def _layer_names(header: dict) -> list[tuple[str, str]]:
     return [(f"layers.{i}.keys", f"layers.{i}.values") for i in range(len(header["layers"]))]
 
 
+def require_torch_format(artifact_id: str, header: dict) -> None:
+    """Refuse a header of another format than torch KV tensors (:data:`FORMAT`): a llama.cpp state is another
+    engine's artifact. Raises :class:`ArtifactError` (``format``)."""
+    if header.get("format") != FORMAT:
+        raise ArtifactError(artifact_id, "format", f"a {header.get('format')} artifact, not torch KV tensors "
+                                                   f"({FORMAT}): another engine's")
+
+
 def check_tensor_specs(artifact_id: str, header: dict, specs: dict[str, tuple[str, tuple]]) -> None:
     """:func:`check_tensors` on each tensor's ``(dtype name, shape)`` by name (``int64``, ``float32``, ...),
-    without the tensors themselves (no torch). Raises :class:`ArtifactError` as :func:`check_tensors` does."""
+    without the tensors themselves (no torch). Raises :class:`ArtifactError` as :func:`check_tensors` does, and
+    ``format`` for an artifact of another format (a llama.cpp state is read by :mod:`graftbench.store.llama_state`)."""
+    require_torch_format(artifact_id, header)
     _check_header_fields(artifact_id, header)
     start, end = header["positions"]
     dtype = header["dtype"]
@@ -213,6 +225,7 @@ def audit_artifact(artifact_id: str, data: bytes) -> dict:
     if artifact_id_of(data) != artifact_id:
         raise ArtifactError(artifact_id, "hash", "SHA-256 of the file does not equal its id (corrupt or edited)")
     header = decode_header(artifact_id, data)
+    require_torch_format(artifact_id, header)
     table, header_len = parse_header(data)
     try:
         entries = tensor_layout(table, len(data) - 8 - header_len)

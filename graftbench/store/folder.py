@@ -42,7 +42,6 @@ from pathlib import Path
 from .codec import (
     Artifact,
     ArtifactError,
-    audit_artifact,
     check_artifact_id,
     check_tensors,
     decode_artifact,
@@ -57,6 +56,7 @@ from .ids import (
     artifacts_dir,
     id_of_path,
 )
+from .llama_state import audit_any, decode_state
 from .reader import (INTEGRITY_METHODS, LayoutError, header_length, metadata_of, parse_table,
                      read_safetensors, xxh3_128_hex)
 from ..util.durable import (
@@ -385,10 +385,20 @@ class Store(IndexedStore):
         return self._audit(artifact_id, self._file_bytes(artifact_id, indexed), indexed)
 
     def audit(self, artifact_id: str) -> dict:
-        """:meth:`read_audited`'s checks on the file's bytes without making tensors (no torch: ``store verify``);
-        returns the artifact's header. Raises as :meth:`read_audited`."""
+        """:meth:`read_audited`'s checks on the file's bytes without making tensors (no torch: ``store verify``),
+        for a torch KV artifact or a llama.cpp state (:func:`graftbench.store.llama_state.audit_any`); returns the
+        artifact's header. Raises as :meth:`read_audited`."""
         indexed = self._indexed(artifact_id)
-        return self._audit(artifact_id, self._file_bytes(artifact_id, indexed), indexed, audit_artifact)
+        return self._audit(artifact_id, self._file_bytes(artifact_id, indexed), indexed, audit_any)
+
+    def read_state(self, artifact_id: str) -> tuple[dict, list[int], bytes]:
+        """A llama.cpp sequence state artifact: ``(header, token ids, state bytes)``
+        (:func:`graftbench.store.llama_state.decode_state`), read only when it is a regular file inside the store of
+        the size indexed for it, and checked by SHA-256 against its id and its payload hash. Whether it may be
+        restored under a run's pin is the engine's check. Raises :class:`ArtifactError` (``missing``, ``size``,
+        ``read``, ``hash``, ``header``, ``format``, ``tensors``, ``payload``), :class:`StoreError` for a damaged
+        index."""
+        return decode_state(artifact_id, self._file_bytes(artifact_id, self._indexed(artifact_id)))
 
     def _file_bytes(self, artifact_id: str, indexed: tuple[int | None, str | None]) -> bytes:
         """The artifact file's bytes, read only when it is a regular file inside the store, under the size cap

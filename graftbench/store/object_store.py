@@ -42,7 +42,8 @@ import os
 import sqlite3
 from pathlib import Path
 
-from .codec import Artifact, ArtifactError, audit_artifact, check_artifact_id, decode_header
+from .codec import Artifact, ArtifactError, check_artifact_id, decode_header
+from .llama_state import audit_any
 from .ids import ARTIFACTS_DIR, SUFFIX, artifact_id_of, id_of_path
 from .reader import INTEGRITY_METHODS, LayoutError, header_length, xxh3_128_hex
 from ..util.durable import TEMP_PREFIX, StorageError, clean_temporaries, crash_point, storage_error, write_file_atomic
@@ -359,7 +360,14 @@ class ObjectStore(Store):
     def audit(self, artifact_id: str) -> dict:
         """:meth:`read_audited`'s checks without making tensors (no torch); returns the artifact's header."""
         indexed = self._indexed(artifact_id)
-        return self._audit(artifact_id, self._get_object(artifact_id), indexed, audit_artifact)
+        return self._audit(artifact_id, self._get_object(artifact_id), indexed, audit_any)
+
+    def read_state(self, artifact_id: str) -> tuple[dict, list[int], bytes]:
+        """:meth:`Store.read_state` from the read-through cache, fetched (and checked against its id) the first
+        time. Raises :class:`ArtifactError` as :meth:`Store.read_state` and :meth:`_fetch` do."""
+        if not self.path(artifact_id).exists():
+            self._fetch(artifact_id)
+        return super().read_state(artifact_id)
 
     def _get_object(self, artifact_id: str) -> bytes:
         """The whole object of ``artifact_id``. Raises :class:`ArtifactError`: ``missing`` or ``read``."""

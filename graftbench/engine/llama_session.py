@@ -1,0 +1,143 @@
+"""A GGUF model on the llama.cpp engine, as solve, eval and deposit use it: the run-level operations of
+:class:`graftbench.engine.session.Session` (the torch engine's), on :class:`graftbench.engine.llama_cpp.LlamaCppEngine`.
+
+Invariants:
+
+- prompts are graftbench's token ids (:class:`graftbench.engine.prompt_ids.PromptIds`, graftbench's tokenizer of the
+  model), fed to llama.cpp as ids; every prefill runs in batches of the pinned chunk size from its segment's first
+  token, so a graft (a state restored, then the query) and a fresh recompute (the example's ids, then the query)
+  cut the same batches: what ``check-exact --engine llama.cpp`` certifies;
+- an artifact is a whole sequence (positions ``0..n``, no parent), written and read through the store like a torch
+  artifact and restored only under the pin it was written with (:func:`graftbench.engine.llama_codec.check_pin`);
+- decoding is graftbench's own token choice on the float32 logits llama.cpp returns
+  (:mod:`graftbench.engine.llama_decode`); N samples of one problem decode one after another, each after its own
+  copy of the prompt's state (sample 0 on the prompt's context, the others on the state restored into a fresh one).
+
+Needs llama-cpp-python (the ``llama`` extra); imports no torch until a sampled token is drawn.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from . import llama_decode
+from .base import Grafted
+from .llama_codec import check_pin, encode_llama_artifact
+from .llama_cpp import DEFAULT_N_CTX, LlamaCache, LlamaCppEngine, LlamaState, pinned_config
+from .pin import PinnedConfig
+from .prompt_ids import PromptIds
+
+
+@dataclass
+class LlamaSession(PromptIds):
+    """The llama.cpp engine of a model, graftbench's tokenizer of it, the pin of runs on it and its EOS ids."""
+
+    engine: LlamaCppEngine
+    tokenizer: object
+    config: PinnedConfig
+    eos_ids: set[int] = field(default_factory=set)
+
+    @property
+    def context_window(self) -> int:
+        """Tokens a cache (one llama.cpp context) holds: the pinned ``n_ctx``."""
+        return self.engine.n_ctx
+
+    def prefill_prompt(self, ids: list[int]):
+        """A fresh cache holding ``ids``; returns ``(cache, logits)``, the last position's float32 logits
+        ``[vocab]``. Raises ``ValueError`` for no ids or ids that do not fit the context."""
+        cache = self.engine.new_cache()
+        return cache, self.engine.prefill(cache, ids)
+
+    def prefill_after(self, cache: LlamaCache, ids: list[int]):
+        """Append ``ids`` (a graft's query) to ``cache``; the last position's logits ``[vocab]``."""
+        return self.engine.prefill(cache, ids)
+
+    def graft(self, store, artifact_id: str, room: int = 0) -> Grafted:
+        """Read the state ``artifact_id`` from ``store`` (:meth:`graftbench.store.folder.Store.read_state`: size,
+        SHA-256 and payload checked), check its pin, and restore it into a fresh context. ``room`` (tokens: the
+        query and the decode budget) must fit after it. Raises :class:`graftbench.store.codec.ArtifactError`
+        naming the refused check (``config`` for another pin or no room, ``read`` when llama.cpp refuses it)."""
+        from ..store.codec import ArtifactError
+        from .llama_cpp import LlamaCppError
+
+        header, token_ids, state = store.read_state(artifact_id)
+        check_pin(artifact_id, header, self.config)
+        if len(token_ids) + room > self.engine.n_ctx:
+            raise ArtifactError(artifact_id, "config", f"{len(token_ids)} tokens and {room} more do not fit the "
+                                                       f"context of {self.engine.n_ctx}")
+        try:
+            cache = self.engine.restore(LlamaState(state, token_ids, (0, len(token_ids))))
+        except LlamaCppError as exc:
+            raise ArtifactError(artifact_id, "read", str(exc)) from exc
+        return Grafted(cache, [header], [token_ids])
+
+    def prefill_chain(self, segments: list[list[int]], query: list[int]):
+        """A fresh cache with each segment then ``query`` prefilled (the pinned chunk schedule from each one's first
+        token): ``(cache, the query's last logits [vocab])``."""
+        cache = self.engine.new_cache()
+        for ids in segments:
+            self.engine.prefill(cache, ids)
+        return cache, self.engine.prefill(cache, query)
+
+    def recompute(self, segments: list[list[int]], query: list[int]):
+        """The query's last logits ``[vocab]`` from a fresh prefill of ``segments`` and ``query``: the independent
+        reference a graft is certified against (shares no state with a grafted cache)."""
+        cache, logits = self.prefill_chain(segments, query)
+        cache.close()
+        return logits
+
+    def logits_sha256(self, logits) -> str:
+        """SHA-256 of the logits' raw little-endian float32 bytes."""
+        return self.engine.logits_sha256(logits)
+
+    def decode(self, cache: LlamaCache, logits, budget: int, sampling, seeds: list[int] | None, stop,
+               started: float) -> tuple:
+        """Decode from ``logits`` (the prompt's last, ``[vocab]``) on ``cache``: greedy when ``seeds`` is ``None``,
+        else one sample per seed with ``sampling`` (:class:`graftbench.engine.sampling.SamplingSettings`). The
+        budget (tokens) is cut to the room left in the context. A sample after the first decodes on the prompt's
+        state restored into a fresh context; its ``first_token_s`` counts the prompt's time, its restore and its
+        first token. Returns one :class:`graftbench.engine.forward.Decoded` per sample."""
+        budget = max(0, min(budget, cache.n_ctx - cache.n_past))
+        if seeds is None:
+            return (llama_decode.decode(self.engine, self.tokenizer, cache, logits, budget, self.eos_ids, stop,
+                                        started=started),)
+        prompt_s = time.perf_counter() - started
+        state = self.engine.capture(cache) if len(seeds) > 1 else None
+        decoded = []
+        for i, seed in enumerate(seeds):
+            begun = started if i == 0 else time.perf_counter() - prompt_s
+            here = cache if i == 0 else self.engine.restore(state)
+            decoded.append(llama_decode.decode(self.engine, self.tokenizer, here, logits, budget, self.eos_ids, stop,
+                                               settings=sampling, seed=seed, started=begun))
+            if i:
+                here.close()
+        return tuple(decoded)
+
+    def build_artifact(self, ids: list[int], meta: dict) -> bytes:
+        """Prefill ``ids`` in a fresh context with the pinned chunk schedule, capture the sequence state and encode
+        it as an artifact with the header fields ``meta`` (:func:`graftbench.engine.llama_codec.encode_llama_artifact`)."""
+        cache = self.engine.new_cache()
+        try:
+            self.engine.prefill(cache, ids)
+            state = self.engine.capture(cache)
+        finally:
+            cache.close()
+        return encode_llama_artifact(self.config, state, meta)
+
+
+def open_llama_session(spec: str, chunk_size: int = 256, threads: int | None = None, kv_type: str = "f16",
+                       flash_attn: bool = False, n_ctx: int = DEFAULT_N_CTX) -> LlamaSession:
+    """Load the GGUF model ``spec`` (alias or ``.gguf`` path) on llama.cpp with graftbench's tokenizer and pin it.
+
+    Raises :class:`graftbench.engine.models.ModelError` for a spec that is not a GGUF model, ``ValueError`` for a bad
+    engine option and :class:`graftbench.engine.llama_cpp.LlamaCppError` when llama.cpp cannot load it.
+    """
+    from .models import load_gguf_tokenizer
+
+    resolved, tokenizer, digest = load_gguf_tokenizer(spec)
+    engine = LlamaCppEngine(resolved.path, n_ctx=n_ctx, chunk_size=chunk_size, threads=threads, kv_type=kv_type,
+                            flash_attn=flash_attn, tokenizer=tokenizer, weights_sha256=resolved.sha256)
+    session = LlamaSession(engine, tokenizer, pinned_config(engine, spec, digest))
+    session.eos_ids = llama_decode.eos_ids_of(engine, tokenizer)
+    return session

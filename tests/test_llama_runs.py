@@ -1,0 +1,237 @@
+"""solve, deposit and eval on the llama.cpp engine (graftbench/engine/llama_session.py), and llama.cpp states in
+the store (graftbench/store/llama_state.py).
+
+The container tests make states from synthetic bytes (no llama.cpp needed); the run tests run smollm2-135m on
+llama.cpp as built on this machine, with two built-in problems and short budgets, and compare what this machine
+measures with itself: nothing recorded on another CPU is expected.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from graftbench.cli.app import app
+from graftbench.store.codec import LLAMA_FORMAT, ArtifactError, audit_artifact
+from graftbench.store.folder import Store
+from graftbench.store.ids import artifact_id_of
+from graftbench.store.llama_state import audit_any, decode_state, encode_state
+
+HEADER = {"config_fingerprint": "f" * 64, "problem_key": "k", "problem_text": "a problem", "answer": "7"}
+STATE = bytes(range(256)) * 3
+
+
+def _state_artifact(token_ids=(1, 2, 3), state=STATE, header=HEADER) -> tuple[str, bytes]:
+    data = encode_state(dict(header), list(token_ids), state)
+    return artifact_id_of(data), data
+
+
+def test_a_llama_state_container_round_trips_and_is_deterministic():
+    artifact_id, data = _state_artifact()
+    assert _state_artifact()[1] == data
+    header, token_ids, state = decode_state(artifact_id, data)
+    assert (header["format"], header["positions"], token_ids, state) == (LLAMA_FORMAT, [0, 3], [1, 2, 3], STATE)
+    assert audit_any(artifact_id, data) == header
+
+
+def _edited(data: bytes, old: bytes, new: bytes) -> bytes:
+    assert data.count(old) == 1
+    return data.replace(old, new)
+
+
+@pytest.mark.parametrize("edit, check", [
+    (lambda d: d[:-1] + bytes([d[-1] ^ 1]), "payload"),  # the state's last byte flipped, id recomputed
+    (lambda d: _edited(d, b'\\"positions\\":[0,3]', b'\\"positions\\":[0,2]'), "header"),  # payload intact
+])
+def test_a_llama_state_with_edited_bytes_is_refused_naming_the_check(edit, check):
+    _, data = _state_artifact()
+    forged = edit(data)
+    with pytest.raises(ArtifactError) as caught:
+        decode_state(artifact_id_of(forged), forged)
+    assert caught.value.check == check
+    with pytest.raises(ArtifactError):
+        audit_any(artifact_id_of(forged), forged)
+
+
+def test_a_llama_state_under_another_id_is_refused_as_a_hash_mismatch():
+    artifact_id, data = _state_artifact()
+    other = artifact_id_of(data + b"x")
+    with pytest.raises(ArtifactError) as caught:
+        decode_state(other, data)
+    assert caught.value.check == "hash"
+
+
+def test_a_llama_state_is_never_read_as_torch_kv_tensors():
+    artifact_id, data = _state_artifact()
+    with pytest.raises(ArtifactError) as caught:
+        audit_artifact(artifact_id, data)
+    assert caught.value.check == "format" and "llama-state" in str(caught.value)
+
+
+def test_the_store_indexes_audits_and_serves_a_llama_state(tmp_path):
+    store = Store(tmp_path / "store")
+    artifact_id, data = _state_artifact()
+    assert store.put(data) == artifact_id
+    assert store.verify() == []
+    assert store.audit(artifact_id)["format"] == LLAMA_FORMAT
+    assert store.token_ids(artifact_id) == [1, 2, 3]
+    assert store.read_state(artifact_id)[2] == STATE
+    assert store.find_exact(HEADER["config_fingerprint"], "k") == artifact_id
+    path = store.path(artifact_id)
+    raw = bytearray(path.read_bytes())
+    raw[-1] ^= 1
+    path.write_bytes(bytes(raw))
+    with pytest.raises(ArtifactError) as caught:
+        store.read_state(artifact_id)
+    assert caught.value.check == "hash"
+    assert any(artifact_id[:16] in line for line in store.verify())
+
+
+# ------------------------------------------------------------------------------------ runs on llama.cpp
+
+
+LLAMA = ["--engine", "llama.cpp", "-m", "smollm2-135m", "--chunk-size", "64"]
+
+
+def _invoke(*args: str):
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def _manifest(runs, name) -> dict:
+    return json.loads((runs / name / "manifest.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def llama_runs(tmp_path_factory):
+    """A solve, a deposit of the references and a certified graft eval of two built-in problems on llama.cpp."""
+    root = tmp_path_factory.mktemp("llama-runs")
+    runs, store = root / "runs", root / "store"
+    common = [*LLAMA, "--limit", "2", "--runs-dir", str(runs)]
+    _invoke("solve", *common, "--max-new-tokens", "8", "--run", "base")
+    _invoke("deposit", *LLAMA, "--limit", "2", "--store", str(store))
+    again = _invoke("deposit", *LLAMA, "--limit", "2", "--store", str(store))
+    _invoke("eval", *common, "--max-new-tokens", "8", "--graft", "--certify", "--store", str(store), "--run", "graft")
+    _invoke("eval", *common, "--max-new-tokens", "8", "--graft", "--store", str(store), "--run", "prompt",
+            "--example-as", "prompt")
+    return runs, store, again.output
+
+
+@pytest.mark.model
+def test_a_llama_cpp_graft_eval_is_certified_and_its_manifest_verifies(llama_runs):
+    runs, store, _ = llama_runs
+    base, graft = _manifest(runs, "base"), _manifest(runs, "graft")
+    for manifest in (base, graft):
+        assert manifest["config"]["engine"]["engine"] == "llama.cpp"
+        assert manifest["config"]["dtype"] == "gguf"
+    assert base["config_fingerprint"] == graft["config_fingerprint"]
+    samples = graft["samples"]
+    assert [s["mode"] for s in samples] == ["graft", "graft"]
+    assert [s["route"] for s in samples] == ["exact", "exact"]
+    assert all(s["certified"] is True and s["certificate_sha256"] == s["logits_sha256"] for s in samples)
+    assert all(s["correct"] for s in samples)  # a recurring problem answered after its own verified solution
+    verified = CliRunner().invoke(app, ["verify-manifest", str(runs / "graft" / "manifest.json"), "--store",
+                                        str(store)])
+    assert verified.exit_code == 0, verified.output
+    listed = CliRunner().invoke(app, ["store", "verify", "--store", str(store)])
+    assert listed.exit_code == 0 and "verifies" in listed.output
+
+
+@pytest.mark.model
+def test_a_second_llama_cpp_deposit_reuses_the_stored_states_without_a_prefill(llama_runs):
+    assert "2 deposited (2 reused without a prefill), 0 refused" in llama_runs[2]
+
+
+@pytest.mark.model
+def test_the_example_as_prompt_arm_on_llama_cpp_gives_the_graft_arms_logits(llama_runs):
+    runs = llama_runs[0]
+    graft, prompt = _manifest(runs, "graft")["samples"], _manifest(runs, "prompt")["samples"]
+    assert [s["logits_sha256"] for s in prompt] == [s["logits_sha256"] for s in graft]
+    assert [s["prefill_tokens_saved"] for s in prompt] == [0, 0]
+    assert [s["prefill_tokens"] for s in prompt] == [g["artifact_tokens"] + g["prefill_tokens"] for g in graft]
+
+
+@pytest.mark.model
+def test_a_torch_run_finds_no_artifact_of_its_pin_in_a_llama_cpp_store(llama_runs, session):
+    from graftbench.store.open import open_store
+
+    store = open_store(llama_runs[1], readonly=True)
+    fingerprints = {row["config_fingerprint"] for row in store.rows()}
+    assert len(fingerprints) == 1 and session.config.fingerprint not in fingerprints
+
+
+@pytest.fixture(scope="module")
+def llama_session():
+    from graftbench.engine.llama_session import open_llama_session
+
+    return open_llama_session("smollm2-135m", chunk_size=64, threads=1, n_ctx=1024)
+
+
+@pytest.mark.model
+def test_a_llama_cpp_state_of_another_pin_or_with_a_flipped_byte_is_refused(llama_session, tmp_path):
+    from dataclasses import replace
+
+    store = Store(tmp_path / "store")
+    ids = llama_session.tokenizer("Problem: 2+2?\nSolution: 4.\nFinal answer: 4").input_ids
+    artifact_id = store.put(llama_session.build_artifact(ids, {"problem_key": "k"}))
+    grafted = llama_session.graft(store, artifact_id, room=16)
+    assert grafted.segments == [ids] and grafted.cache.n_past == len(ids)
+    other = replace(llama_session, config=replace(llama_session.config, chunk_size=32))
+    with pytest.raises(ArtifactError) as caught:
+        other.graft(store, artifact_id)
+    assert caught.value.check == "config"
+    with pytest.raises(ArtifactError) as caught:
+        llama_session.graft(store, artifact_id, room=2000)
+    assert caught.value.check == "config" and "do not fit" in str(caught.value)
+    path = store.path(artifact_id)
+    raw = bytearray(path.read_bytes())
+    raw[-3] ^= 1
+    path.write_bytes(bytes(raw))
+    with pytest.raises(ArtifactError) as caught:
+        llama_session.graft(store, artifact_id)
+    assert caught.value.check == "hash"
+
+
+@pytest.mark.model
+def test_seeded_samples_on_llama_cpp_repeat_and_each_starts_from_the_prompts_state(llama_session):
+    from graftbench.engine.sampling import SamplingSettings
+
+    ids = llama_session.solve_prompt_ids("What is 12 times 13?")
+    sampling = SamplingSettings(0.7, 0.95, 0)
+
+    def samples(seeds):
+        cache, logits = llama_session.prefill_prompt(ids)
+        return [d.token_ids for d in llama_session.decode(cache, logits, 12, sampling, seeds, None, 0.0)]
+
+    first = samples([11, 12, 13])
+    assert samples([11, 12, 13]) == first
+    assert [samples([seed])[0] for seed in (11, 12, 13)] == first  # each sample as if decoded alone
+    assert len({tuple(tokens) for tokens in first}) > 1
+
+
+def test_ray_workers_refuse_the_llama_cpp_engine_before_any_model_loads():
+    result = CliRunner().invoke(app, ["solve", "--engine", "llama.cpp", "--executor", "ray", "--limit", "1"])
+    assert result.exit_code == 2
+    assert "--executor ray runs the torch engine only" in result.output
+
+
+def test_an_instruction_set_pin_is_refused_on_the_llama_cpp_engine(tmp_path):
+    result = CliRunner().invoke(app, ["solve", *LLAMA, "--isa", "avx2", "--limit", "1", "--runs-dir",
+                                      str(tmp_path)])
+    assert result.exit_code == 2
+    assert "--isa applies to the torch engine only" in result.output
+
+
+def test_an_unknown_engine_on_solve_is_refused_naming_the_option(tmp_path):
+    result = CliRunner().invoke(app, ["solve", "--engine", "vllm", "--runs-dir", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "'vllm' is not one of torch, llama.cpp" in result.output
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_llama_states_token_ids_keep_their_int64_values():
+    artifact_id, data = _state_artifact(token_ids=(2**40, 5))
+    assert decode_state(artifact_id, data)[1] == [2**40, 5]
