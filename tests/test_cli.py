@@ -14,6 +14,7 @@ from graftbench.problems.builtin import builtin_problems
 from graftbench.cli.app import app
 from graftbench.settings import EvalSettings
 from graftbench.eval.workflows import run_eval
+from tests.conftest import REFERENCE_MANIFESTS
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -79,15 +80,15 @@ def test_bad_model_is_named(tmp_path):
     assert result.exit_code == 2 and "GGUF file 'nope.gguf' does not exist" in result.output
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "manifests").glob("*.json")))
+@pytest.mark.parametrize("name", sorted(p.name for p in REFERENCE_MANIFESTS.glob("*.json")))
 def test_committed_manifests_verify(name):
-    result = runner.invoke(app, ["verify-manifest", str(ROOT / "manifests" / name)])
+    result = runner.invoke(app, ["verify-manifest", str(REFERENCE_MANIFESTS / name)])
     assert result.exit_code == 0, result.output
 
 
 def test_committed_aime_manifests_are_present():
-    names = {p.name for p in (ROOT / "manifests").glob("*.json")}
-    assert {"aime2024-baseline-smollm2-135m.json", "aime2024-recurring-smollm2-135m.json"} <= names
+    names = {p.name for p in REFERENCE_MANIFESTS.glob("*.json")}
+    assert {"aime2024-smollm2-135m-baseline.json", "aime2024-smollm2-135m-recurring.json"} <= names
 
 
 @pytest.mark.parametrize("model, label", [
@@ -213,7 +214,7 @@ def test_an_extension_that_cannot_be_made_is_refused_before_the_model_loads(opti
     from .conftest import AIME2024, ROOT
 
     monkeypatch.setattr(exact, "open_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
-    expectation = ROOT / "manifests" / "exact-smollm2-135m.json"
+    expectation = REFERENCE_MANIFESTS / "exact-smollm2-135m.json"
     result = runner.invoke(app, ["check-exact", "--problems", str(AIME2024), "--extend", str(expectation),
                                  *options], terminal_width=400)
     assert result.exit_code == 2, result.output
