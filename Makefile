@@ -105,11 +105,14 @@ architecture: $(STAMP)
 results-index: $(STAMP)
 	$(BIN)/python -c 'from pathlib import Path; from graftbench.report.results_index import write; print(write(Path(".")))'
 
-# Replay 5 pairs of every committed exactness expectation (optional models too, when installed) under its own
-# pin, and append the outcome with this machine's CPU to results/replays.jsonl: commit that log.
+# Replay 5 pairs of every committed exactness expectation recorded on a CPU, of every kind of machine (optional
+# models too, when installed), under its own pin, and append the outcome with this machine's CPU to
+# results/replays.jsonl: commit that log. A GPU's certificates (config.device cuda) replay on their GPU.
 REPLAY_PAIRS ?= 5
+CPU_EXPECTATIONS = $(BIN)/python -c 'import glob, json; print(*(f for f in sorted(glob.glob("results/*/manifests/exact-*.json")) \
+	if json.load(open(f))["config"].get("device", "cpu") == "cpu"))'
 replay-exact: $(STAMP)
-	for f in results/*/manifests/exact-*.json; do \
+	for f in $$($(CPU_EXPECTATIONS)); do \
 	  $(BIN)/graftbench check-exact --expect $$f --limit $(REPLAY_PAIRS) --log results/replays.jsonl || exit 1; \
 	done
 

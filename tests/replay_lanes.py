@@ -26,13 +26,21 @@ from graftbench.util import isa
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / layout.RESULTS
 BUNDLED_MODELS = ("smollm2-135m", "gemma3-270m")  # installed by `make`; optional models replay via `make replay-exact`
-# The reference kind's folder first (where the first recordings lie), then every other kind's, by name (make
-# record-exact-cpu CPU=<kind>).
+
+
+def _bundled(path: Path) -> bool:
+    return json.loads(path.read_text())["config"]["model"] in BUNDLED_MODELS
+
+
+# The kinds' folders that hold expectations of the bundled models: the reference kind's first (where the first
+# recordings lie), then every other kind's by name (make record-exact-cpu CPU=<kind>); a GPU's folder holds
+# random-weights certificates only.
 REFERENCE_FOLDER = layout.manifest_folder(ROOT, layout.REFERENCE_KIND)
-EXPECTATION_FOLDERS = [REFERENCE_FOLDER, *(f for f in layout.manifest_folders(ROOT) if f != REFERENCE_FOLDER)]
+_OTHER_FOLDERS = [f for f in layout.manifest_folders(ROOT) if f != REFERENCE_FOLDER]
+EXPECTATION_FOLDERS = [f for f in [REFERENCE_FOLDER, *_OTHER_FOLDERS] if any(_bundled(p) for p in f.glob("exact-*.json"))]
 # Each expectation by its path under results/ (<kind>/manifests/exact-<model>[-bf16].json)
 COMMITTED = sorted(str(p.relative_to(RESULTS)) for folder in EXPECTATION_FOLDERS for p in folder.glob("exact-*.json")
-                   if json.loads(p.read_text())["config"]["model"] in BUNDLED_MODELS)
+                   if _bundled(p))
 REPLAY_PAIRS = 5
 REPLAY_TEST = "test_committed_expectation_replays_on_this_machine"
 NICE = 19  # while the suite runs: a replay never takes a core from a test that wants it

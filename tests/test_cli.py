@@ -14,6 +14,7 @@ from graftbench.problems.builtin import builtin_problems
 from graftbench.cli.app import app
 from graftbench.settings import EvalSettings
 from graftbench.eval.workflows import run_eval
+from graftbench.results.layout import manifest_folders
 from tests.conftest import REFERENCE_MANIFESTS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,10 +81,12 @@ def test_bad_model_is_named(tmp_path):
     assert result.exit_code == 2 and "GGUF file 'nope.gguf' does not exist" in result.output
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in REFERENCE_MANIFESTS.glob("*.json")))
-def test_committed_manifests_verify(name):
-    result = runner.invoke(app, ["verify-manifest", str(REFERENCE_MANIFESTS / name)])
+@pytest.mark.parametrize("path", [p for folder in manifest_folders(ROOT) for p in sorted(folder.glob("*.json"))],
+                         ids=lambda p: p.relative_to(ROOT / "results").as_posix())
+def test_committed_manifests_of_every_kind_of_machine_verify(path):
+    result = runner.invoke(app, ["verify-manifest", str(path)])
     assert result.exit_code == 0, result.output
+    assert "the file's SHA-256 is the one" in result.output  # each is listed in results/SHA256SUMS
 
 
 def test_committed_aime_manifests_are_present():

@@ -99,7 +99,8 @@ def bench(
 def _stem(only: BenchSection | None, model: str, dtype: str, batched: BatchedSettings, smoke: bool) -> str:
     """The result files' name: ``bench-<model>[-bf16]``, ``<section>-<model>[-bf16]`` for a section alone
     (``-<N>-tokens`` for a batched-samples artifact size other than the default), ``store-scale`` (no model);
-    ``-smoke`` for a smoke run. The dtype part is the naming scheme's (:func:`graftbench.results.layout.dtype_marker`)."""
+    ``-smoke`` for a smoke run. The dtype part is the naming scheme's
+    (:func:`graftbench.results.layout.dtype_marker`)."""
     if only == BenchSection.store_scale:
         return "store-scale" + ("-smoke" if smoke else "")
     other_size = (only == BenchSection.batched_samples and batched.artifact_tokens != BATCHED.artifact_tokens

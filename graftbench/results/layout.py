@@ -39,7 +39,8 @@ def manifest_folders(root: Path) -> list[Path]:
 
 def result_folders(root: Path) -> list[Path]:
     """Every kind's benchmark and report folders that exist under ``root``, in :func:`kinds` order."""
-    return [f for kind in kinds(root) for name in (BENCH, REPORTS) if (f := Path(root) / RESULTS / kind / name).is_dir()]
+    return [f for kind in kinds(root) for name in (BENCH, REPORTS)
+            if (f := Path(root) / RESULTS / kind / name).is_dir()]
 
 
 def is_manifest(relative: PurePath) -> bool:
