@@ -71,23 +71,25 @@ llama-engine: $(LLAMA_STAMP)
 test: $(STAMP) $(LLAMA_STAMP) sandbox-tools
 	$(BIN)/python -m pytest --durations=30
 
-# Where the suite's time goes on this machine (`make test-durations CPU=<a name for this kind of CPU>`): the whole
-# suite with pytest's --durations, written under a header naming the CPU, into benchmarks/results/; commit it.
+# Where the suite's time goes on this machine (`make test-durations CPU=<this kind of machine>`): the whole suite
+# with pytest's --durations, written under a header naming the CPU, into results/$(CPU)/bench/; commit it.
 test-durations: $(STAMP) $(LLAMA_STAMP)
-	@test -n "$(CPU)" || { echo "usage: make test-durations CPU=<a name for this kind of CPU, e.g. amd-epyc-avx512>"; exit 1; }
+	@test -n "$(CPU)" || { echo "usage: make test-durations CPU=<this kind of machine, e.g. amd-epyc-avx512>"; exit 1; }
+	mkdir -p results/$(CPU)/bench
 	{ $(BIN)/python -c 'from graftbench import isa; print("# CPU:", isa.describe_cpu(isa.environment()))'; \
 	  echo "# cores: $$(nproc); code: $$(git rev-parse --short HEAD); started: $$(date -u +%Y-%m-%dT%H:%MZ)"; \
 	  $(BIN)/python -m pytest --durations=50 -p no:cacheprovider 2>&1 | tail -n 100; } \
-	  > benchmarks/results/test-durations-$(CPU).txt
+	  > results/$(CPU)/bench/test-durations.txt
 
 # The tests that load no model and start no replay: about a minute.
 test-quick: $(STAMP) sandbox-tools
 	$(BIN)/python -m pytest -m "not model and not slow"
 
-# The results index: the SHA-256 of every committed manifest (manifests/SHA256SUMS, `sha256sum -c` format), which
-# verify-manifest checks a listed manifest against. Regenerate it after committing a new manifest.
+# The results index: the SHA-256 of every committed manifest (results/SHA256SUMS, `sha256sum -c` format, paths
+# relative to results/), which verify-manifest checks a listed manifest against. Regenerate it after committing a
+# new manifest.
 manifest-index: $(STAMP)
-	$(BIN)/python -c 'from graftbench.results.anchor import write_index; print(write_index("manifests"))'
+	$(BIN)/python -c 'from graftbench.results.anchor import write_index; print(write_index("results"))'
 
 # The CLI reference, generated from the app by typer's own command (tests/test_meta.py checks it is current).
 docs: $(STAMP)
@@ -103,23 +105,29 @@ architecture: $(STAMP)
 results-index: $(STAMP)
 	$(BIN)/python -c 'from pathlib import Path; from graftbench.report.results_index import write; print(write(Path(".")))'
 
-# Replay 5 pairs of every committed exactness expectation (optional models too, when installed) under its own
-# pin, and append the outcome with this machine's CPU to manifests/replays.jsonl: commit that log.
+# Replay 5 pairs of every committed exactness expectation recorded on a CPU, of every kind of machine (optional
+# models too, when installed), under its own pin, and append the outcome with this machine's CPU to
+# results/replays.jsonl: commit that log. A GPU's certificates (config.device cuda) replay on their GPU.
 REPLAY_PAIRS ?= 5
+CPU_EXPECTATIONS = $(BIN)/python -c 'import glob, json; print(*(f for f in sorted(glob.glob("results/*/manifests/exact-*.json")) \
+	if json.load(open(f))["config"].get("device", "cpu") == "cpu"))'
 replay-exact: $(STAMP)
-	for f in manifests/exact-*.json manifests/cpu/*/exact-*.json manifests/random/exact-*.json; do \
-	  $(BIN)/graftbench check-exact --expect $$f --limit $(REPLAY_PAIRS) --log manifests/replays.jsonl || exit 1; \
+	for f in $$($(CPU_EXPECTATIONS)); do \
+	  $(BIN)/graftbench check-exact --expect $$f --limit $(REPLAY_PAIRS) --log results/replays.jsonl || exit 1; \
 	done
 
-# Record the committed expectations of the bundled models under the portable pin (about 1.5 h on 2 cores).
+# Record the committed expectations of the bundled models under the portable pin (about 1.5 h on 2 cores), into
+# the folder of the kind of machine they were first recorded on (REFERENCE_KIND, graftbench/results/layout.py).
+REFERENCE_KIND := amd-epyc-avx512
+REF_DIR := results/$(REFERENCE_KIND)/manifests
 record-exact: $(STAMP)
-	$(MAKE) -j2 manifests/exact-smollm2-135m.json manifests/exact-smollm2-135m-bf16.json \
-	  manifests/exact-gemma3-270m.json manifests/exact-gemma3-270m-bf16.json
-# The same four recorded on another kind of CPU, into manifests/cpu/$(CPU)/ (`make record-exact-cpu CPU=<name>`):
-# the portable pin gave other bytes on an Intel Xeon than on the AMD EPYC the first four were recorded on.
-CPU_DIR = manifests/cpu/$(CPU)
+	$(MAKE) -j2 $(REF_DIR)/exact-smollm2-135m.json $(REF_DIR)/exact-smollm2-135m-bf16.json \
+	  $(REF_DIR)/exact-gemma3-270m.json $(REF_DIR)/exact-gemma3-270m-bf16.json
+# The same four recorded on another kind of machine, into results/$(CPU)/manifests/ (`make record-exact-cpu
+# CPU=<kind>`): the portable pin gave other bytes on an Intel Xeon than on the AMD EPYC the first four were recorded on.
+CPU_DIR = results/$(CPU)/manifests
 record-exact-cpu: $(STAMP)
-	@test -n "$(CPU)" || { echo "usage: make record-exact-cpu CPU=<a name for this kind of CPU, e.g. intel-xeon-amx>"; exit 1; }
+	@test -n "$(CPU)" || { echo "usage: make record-exact-cpu CPU=<this kind of machine, e.g. intel-xeon-amx>"; exit 1; }
 	mkdir -p $(CPU_DIR)
 	$(MAKE) -j2 $(CPU_DIR)/exact-smollm2-135m.json $(CPU_DIR)/exact-smollm2-135m-bf16.json \
 	  $(CPU_DIR)/exact-gemma3-270m.json $(CPU_DIR)/exact-gemma3-270m-bf16.json
@@ -128,32 +136,37 @@ record-exact-cpu: $(STAMP)
 # journals its pairs and a re-run resumes it; an expectation already committed is extended (--extend), never
 # measured again.
 record-exact-qwen: models
-	$(MAKE) -B -j2 manifests/exact-qwen2.5-coder-0.5b.json manifests/exact-qwen2.5-coder-0.5b-bf16.json
-	$(MAKE) -B -j2 manifests/exact-qwen2.5-coder-1.5b.json manifests/exact-qwen2.5-coder-1.5b-bf16.json
+	$(MAKE) -B -j2 $(REF_DIR)/exact-qwen2.5-coder-0.5b.json $(REF_DIR)/exact-qwen2.5-coder-0.5b-bf16.json
+	$(MAKE) -B -j2 $(REF_DIR)/exact-qwen2.5-coder-1.5b.json $(REF_DIR)/exact-qwen2.5-coder-1.5b-bf16.json
 SAMPLES = 50
 BF16_CONTROL_PAIRS = 5
 FP32_CONTROL_PAIRS = 10
-manifests/exact-qwen2.5-coder-1.5b%: BF16_CONTROL_PAIRS = 3
-manifests/exact-qwen2.5-coder-1.5b%: FP32_CONTROL_PAIRS = 3
+$(REF_DIR)/exact-qwen2.5-coder-1.5b%: BF16_CONTROL_PAIRS = 3
+$(REF_DIR)/exact-qwen2.5-coder-1.5b%: FP32_CONTROL_PAIRS = 3
 RECORD = $(BIN)/graftbench check-exact --isa avx2 --threads 1 --samples $(SAMPLES) --controls \
 	--problems ../shared/data/aime2024.jsonl $(if $(wildcard $@),--extend $@)
-manifests/exact-%-bf16.json:
+$(REF_DIR)/exact-%-bf16.json:
 	$(RECORD) --model $* --dtype bfloat16 --control-pairs $(BF16_CONTROL_PAIRS) --write-expect $@
-manifests/exact-%.json:
+$(REF_DIR)/exact-%.json:
 	$(RECORD) --model $* --dtype float32 --control-pairs $(FP32_CONTROL_PAIRS) --write-expect $@
-manifests/cpu/$(CPU)/exact-%-bf16.json:
+$(CPU_DIR)/exact-%-bf16.json:
 	$(RECORD) --model $* --dtype bfloat16 --control-pairs $(BF16_CONTROL_PAIRS) --write-expect $@
-manifests/cpu/$(CPU)/exact-%.json:
+$(CPU_DIR)/exact-%.json:
 	$(RECORD) --model $* --dtype float32 --control-pairs $(FP32_CONTROL_PAIRS) --write-expect $@
 
-# The benchmark: figures, tables and plots under benchmarks/results. Needs a quiet machine.
+# The benchmark (`make bench CPU=<this kind of machine>`): figures, tables and plots into results/$(CPU)/bench/.
+# Needs a quiet machine.
+BENCH_OUT = results/$(CPU)/bench
+NEED_CPU = @test -n "$(CPU)" || { echo "usage: make $@ CPU=<this kind of machine, e.g. amd-epyc-avx512>"; exit 1; }
 bench: $(STAMP)
-	$(BIN)/graftbench bench --model smollm2-135m
-	$(BIN)/graftbench bench --model gemma3-270m
+	$(NEED_CPU)
+	$(BIN)/graftbench bench --model smollm2-135m --out $(BENCH_OUT)
+	$(BIN)/graftbench bench --model gemma3-270m --out $(BENCH_OUT)
 
 # What the portable instruction-set pin costs: prefill and decode speed under --isa native and --isa avx2.
 bench-isa: $(STAMP)
-	$(BIN)/graftbench bench-isa --model smollm2-135m
+	$(NEED_CPU)
+	$(BIN)/graftbench bench-isa --model smollm2-135m --out $(BENCH_OUT)
 
 # llama-cpp-python for the peer row, in its own environment (it builds llama.cpp from source: 10-20 minutes).
 PEER := .venv-peer
@@ -166,7 +179,8 @@ bench-peer-env: $(PEER)/.installed
 
 # A store of 1,000,000 tokens of Gemma 3 KV state (about 10 GB in store-long-context/, resumable).
 bench-long-context: $(STAMP)
-	$(BIN)/graftbench bench-long-context --model gemma3-270m --tokens 1000000
+	$(NEED_CPU)
+	$(BIN)/graftbench bench-long-context --model gemma3-270m --tokens 1000000 --out $(BENCH_OUT)
 
 clean:
 	rm -rf $(VENV)
@@ -195,13 +209,17 @@ GPU_PROBLEMS ?= $(GPU_CARRY)/data/aime2024.jsonl
 GPU_ENV = env PYTHONPATH=$(CURDIR):$(CURDIR)/$(GPU_CARRY)/site GRAFTBENCH_CACHE=$(CURDIR)/$(GPU_CARRY)/cache
 GPU_CLI = $(GPU_ENV) $(GPU_PY) -c 'from graftbench.cli.app import app; app()'
 GPU_NAME = $(shell $(GPU_ENV) $(GPU_PY) -c 'from graftbench.bench.gpu_name import folder_name; print(folder_name("$(GPU_DEVICE)"))')
-GPU_OUT = manifests/cuda/$(GPU_NAME)
+# One folder per GPU kind, as for a kind of CPU: its manifests (and logs, replay log) and its TTFT result.
+GPU_OUT = results/$(GPU_NAME)/manifests
+GPU_BENCH = results/$(GPU_NAME)/bench
+# The naming scheme's dtype marker: none for float32, -bf16 for bfloat16.
+GPU_DTYPE_MARK = $(if $(filter float32,$(GPU_DTYPE)),,-$(subst bfloat16,bf16,$(GPU_DTYPE)))
 
 gpu-certify:
 	@test -f $(GPU_PROBLEMS) || { echo "no $(GPU_PROBLEMS): run make gpu-carry on a machine with the packages"; exit 1; }
-	mkdir -p $(GPU_OUT)
+	mkdir -p $(GPU_OUT) $(GPU_BENCH)
 	set -- $(GPU_TIMEOUTS); for model in $(GPU_MODELS); do \
-	  limit=$$1; shift; name=exact-$$(echo $$model | tr ':@' '--')-$(GPU_DTYPE); \
+	  limit=$$1; shift; name=exact-$$(echo $$model | tr ':@' '--')$(GPU_DTYPE_MARK); \
 	  timeout $$limit $(GPU_CLI) check-exact --model $$model --device $(GPU_DEVICE) --dtype $(GPU_DTYPE) \
 	    --samples $(GPU_PAIRS) --controls --control-pairs $(GPU_CONTROL_PAIRS) --problems $(GPU_PROBLEMS) \
 	    --runs-dir $(GPU_RUNS) --write-expect $(GPU_OUT)/$$name.json > $(GPU_OUT)/$$name.log 2>&1; \
@@ -212,7 +230,7 @@ gpu-certify:
 	done
 	timeout $(GPU_TTFT_TIMEOUT) $(GPU_CLI) bench --only ttft --model $(GPU_TTFT_MODEL) --device $(GPU_DEVICE) \
 	  --dtype $(GPU_DTYPE) --sizes $(GPU_TTFT_SIZES) --repeats 1 --graft-repeats 1 --problems $(GPU_PROBLEMS) \
-	  --out $(GPU_OUT) > $(GPU_OUT)/ttft.log 2>&1; echo "ttft: exit $$?"
+	  --out $(GPU_BENCH) > $(GPU_BENCH)/ttft.log 2>&1; echo "ttft: exit $$?"
 
 # What travels to the GPU host beside the tracked files (at most 64 MiB in all): the wheels graftbench imports
 # that the host lacks (xxhash, rfc8785) unpacked as a folder for PYTHONPATH, the bundled families' tokenizer files

@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # The AIME 2024 baseline, greedy, no graft. MODE=text (default): 1,024 decode tokens per problem, the run
-# aime2024-baseline-MODEL (the 1,024-token baseline of issue #13). MODE=program: 512 decode tokens, the model writes
-# a Python program, the sandbox runs it and the verifier judges its last printed line, the run
-# aime2024-program-baseline-MODEL (issue #13's program-mode baseline). TOKENS overrides the budget. The run resumes;
-# its finished manifest goes to manifests/ (skipped when it is already there, experiments/arms.sh).
+# aime2024-MODEL[-bf16]-baseline (the 1,024-token baseline of issue #13). MODE=program: 512 decode tokens, the model
+# writes a Python program, the sandbox runs it and the verifier judges its last printed line, the run
+# aime2024-MODEL[-bf16]-program-baseline (issue #13's program-mode baseline). TOKENS overrides the budget. The run
+# resumes; its finished manifest goes to results/<kind>/manifests/ (skipped when it is already there,
+# experiments/arms.sh). The committed ones were run as aime2024-baseline-MODEL and aime2024-program-baseline-MODEL.
 # Usage: experiments/aime2024_baseline.sh MODEL [DTYPE]   (THREADS=1 by default)
 set -euo pipefail
 MODEL=${1:?model alias}; DTYPE=${2:-float32}; THREADS=${THREADS:-1}; MODE=${MODE:-text}
-G="${G:-.venv/bin/graftbench}"
+G="${G:-.venv/bin/graftbench}"; MARK=$([ "$DTYPE" = bfloat16 ] && echo -bf16 || :)
 case "$MODE" in
-  text) NAME="aime2024-baseline-${MODEL}"; TOKENS=${TOKENS:-1024} ;;
-  program) NAME="aime2024-program-baseline-${MODEL}"; TOKENS=${TOKENS:-512} ;;
+  text) NAME="aime2024-${MODEL}${MARK}-baseline"; TOKENS=${TOKENS:-1024} ;;
+  program) NAME="aime2024-${MODEL}${MARK}-program-baseline"; TOKENS=${TOKENS:-512} ;;
   *) echo "MODE must be text or program, not '$MODE'" >&2; exit 2 ;;
 esac
 export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS

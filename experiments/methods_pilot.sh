@@ -3,7 +3,7 @@
 # baseline arm only, on methods:0-4 (4 problems per family: disjoint from the held-out methods:4-12, never used
 # again), 4 samples per problem at temperature 0.7, top-p 0.95, seed 0, in program then text mode. Its per-family
 # avg@4 (graftbench report's per-family table) decides which families and which mode the pre-registration keeps
-# (those in 5-40%). Every arm resumes; a finished arm's manifest is copied to manifests/ and verified
+# (those in 5-40%). Every arm resumes; a finished arm's manifest is copied to results/<kind>/manifests/ and verified
 # (experiments/arms.sh), and an arm already there is skipped.
 # Usage: experiments/methods_pilot.sh [MODEL] [DTYPE]   (THREADS=2 by default)
 set -euo pipefail
@@ -16,5 +16,5 @@ arm "methods-pilot-${MODEL}-program" solve --model "$MODEL" --dtype "$DTYPE" --p
   --mode program --max-new-tokens 384 "${SAMPLING[@]}"
 arm "methods-pilot-${MODEL}-text" solve --model "$MODEL" --dtype "$DTYPE" --problems methods:0-4 \
   --max-new-tokens 512 "${SAMPLING[@]}"
-"$G" report "manifests/methods-pilot-${MODEL}-program.json" "manifests/methods-pilot-${MODEL}-text.json" \
+"$G" report "$OUT/methods-pilot-${MODEL}-program.json" "$OUT/methods-pilot-${MODEL}-text.json" \
   --out "runs/methods-pilot-${MODEL}-report"

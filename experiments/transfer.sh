@@ -2,7 +2,7 @@
 # Issue #12's held-out transfer on the built-in families, for one model: a library of the first 2 problems of each
 # family, 60 held-out problems (the next 10 of each family), 256 decode tokens.
 # Arms: baseline, graft (solve layout), graft from another family (the control); with SAMPLED=1 also avg@4 arms
-# (temperature 0.7, top-p 0.95, seed 0). Every run resumes; a finished run's manifest is copied to manifests/, and an
+# (temperature 0.7, top-p 0.95, seed 0). Every run resumes; a finished run's manifest is copied to results/<kind>/manifests/, and an
 # arm whose manifest is already there is skipped (experiments/arms.sh).
 # MODE=text (default): the library holds the reference solutions. MODE=program (issue #13): every run is in program
 # mode and the library holds the model's own verified programs for the library problems (a program-mode solve of
@@ -11,7 +11,7 @@
 # Usage: experiments/transfer.sh MODEL [DTYPE]   (THREADS=1 by default: leave a core for other work)
 set -euo pipefail
 MODEL=${1:?model alias}; DTYPE=${2:-float32}; THREADS=${THREADS:-1}; MODE=${MODE:-text}
-G="${G:-.venv/bin/graftbench}"; TAG="transfer-${MODEL}"
+G="${G:-.venv/bin/graftbench}"; TAG="transfer-${MODEL}$([ "$DTYPE" = bfloat16 ] && echo -bf16 || :)"
 case "$MODE" in
   text) MODE_ARGS=() ;;
   program) MODE_ARGS=(--mode program); TAG="${TAG}-program" ;;
@@ -25,7 +25,7 @@ source "$(dirname "$0")/arms.sh"
 if [ "$MODE" = program ]; then
   arm "${TAG}-library" solve "${COMMON[@]}" --problems builtin:2
   $G deposit --model "$MODEL" --dtype "$DTYPE" --mode program --problems builtin:2 \
-    --from-manifest "manifests/${TAG}-library.json" --no-references --store "$STORE"
+    --from-manifest "$OUT/${TAG}-library.json" --no-references --store "$STORE"
 else
   $G deposit --model "$MODEL" --dtype "$DTYPE" --problems builtin:2 --store "$STORE"
 fi

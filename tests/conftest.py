@@ -17,9 +17,13 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from graftbench.results import layout
+
 from .replay_lanes import BUNDLED_MODELS, REPLAY_TEST, session_replays, start_session_replays
 
 ROOT = Path(__file__).resolve().parents[1]
+# The committed manifests of the kind of machine the portable-pin expectations were first recorded on
+REFERENCE_MANIFESTS = layout.manifest_folder(ROOT, layout.REFERENCE_KIND)
 SHARED_DATA = ROOT.parent / "shared" / "data"
 AIME2024 = SHARED_DATA / "aime2024.jsonl"
 AIME2025 = SHARED_DATA / "aime2025.jsonl"

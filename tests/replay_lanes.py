@@ -20,15 +20,27 @@ import threading
 from concurrent.futures import Future
 from pathlib import Path
 
+from graftbench.results import layout
 from graftbench.util import isa
 
 ROOT = Path(__file__).resolve().parents[1]
-MANIFESTS = ROOT / "manifests"
+RESULTS = ROOT / layout.RESULTS
 BUNDLED_MODELS = ("smollm2-135m", "gemma3-270m")  # installed by `make`; optional models replay via `make replay-exact`
-# The first recordings lie in manifests/, those of other kinds of CPU in manifests/cpu/<kind>/ (make record-exact-cpu).
-EXPECTATION_FOLDERS = [MANIFESTS, *sorted(p for p in (MANIFESTS / "cpu").glob("*") if p.is_dir())]
-COMMITTED = sorted(str(p.relative_to(MANIFESTS)) for folder in EXPECTATION_FOLDERS for p in folder.glob("exact-*.json")
-                   if json.loads(p.read_text())["config"]["model"] in BUNDLED_MODELS)
+
+
+def _bundled(path: Path) -> bool:
+    return json.loads(path.read_text())["config"]["model"] in BUNDLED_MODELS
+
+
+# The kinds' folders that hold expectations of the bundled models: the reference kind's first (where the first
+# recordings lie), then every other kind's by name (make record-exact-cpu CPU=<kind>); a GPU's folder holds
+# random-weights certificates only.
+REFERENCE_FOLDER = layout.manifest_folder(ROOT, layout.REFERENCE_KIND)
+_OTHER_FOLDERS = [f for f in layout.manifest_folders(ROOT) if f != REFERENCE_FOLDER]
+EXPECTATION_FOLDERS = [f for f in [REFERENCE_FOLDER, *_OTHER_FOLDERS] if any(_bundled(p) for p in f.glob("exact-*.json"))]
+# Each expectation by its path under results/ (<kind>/manifests/exact-<model>[-bf16].json)
+COMMITTED = sorted(str(p.relative_to(RESULTS)) for folder in EXPECTATION_FOLDERS for p in folder.glob("exact-*.json")
+                   if _bundled(p))
 REPLAY_PAIRS = 5
 REPLAY_TEST = "test_committed_expectation_replays_on_this_machine"
 NICE = 19  # while the suite runs: a replay never takes a core from a test that wants it
@@ -64,7 +76,7 @@ def lanes() -> dict[str, list[str]]:
     """The runnable committed expectations by model, in name order."""
     by_model: dict[str, list[str]] = {}
     for name in COMMITTED:
-        expected = json.loads((MANIFESTS / name).read_text())
+        expected = json.loads((RESULTS / name).read_text())
         if cannot_run(name, expected) is None:
             by_model.setdefault(expected["config"]["model"], []).append(name)
     return by_model
@@ -130,7 +142,7 @@ class Replays:
             if self._stopped:
                 raise RuntimeError(f"the session ended before {name} was replayed")
             command = [sys.executable, "-c", _LAUNCH, str(self._nice), "-m", "graftbench.cli.app", "check-exact",
-                       "--expect", str(MANIFESTS / name), "--limit", str(REPLAY_PAIRS)]
+                       "--expect", str(RESULTS / name), "--limit", str(REPLAY_PAIRS)]
             process = subprocess.Popen(command, cwd=ROOT, env=self._env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                        text=True)
             process.stdout.readline()  # the launcher's line: its niceness is set, so results() can raise it

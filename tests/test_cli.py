@@ -14,6 +14,8 @@ from graftbench.problems.builtin import builtin_problems
 from graftbench.cli.app import app
 from graftbench.settings import EvalSettings
 from graftbench.eval.workflows import run_eval
+from graftbench.results.layout import manifest_folders
+from tests.conftest import REFERENCE_MANIFESTS
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -79,15 +81,17 @@ def test_bad_model_is_named(tmp_path):
     assert result.exit_code == 2 and "GGUF file 'nope.gguf' does not exist" in result.output
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "manifests").glob("*.json")))
-def test_committed_manifests_verify(name):
-    result = runner.invoke(app, ["verify-manifest", str(ROOT / "manifests" / name)])
+@pytest.mark.parametrize("path", [p for folder in manifest_folders(ROOT) for p in sorted(folder.glob("*.json"))],
+                         ids=lambda p: p.relative_to(ROOT / "results").as_posix())
+def test_committed_manifests_of_every_kind_of_machine_verify(path):
+    result = runner.invoke(app, ["verify-manifest", str(path)])
     assert result.exit_code == 0, result.output
+    assert "the file's SHA-256 is the one" in result.output  # each is listed in results/SHA256SUMS
 
 
 def test_committed_aime_manifests_are_present():
-    names = {p.name for p in (ROOT / "manifests").glob("*.json")}
-    assert {"aime2024-baseline-smollm2-135m.json", "aime2024-recurring-smollm2-135m.json"} <= names
+    names = {p.name for p in REFERENCE_MANIFESTS.glob("*.json")}
+    assert {"aime2024-smollm2-135m-baseline.json", "aime2024-smollm2-135m-recurring.json"} <= names
 
 
 @pytest.mark.parametrize("model, label", [
@@ -213,7 +217,7 @@ def test_an_extension_that_cannot_be_made_is_refused_before_the_model_loads(opti
     from .conftest import AIME2024, ROOT
 
     monkeypatch.setattr(exact, "open_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
-    expectation = ROOT / "manifests" / "exact-smollm2-135m.json"
+    expectation = REFERENCE_MANIFESTS / "exact-smollm2-135m.json"
     result = runner.invoke(app, ["check-exact", "--problems", str(AIME2024), "--extend", str(expectation),
                                  *options], terminal_width=400)
     assert result.exit_code == 2, result.output

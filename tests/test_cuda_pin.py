@@ -14,6 +14,8 @@ from graftbench.engine import cuda_pin
 from graftbench.engine.pin import OMITTED_WHEN_EMPTY, PinnedConfig
 from graftbench.problems.prompts import PromptLayout
 from graftbench.results.fingerprint import pin_fingerprint
+from graftbench.results.layout import manifest_folders
+from tests.conftest import REFERENCE_MANIFESTS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -106,7 +108,7 @@ def _pin_from(recorded: dict) -> PinnedConfig:
 
 
 def _committed_manifests() -> list[Path]:
-    return sorted(p for p in (ROOT / "manifests").rglob("*.json"))
+    return sorted(p for folder in manifest_folders(ROOT) for p in folder.rglob("*.json"))
 
 
 def test_every_committed_pin_keeps_its_fingerprint_through_the_pinned_config():
@@ -127,7 +129,7 @@ def test_every_committed_pin_keeps_its_fingerprint_through_the_pinned_config():
 
 
 def test_a_cuda_pin_is_part_of_the_fingerprint_and_a_cpu_pin_has_none():
-    recorded = json.loads((ROOT / "manifests" / "exact-gemma3-270m.json").read_text())["config"]
+    recorded = json.loads((REFERENCE_MANIFESTS / "exact-gemma3-270m.json").read_text())["config"]
     cpu = _pin_from(recorded)
     accelerator = cuda_pin.record("cuda:0", torch=fake_torch(), nvml=FakeNvml())
     cuda = _pin_from({**recorded, "device": "cuda", "accelerator": accelerator})
@@ -142,7 +144,7 @@ def test_an_artifact_made_on_another_device_kind_is_refused():
     from graftbench.store.ids import artifact_id_of
     from graftbench.engine.graft import check_compatible
 
-    recorded = json.loads((ROOT / "manifests" / "exact-gemma3-270m.json").read_text())["config"]
+    recorded = json.loads((REFERENCE_MANIFESTS / "exact-gemma3-270m.json").read_text())["config"]
     cpu = _pin_from(recorded)
     cuda = _pin_from({**recorded, "device": "cuda",
                       "accelerator": cuda_pin.record("cuda:0", torch=fake_torch(), nvml=FakeNvml())})

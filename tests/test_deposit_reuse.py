@@ -11,6 +11,7 @@ from graftbench.engine import graft
 from graftbench.eval.deposit import DepositItem, deposit_items, items_from_problems
 from graftbench.faults.catalogue import Lab, flip_bit, tiny_problem
 from graftbench.store.folder import Store
+from tests.conftest import REFERENCE_MANIFESTS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -127,7 +128,7 @@ def test_why_a_deposit_plan_is_empty_names_each_source():
     from graftbench.eval.workflows import deposit_plan, empty_plan_reasons
 
     aime2025 = load_problems(str(ROOT.parent / "shared" / "data" / "aime2025.jsonl"))
-    manifest = ROOT / "manifests" / "aime2024-recurring-smollm2-135m.json"
+    manifest = REFERENCE_MANIFESTS / "aime2024-smollm2-135m-recurring.json"
     assert deposit_plan(aime2025, references=True, from_manifest=manifest) == []
     assert empty_plan_reasons(aime2025, references=True, from_manifest=manifest) == [
         "none of the 30 problems has a reference solution",
@@ -141,7 +142,7 @@ def test_answer_layout_graft_samples_are_not_offered_as_solutions():
     from graftbench.eval.workflows import deposit_plan, empty_plan_reasons
 
     aime2024 = load_problems(str(ROOT.parent / "shared" / "data" / "aime2024.jsonl"))
-    recurring = ROOT / "manifests" / "aime2024-recurring-smollm2-135m.json"  # 29 of 30 correct, answer layout
+    recurring = REFERENCE_MANIFESTS / "aime2024-smollm2-135m-recurring.json"  # 29 of 30 correct, answer layout
     assert deposit_plan(aime2024, references=False, from_manifest=recurring) == []
     assert empty_plan_reasons(aime2024, references=False, from_manifest=recurring) == [
         f"manifest '{recurring}' (run 'aime2024-recurring-smollm2-135m') has 30 samples, 29 verified, 29 of them on "

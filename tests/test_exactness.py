@@ -11,6 +11,7 @@ import pytest
 
 from graftbench.engine import forward
 from graftbench.eval import exactness
+from graftbench.results import layout
 from graftbench.util import isa
 from graftbench.results.exact_manifest import (known_to_reproduce, pin_differences, read_replay_log,
                                                verify_exactness_manifest)
@@ -18,6 +19,7 @@ from graftbench.eval.exactness import build_pairs, replay, run_check_exact
 
 from .replay_lanes import (BUNDLED_MODELS, COMMITTED, EXPECTATION_FOLDERS, REPLAY_PAIRS, cannot_run,
                            start_session_replays)
+from tests.conftest import REFERENCE_MANIFESTS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -167,8 +169,7 @@ def test_replay_under_another_pin_is_not_comparable(session, aime2024, small_man
     assert pin_differences(small_manifest["config"], ported) == ["cpu_capability", "isa"]
 
 
-MANIFESTS = ROOT / "manifests"
-REPLAY_LOG = MANIFESTS / "replays.jsonl"
+REPLAY_LOG = ROOT / layout.REPLAY_LOG
 
 
 @pytest.mark.parametrize("folder", EXPECTATION_FOLDERS, ids=lambda p: str(p.relative_to(ROOT)))
@@ -178,7 +179,7 @@ def test_every_bundled_model_and_dtype_has_a_committed_expectation_under_the_por
     pins = {(m["config"]["model"], m["config"]["dtype"], m["config"].get("isa")): m for m in manifests}
     assert len(pins) == len(manifests)
     every = {(model, dtype, "avx2") for model in BUNDLED_MODELS for dtype in ("float32", "bfloat16")}
-    if folder == MANIFESTS:
+    if folder == REFERENCE_MANIFESTS:
         assert set(pins) == every
     else:  # another kind of CPU's folder fills over sessions (hours a recording); each expectation in it is whole
         assert manifests and set(pins) <= every
@@ -203,7 +204,7 @@ QWEN_EXPECTATIONS = {("qwen2.5-coder-0.5b", "float32"): (50, 10), ("qwen2.5-code
 
 
 def test_committed_qwen_expectations_are_whole_exact_and_portable():
-    committed = [json.loads(p.read_text()) for p in sorted((ROOT / "manifests").glob("exact-qwen*.json"))]
+    committed = [json.loads(p.read_text()) for p in sorted(REFERENCE_MANIFESTS.glob("exact-qwen*.json"))]
     assert {(m["config"]["model"], m["config"]["dtype"]) for m in committed} == set(QWEN_EXPECTATIONS)
     for manifest in committed:
         pin = manifest["config"]
@@ -290,9 +291,9 @@ def replays() -> dict[str, subprocess.CompletedProcess]:
 def test_committed_expectation_replays_on_this_machine(name, replays):
     """The cross-machine check: 5 pairs of each committed expectation recomputed here under its own pin, hash for
     hash. Strict on every CPU capability the expectation is known to reproduce on (where it was recorded, and each
-    capability with an equal replay in manifests/replays.jsonl); on another capability the outcome is a finding to
+    capability with an equal replay in results/replays.jsonl); on another capability the outcome is a finding to
     log (``make replay-exact``), reported as an expected failure naming both CPUs, never a surprise."""
-    expected = json.loads((ROOT / "manifests" / name).read_text())
+    expected = json.loads((ROOT / layout.RESULTS / name).read_text())
     reason = cannot_run(name, expected)
     if reason is not None:
         pytest.skip(reason)
@@ -310,7 +311,7 @@ def test_committed_expectation_replays_on_this_machine(name, replays):
 def test_replays_build_artifacts_under_the_layout_the_expectation_recorded(session):
     from graftbench.eval.exactness import as_recorded
 
-    committed = json.loads((ROOT / "manifests" / "exact-smollm2-135m.json").read_text())["config"]["layout"]
+    committed = json.loads((REFERENCE_MANIFESTS / "exact-smollm2-135m.json").read_text())["config"]["layout"]
     recorded = {**committed, "query": "Q: {problem}\nA:"}  # an expectation recorded under an earlier eval layout
     replayed = as_recorded(session, recorded)
     assert replayed.config.to_dict()["layout"] == recorded

@@ -34,12 +34,13 @@ from graftbench.store.folder import Store
 from graftbench.store.pins import pins_held, unusable_store_message
 from graftbench.cli.tables import SUMMARY_COLUMNS, report_tables, rounds_tables, samples_table, summary_table
 from graftbench.eval.workflows import open_graft_store
+from tests.conftest import REFERENCE_MANIFESTS
 
 ROOT = Path(__file__).resolve().parents[1]
-MANIFESTS = ROOT / "manifests"
-GRAFTED = MANIFESTS / "aime2024-recurring-smollm2-135m.json"
+MANIFESTS = REFERENCE_MANIFESTS
+GRAFTED = MANIFESTS / "aime2024-smollm2-135m-recurring.json"
 PROGRAM = MANIFESTS / "aime2025-qwen2.5-coder-0.5b-program-graft-gated.json"
-BASELINE = MANIFESTS / "aime2024-baseline-smollm2-135m.json"
+BASELINE = MANIFESTS / "aime2024-smollm2-135m-baseline.json"
 runner = CliRunner()
 
 # Put first on PYTHONPATH, this makes any import of torch or transformers raise in the process started.

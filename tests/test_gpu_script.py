@@ -18,13 +18,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.slow
 def test_every_step_of_make_gpu_certify_runs_on_the_cpu(tmp_path):
-    out = tmp_path / "out"
+    out, bench = tmp_path / "manifests", tmp_path / "bench"
     variables = {
         "GPU_PY": sys.executable, "GPU_ENV": f"env PYTHONPATH={ROOT}", "GPU_DEVICE": "cpu", "GPU_DTYPE": "float32",
         "GPU_MODELS": "random:gemma3-reduced", "GPU_TIMEOUTS": "1200", "GPU_PAIRS": "1", "GPU_CONTROL_PAIRS": "0",
         "GPU_REPLAY": "1", "GPU_REPLAY_TIMEOUT": "1200", "GPU_TTFT_MODEL": "random:gemma3-reduced",
         "GPU_TTFT_SIZES": "64", "GPU_TTFT_TIMEOUT": "1200", "GPU_PROBLEMS": str(AIME2024), "GPU_OUT": str(out),
-        "GPU_RUNS": str(tmp_path / "runs"),
+        "GPU_BENCH": str(bench), "GPU_RUNS": str(tmp_path / "runs"),
     }
     result = subprocess.run(["make", "-s", "gpu-certify", *(f"{k}={v}" for k, v in variables.items())], cwd=ROOT,
                             capture_output=True, text=True, env={**os.environ, "GRAFTBENCH_DEVICE": "cpu"})
@@ -32,12 +32,12 @@ def test_every_step_of_make_gpu_certify_runs_on_the_cpu(tmp_path):
     assert "random:gemma3-reduced check-exact: exit 0" in result.stdout
     assert "random:gemma3-reduced replay in a second process: exit 0" in result.stdout
     assert "ttft: exit 0" in result.stdout
-    expectation = json.loads((out / "exact-random-gemma3-reduced-float32.json").read_text())
+    expectation = json.loads((out / "exact-random-gemma3-reduced.json").read_text())
     assert expectation["totals"]["exact_pairs"] == expectation["totals"]["pairs"] == 1
     assert expectation["config"]["random_weights"]["config"] == "gemma3-reduced"
     assert expectation["settings"]["controls"] is True  # the flag the GPU run passes (0 control pairs here: time)
     replay = json.loads((out / "replays.jsonl").read_text().splitlines()[-1])
     assert (replay["compared"], replay["equal"]) == (1, 1)
-    ttft = json.loads((out / "ttft-random_gemma3-reduced.json").read_text())
+    ttft = json.loads((bench / "ttft-random_gemma3-reduced.json").read_text())
     assert [row["tokens"] for row in ttft["ttft"]] == [64] and all(ttft["ttft"][0]["logits_equal"].values())
     assert "random weights: architecture only" in ttft["environment"]["model"]

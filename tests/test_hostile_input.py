@@ -31,11 +31,12 @@ from graftbench.report.compare import build_report, markdown
 from graftbench.util.safe_files import UnsafeFileError, read_regular, sha256_regular
 from graftbench.store.folder import Store
 
+from .conftest import REFERENCE_MANIFESTS
 from .test_store_files import artifact
 
 ROOT = Path(__file__).resolve().parents[1]
-BASELINE = ROOT / "manifests" / "aime2024-baseline-smollm2-135m.json"
-RECURRING = ROOT / "manifests" / "aime2024-recurring-smollm2-135m.json"
+BASELINE = REFERENCE_MANIFESTS / "aime2024-smollm2-135m-baseline.json"
+RECURRING = REFERENCE_MANIFESTS / "aime2024-smollm2-135m-recurring.json"
 HANG_BOUND_S = 120  # far above any of these commands' run time: reached only by a command that blocks
 SPARSE_BYTES = 8 << 30
 MEMORY_CAP_BYTES = 3 << 30  # a child that reads a /dev/zero or an 8 GiB file to the end fails long before

@@ -21,7 +21,7 @@ from graftbench.problems.prompts import PromptLayout
 from graftbench.results.fingerprint import pin_fingerprint
 from graftbench.results.exact_manifest import verify_exactness_manifest
 
-from .conftest import AIME2024, ROOT
+from .conftest import AIME2024, REFERENCE_MANIFESTS, ROOT
 
 CHUNK = 32
 SOLUTION_CHARS = 300  # characters of each worked solution kept in the short problem set
@@ -156,7 +156,7 @@ def test_llama_cpp_engine_fields_make_another_pin(llama, session):
 
 
 def test_a_pin_without_an_engine_field_keeps_the_committed_torch_fingerprints():
-    for path in sorted((ROOT / "manifests").glob("exact-*.json")):
+    for path in sorted(REFERENCE_MANIFESTS.glob("exact-*.json")):
         manifest = json.loads(path.read_text())
         config = manifest["config"]
         assert "engine" not in config, path.name

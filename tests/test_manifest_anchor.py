@@ -1,7 +1,7 @@
 """What a self-hash cannot vouch for: forgeries re-sealed with graftbench's own functions are caught by the problem
 set (its SHA-256, every key, every problem sampled as often as the settings say), by the schema (a document whose
 content is not what its schema says, a verifier version lower than its schema requires) and by the results index
-(manifests/SHA256SUMS). No model: committed manifests, edited and sealed again."""
+(results/SHA256SUMS). No model: committed manifests, edited and sealed again."""
 
 from __future__ import annotations
 
@@ -22,9 +22,11 @@ from graftbench.results.check import check_manifest
 from graftbench.problems.loading import load_problems
 from graftbench.report.compare import ReportError, build_report
 from graftbench.verify.answers import verify_answer
+from tests.conftest import REFERENCE_MANIFESTS
 
 ROOT = Path(__file__).resolve().parents[1]
-MANIFESTS = ROOT / "manifests"
+MANIFESTS = REFERENCE_MANIFESTS
+RESULTS = ROOT / "results"  # the results root: the index lists paths relative to it
 AIME2025 = MANIFESTS / "aime2025-smollm2-135m-baseline.json"
 AVG4 = MANIFESTS / "transfer-qwen2.5-coder-0.5b-baseline-avg4.json"
 runner = CliRunner()
@@ -162,24 +164,26 @@ def test_an_exactness_manifest_relabelled_as_a_run_manifest_is_refused(tmp_path)
         check_manifest(path)
 
 
-def test_the_results_index_lists_every_committed_manifest_with_its_sha256():
-    index = MANIFESTS / INDEX_NAME
-    assert index.read_text(encoding="utf-8") == index_text(MANIFESTS)
+def test_the_results_index_lists_every_committed_manifest_with_its_sha256_and_no_other_file():
+    index = RESULTS / INDEX_NAME
+    assert index.read_text(encoding="utf-8") == index_text(RESULTS)
     listed = read_index(index)
-    assert len(listed) == len(list(MANIFESTS.rglob("*.json")))
-    assert "cpu/intel-xeon-amx/exact-smollm2-135m.json" in listed
+    assert sorted(listed) == sorted(p.relative_to(RESULTS).as_posix() for p in RESULTS.glob("*/manifests/**/*.json"))
+    assert "intel-xeon-amx/manifests/exact-smollm2-135m.json" in listed
+    assert "amd-epyc-avx512/bench/bench-smollm2-135m.json" not in listed and (RESULTS / "amd-epyc-avx512" / "bench" /
+                                                                             "bench-smollm2-135m.json").is_file()
 
 
-@pytest.mark.parametrize("name", ["aime2025-smollm2-135m-baseline.json",
-                                  "cpu/intel-xeon-amx/exact-smollm2-135m.json"])
+@pytest.mark.parametrize("name", ["amd-epyc-avx512/manifests/aime2025-smollm2-135m-baseline.json",
+                                  "intel-xeon-amx/manifests/exact-smollm2-135m.json"])
 def test_a_resealed_forgery_under_a_committed_name_is_caught_by_the_index(tmp_path, name):
-    (tmp_path / "cpu" / "intel-xeon-amx").mkdir(parents=True)
-    shutil.copy(MANIFESTS / INDEX_NAME, tmp_path / INDEX_NAME)
+    (tmp_path / name).parent.mkdir(parents=True)
+    shutil.copy(RESULTS / INDEX_NAME, tmp_path / INDEX_NAME)
     target = tmp_path / name
-    text = (MANIFESTS / name).read_text(encoding="utf-8")
+    text = (RESULTS / name).read_text(encoding="utf-8")
     target.write_text(text, encoding="utf-8")
     assert check_manifest(target)[0] == []
-    if name.startswith("cpu/"):  # an exactness manifest: a pair's recorded figure changed and sealed again
+    if "/exact-" in name:  # an exactness manifest: a pair's recorded figure changed and sealed again
         manifest = json.loads(text)
         manifest["created_utc"] = "2020-01-01T00:00:00Z"
         body = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
@@ -191,10 +195,10 @@ def test_a_resealed_forgery_under_a_committed_name_is_caught_by_the_index(tmp_pa
             sample["output_sha256"] = sha256_text(sample["output"])
             sample["extracted"], sample["correct"] = sample["key"], True
 
-        forged = _forged(MANIFESTS / name, tmp_path / "cpu", edit)
+        forged = _forged(RESULTS / name, tmp_path, edit)
         shutil.move(forged, target)
     mismatches, _ = check_manifest(target)
-    recorded = read_index(MANIFESTS / INDEX_NAME)[name]
+    recorded = read_index(RESULTS / INDEX_NAME)[name]
     assert mismatches == [f"the file's SHA-256 is not the {recorded[:16]} that {tmp_path / INDEX_NAME} records for "
                           f"{name}"]
 
@@ -223,7 +227,7 @@ def test_an_exactness_manifest_is_anchored_to_a_named_problem_set_by_its_sha256(
     expectation = MANIFESTS / "exact-smollm2-135m.json"
     aime = str(ROOT.parent / "shared" / "data" / "aime2024.jsonl")
     assert check_manifest(expectation, problems=ProblemSet(tuple(load_problems(aime)), "aime2024", True)) == (
-        [], ["exactness manifest re-checked", f"the file's SHA-256 is the one {MANIFESTS / INDEX_NAME} records for it",
+        [], ["exactness manifest re-checked", f"the file's SHA-256 is the one {RESULTS / INDEX_NAME} records for it",
              "problem set anchored to aime2024"])
     mismatches, _ = check_manifest(expectation, problems=ProblemSet(tuple(load_problems("builtin")), "builtin", True))
     assert mismatches == ["problem_set.sha256: recorded 'e2ffcf162467ca41', the problem set (12 problems) is "

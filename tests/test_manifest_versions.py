@@ -20,9 +20,10 @@ from graftbench.results.manifest import (SCHEMA, SCHEMA_V1, build_manifest, load
 from graftbench.results.rescore import rescore_manifest
 from graftbench.settings import EvalSettings
 from graftbench.verify.answers import VERIFIER_VERSION, verify_answer
+from tests.conftest import REFERENCE_MANIFESTS
 
 ROOT = Path(__file__).resolve().parents[1]
-BASELINE = ROOT / "manifests" / "aime2024-baseline-smollm2-135m.json"
+BASELINE = REFERENCE_MANIFESTS / "aime2024-smollm2-135m-baseline.json"
 runner = CliRunner()
 
 

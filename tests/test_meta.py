@@ -154,7 +154,7 @@ def test_every_relative_link_points_to_a_file_in_the_repository(page):
 
 
 def test_a_link_to_a_missing_file_or_out_of_the_repository_is_reported():
-    text = ("[page](exactness.md#replay) ![plot](../benchmarks/results/bench-smollm2-135m-ttft.png) "
+    text = ("[page](exactness.md#replay) ![plot](../results/amd-epyc-avx512/bench/bench-smollm2-135m-ttft.png) "
             "[gone](no-such-page.md#part) [out](../../outside.md) [web](https://example.org/x.md) [anchor](#top)")
     assert _broken_links(text, ROOT / "docs") == ["no-such-page.md#part", "../../outside.md"]
 

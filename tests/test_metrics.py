@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 from graftbench.results.manifest import load_manifest, recorded_verifier_version
 from graftbench.results.metrics import (bootstrap_interval, copy_controls, family_of, mean_pass_at_k, paired_difference,
                                         pass_at_k, summarize, wilson_interval)
+from tests.conftest import REFERENCE_MANIFESTS
 
 ROOT = Path(__file__).resolve().parents[1]
-COMMITTED = sorted((ROOT / "manifests").glob("aime2024-*.json"))
+COMMITTED = sorted(REFERENCE_MANIFESTS.glob("aime2024-*.json"))
 
 
 def sample(pid: str, correct: bool, index: int = 0, extracted: str | None = None, mode: str = "baseline", **extra):

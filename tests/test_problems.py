@@ -32,6 +32,7 @@ from graftbench.problems.types import (
     problem_set_sha256,
     problem_text_sha256,
 )
+from tests.conftest import REFERENCE_MANIFESTS
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -40,7 +41,7 @@ AIME2025 = DATA / "aime2025.jsonl"
 MODULES = ["problems.types", "problems.sources", "problems.loading", "problems.builtin", "problems.methods",
            "problems.generator_checks",
            "util.hub_access"]
-BASELINE_MANIFEST = REPO / "manifests" / "aime2024-baseline-smollm2-135m.json"
+BASELINE_MANIFEST = REFERENCE_MANIFESTS / "aime2024-smollm2-135m-baseline.json"
 
 CANONICAL_INT = re.compile(r"^(0|-?[1-9][0-9]*)$")
 AIME_ANSWER = re.compile(r"^(0|[1-9][0-9]{0,2})$")

@@ -25,6 +25,7 @@ from graftbench.results.samples import PROGRAM_FIELDS, Sample
 from graftbench.settings import EvalSettings, RoundsSettings, SandboxLimits
 from graftbench.store.folder import Store
 from graftbench.eval.workflows import run_eval
+from tests.conftest import REFERENCE_MANIFESTS
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -195,9 +196,9 @@ def test_a_program_sample_without_its_fields_is_a_mismatch(program_samples, tmp_
 
 
 @pytest.mark.parametrize("name", ["transfer-smollm2-135m-baseline.json", "transfer-smollm2-135m-graft.json",
-                                  "aime2024-recurring-smollm2-135m.json"])
+                                  "aime2024-smollm2-135m-recurring.json"])
 def test_committed_text_manifests_verify_unchanged(name):
-    mismatches, _ = verify_manifest(ROOT / "manifests" / name)
+    mismatches, _ = verify_manifest(REFERENCE_MANIFESTS / name)
     assert mismatches == []
 
 

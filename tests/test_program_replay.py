@@ -9,9 +9,10 @@ import pytest
 
 from graftbench.programs import sandbox
 from graftbench.eval.program_replay import replay_programs
+from tests.conftest import REFERENCE_MANIFESTS
 
 ROOT = Path(__file__).resolve().parents[1]
-BASELINE = ROOT / "manifests" / "transfer-qwen2.5-coder-0.5b-program-baseline.json"
+BASELINE = REFERENCE_MANIFESTS / "transfer-qwen2.5-coder-0.5b-program-baseline.json"
 
 
 @pytest.mark.slow
@@ -30,4 +31,4 @@ def test_the_committed_program_baseline_replays_with_the_same_verdicts():
 
 def test_a_text_mode_manifest_is_not_replayed():
     with pytest.raises(ValueError, match="not a program-mode manifest"):
-        replay_programs(ROOT / "manifests" / "transfer-smollm2-135m-baseline.json")
+        replay_programs(REFERENCE_MANIFESTS / "transfer-smollm2-135m-baseline.json")

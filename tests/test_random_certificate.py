@@ -12,9 +12,11 @@ import pytest
 
 from graftbench.util import isa
 from graftbench.results.exact_manifest import known_to_reproduce, read_replay_log, verify_exactness_manifest
+from graftbench.results.layout import REPLAY_LOG
+from tests.conftest import REFERENCE_MANIFESTS
 
 ROOT = Path(__file__).resolve().parents[1]
-CERTIFICATE = ROOT / "manifests" / "random" / "exact-random-gemma3-reduced.json"
+CERTIFICATE = REFERENCE_MANIFESTS / "exact-random-gemma3-reduced.json"
 REPLAY_PAIRS = 5
 
 
@@ -49,7 +51,7 @@ def test_the_reduced_gemma3_certificate_replays_in_a_fresh_process():
                            "--limit", str(REPLAY_PAIRS), "--device", "cpu"], cwd=ROOT, capture_output=True, text=True,
                           timeout=1800)
     output = done.stdout + done.stderr
-    if not known_to_reproduce(expected, read_replay_log(ROOT / "manifests" / "replays.jsonl"), here) \
+    if not known_to_reproduce(expected, read_replay_log(ROOT / REPLAY_LOG), here) \
             and done.returncode != 0:
         pytest.xfail(f"recorded on {isa.describe_cpu(expected['environment'])}, not reproduced on "
                      f"{isa.describe_cpu(here)}: {output.strip().splitlines()[-1]}")

@@ -16,10 +16,11 @@ from graftbench.util.hashing import sha256_text
 from graftbench.results.manifest import build_manifest, load_manifest, recorded_verifier_version
 from graftbench.results.metrics import summarize
 from graftbench.report.compare import RUN_COLUMNS, build_report, round_rows, run_row
+from tests.conftest import REFERENCE_MANIFESTS
 
 ROOT = Path(__file__).resolve().parents[1]
-BASELINE = ROOT / "manifests" / "aime2024-baseline-smollm2-135m.json"
-RECURRING = ROOT / "manifests" / "aime2024-recurring-smollm2-135m.json"
+BASELINE = REFERENCE_MANIFESTS / "aime2024-smollm2-135m-baseline.json"
+RECURRING = REFERENCE_MANIFESTS / "aime2024-smollm2-135m-recurring.json"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -189,7 +190,7 @@ def test_n_samples_rounds_and_copy_controls(tmp_path):
     (lambda tmp: tmp / "nowhere", "does not exist"),
     (lambda tmp: tmp, "holds no manifest.json"),
     (lambda tmp: (tmp / "notes.txt", (tmp / "notes.txt").write_text("hello"))[0], "not valid JSON"),
-    (lambda tmp: ROOT / "manifests" / "exact-smollm2-135m.json", "is not a graftbench.manifest"),
+    (lambda tmp: REFERENCE_MANIFESTS / "exact-smollm2-135m.json", "is not a graftbench.manifest"),
 ])
 def test_bad_input_names_the_path_and_exits_2(tmp_path, make, fragment):
     path = make(tmp_path)
@@ -238,7 +239,7 @@ def test_rounds_curve_keeps_an_equal_baseline_line_visible(tmp_path, monkeypatch
 
 
 def test_a_flywheel_recurring_run_is_its_own_series_not_the_held_out_graft_line():
-    flywheel = ROOT / "manifests" / "flywheel-qwen2.5-coder-0.5b-program"
+    flywheel = REFERENCE_MANIFESTS / "flywheel-qwen2.5-coder-0.5b-program"
     report = build_report([f"{flywheel}-r1-baseline.json", f"{flywheel}-r1-graft.json",
                            f"{flywheel}-r1-recurring.json"], resamples=100)
     assert [(r.label.rsplit("-", 1)[-1], r.mode, r.series) for r in report.rounds] == [
@@ -248,7 +249,7 @@ def test_a_flywheel_recurring_run_is_its_own_series_not_the_held_out_graft_line(
 
 
 def test_a_graft_run_is_paired_only_with_a_baseline_of_the_same_mode_budget_and_sampling():
-    qwen = ROOT / "manifests" / "transfer-qwen2.5-coder-0.5b"
+    qwen = REFERENCE_MANIFESTS / "transfer-qwen2.5-coder-0.5b"
     runs = [f"{qwen}-program-graft-avg4.json", f"{qwen}-program-baseline-avg4.json",  # program, avg@4
             f"{qwen}-baseline-avg4.json", f"{qwen}-baseline.json", f"{qwen}-program-baseline.json"]
     report = build_report(runs)

@@ -34,7 +34,7 @@ from graftbench.store.index import StoreError
 from graftbench.store.open import clean_store, reindex_store, require_store
 from graftbench.eval.workflows import deposit_plan, run_eval
 
-from .conftest import AIME2024
+from .conftest import AIME2024, REFERENCE_MANIFESTS
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -382,7 +382,7 @@ def test_read_only_commands_write_nothing_into_an_existing_store(filled):
 
 def test_verify_manifest_with_a_missing_store_creates_nothing(tmp_path):
     missing = tmp_path / "no-such-store"
-    manifest = ROOT / "manifests" / "aime2024-recurring-smollm2-135m.json"
+    manifest = REFERENCE_MANIFESTS / "aime2024-smollm2-135m-recurring.json"
     result = runner.invoke(app, ["verify-manifest", str(manifest), "--store", str(missing)])
     assert "not checked" in result.output and not missing.exists()
 
@@ -473,7 +473,7 @@ def test_the_deposit_plan_counts_only_what_will_be_offered(tmp_path):
     assert len(deposit_plan(problems[:1], references=False, from_run=run)) == 1
 
 
-LIBRARY_MANIFEST = ROOT / "manifests" / "transfer-qwen2.5-coder-0.5b-program-library.json"
+LIBRARY_MANIFEST = REFERENCE_MANIFESTS / "transfer-qwen2.5-coder-0.5b-program-library.json"
 
 
 def test_a_committed_manifest_stands_in_for_its_run_folder_and_a_tampered_one_is_refused(tmp_path):

@@ -21,11 +21,12 @@ from graftbench.results.exact_manifest import load_expectation, read_replay_log
 from graftbench.results.manifest import ManifestError, load_manifest, verify_manifest
 from graftbench.results.check import check_manifest
 from graftbench.util.strict_json import StrictJSONError, load_strict, loads_strict
+from tests.conftest import REFERENCE_MANIFESTS
 
 ROOT = Path(__file__).resolve().parents[1]
-RUN_MANIFEST = ROOT / "manifests" / "aime2024-baseline-smollm2-135m.json"
-EXACT_MANIFEST = ROOT / "manifests" / "exact-smollm2-135m.json"
-REPLAY_LOG = ROOT / "manifests" / "replays.jsonl"
+RUN_MANIFEST = REFERENCE_MANIFESTS / "aime2024-smollm2-135m-baseline.json"
+EXACT_MANIFEST = REFERENCE_MANIFESTS / "exact-smollm2-135m.json"
+REPLAY_LOG = REFERENCE_MANIFESTS.parents[1] / "replays.jsonl"  # results/replays.jsonl
 runner = CliRunner()
 
 
@@ -102,7 +103,7 @@ def test_load_strict_names_the_path_and_passes_os_errors(tmp_path):
 
 
 def test_committed_manifests_still_read():
-    for path in sorted((ROOT / "manifests").glob("*.json")):
+    for path in sorted(REFERENCE_MANIFESTS.glob("*.json")):
         assert load_strict(path) == json.loads(path.read_text(encoding="utf-8")), path.name
 
 

@@ -1,8 +1,9 @@
 """The prepared GPU script's helpers: the folder a GPU's manifests go in, and the tokenizer files that travel.
 
-The manifests of a CUDA run go under ``manifests/cuda/<gpu>/``, ``<gpu>`` the device's name as a plain folder
-name (``nvidia-h200``, a MIG slice's profile appended). The GPU host has no network and no bundled GGUF files: the
-random-weights models' tokenizers travel as their files alone, in the cache layout
+The manifests of a CUDA run go under ``results/<gpu>/manifests/`` (its TTFT result under ``results/<gpu>/bench/``),
+``<gpu>`` the device's name as a plain folder name (``nvidia-h200``, a MIG slice's profile appended): a kind of
+machine, as :mod:`graftbench.results.layout` lays the results out. The GPU host has no network and no bundled GGUF
+files: the random-weights models' tokenizers travel as their files alone, in the cache layout
 :func:`graftbench.engine.models.family_tokenizer` reads.
 """
 
@@ -18,7 +19,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jin
 
 
 def folder_name(device: str) -> str:
-    """``manifests/cuda/``'s folder for ``device`` (``cuda``, ``cuda:N``; ``cpu`` gives ``cpu``): the lowercased
+    """The ``results/`` folder of ``device`` (``cuda``, ``cuda:N``; ``cpu`` gives ``cpu``): the lowercased
     device name with runs of other characters as ``-``."""
     from ..engine.device import resolve
 

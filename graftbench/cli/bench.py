@@ -11,9 +11,10 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..settings import BatchedSettings
-from .common import (BENCH, DEFAULT_DTYPE, DTYPE_NAMES, ChunkOpt, DeviceOpt, DtypeOpt, IsaOpt, ModelOpt, apply_isa, console,
+from .common import (BENCH, BENCH_OUT, DTYPE_NAMES, ChunkOpt, DeviceOpt, DtypeOpt, IsaOpt, ModelOpt, apply_isa, console,
                      fail, int_list, load_problem_set, model_label, open_model, progress_bar)
 from ..settings import BenchSettings
+from ..results.layout import dtype_marker
 
 BATCHED = BatchedSettings()
 
@@ -41,7 +42,7 @@ def bench(
     cold_load: bool = typer.Option(True, "--cold-load/--no-cold-load", help="also time a cold (de-quantizing) load"),
     peer_python: Optional[Path] = typer.Option(BENCH.peer_python, "--peer-python",
                                                help="a Python with llama-cpp-python for the peer row (make bench-peer-env)"),
-    out: Path = typer.Option(Path("benchmarks/results"), "--out", help="folder for the JSON, markdown and PNG"),
+    out: Path = typer.Option(BENCH_OUT, "--out", help="folder for the JSON, markdown and PNG"),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch intra-op threads (default: torch's)"),
     batch_samples: int = typer.Option(BATCHED.samples, "--batch-samples", min=1, max=256,
                                       help="samples decoded as one batch after one graft, against one at a time"),
@@ -96,14 +97,15 @@ def bench(
 
 
 def _stem(only: BenchSection | None, model: str, dtype: str, batched: BatchedSettings, smoke: bool) -> str:
-    """The result files' name: ``bench-<model>[-<dtype>]``, ``<section>-<model>[-<dtype>]`` for a section alone
+    """The result files' name: ``bench-<model>[-bf16]``, ``<section>-<model>[-bf16]`` for a section alone
     (``-<N>-tokens`` for a batched-samples artifact size other than the default), ``store-scale`` (no model);
-    ``-smoke`` for a smoke run."""
+    ``-smoke`` for a smoke run. The dtype part is the naming scheme's
+    (:func:`graftbench.results.layout.dtype_marker`)."""
     if only == BenchSection.store_scale:
         return "store-scale" + ("-smoke" if smoke else "")
     other_size = (only == BenchSection.batched_samples and batched.artifact_tokens != BATCHED.artifact_tokens
                   and not smoke)
-    return (f"{only.value if only else 'bench'}-{model_label(model)}" + ("" if dtype == DEFAULT_DTYPE else f"-{dtype}")
+    return (f"{only.value if only else 'bench'}-{model_label(model)}" + dtype_marker(dtype)
             + (f"-{batched.artifact_tokens}-tokens" if other_size else "") + ("-smoke" if smoke else ""))
 
 
@@ -116,7 +118,7 @@ def bench_isa(
     decode_tokens: int = typer.Option(64, "--decode-tokens", min=2, help="greedy tokens decoded after it"),
     threads: int = typer.Option(1, "--threads", min=1, help="torch intra-op threads in each process"),
     repeats: int = typer.Option(3, "--repeats", min=1, help="fresh processes per (pin, dtype); medians reported"),
-    out: Path = typer.Option(Path("benchmarks/results"), "--out", help="folder for the JSON and markdown"),
+    out: Path = typer.Option(BENCH_OUT, "--out", help="folder for the JSON and markdown"),
 ) -> None:
     """Measure what the portable pin (--isa avx2) costs against native kernels: prefill and decode tokens/s."""
     from ..bench.isa_cost import markdown, measure, write_outputs
@@ -144,7 +146,7 @@ def bench_long_context(
     artifact_tokens: int = typer.Option(4096, "--artifact-tokens", min=1, help="tokens per artifact"),
     probes: int = typer.Option(20, "--probes", min=1, help="random artifacts reached (each warm and cold)"),
     store: Path = typer.Option(Path("store-long-context"), "--store", help="store folder (resumable; large)"),
-    out: Path = typer.Option(Path("benchmarks/results"), "--out", help="folder for the JSON and markdown"),
+    out: Path = typer.Option(BENCH_OUT, "--out", help="folder for the JSON and markdown"),
 ) -> None:
     """Hold far more KV state than the window in the store and time reaching any artifact (a benchmark run)."""
     apply_isa(isa)  # before the imports below bring in torch

@@ -21,6 +21,9 @@ from ..settings import (DEFAULT_CHUNK_SIZE, DEFAULT_DTYPE, DEFAULT_MODEL, DEFAUL
                         SAMPLED_TEMPERATURE, SAMPLED_TOP_P, BenchSettings, EvalSettings, FlywheelSettings)
 
 EVAL, BENCH, FLYWHEEL = EvalSettings(), BenchSettings(), FlywheelSettings()
+# The benchmark commands' default --out: a scratch folder git ignores. A result to commit goes to
+# results/<kind of machine>/bench/ (graftbench.results.layout; `make bench CPU=<kind>` writes there).
+BENCH_OUT = Path("bench-results")
 
 # Width: the terminal's, else $COLUMNS, else 80 (rich's own rule); the tables are sized to fit 80 columns. No
 # emoji codes: a ``:name:`` in untrusted text is shown as written.

@@ -23,7 +23,7 @@ def check_exact(
     expect: Optional[Path] = typer.Option(None, "--expect", help="replay this expectation instead of measuring"),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="with --expect: replay only the first N pairs"),
     log: Optional[Path] = typer.Option(None, "--log", help="with --expect: append the outcome and both CPUs to this "
-                                       "replay log (JSON lines, e.g. manifests/replays.jsonl)"),
+                                       "replay log (JSON lines, e.g. results/replays.jsonl)"),
     extend: Optional[Path] = typer.Option(None, "--extend", help="start from this expectation's pair records "
                                           "(same pin and problem set) and measure only the pairs it lacks"),
     runs_dir: str = RunsOpt,

@@ -24,7 +24,7 @@ class ReportFormat(str, Enum):
 
 def report(
     paths: list[Path] = typer.Argument(..., help="run folders (runs/NAME) or run manifests (a manifest.json, or a "
-                                       "committed manifest such as manifests/aime2024-*.json) to compare"),
+                                       "committed manifest such as results/<kind>/manifests/*.json) to compare"),
     out: Optional[Path] = typer.Option(None, "--out", help="folder to write report.md, summary.json and the plots "
                                        "into [default: reports/<--name>, or reports/<UTC timestamp>]"),
     name: Optional[str] = typer.Option(None, "--name", help="report name: the folder under reports/ when --out is "

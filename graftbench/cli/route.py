@@ -9,7 +9,7 @@ import typer
 from rich.box import SIMPLE_HEAD
 from rich.table import Table
 
-from .common import EVAL, console, fail
+from .common import BENCH_OUT, EVAL, console, fail
 
 
 def route_quality(
@@ -20,7 +20,7 @@ def route_quality(
     min_similarity: float = typer.Option(EVAL.min_similarity, "--min-similarity", min=0.0, max=1.0,
                                          help="the router's confidence gate: difflib ratio of the top candidate (0-1)"),
     seed: int = typer.Option(0, "--seed", min=0, max=2**31 - 1, help="seed of the built-in problem set"),
-    out: Path = typer.Option(Path("benchmarks/results"), "--out",
+    out: Path = typer.Option(BENCH_OUT, "--out",
                              help="folder for route-quality.json and route-quality.md"),
 ) -> None:
     """Route held-out built-in problems against a library of others, with the difflib and the BM25 ranker, and

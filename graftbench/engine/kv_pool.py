@@ -4,9 +4,10 @@ its artifact into pages that are already resident.
 Why: a graft reads an artifact into new buffers (``artifact_reader.read_safetensors``). In a fresh process those
 pages have never been touched, and the kernel faults each page in as the read first writes it. For an
 8,192-token smollm2-135m artifact (377 MB) the first graft of a process took 507 ms against a 141 ms median, with
-the read into resident pages 38 ms (``benchmarks/results/bench-smollm2-135m.json``, 2026-12-01): 3.6x. llama.cpp
-pays the same cost when it creates a context (its KV buffer is allocated and cleared for ``n_ctx`` tokens), not at
-state load; the pool does the same, and the benchmark reports its cost at open beside the first graft it speeds up.
+the read into resident pages 38 ms (``results/amd-epyc-avx512/bench/bench-smollm2-135m.json``, 2026-12-01): 3.6x.
+llama.cpp pays the same cost when it creates a context (its KV buffer is allocated and cleared for ``n_ctx``
+tokens), not at state load; the pool does the same, and the benchmark reports its cost at open beside the first
+graft it speeds up.
 
 How: the package keeps freed heap blocks of up to 32 MiB from the kernel (:mod:`graftbench.util.allocator`). The pool
 writes ``bytes`` of heap in blocks and frees them, raising the trim threshold to keep them all: later KV buffers of

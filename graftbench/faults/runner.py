@@ -5,7 +5,7 @@ stayed consistent, gave a clear error) and what was lost, counted from an invent
 file is intact) and of the samples files (complete lines), taken before and after the fault. It prints a table and
 the totals: faults tried, faults survived, artifacts lost, samples lost.
 
-    .venv/bin/python benchmarks/faults.py --out benchmarks/results/faults.txt
+    .venv/bin/python benchmarks/faults.py --out results/amd-epyc-avx512/bench/faults.txt
 
 The faults come from :mod:`graftbench.faults.catalogue`, the subprocesses and the full disk from
 :mod:`graftbench.faults.harness`, and the scenarios it shares with the tests from

@@ -2,15 +2,17 @@
 
 Three tables, each grouped by the kind of CPU the file records (:func:`graftbench.util.isa.describe_cpu`):
 
-- run manifests under ``manifests/`` (command, model, dtype, problem set, samples, correct, decode tokens, grafts);
-- exactness expectations under ``manifests/`` (model, dtype, pin, byte-exact pairs);
-- benchmark results under ``benchmarks/results/`` (the JSON files a bench command wrote, grouped by the CPU model
-  name they record, with the date and code version each records; earlier runs moved to a ``runs/`` folder are
-  listed too).
+- run manifests under ``results/<kind>/manifests/`` (command, model, dtype, problem set, samples, correct, decode
+  tokens, grafts);
+- exactness expectations under ``results/<kind>/manifests/`` (model, dtype, pin, byte-exact pairs);
+- benchmark results under ``results/<kind>/bench/`` and ``reports/`` (the JSON files a bench command wrote, grouped
+  by the CPU model name they record, with the date and code version each records; earlier runs moved to a
+  ``runs/`` folder are listed too).
 
 Every figure is read from its file, never typed; ``make results-index`` regenerates the page and
 ``tests/test_results_index.py`` checks that the committed page equals a fresh generation, so the index cannot drift
-from the files. The manifests' own SHA-256s are in ``manifests/SHA256SUMS``. Imports no torch.
+from the files. The manifests' own SHA-256s are in ``results/SHA256SUMS``; the layout is
+:mod:`graftbench.results.layout`. Imports no torch.
 """
 
 from __future__ import annotations
@@ -22,20 +24,19 @@ from ..util.display_text import markdown_text
 from ..util.isa import describe_cpu
 from ..util.safe_files import MAX_JSON_BYTES, read_regular
 from ..util.strict_json import loads_strict
+from ..results.layout import manifest_folders, result_folders
 from ..results.model_names import model_name
 
 PAGE = Path("docs") / "results.md"
-MANIFESTS = Path("manifests")
-BENCHMARKS = Path("benchmarks") / "results"
 RUN_SCHEMAS = ("graftbench.manifest/1", "graftbench.manifest/2")
 EXACTNESS_SCHEMA = "graftbench.exactness/1"
 HEADER = """# Results index
 
 Every committed result file, one row each, generated from the files by `make results-index` (a test checks that
 this page equals a fresh generation). Each file records its own machine, date and code version; `graftbench
-verify-manifest FILE` re-checks a manifest, and `manifests/SHA256SUMS` holds each manifest's SHA-256. Rows are
-grouped by the kind of CPU the file records (model name, torch's native capability and, where recorded, kernel
-flags such as AMX).
+verify-manifest FILE` re-checks a manifest, and `results/SHA256SUMS` holds each manifest's SHA-256. Files lie
+under `results/<kind of machine>/` ([the layout](manifests.md#where-results-live)); rows are grouped by the kind of
+CPU the file records (model name, torch's native capability and, where recorded, kernel flags such as AMX).
 """
 
 
@@ -123,13 +124,13 @@ def render(root: Path) -> str:
     """The index page for the repository at ``root``, as markdown. Raises ``ValueError`` naming a committed file
     that is not a JSON object (a result file must be one)."""
     runs, exact, bench = [], [], []
-    for path in _json_files(root / MANIFESTS):
+    for path in (p for folder in manifest_folders(root) for p in _json_files(folder)):
         document = _load(path)
         if document.get("schema") == EXACTNESS_SCHEMA:
             exact.append((_cpu(document), exactness_row(root, path, document)))
         elif document.get("schema") in RUN_SCHEMAS:
             runs.append((_cpu(document), run_row(root, path, document)))
-    for path in _json_files(root / BENCHMARKS):
+    for path in (p for folder in result_folders(root) for p in _json_files(folder)):
         document = _load(path)
         if isinstance(document.get("environment"), dict):
             bench.append((_processor(document), bench_row(root, path, document)))

@@ -223,12 +223,15 @@ def read_index(index: Path) -> dict[str, str]:
 
 
 def index_text(folder: Path) -> str:
-    """The results index of ``folder``: one ``<sha256>  <path>`` line (``sha256sum`` format, paths relative to
-    ``folder``, sorted) for every ``*.json`` manifest in it or its subfolders."""
+    """The results index of ``folder``, a results root (:mod:`graftbench.results.layout`): one ``<sha256>  <path>``
+    line (``sha256sum`` format, paths relative to ``folder``, sorted) for every ``*.json`` manifest in a kind's
+    ``manifests`` folder (``<kind>/manifests/...``); benchmark and report files are not listed."""
     from ..util.hashing import sha256_file
+    from .layout import is_manifest
 
     folder = Path(folder)
-    names = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*.json") if p.is_file())
+    names = sorted(name for p in folder.rglob("*.json")
+                   if p.is_file() and is_manifest(PurePosixPath(name := p.relative_to(folder).as_posix())))
     return "".join(f"{sha256_file(folder / name)}  {name}\n" for name in names)
 
 

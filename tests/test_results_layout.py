@@ -1,0 +1,86 @@
+"""The committed results' layout (graftbench.results.layout): one root, one folder per kind of machine holding only
+what was recorded on that kind, one naming scheme (set, model, bf16 marker, mode, arm), and the bench command naming
+its files by the same scheme. No model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path, PurePosixPath
+
+import pytest
+
+from graftbench.cli.bench import BATCHED, BenchSection, _stem
+from graftbench.results import layout
+from graftbench.results.anchor import INDEX_NAME, read_index
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / layout.RESULTS
+SETS = {"aime2024", "aime2025", "transfer", "flywheel", "exact"}  # what a manifest's name starts with
+# How a committed file's recorded CPU tells its kind of machine, for the kinds of CPU (the oldest manifest records
+# none; a GPU's folder is named by its device)
+KINDS = {
+    "amd-epyc-avx512": lambda env: env["cpu_model"] == "AMD EPYC" and env["cpu_capability_native"] == "AVX512",
+    "intel-xeon-amx": lambda env: "Xeon" in env["cpu_model"] and "amx_bf16" in env["cpu_kernel_flags"],
+}
+MANIFESTS = [p for folder in layout.manifest_folders(ROOT) for p in sorted(folder.glob("*.json"))]
+
+
+def test_the_results_root_holds_the_index_the_log_and_one_folder_per_kind():
+    assert {p.name for p in RESULTS.iterdir() if p.is_file()} == {"README.md", "SHA256SUMS", "replays.jsonl"}
+    kinds = layout.kinds(ROOT)
+    assert set(KINDS) <= set(kinds) and layout.REFERENCE_KIND in KINDS
+    assert layout.manifest_folders(ROOT) == [RESULTS / kind / "manifests" for kind in kinds]
+    assert {p.name for kind in kinds for p in (RESULTS / kind).iterdir()} <= {"manifests", "bench", "reports"}
+    assert len(MANIFESTS) == len(read_index(RESULTS / INDEX_NAME)) >= 66
+
+
+@pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.relative_to(RESULTS).as_posix())
+def test_each_manifest_lies_under_the_kind_of_cpu_it_records_and_is_named_by_the_scheme(path):
+    manifest = json.loads(path.read_text())
+    kind = path.relative_to(RESULTS).parts[0]
+    if kind in KINDS and manifest["environment"].get("cpu_model"):
+        assert KINDS[kind](manifest["environment"])
+    config, stem = manifest["config"], path.stem
+    model = config["model"].replace(":", "-")
+    assert stem.split(f"-{model}")[0] in SETS and f"-{model}" in stem
+    after_model = stem.split(f"-{model}", 1)[1]
+    assert after_model.startswith("-bf16") == (config["dtype"] == "bfloat16")
+    program = (manifest.get("settings") or {}).get("mode") == "program"
+    assert ("-program" in after_model) == program
+
+
+def test_no_committed_file_name_spells_out_bfloat16_and_each_benchmark_marks_its_dtype():
+    names = [p.relative_to(RESULTS).as_posix() for p in RESULTS.rglob("*") if p.is_file()]
+    assert len(names) > 150 and [n for n in names if "bfloat16" in n] == []
+    benchmarks = [p for folder in layout.result_folders(ROOT) for p in folder.rglob("*.json")
+                  if isinstance(json.loads(p.read_text()).get("environment"), dict)]
+    dtypes = {p: json.loads(p.read_text())["environment"].get("dtype") for p in benchmarks}
+    checked = [p for p, dtype in dtypes.items() if dtype]  # isa-cost measures both dtypes: no marker
+    assert len(checked) == 21
+    assert all(("-bf16" in p.name) == (dtypes[p] == "bfloat16") for p in checked)
+
+
+def test_the_bench_command_names_its_files_by_the_scheme():
+    assert _stem(None, "gemma3-270m", "bfloat16", BATCHED, False) == "bench-gemma3-270m-bf16"
+    assert _stem(None, "gemma3-270m", "float32", BATCHED, False) == "bench-gemma3-270m"
+    assert _stem(BenchSection.head_to_head, "smollm2-135m", "bfloat16", BATCHED, True) == \
+        "head-to-head-smollm2-135m-bf16-smoke"
+    assert [layout.dtype_marker(d) for d in ("float32", "bfloat16", "float16")] == ["", "-bf16", "-float16"]
+
+
+def test_a_file_is_a_manifest_for_the_index_only_inside_a_kinds_manifests_folder():
+    assert layout.is_manifest(PurePosixPath("intel-xeon-amx/manifests/exact-smollm2-135m.json"))
+    assert layout.is_manifest(PurePosixPath("nvidia-h200/manifests/sub/exact-x.json"))
+    assert not layout.is_manifest(PurePosixPath("amd-epyc-avx512/bench/bench-smollm2-135m.json"))
+    assert not layout.is_manifest(PurePosixPath("manifests/run.json"))
+    assert not layout.is_manifest(PurePosixPath("amd-epyc-avx512/reports/manifests/summary.json"))
+
+
+def test_kinds_are_the_folders_under_the_root_and_none_without_one(tmp_path):
+    assert layout.kinds(tmp_path) == [] and layout.manifest_folders(tmp_path) == []
+    (tmp_path / "results" / "b-kind" / "bench").mkdir(parents=True)
+    (tmp_path / "results" / "a-kind" / "manifests").mkdir(parents=True)
+    (tmp_path / "results" / "SHA256SUMS").write_text("")
+    assert layout.kinds(tmp_path) == ["a-kind", "b-kind"]
+    assert layout.manifest_folders(tmp_path) == [tmp_path / "results" / "a-kind" / "manifests"]
+    assert layout.result_folders(tmp_path) == [tmp_path / "results" / "b-kind" / "bench"]
