@@ -30,6 +30,11 @@ class Session:
     def tokenizer(self):
         return self.loaded.tokenizer
 
+    @property
+    def device(self) -> str:
+        """The torch device the weights live on (``cpu``, ``cuda:N``); the pin records only its kind."""
+        return str(forward.model_device(self.model))
+
     def solve_prompt_ids(self, problem: str) -> list[int]:
         """Baseline prompt: the chat template (with generation prompt) where the tokenizer has one, else the
         instruction as plain text. Returns token ids."""
