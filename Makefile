@@ -179,7 +179,7 @@ clean:
 # Timeouts in seconds: 160 + 45 + 110 + 45 + 110 + 45 + 80 = 595 for the defaults.
 GPU_PY ?= python3
 GPU_DEVICE ?= cuda
-GPU_DTYPE ?= bfloat16
+GPU_DTYPE ?= auto
 GPU_MODELS ?= random:gemma3-12b random:qwen2.5-7b random:gemma3-27b
 GPU_TIMEOUTS ?= 160 110 110
 GPU_PAIRS ?= 50
@@ -196,12 +196,14 @@ GPU_ENV = env PYTHONPATH=$(CURDIR):$(CURDIR)/$(GPU_CARRY)/site GRAFTBENCH_CACHE=
 GPU_CLI = $(GPU_ENV) $(GPU_PY) -c 'from graftbench.cli.app import app; app()'
 GPU_NAME = $(shell $(GPU_ENV) $(GPU_PY) -c 'from graftbench.bench.gpu_name import folder_name; print(folder_name("$(GPU_DEVICE)"))')
 GPU_OUT = manifests/cuda/$(GPU_NAME)
+# The dtype the runs take (auto: bfloat16 on CUDA, float32 on the CPU), which names the expectation files.
+GPU_DTYPE_NAME = $(shell $(GPU_ENV) $(GPU_PY) -c 'from graftbench.engine.device import dtype_for; print(dtype_for("$(GPU_DTYPE)", "$(GPU_DEVICE)"))')
 
 gpu-certify:
 	@test -f $(GPU_PROBLEMS) || { echo "no $(GPU_PROBLEMS): run make gpu-carry on a machine with the packages"; exit 1; }
 	mkdir -p $(GPU_OUT)
 	set -- $(GPU_TIMEOUTS); for model in $(GPU_MODELS); do \
-	  limit=$$1; shift; name=exact-$$(echo $$model | tr ':@' '--')-$(GPU_DTYPE); \
+	  limit=$$1; shift; name=exact-$$(echo $$model | tr ':@' '--')-$(GPU_DTYPE_NAME); \
 	  timeout $$limit $(GPU_CLI) check-exact --model $$model --device $(GPU_DEVICE) --dtype $(GPU_DTYPE) \
 	    --samples $(GPU_PAIRS) --controls --control-pairs $(GPU_CONTROL_PAIRS) --problems $(GPU_PROBLEMS) \
 	    --runs-dir $(GPU_RUNS) --write-expect $(GPU_OUT)/$$name.json > $(GPU_OUT)/$$name.log 2>&1; \
