@@ -154,7 +154,7 @@ def test_workers_reserve_one_gpu_for_cuda_and_none_otherwise():
     from graftbench.scale.ray_executor import worker_gpus
 
     assert [worker_gpus(d) for d in ("cpu", "auto", "cuda", "cuda:0")] == [0, 0, 1, 1]
-    with pytest.raises(DispatchError, match="Ray gives each worker one GPU, which it sees as cuda:0; pass --device cuda"):
+    with pytest.raises(DispatchError, match="Ray gives each worker one GPU, which it sees as cuda:0; pass --device"):
         worker_gpus("cuda:1")
 
 

@@ -75,7 +75,8 @@ def _row(energy: bool) -> dict:
             "logits_equal": {"query_1": True, "query_real": True},
             "prefill": {"ttft_query_1_s": _summary(0.2), "ttft_query_real_s": _summary(0.25),
                         "energy_query_1_j": _summary(40.0), "energy_query_real_j": _summary(45.5)},
-            "graft": {"query_1/xxh3_128": graft_parts, "query_real/xxh3_128": {**graft_parts, "energy_j": _summary(2.25)}},
+            "graft": {"query_1/xxh3_128": graft_parts,
+                      "query_real/xxh3_128": {**graft_parts, "energy_j": _summary(2.25)}},
             **({"energy": CountingMeter().describe()} if energy else {})}
 
 

@@ -202,8 +202,8 @@ def worker_dtype(dtype: str) -> str:
 def open_model(model: str, dtype: str, chunk_size: int, threads: int | None = None, isa: str | None = None,
                architecture_only: bool = False):
     """Load ``model`` on this invocation's ``--device`` in ``dtype`` (``auto``: :func:`run_dtype`) and pin the
-    config; fail with one line when it cannot be loaded. A random-weights model (``random:``) is refused unless ``architecture_only`` (the commands that
-    report no accuracy: ``check-exact``, ``bench``)."""
+    config; fail with one line when it cannot be loaded. A random-weights model (``random:``) is refused unless
+    ``architecture_only`` (the commands that report no accuracy: ``check-exact``, ``bench``)."""
     if not architecture_only:
         refuse_random(model)
     check_hub_model(model)

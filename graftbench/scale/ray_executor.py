@@ -1,10 +1,11 @@
 """``--executor ray``: a solve or eval run over Ray actors, each loading the model once, with the driver writing the
 run folder exactly as one process does.
 
-Each worker (:class:`ProblemWorker`, a Ray actor reserving ``threads`` CPUs) applies the run's instruction-set pin,
-loads the model with the run's pin (model, dtype, chunk size, threads) on the run's ``--device`` and opens the run's store read-only (the
-path or URL the run was given, through :func:`graftbench.store.open.open_store`), then runs the problems the
-driver hands it, one at a time, with :func:`graftbench.eval.evaluate.run_problem`, and returns their samples as JSON.
+Each worker (:class:`ProblemWorker`, a Ray actor reserving ``threads`` CPUs, and a GPU under ``--device cuda``)
+applies the run's instruction-set pin, loads the model with the run's pin (model, dtype, chunk size, threads) on the
+run's ``--device`` and opens the run's store read-only (the path or URL the run was given, through
+:func:`graftbench.store.open.open_store`), then runs the problems the driver hands it, one at a time, with
+:func:`graftbench.eval.evaluate.run_problem`, and returns their samples as JSON.
 
 The driver (:func:`run_eval_ray`) holds the run folder's lock, takes the pin of the first worker (in worker order)
 that loads the model as the run's pin, and refuses (stops, and never hands a problem to) any worker whose pin's
