@@ -193,7 +193,7 @@ clean:
 # Timeouts in seconds: 160 + 45 + 110 + 45 + 110 + 45 + 80 = 595 for the defaults.
 GPU_PY ?= python3
 GPU_DEVICE ?= cuda
-GPU_DTYPE ?= bfloat16
+GPU_DTYPE ?= auto
 GPU_MODELS ?= random:gemma3-12b random:qwen2.5-7b random:gemma3-27b
 GPU_TIMEOUTS ?= 160 110 110
 GPU_PAIRS ?= 50
@@ -212,8 +212,10 @@ GPU_NAME = $(shell $(GPU_ENV) $(GPU_PY) -c 'from graftbench.bench.gpu_name impor
 # One folder per GPU kind, as for a kind of CPU: its manifests (and logs, replay log) and its TTFT result.
 GPU_OUT = results/$(GPU_NAME)/manifests
 GPU_BENCH = results/$(GPU_NAME)/bench
-# The naming scheme's dtype marker: none for float32, -bf16 for bfloat16.
-GPU_DTYPE_MARK = $(if $(filter float32,$(GPU_DTYPE)),,-$(subst bfloat16,bf16,$(GPU_DTYPE)))
+# The dtype the runs take (auto: bfloat16 on CUDA, float32 on the CPU) and the naming scheme's marker for it in the
+# expectation files' names: none for float32, -bf16 for bfloat16.
+GPU_DTYPE_NAME = $(shell $(GPU_ENV) $(GPU_PY) -c 'from graftbench.engine.device import dtype_for; print(dtype_for("$(GPU_DTYPE)", "$(GPU_DEVICE)"))')
+GPU_DTYPE_MARK = $(if $(filter float32,$(GPU_DTYPE_NAME)),,-$(subst bfloat16,bf16,$(GPU_DTYPE_NAME)))
 
 gpu-certify:
 	@test -f $(GPU_PROBLEMS) || { echo "no $(GPU_PROBLEMS): run make gpu-carry on a machine with the packages"; exit 1; }

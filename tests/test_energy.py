@@ -8,7 +8,13 @@ import types
 
 import pytest
 
-from graftbench.util.energy import ESTIMATE_FORMULA, EnergyMeter
+from graftbench.util.energy import ESTIMATE_FORMULA, EnergyMeter, nvml_name
+
+
+@pytest.fixture(autouse=True)
+def every_gpu_visible(monkeypatch):
+    """No CUDA_VISIBLE_DEVICES: CUDA's device N is NVML's device N (unless a test sets it)."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
 
 
 class FakeNVMLError(Exception):
@@ -77,3 +83,50 @@ def test_the_estimate_declares_its_formula_and_counts_cpu_seconds():
     before = meter.read()
     sum(i * i for i in range(2_000_000))  # some CPU time
     assert meter.read() > before
+
+
+def test_the_ttft_rows_meter_the_gpu_the_model_is_on_and_none_on_the_cpu(monkeypatch):
+    from types import SimpleNamespace
+
+    from graftbench.bench.ttft import ttft_meter
+
+    fake = fake_pynvml([0, 2_000, 2_750])
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    meter = ttft_meter(SimpleNamespace(device="cuda:2"))
+    assert fake.calls["handles"] == [2] and meter.describe()["detail"] == "NVML total energy of cuda:2"
+    before = meter.read()
+    assert meter.read() - before == pytest.approx(0.75)  # (2,750 - 2,000) mJ
+    assert ttft_meter(SimpleNamespace(device="cpu")) is None and fake.calls["handles"] == [2]
+
+
+def test_a_session_names_the_device_its_weights_are_on():
+    from types import SimpleNamespace
+
+    import torch
+
+    from graftbench.engine.session import Session
+
+    def on(device):
+        return Session(SimpleNamespace(model=SimpleNamespace(device=device)), config=None, eos_ids=set())
+
+    assert on(torch.device("cuda", 1)).device == "cuda:1" and on(torch.device("cpu")).device == "cpu"
+
+
+def test_cuda_numbers_the_visible_devices_and_nvml_all_of_them():
+    assert nvml_name("cuda:1", "") == 1 and nvml_name("cuda", "") == 0
+    assert nvml_name("cuda:1", "3,5") == 5 and nvml_name("cuda", "GPU-8c1f") == "GPU-8c1f"
+    with pytest.raises(IndexError):
+        nvml_name("cuda:2", "0,1")
+
+
+def test_a_worker_given_one_gpu_meters_that_gpu(monkeypatch):
+    fake = fake_pynvml([0, 1_000, 1_500])
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4")  # as Ray sets it for a worker holding GPU 4
+    meter = EnergyMeter(device="cuda:0")
+    assert fake.calls["handles"] == [4] and meter.method.name == "nvml"
+    by_uuid = fake_pynvml([0])
+    by_uuid.nvmlDeviceGetHandleByUUID = lambda uuid: by_uuid.calls["handles"].append(uuid) or uuid
+    monkeypatch.setitem(sys.modules, "pynvml", by_uuid)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-8c1f,GPU-77aa")
+    assert EnergyMeter(device="cuda:1").method.name == "nvml" and by_uuid.calls["handles"] == ["GPU-77aa"]

@@ -150,6 +150,78 @@ def test_bad_executor_options_exit_2(args, message):
     assert message in result.output
 
 
+def test_workers_reserve_one_gpu_for_cuda_and_none_otherwise():
+    from graftbench.scale.ray_executor import worker_gpus
+
+    assert [worker_gpus(d) for d in ("cpu", "auto", "cuda", "cuda:0")] == [0, 0, 1, 1]
+    with pytest.raises(DispatchError, match="Ray gives each worker one GPU, which it sees as cuda:0; pass --device"):
+        worker_gpus("cuda:1")
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_a_worker_loads_on_the_pins_device_in_its_default_dtype(monkeypatch):
+    import torch
+
+    import graftbench.engine.session as session_module
+    from graftbench.scale.ray_executor import ProblemWorker, WorkerPin
+
+    calls = []
+
+    def load(model, dtype, chunk_size, threads=None, device="cpu"):
+        calls.append((model, dtype, threads, device))
+        raise _Stop
+
+    monkeypatch.setattr(session_module, "open_session", load)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    for device, dtype in (("cuda", "auto"), ("auto", "auto"), ("cpu", "auto"), ("cuda", "float32")):
+        with pytest.raises(_Stop):
+            ProblemWorker(WorkerPin("smollm2-135m", dtype, 64, "native", 2, device), EvalSettings(), None, None)
+    assert calls == [("smollm2-135m", "bfloat16", 2, "cuda:0"), ("smollm2-135m", "bfloat16", 2, "cuda:0"),
+                     ("smollm2-135m", "float32", 2, "cpu"), ("smollm2-135m", "float32", 2, "cuda:0")]
+
+
+def test_a_worker_on_cuda_asks_ray_for_a_gpu():
+    from types import SimpleNamespace
+
+    from graftbench.scale.ray_executor import DriverHooks, WorkerPin, _Workers
+
+    asked = []
+    actor = SimpleNamespace(describe=SimpleNamespace(remote=lambda: object()))
+    remote = SimpleNamespace(options=lambda **kw: asked.append(kw) or SimpleNamespace(remote=lambda *a: actor))
+    fake_ray = SimpleNamespace(remote=lambda cls: remote)
+    for device in ("cuda", "cpu"):
+        workers = _Workers(fake_ray, WorkerPin("smollm2-135m", "auto", 64, "native", 3, device), EvalSettings(),
+                           None, DriverHooks(), DispatchReport())
+        workers.start()
+    assert [(a["num_cpus"], a["num_gpus"]) for a in asked] == [(3, 1), (3, 0)]
+
+
+@pytest.mark.parametrize("device, dtype", [("cuda", "bfloat16"), ("cpu", "float32"), ("auto", "auto")])
+def test_solve_over_ray_hands_the_workers_the_device_and_its_dtype(device, dtype, monkeypatch, tmp_path):
+    import graftbench.scale.ray_executor as ray_executor
+
+    pins = []
+
+    def run(*args, pin, **kwargs):
+        pins.append(pin)
+        raise DispatchError("stand-in executor: not run")
+
+    monkeypatch.setattr(ray_executor, "run_eval_ray", run)
+    result = runner.invoke(app, ["solve", "--limit", "1", "--executor", "ray", "--device", device,
+                                 "--runs-dir", str(tmp_path)])
+    assert result.exit_code == 2 and "stand-in executor: not run" in result.output, result.output
+    assert (pins[0].device, pins[0].dtype) == (device, dtype)
+
+
+def test_solve_over_ray_refuses_a_gpu_index():
+    result = runner.invoke(app, ["solve", "--limit", "1", "--executor", "ray", "--device", "cuda:1"])
+    assert result.exit_code == 2 and "pass --device cuda" in result.output, result.output
+
+
 def test_a_run_wide_token_budget_is_refused_before_ray_starts():
     from graftbench.problems.builtin import builtin_problems
     from graftbench.scale.ray_executor import WorkerPin, run_eval_ray

@@ -41,3 +41,13 @@ def test_every_step_of_make_gpu_certify_runs_on_the_cpu(tmp_path):
     ttft = json.loads((bench / "ttft-random_gemma3-reduced.json").read_text())
     assert [row["tokens"] for row in ttft["ttft"]] == [64] and all(ttft["ttft"][0]["logits_equal"].values())
     assert "random weights: architecture only" in ttft["environment"]["model"]
+
+
+def test_the_prepared_script_runs_cuda_in_bfloat16_by_default(tmp_path):
+    variables = {"GPU_PY": sys.executable, "GPU_ENV": f"env PYTHONPATH={ROOT}", "GPU_PROBLEMS": str(AIME2024),
+                 "GPU_OUT": str(tmp_path)}
+    plan = subprocess.run(["make", "-n", "-s", "gpu-certify", *(f"{k}={v}" for k, v in variables.items())], cwd=ROOT,
+                          capture_output=True, text=True, check=True).stdout
+    assert "check-exact --model $model --device cuda --dtype auto" in plan
+    assert f"name=exact-$(echo $model | tr ':@' '--')-bf16;" in plan
+    assert "bench --only ttft --model random:gemma3-12b --device cuda \\\n  --dtype auto" in plan

@@ -22,7 +22,8 @@ from .stats import summary
 from .ttft import deposit_tokens, graft_once
 from .workload import Workload
 
-RESTORE_PARTS = ("read_s", "integrity_s", "parse_s", "checks_s", "rebuild_s")  # a graft less its query forward
+# A graft less its query forward; copy_s (the to-device copy) only on a GPU, counted as 0 where absent.
+RESTORE_PARTS = ("read_s", "integrity_s", "parse_s", "checks_s", "copy_s", "rebuild_s")
 
 
 class PeerServer:
@@ -115,7 +116,7 @@ def _pair(session: Session, store: Store, artifact_id: str, query: list[int], pe
         ours = graft()
     on_step()
     return {"first": "graftbench" if graftbench_first else "llama.cpp",
-            "graftbench_restore_s": sum(ours[key] for key in RESTORE_PARTS), "graftbench_total_s": ours["total_s"],
+            "graftbench_restore_s": sum(ours.get(key, 0.0) for key in RESTORE_PARTS), "graftbench_total_s": ours["total_s"],
             "graftbench_logits": ours["logits"], "llama_cpp_load_state_s": theirs["load_state_s"],
             "llama_cpp_ttft_restore_1tok_s": theirs["ttft_restore_1tok_s"],
             "llama_cpp_logits_equal": theirs["logits_equal"]}

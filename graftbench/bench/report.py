@@ -34,6 +34,25 @@ def ttft_table(result: dict) -> list[str]:
     return lines
 
 
+def ttft_device_lines(result: dict) -> list[str]:
+    """Markdown rows of the TTFT rows measured on a GPU (those with ``energy``): the to-device copy of the graft
+    and the joules per query (medians), under the meter's method; nothing for rows measured on the CPU."""
+    rows = [row for row in result["ttft"] if "energy" in row]
+    if not rows:
+        return []
+    q = result["workload"]["query_tokens"]
+    lines = ["", f"Energy per query ({rows[0]['energy']['method']}: {rows[0]['energy']['detail']}), medians:", "",
+             f"| artifact tokens | graft's to-device copy, ms | prefill + 1-token query, J | graft + 1-token query, J "
+             f"| prefill + {q}-token query, J | graft + {q}-token query, J |", "|---:|---:|---:|---:|---:|---:|"]
+    for row in rows:
+        p, g = row["prefill"], row["graft"]
+        lines.append(f"| {row['tokens']:,} | {g['query_1/xxh3_128']['copy_s']['median'] * 1e3:.2f} "
+                     f"| {p['energy_query_1_j']['median']:.3f} | {g['query_1/xxh3_128']['energy_j']['median']:.3f} "
+                     f"| {p['energy_query_real_j']['median']:.3f} "
+                     f"| {g['query_real/xxh3_128']['energy_j']['median']:.3f} |")
+    return lines
+
+
 def _digest_counts(row: dict) -> str:
     """For a row whose logits differ: how many distinct logits digests each side gave, per query (rows measured
     before the digests were kept say nothing more)."""
@@ -343,7 +362,8 @@ def only_markdown(result: dict) -> str:
     if result["only"] == "head-to-head":
         return head_to_head_markdown(result)
     if result["only"] == "ttft":
-        return "\n".join([f"# Time to first token: {result['environment'].get('model')}", "", *ttft_table(result)])
+        return "\n".join([f"# Time to first token: {result['environment'].get('model')}", "", *ttft_table(result),
+                          *ttft_device_lines(result)])
     return load_decode_markdown(result) if result["only"] == "load-decode" else batched_markdown(result)
 
 

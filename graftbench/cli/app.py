@@ -25,7 +25,8 @@ from .common import (EVAL, FLYWHEEL, AnswerFieldOpt, ChunkOpt, DeviceOpt, DtypeO
                      shard_problems, stage_progress)
 from ..settings import EvalSettings
 from ..eval.dispatch import EXECUTORS, RAY_EXTRA, ClusterOptions, DispatchError
-from .common import ModeOpt, announce_sandbox, check_hub_model, engine_name, refuse_random
+from .common import (ModeOpt, announce_sandbox, check_hub_model, device_option, engine_name, refuse_random, run_dtype,
+                     worker_dtype)
 from .options import CLUSTER, CLUSTER_OPTIONS, FIELDS, OWN, RUN, SAMPLING, with_options
 from ..util.display_text import console_markup
 
@@ -71,6 +72,7 @@ def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, ru
                   store, fields, isa, new_store=False, cluster: ClusterOptions | None = None) -> None:
     if cluster is None:
         check_hub_model(model)  # first: what follows imports torch
+    dtype = run_dtype(dtype, isa) if cluster is None else worker_dtype(dtype)  # auto: per device
     from ..util.durable import StorageError
     from ..eval.evaluate import StrictFallbackError
     from ..programs.sandbox import SandboxError
@@ -184,14 +186,15 @@ def _executor(cluster: ClusterOptions | None, model, dtype, chunk_size, isa):
         from ..eval.workflows import run_eval
 
         return partial(run_eval, open_model(model, dtype, chunk_size, isa=isa))
-    from ..scale.ray_executor import WorkerPin, run_eval_ray
+    from ..scale.ray_executor import WorkerPin, run_eval_ray, worker_gpus
     from ..util.isa import ENV_VAR, IsaError, check_name
 
     try:
         isa_name = check_name(isa or os.environ.get(ENV_VAR) or "native")
-    except IsaError as exc:
+        worker_gpus(device_option())  # cuda:N is refused before Ray starts
+    except (IsaError, DispatchError) as exc:
         fail(str(exc))
-    pin = WorkerPin(model, dtype, chunk_size, isa_name, cluster.threads)
+    pin = WorkerPin(model, dtype, chunk_size, isa_name, cluster.threads, device_option())
     return partial(run_eval_ray, pin=pin, options=cluster, on_event=console.print)
 
 

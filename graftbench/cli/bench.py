@@ -85,7 +85,7 @@ def bench(
                                only.value if only else None)
     except ValueError as exc:
         fail(str(exc))
-    stem = _stem(only, model, dtype, batched, smoke)
+    stem = _stem(only, model, session.config.dtype, batched, smoke)
     if only:
         text = only_markdown(result)
         paths = write_json_and_markdown(result, text, out, stem)

@@ -32,7 +32,8 @@ console = Console(soft_wrap=True, emoji=False)
 ModelOpt = typer.Option(DEFAULT_MODEL, "--model", "-m", help="alias (smollm2-135m, gemma3-270m; after make models "
                         "qwen2.5-coder-0.5b, qwen2.5-coder-1.5b), hub id, folder or .gguf")
 ProblemsOpt = typer.Option("builtin", "--problems", "-p", help="'builtin', a local jsonl/json/parquet/csv, or a hub id")
-DtypeOpt = typer.Option(DEFAULT_DTYPE, "--dtype", help=" or ".join(DTYPE_NAMES))
+DtypeOpt = typer.Option("auto", "--dtype", help="auto (float32 on the CPU, bfloat16 on CUDA), "
+                        + " or ".join(DTYPE_NAMES) + "; part of the pinned config")
 ChunkOpt = typer.Option(DEFAULT_CHUNK_SIZE, "--chunk-size", min=1, help="prefill chunk size in tokens (part of the pinned config)")
 IsaOpt = typer.Option(None, "--isa", help="instruction-set pin: native (fastest) or avx2 (the portable pin: the same "
                       "bytes on AVX-512 and AVX2 CPUs); part of the pinned config [default: native, or $GRAFTBENCH_ISA]")
@@ -47,6 +48,11 @@ def _remember_device(value: str) -> str:
     except DeviceError as exc:
         raise typer.BadParameter(str(exc)) from exc
     return value
+
+
+def device_option() -> str:
+    """This invocation's ``--device`` as given (``auto``, ``cpu``, ``cuda`` or ``cuda:N``; not resolved)."""
+    return _DEVICE["name"]
 
 
 DeviceOpt = typer.Option("auto", "--device", envvar="GRAFTBENCH_DEVICE", callback=_remember_device,
@@ -209,11 +215,39 @@ def refuse_random(model: str) -> None:
         fail(f"model '{model}' has {LABEL}: no accuracy is reported for one; use check-exact or bench with it")
 
 
+def run_dtype(dtype: str, isa: str | None = None) -> str:
+    """``--dtype`` as this invocation runs it: ``auto`` is float32 on the CPU and bfloat16 on CUDA for this
+    invocation's ``--device`` (:func:`graftbench.engine.device.dtype_for`); another name is returned as given.
+    ``--device auto`` asks torch whether it sees a GPU, so the instruction-set pin ``isa`` is applied first. On
+    ``--engine llama.cpp`` it is ``gguf``: the weights as the file stores them. Exits 2 for a device that cannot be
+    resolved."""
+    from ..engine.device import AUTO_DTYPE, DeviceError, dtype_for
+
+    if engine_name() == "llama.cpp":
+        return "gguf"
+    if dtype == AUTO_DTYPE and _DEVICE["name"] == "auto":
+        apply_isa(isa)  # before torch is imported
+    try:
+        return dtype_for(dtype, _DEVICE["name"])
+    except DeviceError as exc:
+        fail(str(exc))
+
+
+def worker_dtype(dtype: str) -> str:
+    """``--dtype`` for workers on other machines (``--executor ray``): resolved as :func:`run_dtype` when
+    ``--device`` names a kind (``cpu``, ``cuda``), else ``auto``, which each worker resolves on its own machine.
+    Imports no torch."""
+    from ..engine.device import dtype_for
+
+    return dtype if _DEVICE["name"] == "auto" else dtype_for(dtype, _DEVICE["name"])
+
+
 def open_model(model: str, dtype: str, chunk_size: int, threads: int | None = None, isa: str | None = None,
                architecture_only: bool = False):
-    """Load ``model`` on this invocation's ``--device`` and pin the config (on the ``--engine llama.cpp``: the GGUF
-    file on llama.cpp, :func:`open_llama`); fail with one line when it cannot be loaded. A random-weights model (``random:``) is refused unless ``architecture_only`` (the commands that
-    report no accuracy: ``check-exact``, ``bench``)."""
+    """Load ``model`` on this invocation's ``--device`` in ``dtype`` (``auto``: :func:`run_dtype`) and pin the
+    config (on ``--engine llama.cpp``: the GGUF file on llama.cpp, :func:`open_llama`, whose dtype is the file's);
+    fail with one line when it cannot be loaded. A random-weights model (``random:``) is refused unless
+    ``architecture_only`` (the commands that report no accuracy: ``check-exact``, ``bench``)."""
     if not architecture_only:
         refuse_random(model)
     if engine_name() == "llama.cpp":
@@ -229,6 +263,7 @@ def open_model(model: str, dtype: str, chunk_size: int, threads: int | None = No
     quiet_transformers()
     try:
         device = resolve(_DEVICE["name"])
+        dtype = run_dtype(dtype, isa)
         with console.status(f"loading {model} ({dtype}) on {device}"):
             session = open_session(model, dtype=dtype, chunk_size=chunk_size, threads=threads, device=device)
     except (ModelError, DeviceError, ValueError) as exc:

@@ -8,8 +8,8 @@ from typing import Optional
 import typer
 
 from .exact_runs import open_run, report_manifest
-from .common import (ChunkOpt, DeviceOpt, DtypeOpt, EngineOpt, FlashAttnOpt, KvTypeOpt, ModelOpt, ProblemsOpt, RunsOpt, apply_isa, console, fail,
-                     load_problem_set, model_label, open_model, progress)
+from .common import (ChunkOpt, DeviceOpt, DtypeOpt, EngineOpt, FlashAttnOpt, KvTypeOpt, ModelOpt, ProblemsOpt, RunsOpt,
+                     apply_isa, console, fail, load_problem_set, model_label, open_model, progress, run_dtype)
 
 
 def check_exact(
@@ -49,7 +49,7 @@ def check_exact(
         fail(str(exc))
     expected = _load_expectation(extend) if extend else None  # a bad file fails before the model loads
     if extend:
-        _check_extendable_before_load(extend, expected, model, dtype, chunk_size, threads, problem_list, samples)
+        _check_extendable_before_load(extend, expected, model, run_dtype(dtype, isa), chunk_size, threads, problem_list, samples)
     session, recorded = open_model(model, dtype, chunk_size, threads, isa, architecture_only=True), []
     if extend:
         session, recorded = _extension(extend, expected, session, problem_list, samples)

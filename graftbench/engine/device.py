@@ -15,6 +15,7 @@ _NAME = re.compile(r"auto|cpu|cuda(?::\d{1,3})?")
 # The default dtype per device kind when a caller leaves it open: CPU float32 (the committed expectations),
 # CUDA bfloat16 (the GPU's native matmul type).
 DEFAULT_DTYPES = {"cpu": "float32", "cuda": "bfloat16"}
+AUTO_DTYPE = "auto"  # --dtype's default: DEFAULT_DTYPES for the run's device
 
 
 class DeviceError(ValueError):
@@ -60,3 +61,16 @@ def kind(device: str) -> str:
 def default_dtype(device: str) -> str:
     """The dtype a run on ``device`` (resolved) takes when none is given: :data:`DEFAULT_DTYPES`."""
     return DEFAULT_DTYPES[kind(device)]
+
+
+def dtype_for(dtype: str, device: str = DEFAULT_DEVICE, cuda=None) -> str:
+    """The dtype a run takes: ``dtype`` itself unless it is ``auto``, which is :func:`default_dtype` of the device
+    ``device`` names (``cpu``: float32, ``cuda``/``cuda:N``: bfloat16, both without importing torch; ``auto``:
+    resolved with :func:`resolve`, so float32 where torch sees no CUDA). ``cuda`` stands in for ``torch.cuda``.
+
+    Raises :class:`DeviceError` as :func:`resolve` does (for ``auto`` only when the device must be resolved).
+    """
+    if dtype != AUTO_DTYPE:
+        return dtype
+    check_name(device)
+    return default_dtype(resolve(device, cuda) if device == "auto" else "cuda" if device != "cpu" else "cpu")

@@ -7,6 +7,8 @@ nothing raises (docs/exactness.md). The exactness test is what catches a restore
 
 from __future__ import annotations
 
+import time
+
 import torch
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
@@ -116,11 +118,13 @@ def check_compatible(artifact: Artifact, config: PinnedConfig, cache) -> None:
             raise ArtifactError(artifact.id, "config", f"layer state {spec} does not match positions {start}..{end}")
 
 
-def restore(model, config: PinnedConfig, artifact: Artifact, cache=None):
+def restore(model, config: PinnedConfig, artifact: Artifact, cache=None, timing: dict | None = None):
     """Graft ``artifact`` at its own positions: into a fresh cache, or after ``cache`` for a chained artifact.
 
     A chained artifact needs ``cache`` to hold exactly its parent's state (``seen`` equal to its start).
-    Returns the cache. Raises :class:`ArtifactError` (``config`` or ``parent``).
+    On a CUDA model ``timing`` (when given) gets ``copy_s``: the seconds of the to-device copy, waited for; on the
+    CPU nothing is copied and nothing is added. Returns the cache. Raises :class:`ArtifactError` (``config`` or
+    ``parent``).
     """
     cache = cache if cache is not None else forward.new_cache(model)
     check_compatible(artifact, config, cache)
@@ -130,11 +134,26 @@ def restore(model, config: PinnedConfig, artifact: Artifact, cache=None):
     device = forward.model_device(model)
     # On a GPU the read's spare room stays on the host: the layers get device copies without room
     room = artifact.claim_room() if start == 0 and device.type == "cpu" else None
-    for i, (layer, spec, (keys, values)) in enumerate(zip(cache.layers, artifact.header["layers"], artifact.layers)):
-        _restore_layer(layer, spec, to_device(keys, device), to_device(values, device), room[i] if room else None)
+    layers = _on_device(artifact.layers, device, timing)
+    for i, (layer, spec, (keys, values)) in enumerate(zip(cache.layers, artifact.header["layers"], layers)):
+        _restore_layer(layer, spec, keys, values, room[i] if room else None)
     if device.type == "cuda":
-        torch.cuda.synchronize(device)  # the copies are done when restore returns (restore timings include them)
+        torch.cuda.synchronize(device)  # the rebuild is done when restore returns (restore timings include it)
     return cache
+
+
+def _on_device(layers: list, device: torch.device, timing: dict | None) -> list:
+    """The artifact's ``(keys, values)`` per layer on ``device``: the tensors as read on the CPU; on CUDA copied
+    through pinned host memory and waited for, the copy's seconds in ``timing["copy_s"]`` when ``timing`` is given."""
+    if device.type == "cpu":
+        return layers
+    started = time.perf_counter()
+    moved = [(to_device(keys, device), to_device(values, device)) for keys, values in layers]
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    if timing is not None:
+        timing["copy_s"] = time.perf_counter() - started
+    return moved
 
 
 def _restore_layer(layer, spec: dict, keys: torch.Tensor, values: torch.Tensor,

@@ -36,6 +36,11 @@ class Session(PromptIds):
         return self.loaded.tokenizer
 
     @property
+    def device(self) -> str:
+        """The torch device the weights live on (``cpu``, ``cuda:N``); the pin records only its kind."""
+        return str(forward.model_device(self.model))
+
+    @property
     def context_window(self) -> int:
         """The model's maximum positions (tokens)."""
         return int(getattr(self.model.config.get_text_config(), "max_position_embeddings", 8192))

@@ -147,7 +147,8 @@ def run_eval(session: Session, problems: list[Problem], source: str, run_name: s
         run.lock()  # first: a run that another process holds is refused before anything else
         config = session.config.to_dict()
         run.open(run_record(command, config, session.config.fingerprint, problems, settings))
-        meter = EnergyMeter(device=session.config.device)
+        # NVML reads the GPU the run uses (cuda:N); a session without a torch device gives its pin's device kind
+        meter = EnergyMeter(device=getattr(session, "device", session.config.device))
         samples = evaluate(session, shard_problems, run, settings, store, meter, on_sample)
         manifest = eval_manifest(
             run_name=run_name, command=command, config=config, config_fingerprint=session.config.fingerprint,

@@ -34,7 +34,8 @@ class FinishedRun:
 @dataclass(frozen=True)
 class Request:
     """What a solve or eval command asks for, as far as it is known before its model loads (``isa`` resolved:
-    ``native`` or ``avx2``)."""
+    ``native`` or ``avx2``; ``dtype`` ``auto`` only where workers on other machines resolve it, and then a run in
+    either dtype matches)."""
 
     command: str
     model: str
@@ -71,8 +72,8 @@ def _matches(manifest: dict, recorded: object, request: Request) -> bool:
             and config.get("model") == recorded.get("model") == request.model
             and manifest.get("settings") == request.settings.to_dict()
             and manifest.get("config_fingerprint") == recorded.get("config_fingerprint")
-            and (config.get("dtype"), config.get("chunk_size"), config.get("isa"))
-            == (request.dtype, request.chunk_size, request.isa))
+            and request.dtype in (config.get("dtype"), "auto")
+            and (config.get("chunk_size"), config.get("isa")) == (request.chunk_size, request.isa))
 
 
 def _complete(manifest: dict, samples: list[dict], problems: list[Problem], settings: EvalSettings) -> bool:

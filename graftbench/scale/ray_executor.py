@@ -1,10 +1,11 @@
 """``--executor ray``: a solve or eval run over Ray actors, each loading the model once, with the driver writing the
 run folder exactly as one process does.
 
-Each worker (:class:`ProblemWorker`, a Ray actor reserving ``threads`` CPUs) applies the run's instruction-set pin,
-loads the model with the run's pin (model, dtype, chunk size, threads) and opens the run's store read-only (the
-path or URL the run was given, through :func:`graftbench.store.open.open_store`), then runs the problems the
-driver hands it, one at a time, with :func:`graftbench.eval.evaluate.run_problem`, and returns their samples as JSON.
+Each worker (:class:`ProblemWorker`, a Ray actor reserving ``threads`` CPUs, and a GPU under ``--device cuda``)
+applies the run's instruction-set pin, loads the model with the run's pin (model, dtype, chunk size, threads) on the
+run's ``--device`` and opens the run's store read-only (the path or URL the run was given, through
+:func:`graftbench.store.open.open_store`), then runs the problems the driver hands it, one at a time, with
+:func:`graftbench.eval.evaluate.run_problem`, and returns their samples as JSON.
 
 The driver (:func:`run_eval_ray`) holds the run folder's lock, takes the pin of the first worker (in worker order)
 that loads the model as the run's pin, and refuses (stops, and never hands a problem to) any worker whose pin's
@@ -45,15 +46,32 @@ LOCAL_OBJECT_STORE_BYTES = 256 << 20  # a local cluster's object store: samples 
 
 @dataclass(frozen=True)
 class WorkerPin:
-    """What each worker loads: ``model`` (alias, path or hub id, as for one process), ``dtype``, ``chunk_size``
-    (tokens), ``isa`` (``native`` or ``avx2``, :mod:`graftbench.util.isa`) and torch ``threads``. Together with the
-    worker's machine and libraries they make its :class:`graftbench.engine.pin.PinnedConfig`."""
+    """What each worker loads: ``model`` (alias, path or hub id, as for one process), ``dtype`` (``auto``: float32
+    on the CPU, bfloat16 on CUDA, resolved by the worker), ``chunk_size`` (tokens), ``isa`` (``native`` or ``avx2``,
+    :mod:`graftbench.util.isa`), torch ``threads`` and ``device`` (``--device``: ``auto`` resolved on the worker's
+    machine; ``cuda`` reserves one GPU per worker, :func:`worker_gpus`). Together with the worker's machine and
+    libraries they make its :class:`graftbench.engine.pin.PinnedConfig`."""
 
     model: str
     dtype: str
     chunk_size: int
     isa: str
     threads: int
+    device: str = "auto"
+
+
+def worker_gpus(device: str) -> int:
+    """GPUs each worker reserves from Ray for ``--device`` ``device``: one for ``cuda`` (Ray hands each worker its
+    own GPU, which the worker sees as ``cuda:0``), none for ``cpu`` and ``auto`` (a worker under ``auto`` runs on
+    the first GPU its machine shows it, else the CPU). Raises :class:`DispatchError` for ``cuda:N`` with N > 0 (a
+    worker sees only the GPU Ray gives it) and :class:`graftbench.engine.device.DeviceError` for a bad name."""
+    from ..engine.device import check_name
+
+    check_name(device)
+    if device.startswith("cuda:") and device != "cuda:0":
+        raise DispatchError(f"--device {device} with --executor ray: Ray gives each worker one GPU, which it sees "
+                            "as cuda:0; pass --device cuda")
+    return 1 if device.startswith("cuda") else 0
 
 
 @dataclass(frozen=True)
@@ -96,7 +114,8 @@ class ProblemWorker:
     """One worker: the model loaded once under ``pin``, the store at ``store_root`` opened read-only when the run
     grafts, and :func:`graftbench.eval.evaluate.run_problem` for each problem handed to it. ``cwd``: the driver's
     working folder, entered when this machine has it (so relative model and store paths mean the same). Raises
-    :class:`graftbench.util.isa.IsaError`, :class:`graftbench.engine.models.ModelError` or
+    :class:`graftbench.util.isa.IsaError`, :class:`graftbench.engine.device.DeviceError` (a CUDA device the worker's
+    machine lacks), :class:`graftbench.engine.models.ModelError` or
     :class:`graftbench.store.folder.StoreError` when it cannot start (the driver reports it as refused)."""
 
     def __init__(self, pin: WorkerPin, settings: EvalSettings, store_root: str | None, cwd: str | None,
@@ -107,14 +126,16 @@ class ProblemWorker:
 
         apply(pin.isa)  # before torch is imported in this process
         from ..util.energy import EnergyMeter
+        from ..engine.device import dtype_for, resolve
         from ..engine.session import open_session
         from ..store.open import open_store
 
-        self.session = open_session(pin.model, dtype=pin.dtype, chunk_size=pin.chunk_size,
-                                    threads=faults.threads or pin.threads)
+        device = resolve(pin.device)
+        self.session = open_session(pin.model, dtype=dtype_for(pin.dtype, device), chunk_size=pin.chunk_size,
+                                    threads=faults.threads or pin.threads, device=device)
         self.settings = settings
         self.store = open_store(store_root, readonly=True) if settings.graft and store_root is not None else None
-        self.meter = EnergyMeter(device=self.session.config.device)
+        self.meter = EnergyMeter(device=device)
         self.faults = faults
         self.runs = 0
 
@@ -228,7 +249,8 @@ class _Workers:
 
     def start(self) -> int:
         index = self.report.started
-        actor = self.remote.options(num_cpus=self.pin.threads, max_restarts=0, max_concurrency=1).remote(
+        actor = self.remote.options(num_cpus=self.pin.threads, num_gpus=worker_gpus(self.pin.device), max_restarts=0,
+                                    max_concurrency=1).remote(
             self.pin, self.settings, self.store_root, os.getcwd(), self.hooks.faults.get(index, WorkerFaults()))
         self.actors[index] = actor
         self.loading[actor.describe.remote()] = index

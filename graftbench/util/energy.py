@@ -45,19 +45,34 @@ def _rapl_files() -> list[str]:
     return readable
 
 
+def nvml_name(device: str, visible: str | None = None) -> int | str:
+    """NVML's name for CUDA device ``device`` (``cuda`` or ``cuda:N``): an index, or a UUID (``GPU-...``). CUDA
+    numbers only the devices ``CUDA_VISIBLE_DEVICES`` lists (``visible``; the environment's when ``None``), NVML
+    every device of the machine, so ``cuda:N`` is that list's N-th entry when it is set (as Ray sets it for a worker
+    holding a GPU), else NVML's device N. Raises ``IndexError`` when the list has no N-th entry."""
+    index = int(device.partition(":")[2] or 0)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
+    if not visible:
+        return index
+    entry = [part.strip() for part in visible.split(",")][index]
+    return int(entry) if entry.isdigit() else entry
+
+
 def _nvml_handle(device: str):
-    """The NVML handle of CUDA device ``device`` (``cuda`` or ``cuda:N``), or ``None`` where NVML or its energy
-    counter is not available (no ``pynvml``, no driver, a GPU older than Volta)."""
+    """The NVML handle of CUDA device ``device`` (``cuda`` or ``cuda:N``, :func:`nvml_name`), or ``None`` where NVML
+    or its energy counter is not available (no ``pynvml``, no driver, a GPU older than Volta, a MIG slice)."""
     if not device.startswith("cuda"):
         return None
     try:
         import pynvml
 
         pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(int(device.partition(":")[2] or 0))
+        name = nvml_name(device)
+        handle = (pynvml.nvmlDeviceGetHandleByIndex(name) if isinstance(name, int)
+                  else pynvml.nvmlDeviceGetHandleByUUID(name))
         pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
         return handle
-    except Exception:  # ImportError, or any pynvml.NVMLError: fall back to the next method
+    except Exception:  # ImportError, IndexError, or any pynvml.NVMLError: fall back to the next method
         return None
 
 
