@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -22,6 +23,7 @@ from graftbench.results.fingerprint import pin_fingerprint
 from graftbench.results.exact_manifest import verify_exactness_manifest
 
 from .conftest import AIME2024, REFERENCE_MANIFESTS, ROOT
+from .replay_lanes import BUNDLED_MODELS
 
 CHUNK = 32
 SOLUTION_CHARS = 300  # characters of each worked solution kept in the short problem set
@@ -127,6 +129,65 @@ def test_a_llama_cpp_certificate_replays_in_a_second_process(llama, tmp_path):
     assert "2 compared, 2 equal" in done.stdout
 
 
+def _committed_llama_certificates() -> list[str]:
+    """The committed llama.cpp certificates of the bundled models, by path under the results root (the optional
+    Qwen models' replay with ``make replay-exact`` where ``make models`` installed them)."""
+    found = []
+    for path in sorted((ROOT / "results").glob("*/manifests/exact-*-llama-*.json")):
+        config = json.loads(path.read_text())["config"]
+        if config["model"] in BUNDLED_MODELS and config["engine"]["engine"] == "llama.cpp":
+            found.append(path.relative_to(ROOT).as_posix())
+    return found
+
+
+COMMITTED_LLAMA = _committed_llama_certificates()
+
+
+# Each committed llama.cpp certificate of the reference machine and its byte-exact pairs of 50: every model and KV
+# cache type certified, except Gemma 3's sliding-window layers (docs/llama-cpp.md names the cause)
+LLAMA_CERTIFICATES = {"smollm2-135m-llama-f16": 50, "smollm2-135m-llama-q8_0": 50,
+                      "qwen2.5-coder-0.5b-llama-f16": 50, "qwen2.5-coder-0.5b-llama-q8_0": 50,
+                      "qwen2.5-coder-1.5b-llama-f16": 50, "qwen2.5-coder-1.5b-llama-q8_0": 50,
+                      "gemma3-270m-llama-f16": 44}
+
+
+def test_the_committed_llama_cpp_certificates_are_50_pairs_with_controls_and_verify():
+    found = {p.stem.removeprefix("exact-"): p for p in REFERENCE_MANIFESTS.glob("exact-*-llama-*.json")}
+    assert set(found) == set(LLAMA_CERTIFICATES)
+    for name, exact in LLAMA_CERTIFICATES.items():
+        manifest = json.loads(found[name].read_text())
+        totals, engine = manifest["totals"], manifest["config"]["engine"]
+        assert (totals["pairs"], totals["exact_pairs"]) == (50, exact), name
+        assert verify_exactness_manifest(manifest) == [], name
+        assert engine["type_k"] == engine["type_v"] == name.rsplit("-", 1)[1], name
+        assert totals["controls"]["chunk-128"]["pairs"] == 5, name
+        assert all(totals["controls"][f"shift-{k}"]["exact_pairs"] == 0 for k in (8, 128, 1024)), name
+        assert len({r["tokens_sha256"] for r in manifest["pairs"]}) == 50, name
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("name", COMMITTED_LLAMA)
+def test_a_committed_llama_cpp_certificate_replays_here_or_is_declared_another_build(name, tmp_path):
+    """A committed certificate's first pair recomputed in a second process under its own engine pin. Strict where
+    this machine's llama.cpp build reports the CPU features the certificate records; on another build the replay is
+    refused as not comparable, naming ``system_info``: a declared difference, never a surprise failure."""
+    from graftbench.engine.llama_cpp import system_info
+
+    expected = json.loads((ROOT / name).read_text())["config"]["engine"]
+    done = subprocess.run([sys.executable, "-m", "graftbench.cli.app", "check-exact", "--expect", name, "--limit",
+                           "1", "--log", str(tmp_path / "replays.jsonl")],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    output = done.stdout + done.stderr
+    logged = json.loads((tmp_path / "replays.jsonl").read_text().splitlines()[-1])
+    if expected["system_info"] != system_info():
+        assert done.returncode == 1 and "not comparable" in output and "engine.system_info" in output, output
+        assert "engine.system_info" in logged["pin_differences"]
+        return
+    assert done.returncode == 0, output
+    assert "1 compared, 1 equal" in output
+    assert (logged["compared"], logged["equal"]) == (1, 1)
+
+
 @pytest.mark.model
 def test_a_replay_under_another_kv_cache_type_is_not_comparable(llama, tmp_path):
     from graftbench.engine.llama_session import open_llama_session
@@ -156,7 +217,9 @@ def test_llama_cpp_engine_fields_make_another_pin(llama, session):
 
 
 def test_a_pin_without_an_engine_field_keeps_the_committed_torch_fingerprints():
-    for path in sorted(REFERENCE_MANIFESTS.glob("exact-*.json")):
+    torch_expectations = [p for p in sorted(REFERENCE_MANIFESTS.glob("exact-*.json")) if "-llama-" not in p.name]
+    assert len(torch_expectations) >= 9
+    for path in torch_expectations:
         manifest = json.loads(path.read_text())
         config = manifest["config"]
         assert "engine" not in config, path.name

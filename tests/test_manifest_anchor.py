@@ -252,3 +252,33 @@ def test_a_sample_whose_problem_id_is_not_a_string_is_counted_as_missing_not_a_c
     write_manifest({**body, "manifest_sha256": seal_sha256(body)}, forged)
     mismatches, _ = check_manifest(forged)
     assert "samples: 1 problems of the set do not have 1 samples each (settings.samples): 2025-I-1 has 0" in mismatches
+
+
+def _sealed_exactness(tmp_path, manifest: dict) -> Path:
+    body = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
+    path = tmp_path / "exact.json"
+    path.write_text(json.dumps({**body, "manifest_sha256": sha256_json(body)}), encoding="utf-8")
+    return path
+
+
+def test_a_llama_cpp_certificate_commits_each_deposit_by_its_state_hash_and_one_without_it_is_refused(tmp_path):
+    manifest = json.loads((MANIFESTS / "exact-smollm2-135m-llama-f16.json").read_text(encoding="utf-8"))
+    assert check_manifest(MANIFESTS / "exact-smollm2-135m-llama-f16.json") is not None
+    del manifest["pairs"][3]["state_sha256"]
+    with pytest.raises(ManifestRefused, match=r"pairs: 1 entries \(first at index 3\) are not llama.cpp pair records "
+                                              r"with .*state_sha256"):
+        check_manifest(_sealed_exactness(tmp_path, manifest))
+
+
+def test_an_exactness_manifest_of_an_engine_graftbench_does_not_know_is_refused(tmp_path):
+    manifest = json.loads((MANIFESTS / "exact-smollm2-135m-llama-f16.json").read_text(encoding="utf-8"))
+    manifest["config"]["engine"]["engine"] = "vllm"
+    with pytest.raises(ManifestRefused, match="config.engine: 'vllm' is not an engine graftbench knows"):
+        check_manifest(_sealed_exactness(tmp_path, manifest))
+
+
+def test_a_torch_certificate_needs_its_artifact_ids(tmp_path):
+    manifest = json.loads((MANIFESTS / "exact-smollm2-135m.json").read_text(encoding="utf-8"))
+    del manifest["pairs"][0]["artifact_id"]
+    with pytest.raises(ManifestRefused, match="are not torch pair records with artifact_id"):
+        check_manifest(_sealed_exactness(tmp_path, manifest))

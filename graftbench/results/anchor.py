@@ -25,8 +25,11 @@ _DATA_FOLDER = PurePosixPath("..", "shared", "data")  # recorded sources graftbe
 # exactness manifest still carries its samples) is not what its schema says it is.
 EXACTNESS_FIELDS = frozenset({"schema", "created_utc", "config", "config_fingerprint", "environment",
                               "problem_set", "settings", "pairs", "totals", "manifest_sha256"})
-PAIR_FIELDS = frozenset({"id", "kind", "equal", "graft_logits_sha256", "fresh_logits_sha256", "artifact_id",
-                         "artifact_tokens", "tokens_sha256"})
+PAIR_FIELDS = frozenset({"id", "kind", "equal", "graft_logits_sha256", "fresh_logits_sha256", "artifact_tokens",
+                         "tokens_sha256"})
+# What a pair commits the deposit by, per engine (the pin's ``engine.engine``; absent means torch): the torch
+# artifact's id, or the SHA-256 of llama.cpp's sequence state.
+DEPOSIT_FIELD = {"torch": "artifact_id", "llama.cpp": "state_sha256"}
 RUN_REQUIRED_FIELDS = frozenset({"schema", "run", "command", "config", "config_fingerprint", "settings",
                                  "problem_set", "problems", "samples", "totals", "manifest_sha256"})
 RUN_FOREIGN_FIELDS = frozenset({"pairs"})
@@ -51,11 +54,24 @@ def exactness_shape(manifest: dict) -> list[str]:
     pairs = manifest.get("pairs")
     if not isinstance(pairs, list) or not pairs:
         return problems + ["pairs: not a non-empty list of pair records"]
-    bad = [i for i, p in enumerate(pairs) if not isinstance(p, dict) or not PAIR_FIELDS <= set(p)]
+    engine = _engine_name(manifest)
+    if engine not in DEPOSIT_FIELD:
+        return problems + [f"config.engine: {engine!r} is not an engine graftbench knows ({', '.join(DEPOSIT_FIELD)})"]
+    fields = PAIR_FIELDS | {DEPOSIT_FIELD[engine]}
+    bad = [i for i, p in enumerate(pairs) if not isinstance(p, dict) or not fields <= set(p)]
     if bad:
-        problems.append(f"pairs: {len(bad)} entries (first at index {bad[0]}) are not pair records with "
-                        f"{', '.join(sorted(PAIR_FIELDS))}")
+        problems.append(f"pairs: {len(bad)} entries (first at index {bad[0]}) are not {engine} pair records with "
+                        f"{', '.join(sorted(fields))}")
     return problems
+
+
+def _engine_name(manifest: dict) -> object:
+    """The engine a manifest's pin names: ``config.engine.engine``, ``torch`` when the pin has no engine field."""
+    config = manifest.get("config")
+    engine = config.get("engine") if isinstance(config, dict) else None
+    if engine is None:
+        return "torch"
+    return engine.get("engine") if isinstance(engine, dict) else engine
 
 
 def run_shape(manifest: dict) -> list[str]:
