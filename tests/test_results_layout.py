@@ -45,6 +45,10 @@ def test_each_manifest_lies_under_the_kind_of_cpu_it_records_and_is_named_by_the
     assert stem.split(f"-{model}")[0] in SETS and f"-{model}" in stem
     after_model = stem.split(f"-{model}", 1)[1]
     assert after_model.startswith("-bf16") == (config["dtype"] == "bfloat16")
+    engine = config.get("engine") or {}
+    assert after_model.startswith("-llama-") == (engine.get("engine") == "llama.cpp")
+    if engine:  # the engine marker names the KV cache type
+        assert after_model.startswith(f"-llama-{engine['type_k']}")
     program = (manifest.get("settings") or {}).get("mode") == "program"
     assert ("-program" in after_model) == program
 

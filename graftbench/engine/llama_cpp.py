@@ -78,6 +78,13 @@ def system_info() -> str:
     return _lib().llama_print_system_info().decode("utf-8", "replace").strip().rstrip("|").strip()
 
 
+def default_threads() -> int:
+    """Threads when none are given: ``OMP_NUM_THREADS`` where it is a positive integer (as torch reads it, so one
+    setting pins both engines' thread count), else every core."""
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    return int(value) if value.isdigit() and int(value) > 0 else max(1, os.cpu_count() or 1)
+
+
 def binding_version() -> str:
     """The installed llama-cpp-python version (it vendors one llama.cpp commit, so it names the llama.cpp code)."""
     return metadata.version("llama-cpp-python")
@@ -145,7 +152,7 @@ class LlamaCppEngine:
         if not os.path.isfile(gguf_path):
             raise FileNotFoundError(f"GGUF file '{gguf_path}' does not exist")
         self.gguf_path, self.n_ctx, self.chunk_size = str(gguf_path), n_ctx, chunk_size
-        self.threads = threads or max(1, os.cpu_count() or 1)
+        self.threads = threads or default_threads()
         self.kv_type, self.flash_attn, self.extra_buffers = kv_type, flash_attn, extra_buffers
         self.tokenizer, self._weights_sha256 = tokenizer, weights_sha256
         lib = _lib()
