@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import platform
-import subprocess
 import tempfile
 import time
 from dataclasses import asdict
@@ -13,6 +12,7 @@ from pathlib import Path
 import torch
 
 from ..util import isa
+from ..util.checkout import checkout_commit
 from ..problems.types import Problem
 from ..engine.session import Session
 from ..settings import BenchSettings
@@ -145,17 +145,7 @@ def environment(session: Session) -> dict:
             "config_fingerprint": session.config.fingerprint, "chunk_size": session.config.chunk_size,
             "model": model_name(session.config.to_dict()), "dtype": session.config.dtype,
             **({"accelerator": session.config.accelerator} if session.config.accelerator else {}),
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "graftbench_commit": _commit()}
-
-
-def _commit() -> str | None:
-    """The git commit of the graftbench checkout the figures come from (``None`` outside a git checkout)."""
-    try:
-        done = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).resolve().parents[2], timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout.strip() or None
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "graftbench_commit": checkout_commit()}
 
 
 SECTIONS = ("batched-samples", "head-to-head", "load-decode", "store-scale", "ttft")  # sections that run alone with ``--only``

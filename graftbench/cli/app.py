@@ -532,6 +532,7 @@ def run(
 app.command(name="check-exact")(exact.check_exact)
 app.command(name="bench")(bench.bench)
 app.command(name="bench-isa")(bench.bench_isa)
+app.command(name="bench-llama")(bench.bench_llama)
 app.command(name="bench-long-context")(bench.bench_long_context)
 app.command(name="report")(report.report)
 app.command(name="route-quality")(route.route_quality)

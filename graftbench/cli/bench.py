@@ -1,5 +1,6 @@
-"""The benchmark commands: ``bench`` (graft against prefill and more), ``bench-isa`` (what the portable pin costs)
-and ``bench-long-context`` (a store far larger than the window)."""
+"""The benchmark commands: ``bench`` (graft against prefill and more), ``bench-isa`` (what the portable pin costs),
+``bench-llama`` (the llama.cpp engine against raw llama.cpp) and ``bench-long-context`` (a store far larger than the
+window)."""
 
 from __future__ import annotations
 
@@ -134,6 +135,46 @@ def bench_isa(
         fail(str(exc))
     paths = write_outputs(result, out, f"isa-cost-{model_label(model)}")
     console.print(markdown(result))
+    console.print("wrote " + ", ".join(str(p) for p in paths))
+
+
+def bench_llama(
+    model: str = ModelOpt,
+    problems: str = typer.Option("../shared/data/aime2024.jsonl", "--problems", "-p",
+                                 help="problems with solutions: the text the states are cut from"),
+    sizes: str = typer.Option("4096,8192", "--sizes", help="state sizes in tokens, comma-separated"),
+    kv_types: str = typer.Option("f16,q8_0", "--kv-types", help="KV cache types for decode after a graft (f16 first)"),
+    threads: int = typer.Option(1, "--threads", min=1, help="threads for both engines"),
+    repeats: int = typer.Option(3, "--repeats", min=1, help="repetitions per side and row; medians reported"),
+    prefill_tokens: int = typer.Option(512, "--prefill-tokens", min=1, help="tokens in the prefill row"),
+    decode_tokens: int = typer.Option(64, "--decode-tokens", min=2, help="greedy tokens per decode"),
+    torch_sizes: Optional[str] = typer.Option(None, "--torch-sizes",
+                                              help="sizes for the torch engine's rows beside them (default: --sizes; "
+                                                   "'none': its decode row only)"),
+    no_torch: bool = typer.Option(False, "--no-torch", help="no torch engine rows"),
+    out: Path = typer.Option(BENCH_OUT, "--out", help="folder for the JSON and markdown"),
+) -> None:
+    """Measure graftbench's llama.cpp engine against raw llama.cpp on one GGUF file, torch's rows beside them."""
+    from ..bench.engines import markdown, run_engine_bench, steps
+    from ..bench.history import write_json_and_markdown
+    from ..bench.llama_engine import LlamaBenchSettings
+    from ..engine.llama_cpp import KV_TYPES
+
+    kinds = [k.strip() for k in kv_types.split(",") if k.strip()]
+    if not kinds or kinds[0] != "f16" or any(k not in KV_TYPES for k in kinds):
+        fail(f"--kv-types must start with f16 and list only {', '.join(KV_TYPES)}, got {kv_types!r}")
+    settings = LlamaBenchSettings(tuple(int_list(sizes, "--sizes")), prefill_tokens, decode_tokens, repeats)
+    extra = None if no_torch else settings.sizes if torch_sizes is None else \
+        () if torch_sizes == "none" else tuple(int_list(torch_sizes, "--torch-sizes"))
+    problem_list = load_problem_set(problems, None, "id", "problem", "answer", "solution")
+    try:
+        with progress_bar("rows", steps(settings, kinds, extra)) as advance:
+            result = run_engine_bench(model, problem_list, problems, settings, threads, kinds, extra,
+                                      lambda name: advance())
+    except (ImportError, RuntimeError, ValueError, FileNotFoundError) as exc:
+        fail(f"bench-llama: {exc}")
+    paths = write_json_and_markdown(result, markdown(result), out, f"llama-engine-{model_label(model)}")
+    console.print(markdown(result), markup=False, highlight=False)
     console.print("wrote " + ", ".join(str(p) for p in paths))
 
 

@@ -78,6 +78,12 @@ def system_info() -> str:
     return _lib().llama_print_system_info().decode("utf-8", "replace").strip().rstrip("|").strip()
 
 
+def bindings():
+    """llama-cpp-python's low-level bindings (the ``llama_cpp`` module), loaded once with llama.cpp's log quieted
+    to errors: what the benchmark's raw llama.cpp side calls directly."""
+    return _lib()
+
+
 def default_threads() -> int:
     """Threads when none are given: ``OMP_NUM_THREADS`` where it is a positive integer (as torch reads it, so one
     setting pins both engines' thread count), else every core."""

@@ -53,23 +53,31 @@ class LlamaSession(PromptIds):
         """Append ``ids`` (a graft's query) to ``cache``; the last position's logits ``[vocab]``."""
         return self.engine.prefill(cache, ids)
 
-    def graft(self, store, artifact_id: str, room: int = 0) -> Grafted:
+    def graft(self, store, artifact_id: str, room: int = 0, timing: dict | None = None) -> Grafted:
         """Read the state ``artifact_id`` from ``store`` (:meth:`graftbench.store.folder.Store.read_state`: size,
-        SHA-256 and payload checked), check its pin, and restore it into a fresh context. ``room`` (tokens: the
-        query and the decode budget) must fit after it. Raises :class:`graftbench.store.codec.ArtifactError`
-        naming the refused check (``config`` for another pin or no room, ``read`` when llama.cpp refuses it)."""
+        the file's XXH3-128 indexed at deposit, layout and header checked), check its pin, and restore it into a
+        fresh context. ``room`` (tokens: the query and the decode budget) must fit after it. ``timing`` (when
+        given) gets the read's ``read_s``, ``integrity_s`` and ``parse_s``, then ``checks_s`` (the pin) and
+        ``rebuild_s`` (a fresh context and ``llama_state_seq_set_data``), in seconds. Raises
+        :class:`graftbench.store.codec.ArtifactError` naming the refused check (``config`` for another pin or no
+        room, ``read`` when llama.cpp refuses it)."""
         from ..store.codec import ArtifactError
         from .llama_cpp import LlamaCppError
 
-        header, token_ids, state = store.read_state(artifact_id)
+        timing = {} if timing is None else timing
+        header, token_ids, state = store.read_state(artifact_id, timing=timing)
+        checked = time.perf_counter()
         check_pin(artifact_id, header, self.config)
         if len(token_ids) + room > self.engine.n_ctx:
             raise ArtifactError(artifact_id, "config", f"{len(token_ids)} tokens and {room} more do not fit the "
                                                        f"context of {self.engine.n_ctx}")
+        rebuilt = time.perf_counter()
+        timing["checks_s"] = rebuilt - checked
         try:
             cache = self.engine.restore(LlamaState(state, token_ids, (0, len(token_ids))))
         except LlamaCppError as exc:
             raise ArtifactError(artifact_id, "read", str(exc)) from exc
+        timing["rebuild_s"] = time.perf_counter() - rebuilt
         return Grafted(cache, [header], [token_ids])
 
     def prefill_chain(self, segments: list[list[int]], query: list[int]):

@@ -32,6 +32,7 @@ store.
 from __future__ import annotations
 
 import errno
+import time
 import os
 import re
 import sqlite3
@@ -56,7 +57,7 @@ from .ids import (
     artifacts_dir,
     id_of_path,
 )
-from .llama_state import audit_any, decode_state
+from .llama_state import audit_any, decode_state, parse_state
 from .reader import (INTEGRITY_METHODS, LayoutError, header_length, metadata_of, parse_table,
                      read_safetensors, xxh3_128_hex)
 from ..util.durable import (
@@ -391,14 +392,37 @@ class Store(IndexedStore):
         indexed = self._indexed(artifact_id)
         return self._audit(artifact_id, self._file_bytes(artifact_id, indexed), indexed, audit_any)
 
-    def read_state(self, artifact_id: str) -> tuple[dict, list[int], bytes]:
-        """A llama.cpp sequence state artifact: ``(header, token ids, state bytes)``
-        (:func:`graftbench.store.llama_state.decode_state`), read only when it is a regular file inside the store of
-        the size indexed for it, and checked by SHA-256 against its id and its payload hash. Whether it may be
-        restored under a run's pin is the engine's check. Raises :class:`ArtifactError` (``missing``, ``size``,
-        ``read``, ``hash``, ``header``, ``format``, ``tensors``, ``payload``), :class:`StoreError` for a damaged
-        index."""
-        return decode_state(artifact_id, self._file_bytes(artifact_id, self._indexed(artifact_id)))
+    def read_state(self, artifact_id: str, integrity: str = "xxh3_128",
+                   timing: dict | None = None) -> tuple[dict, list[int], memoryview]:
+        """A llama.cpp sequence state artifact: ``(header, token ids, state bytes)``, read only when it is a regular
+        file inside the store of the size indexed for it. As :meth:`read` for a torch artifact, the whole file's
+        hash is the XXH3-128 indexed at deposit (``hash``; ``integrity="sha256"`` or no indexed digest: SHA-256
+        against the id and of the payload against the header,
+        :func:`graftbench.store.llama_state.decode_state`), then its layout, header and tensors
+        (:func:`graftbench.store.llama_state.parse_state`). The state is a view of the bytes read. Whether it may
+        be restored under a run's pin is the engine's check. ``timing`` (when given) gets ``read_s``,
+        ``integrity_s`` and ``parse_s`` in seconds. Raises :class:`ArtifactError` (``missing``, ``size``, ``read``,
+        ``hash``, ``header``, ``format``, ``tensors``, ``payload``), ``ValueError`` for another ``integrity``,
+        :class:`StoreError` for a damaged index."""
+        if integrity not in INTEGRITY_METHODS:
+            raise ValueError(f"integrity method {integrity!r} is not one of {INTEGRITY_METHODS}")
+        timing = {} if timing is None else timing
+        started = time.perf_counter()
+        indexed = self._indexed(artifact_id)
+        data = self._file_bytes(artifact_id, indexed)
+        read = time.perf_counter()
+        timing["read_s"] = read - started
+        if integrity == "sha256" or indexed[1] is None:
+            header, token_ids, state = decode_state(artifact_id, data)
+            timing["integrity_s"], timing["parse_s"] = time.perf_counter() - read, 0.0
+            return header, token_ids, state
+        if xxh3_128_hex(data) != indexed[1]:
+            raise ArtifactError(artifact_id, "hash", "xxh3_128 of the file does not equal the XXH3-128 indexed at "
+                                                     "deposit (corrupt or edited)")
+        hashed = time.perf_counter()
+        header, token_ids, state = parse_state(artifact_id, data)
+        timing["integrity_s"], timing["parse_s"] = hashed - read, time.perf_counter() - hashed
+        return header, [int(t) for t in token_ids], state
 
     def _file_bytes(self, artifact_id: str, indexed: tuple[int | None, str | None]) -> bytes:
         """The artifact file's bytes, read only when it is a regular file inside the store, under the size cap

@@ -17,16 +17,17 @@ import hashlib
 import json
 
 import numpy as np
-from safetensors import SafetensorError
-
-from .codec import FORMAT, HEADER_KEY, LLAMA_FORMAT, ArtifactError, audit_artifact, decode_header
+from .codec import (FORMAT, HEADER_KEY, LLAMA_FORMAT, ArtifactError, audit_artifact, decode_header,
+                    header_from_metadata)
 from .ids import artifact_id_of
+from .reader import LayoutError, metadata_of, parse_header
 
 
-def payload_sha256(token_ids: np.ndarray, state: np.ndarray) -> str:
-    """SHA-256 over the raw bytes of ``token_ids`` (int64, little-endian) then ``state`` (uint8)."""
+def payload_sha256(token_ids: np.ndarray, state) -> str:
+    """SHA-256 over the raw bytes of ``token_ids`` (int64, little-endian) then ``state`` (uint8 bytes, any
+    buffer)."""
     digest = hashlib.sha256(np.ascontiguousarray(token_ids, dtype="<i8").tobytes())
-    digest.update(np.ascontiguousarray(state, dtype=np.uint8).tobytes())
+    digest.update(memoryview(state).cast("B"))
     return digest.hexdigest()
 
 
@@ -44,32 +45,62 @@ def encode_state(header: dict, token_ids: list[int], state: bytes) -> bytes:
                 metadata={HEADER_KEY: json.dumps(header, sort_keys=True, separators=(",", ":"))})
 
 
-def decode_state(artifact_id: str, data: bytes) -> tuple[dict, list[int], bytes]:
-    """``(header, token ids, state bytes)`` of artifact bytes ``data``, checked in order: the id (SHA-256 of the
-    bytes), the header and its format, the tensors (int64 ``token_ids`` and uint8 ``state``, nothing else), the
-    payload hash, the positions against the token ids. Raises :class:`graftbench.store.codec.ArtifactError`
-    naming the failed check (``hash``, ``header``, ``format``, ``tensors``, ``payload``)."""
-    from safetensors.numpy import load
-
+def decode_state(artifact_id: str, data: bytes) -> tuple[dict, list[int], memoryview]:
+    """``(header, token ids, state bytes)`` of artifact bytes ``data`` with every check: the id (SHA-256 of the
+    bytes), then :func:`parse_state`'s, then the payload hash. The state is a view of ``data`` (no copy). Raises
+    :class:`graftbench.store.codec.ArtifactError` naming the failed check (``hash``, ``header``, ``format``,
+    ``tensors``, ``payload``)."""
     if artifact_id_of(data) != artifact_id:
         raise ArtifactError(artifact_id, "hash", "SHA-256 of the file does not equal its id (corrupt or edited)")
-    header = decode_header(artifact_id, data)
+    header, token_ids, state = parse_state(artifact_id, data)
+    if payload_sha256(token_ids, state) != header.get("payload_sha256"):
+        raise ArtifactError(artifact_id, "payload", "payload SHA-256 does not equal the header's")
+    return header, [int(t) for t in token_ids], state
+
+
+def parse_state(artifact_id: str, data: bytes) -> tuple[dict, np.ndarray, memoryview]:
+    """``(header, token ids int64 [n], state bytes)`` of artifact bytes ``data`` without hashing them (the caller
+    has checked the file's hash: the id's SHA-256, or the XXH3-128 indexed at deposit), the arrays views of
+    ``data``. Checks, in order: the safetensors layout (``format``), the graftbench header and its format
+    (``header``, ``format``), the tensors (exactly int64 ``token_ids [n]`` and uint8 ``state [bytes]``, tiling
+    the body: ``tensors``), the positions against the token ids (``header``). Raises
+    :class:`graftbench.store.codec.ArtifactError` naming the failed check."""
+    try:
+        table, length = parse_header(data)
+        header = header_from_metadata(artifact_id, metadata_of(table))
+    except LayoutError as exc:
+        raise ArtifactError(artifact_id, exc.check, str(exc)) from exc
     if header.get("format") != LLAMA_FORMAT:
         raise ArtifactError(artifact_id, "format", f"a {header.get('format')} artifact, not a llama.cpp state")
-    try:
-        tensors = load(data)
-    except (SafetensorError, ValueError) as exc:
-        raise ArtifactError(artifact_id, "format", f"safetensors payload unreadable ({exc})") from exc
-    token_ids, payload = tensors.get("token_ids"), tensors.get("state")
-    if set(tensors) != {"token_ids", "state"} or token_ids.dtype != np.int64 or token_ids.ndim != 1 \
-            or payload.dtype != np.uint8:
-        raise ArtifactError(artifact_id, "tensors", "expected int64 token_ids [n] and uint8 state, nothing else")
-    if payload_sha256(token_ids, payload) != header.get("payload_sha256"):
-        raise ArtifactError(artifact_id, "payload", "payload SHA-256 does not equal the header's")
+    body = 8 + length
+    (ids_start, ids_end), (state_start, state_end) = _state_spans(artifact_id, table, len(data) - body)
+    token_ids = np.frombuffer(data, dtype="<i8", count=(ids_end - ids_start) // 8, offset=body + ids_start)
     if header.get("positions") != [0, len(token_ids)]:
         raise ArtifactError(artifact_id, "header", f"positions {header.get('positions')!r} do not match its "
                                                    f"{len(token_ids)} token ids")
-    return header, [int(t) for t in token_ids], payload.tobytes()
+    return header, token_ids, memoryview(data)[body + state_start:body + state_end]
+
+
+def _state_spans(artifact_id: str, table: dict, body_bytes: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The byte spans of ``token_ids`` and ``state`` in the body: exactly those two tensors, int64 ``[n]`` and
+    uint8 ``[m]``, tiling ``body_bytes`` without gap or overlap. Raises :class:`ArtifactError` (``tensors``)."""
+    expected = {"token_ids": ("I64", 8), "state": ("U8", 1)}
+    names = set(table) - {"__metadata__"}
+    spans = {}
+    for name, (dtype, itemsize) in expected.items():
+        spec = table.get(name)
+        shape = spec.get("shape") if isinstance(spec, dict) else None
+        offsets = spec.get("data_offsets") if isinstance(spec, dict) else None
+        if (names != set(expected) or spec.get("dtype") != dtype or not isinstance(shape, list) or len(shape) != 1
+                or not isinstance(offsets, list) or len(offsets) != 2
+                or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in [*shape, *offsets])
+                or offsets[1] - offsets[0] != shape[0] * itemsize):
+            raise ArtifactError(artifact_id, "tensors", "expected int64 token_ids [n] and uint8 state, nothing else")
+        spans[name] = (offsets[0], offsets[1])
+    ordered = sorted(spans.values())
+    if ordered[0][0] != 0 or ordered[0][1] != ordered[1][0] or ordered[1][1] != body_bytes:
+        raise ArtifactError(artifact_id, "tensors", f"token_ids and state do not tile the {body_bytes} body bytes")
+    return spans["token_ids"], spans["state"]
 
 
 def audit_any(artifact_id: str, data: bytes) -> dict:

@@ -1,0 +1,262 @@
+"""graftbench's llama.cpp engine against raw llama.cpp (:mod:`.llama_raw`) on the same GGUF file, side by side in one
+process: the same build, the same weights in memory, contexts with the same parameters, each pair of measurements
+taken back to back with the order swapped every repetition. Both sides are llama.cpp: the rows measure what
+graftbench adds on top of it (its decode loop, its store, integrity check and pin), not two inference engines.
+
+Rows, for one model (times in seconds, rates in tokens per second, sizes in tokens and bytes):
+
+- ``load``: graftbench's session (the GGUF loaded, graftbench's tokenizer, the file's SHA-256 for the pin) against
+  ``llama_model_load_from_file`` alone;
+- ``prefill``: a chunked prefill of ``prefill_tokens`` into a fresh context, both sides;
+- ``decode``: greedy decode after a short prompt, graftbench's loop (logits copied out, argmax in numpy) against
+  llama.cpp's greedy sampler;
+- ``state`` per size: graftbench's graft (store read, XXH3-128, pin check, ``llama_state_seq_set_data`` into a
+  fresh context) + a 1-token query against llama.cpp's ``llama_state_seq_load_file`` into a fresh context + the
+  same token, and the graft's TTFT against a chunked prefill of the same tokens + that token;
+- ``decode_after_graft`` per KV cache type: greedy decode after a graft of the largest size against an empty cache,
+  and the bound the bytes allow (below).
+
+The decode bound: a decode step reads every weight and, after a graft of n tokens, the n cached keys and values, so
+at best it runs at the empty-cache rate × W / (W + C), with W the weights' bytes (``llama_model_size``) and C the
+cache's bytes at n tokens (the sequence state's size, ``llama_state_seq_get_size``). The model is the roofline
+argument (Williams, Waterman and Patterson, "Roofline", CACM 52(4), 2009) for a memory-bound decode step.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..engine import llama_decode
+from ..engine.llama_session import LlamaSession
+from ..store.folder import Store
+from .llama_raw import RawLlama
+from .stats import summary, timed
+
+PROMPT_TOKENS = 16  # the short prompt an empty-cache decode starts from
+
+
+@dataclass(frozen=True)
+class LlamaBenchSettings:
+    """What the llama.cpp rows measure: ``sizes`` (tokens per state), ``prefill_tokens``, ``decode_tokens`` per
+    decode, ``repeats`` per side and row."""
+
+    sizes: tuple[int, ...] = (4096, 8192)
+    prefill_tokens: int = 512
+    decode_tokens: int = 64
+    repeats: int = 3
+
+
+def alternate(repeats: int, ours, theirs) -> tuple[list, list]:
+    """``repeats`` results of each side, taken back to back: ``ours`` first in even repetitions, ``theirs`` first in
+    odd ones."""
+    a, b = [], []
+    for i in range(repeats):
+        for side in ((ours, theirs) if i % 2 == 0 else (theirs, ours)):
+            (a if side is ours else b).append(side())
+    return a, b
+
+
+def _ratio(numerator: dict, denominator: dict) -> float:
+    return numerator["median"] / denominator["median"]
+
+
+def prefill_row(session: LlamaSession, raw: RawLlama, ids: list[int], repeats: int) -> dict:
+    """Tokens per second of a chunked prefill of ``ids`` into a fresh context (context creation untimed)."""
+    def ours():
+        cache = session.engine.new_cache()
+        try:
+            return len(ids) / timed(lambda: session.engine.prefill(cache, ids))[0]
+        finally:
+            cache.close()
+
+    def theirs():
+        cache = raw.context()
+        try:
+            return len(ids) / timed(lambda: raw.prefill(cache, ids))[0]
+        finally:
+            cache.close()
+
+    a, b = alternate(repeats, ours, theirs)
+    return {"tokens": len(ids), "graftbench_tok_per_s": summary(a), "llama_cpp_tok_per_s": summary(b),
+            "ratio": _ratio(summary(a), summary(b))}
+
+
+def _our_decode(session: LlamaSession, prompt: list[int], tokens: int) -> tuple[float, list[int]]:
+    cache = session.engine.new_cache()
+    try:
+        logits = session.engine.prefill(cache, prompt)
+        done = llama_decode.decode(session.engine, session.tokenizer, cache, logits, tokens, set())
+        return (len(done.token_ids) - 1) / done.decode_s, done.token_ids
+    finally:
+        cache.close()
+
+
+def _raw_decode(raw: RawLlama, prompt: list[int], tokens: int) -> tuple[float, list[int]]:
+    cache = raw.context()
+    try:
+        raw.prefill(cache, prompt)
+        chosen = raw.greedy(cache, 1)
+        started = time.perf_counter()
+        chosen += raw.greedy(cache, tokens - 1)
+        return (tokens - 1) / (time.perf_counter() - started), chosen
+    finally:
+        cache.close()
+
+
+def decode_row(session: LlamaSession, raw: RawLlama, prompt: list[int], tokens: int, repeats: int) -> dict:
+    """Greedy decode tokens per second after ``prompt``: ``(tokens - 1) / seconds`` from the first token chosen to
+    the last (one ``llama_decode`` per token after the first), no EOS stop; ``same_tokens`` compares the two
+    sides' greedy tokens."""
+    a, b = alternate(repeats, lambda: _our_decode(session, prompt, tokens), lambda: _raw_decode(raw, prompt, tokens))
+    ours, theirs = summary([r for r, _ in a]), summary([r for r, _ in b])
+    return {"prompt_tokens": len(prompt), "decode_tokens": tokens, "graftbench_tok_per_s": ours,
+            "llama_cpp_tok_per_s": theirs, "ratio": _ratio(ours, theirs), "same_tokens": a[0][1] == b[0][1]}
+
+
+def _graft_and_query(session: LlamaSession, store: Store, artifact_id: str, token: int) -> dict:
+    timing: dict = {}
+    started = time.perf_counter()
+    grafted = session.graft(store, artifact_id, room=1, timing=timing)
+    try:
+        restored = time.perf_counter()
+        logits = session.prefill_after(grafted.cache, [token])
+        done = time.perf_counter()
+    finally:
+        grafted.cache.close()
+    return {**timing, "restore_s": restored - started, "query_s": done - restored, "total_s": done - started,
+            "logits": session.logits_sha256(logits)}
+
+
+def _prefill_and_query(session: LlamaSession, ids: list[int], token: int) -> dict:
+    cache = session.engine.new_cache()
+    try:
+        seconds, logits = timed(lambda: session.engine.prefill(cache, [*ids, token]))
+    finally:
+        cache.close()
+    return {"ttft_s": seconds, "logits": session.logits_sha256(logits)}
+
+
+def state_row(session: LlamaSession, raw: RawLlama, folder: Path, ids: list[int], token: int, repeats: int,
+              prefill_repeats: int = 1) -> dict:
+    """At ``len(ids)`` tokens: graft + 1-token query against llama.cpp's state load + the same token (``ratio``:
+    graftbench over llama.cpp, ≤ 1.1 is the target), and the graft's time to first token against a chunked
+    prefill of ``ids`` and the token (``ttft_ratio``: prefill over graft). The state is deposited into a store
+    and saved by llama.cpp to a file in ``folder`` (untimed); the page cache is warm for both. ``logits_equal``:
+    the query's logits after the graft, the state load and the prefill are the same bytes."""
+    store = Store(folder / "store")
+    artifact_id = store.put(session.build_artifact(ids, {"source": "bench"}))
+    cache = raw.context()
+    try:
+        raw.prefill(cache, ids)
+        state_file = folder / f"state-{len(ids)}.bin"
+        raw.save_state(cache, state_file)
+    finally:
+        cache.close()
+    ours, theirs = alternate(repeats, lambda: _graft_and_query(session, store, artifact_id, token),
+                             lambda: raw.load_state_and_query(state_file, len(ids), token))
+    prefills = [_prefill_and_query(session, ids, token) for _ in range(prefill_repeats)]
+    graft_s, load_s = summary([r["total_s"] for r in ours]), summary([t for _, t, _ in theirs])
+    prefill_s = summary([p["ttft_s"] for p in prefills])
+    digests = {r["logits"] for r in ours} | {session.logits_sha256(l) for _, _, l in theirs} | \
+        {p["logits"] for p in prefills}
+    parts = {k: summary([r[k] for r in ours]) for k in ("read_s", "integrity_s", "parse_s", "checks_s",
+                                                          "rebuild_s", "query_s")}
+    return {"tokens": len(ids), "artifact_bytes": store.path(artifact_id).stat().st_size,
+            "state_file_bytes": state_file.stat().st_size, "graft_1tok_s": graft_s, "graft_parts": parts,
+            "llama_cpp_load_1tok_s": load_s,
+            "llama_cpp_load_s": summary([s for s, _, _ in theirs]), "ratio": _ratio(graft_s, load_s),
+            "prefill_1tok_s": prefill_s, "ttft_ratio": _ratio(prefill_s, graft_s), "logits_equal": len(digests) == 1}
+
+
+def _decode_after(session: LlamaSession, store: Store, artifact_id: str, token: int, tokens: int) -> float:
+    grafted = session.graft(store, artifact_id, room=1 + tokens)
+    try:
+        logits = session.prefill_after(grafted.cache, [token])
+        done = llama_decode.decode(session.engine, session.tokenizer, grafted.cache, logits, tokens, set())
+        return (len(done.token_ids) - 1) / done.decode_s
+    finally:
+        grafted.cache.close()
+
+
+def decode_after_graft_row(session: LlamaSession, folder: Path, ids: list[int], prompt: list[int], tokens: int,
+                           repeats: int) -> dict:
+    """Greedy decode tokens per second after a graft of ``ids`` against an empty cache (after ``prompt``), sides
+    alternating, and the bound the bytes allow: empty-cache rate × W / (W + C) (module docstring). ``of_bound``:
+    the measured rate over the bound (≥ 0.9 is the target)."""
+    from ..engine.llama_cpp import bindings
+
+    store = Store(folder / "store")
+    data = session.build_artifact(ids, {"source": "bench"})
+    artifact_id = store.put(data)
+    cache_bytes = len(store.read_state(artifact_id)[2])
+    weight_bytes = int(bindings().llama_model_size(session.engine.model))
+    after, empty = alternate(repeats, lambda: _decode_after(session, store, artifact_id, prompt[-1], tokens),
+                             lambda: _our_decode(session, prompt, tokens)[0])
+    after_s, empty_s = summary(after), summary(empty)
+    bound = empty_s["median"] * weight_bytes / (weight_bytes + cache_bytes)
+    return {"kv_type": session.engine.kv_type, "flash_attn": session.engine.flash_attn, "context_tokens": len(ids),
+            "decode_tokens": tokens, "weight_bytes": weight_bytes, "cache_bytes": cache_bytes,
+            "after_graft_tok_per_s": after_s, "empty_cache_tok_per_s": empty_s,
+            "ratio": _ratio(after_s, empty_s), "bound_tok_per_s": bound, "of_bound": after_s["median"] / bound,
+            "bound": "empty-cache tok/s × weight bytes / (weight bytes + cache bytes): each decode step reads every "
+                     "weight and every cached key and value once"}
+
+
+def load_row(model: str, engine_threads: int, chunk: int, n_ctx: int) -> dict:
+    """Seconds to load ``model``: a graftbench llama.cpp session against ``llama_model_load_from_file`` alone, one
+    each, graftbench second (the page cache warm for both)."""
+    from ..engine.llama_cpp import bindings
+    from ..engine.llama_session import open_llama_session
+
+    def theirs():
+        lib = bindings()
+        params = lib.llama_model_default_params()
+        params.use_extra_bufts = False
+        model_ptr = lib.llama_model_load_from_file(session_path.encode(), params)
+        lib.llama_model_free(model_ptr)
+
+    seconds, session = timed(lambda: open_llama_session(model, chunk_size=chunk, threads=engine_threads,
+                                                        n_ctx=n_ctx))
+    session_path = session.engine.gguf_path
+    raw_s, _ = timed(theirs)
+    session.engine.close()
+    return {"graftbench_s": seconds, "llama_cpp_s": raw_s,
+            "graftbench_includes": "GGUF load, graftbench's tokenizer, the GGUF file's SHA-256 (first time)"}
+
+
+def _workload_ids(session: LlamaSession, problems, tokens: int) -> list[int]:
+    from .workload import corpus_ids
+
+    ids = corpus_ids(session, problems)
+    while len(ids) < tokens:
+        ids = ids + ids
+    return ids[:tokens]
+
+
+def run_llama_rows(session: LlamaSession, problems, settings: LlamaBenchSettings, quantized: LlamaSession | None,
+                   on_step=lambda name: None) -> dict:
+    """Every llama.cpp row for ``session`` (f16 KV cache) and, when given, ``quantized`` (another KV cache type):
+    prefill, decode, state at each size, decode after the largest size's graft for each cache type."""
+    raw = RawLlama(session.engine)
+    corpus = _workload_ids(session, problems, max(settings.sizes) + settings.prefill_tokens)
+    prompt = corpus[:PROMPT_TOKENS]
+    rows = {"prefill": prefill_row(session, raw, corpus[:settings.prefill_tokens], settings.repeats)}
+    on_step("prefill")
+    rows["decode"] = decode_row(session, raw, prompt, settings.decode_tokens, settings.repeats)
+    on_step("decode")
+    token = corpus[max(settings.sizes)]
+    with tempfile.TemporaryDirectory(prefix="graftbench-llama-bench-") as tmp:
+        rows["state"] = []
+        for size in settings.sizes:
+            rows["state"].append(state_row(session, raw, Path(tmp), corpus[:size], token, settings.repeats))
+            on_step(f"state {size}")
+        rows["decode_after_graft"] = []
+        for which in [session, *([quantized] if quantized else [])]:
+            rows["decode_after_graft"].append(decode_after_graft_row(
+                which, Path(tmp) / which.engine.kv_type, corpus[:max(settings.sizes)], prompt,
+                settings.decode_tokens, settings.repeats))
+            on_step(f"decode after graft {which.engine.kv_type}")
+    return rows

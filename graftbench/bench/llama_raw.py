@@ -1,0 +1,92 @@
+"""Raw llama.cpp: llama.cpp's own calls through llama-cpp-python's low-level bindings, with no graftbench code between
+them, on the model graftbench's llama.cpp engine has loaded (the same build, the same weights in memory, a context
+with the same parameters). The benchmark's reference for what graftbench adds on top of llama.cpp.
+
+- decode: one ``llama_decode`` of a one-token batch (``llama_batch_get_one``) per token, the next token chosen by
+  llama.cpp's greedy sampler (``llama_sampler_init_greedy``: the argmax in C);
+- prefill: ``llama_batch_get_one`` batches of the chunk size, the last position's logits only;
+- state: ``llama_state_seq_save_file`` of sequence 0 and ``llama_state_seq_load_file`` into a fresh context (the
+  file holds the token ids and llama.cpp's sequence state; nothing checks a hash or a model).
+
+Needs llama-cpp-python (the ``llama`` extra); imports no torch.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+
+import numpy as np
+
+from ..engine.llama_cpp import SEQ, LlamaCache, LlamaCppEngine, LlamaCppError, bindings
+
+
+class RawLlama:
+    """llama.cpp's own calls on ``engine``'s model, in contexts made with the engine's parameters."""
+
+    def __init__(self, engine: LlamaCppEngine):
+        self.engine = engine
+        self.lib = bindings()
+
+    def context(self) -> LlamaCache:
+        """A fresh context with the engine's parameters (the one call shared with graftbench: its parameters)."""
+        return self.engine.new_cache()
+
+    def prefill(self, cache: LlamaCache, ids: list[int]) -> None:
+        """``ids`` after the context's tokens, in ``llama_batch_get_one`` batches of the chunk size (positions are
+        llama.cpp's: the sequence's next). Raises :class:`LlamaCppError` when a decode fails."""
+        for start in range(0, len(ids), cache.chunk_size):
+            part = ids[start:start + cache.chunk_size]
+            tokens = (self.lib.llama_token * len(part))(*part)
+            status = self.lib.llama_decode(cache.ctx, self.lib.llama_batch_get_one(tokens, len(part)))
+            if status != 0:
+                raise LlamaCppError(f"llama_decode returned {status}")
+        cache.token_ids.extend(ids)
+
+    def greedy(self, cache: LlamaCache, tokens: int) -> list[int]:
+        """``tokens`` greedy tokens after the context's last logits: llama.cpp's greedy sampler picks each, one
+        ``llama_decode`` per token. EOS does not stop it (a fixed count is timed). Returns the token ids."""
+        sampler = self.lib.llama_sampler_init_greedy()
+        chosen = []
+        try:
+            token_box = (self.lib.llama_token * 1)()
+            for _ in range(tokens):
+                token = self.lib.llama_sampler_sample(sampler, cache.ctx, -1)
+                chosen.append(int(token))
+                token_box[0] = token
+                if self.lib.llama_decode(cache.ctx, self.lib.llama_batch_get_one(token_box, 1)) != 0:
+                    raise LlamaCppError("llama_decode failed while decoding")
+        finally:
+            self.lib.llama_sampler_free(sampler)
+        cache.token_ids.extend(chosen)
+        return chosen
+
+    def save_state(self, cache: LlamaCache, path: str) -> int:
+        """``llama_state_seq_save_file`` of sequence 0 with its token ids; returns the bytes written."""
+        ids = (self.lib.llama_token * cache.n_past)(*cache.token_ids)
+        written = self.lib.llama_state_seq_save_file(cache.ctx, str(path).encode(), SEQ, ids, cache.n_past)
+        if not written:
+            raise LlamaCppError(f"llama_state_seq_save_file wrote nothing to {path}")
+        return int(written)
+
+    def load_state_and_query(self, path: str, capacity: int, token: int) -> tuple[float, float, np.ndarray]:
+        """A fresh context, ``llama_state_seq_load_file`` of ``path`` into it, then ``token`` decoded after the
+        restored tokens; returns ``(load_s, total_s, logits [vocab])``: seconds of the context and the load, and
+        of all of it with the one-token query and its logits copied out."""
+        started = time.perf_counter()
+        cache = self.context()
+        try:
+            ids, count = (self.lib.llama_token * capacity)(), ctypes.c_size_t(0)
+            read = self.lib.llama_state_seq_load_file(cache.ctx, str(path).encode(), SEQ, ids, capacity,
+                                                      ctypes.byref(count))
+            if not read:
+                raise LlamaCppError(f"llama_state_seq_load_file could not load {path}")
+            loaded = time.perf_counter()
+            box = (self.lib.llama_token * 1)(token)
+            if self.lib.llama_decode(cache.ctx, self.lib.llama_batch_get_one(box, 1)) != 0:
+                raise LlamaCppError("llama_decode failed after the state load")
+            pointer = self.lib.llama_get_logits_ith(cache.ctx, -1)
+            logits = np.ctypeslib.as_array(pointer, shape=(self.engine.n_vocab,)).astype(np.float32, copy=True)
+            return loaded - started, time.perf_counter() - started, logits
+        finally:
+            cache.close()

@@ -1,0 +1,128 @@
+"""bench-llama's rows (graftbench/bench/llama_engine.py, llama_raw.py, engines.py) on smollm2-135m with small sizes:
+what each row computes and that both sides ran the same tokens, not how fast they are (speed belongs to the
+committed benchmark files). The llama.cpp state container's fast read (parse_state) without a model."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from graftbench.cli.app import app
+from graftbench.store.codec import ArtifactError
+from graftbench.store.llama_state import decode_state, encode_state, parse_state
+from graftbench.store.ids import artifact_id_of
+
+from .conftest import AIME2024
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory):
+    from graftbench.bench.engines import run_engine_bench
+    from graftbench.bench.llama_engine import LlamaBenchSettings
+    from graftbench.problems.loading import load_problems
+
+    settings = LlamaBenchSettings(sizes=(96, 160), prefill_tokens=48, decode_tokens=6, repeats=2)
+    steps = []
+    done = run_engine_bench("smollm2-135m", load_problems(str(AIME2024)), str(AIME2024), settings, 1,
+                            ["f16", "q8_0"], (96,), steps.append)
+    done["steps"] = steps
+    return done
+
+
+@pytest.mark.model
+def test_both_sides_run_the_same_tokens_and_the_graft_gives_the_prefills_logits(result):
+    llama = result["llama_cpp"]
+    assert llama["decode"]["same_tokens"] is True  # our greedy loop and llama.cpp's greedy sampler agree
+    assert [row["tokens"] for row in llama["state"]] == [96, 160]
+    for row in llama["state"]:
+        # the graft, llama.cpp's own state load and a fresh prefill give the query the same logits bytes
+        assert row["logits_equal"] is True
+        assert row["ratio"] == row["graft_1tok_s"]["median"] / row["llama_cpp_load_1tok_s"]["median"]
+        assert row["ttft_ratio"] == row["prefill_1tok_s"]["median"] / row["graft_1tok_s"]["median"]
+        assert row["graft_1tok_s"]["n"] == row["llama_cpp_load_1tok_s"]["n"] == 2
+        assert row["artifact_bytes"] > row["state_file_bytes"] * 0.9
+    assert result["torch"]["state"][0]["logits_equal"] is True
+
+
+@pytest.mark.model
+def test_the_decode_bound_is_the_empty_rate_scaled_by_weight_over_weight_and_cache_bytes(result):
+    rows = result["llama_cpp"]["decode_after_graft"]
+    assert [(r["kv_type"], r["flash_attn"]) for r in rows] == [("f16", False), ("q8_0", True)]
+    for row in rows:
+        w, c = row["weight_bytes"], row["cache_bytes"]
+        assert 50e6 < w < 300e6 and 0 < c < w  # smollm2-135m as its GGUF stores it; 160 tokens of KV cache
+        assert row["bound_tok_per_s"] == pytest.approx(row["empty_cache_tok_per_s"]["median"] * w / (w + c))
+        assert row["of_bound"] == pytest.approx(row["after_graft_tok_per_s"]["median"] / row["bound_tok_per_s"])
+    f16, q8 = rows
+    assert q8["cache_bytes"] < 0.6 * f16["cache_bytes"]  # q8_0: 34 bytes per 32 values against 64
+
+
+@pytest.mark.model
+def test_the_result_reports_every_step_and_renders_as_tables(result):
+    from graftbench.bench.engines import markdown, steps
+    from graftbench.bench.llama_engine import LlamaBenchSettings
+
+    settings = LlamaBenchSettings(sizes=(96, 160), prefill_tokens=48, decode_tokens=6, repeats=2)
+    assert len(result["steps"]) == steps(settings, ["f16", "q8_0"], (96,))
+    text = markdown(result)
+    assert "| graft + 1 token vs state load + 1 token at 160 (ms) |" in text
+    assert "| q8_0 | 160 |" in text and "| graft + 1 token at 96 (ms) |" in text
+    assert result["environment"]["system_info"].startswith("CPU :")
+
+
+def test_bench_llama_refuses_kv_types_that_do_not_start_with_f16(tmp_path):
+    done = runner.invoke(app, ["bench-llama", "--model", "smollm2-135m", "--kv-types", "q8_0,f16",
+                               "--out", str(tmp_path)])
+    assert done.exit_code == 2 and "--kv-types must start with f16" in done.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def _container(ids=(1, 2, 3), state=b"\x00\x01\x02\x03state"):
+    data = encode_state({"model": "m"}, list(ids), state)
+    return artifact_id_of(data), data
+
+
+def test_the_fast_read_parses_views_of_the_bytes_and_the_full_read_checks_the_hashes():
+    artifact_id, data = _container()
+    header, token_ids, state = parse_state(artifact_id, data)
+    assert token_ids.tolist() == [1, 2, 3] and bytes(state) == b"\x00\x01\x02\x03state"
+    assert state.obj is data  # a view, not a copy
+    assert decode_state(artifact_id, data)[1] == [1, 2, 3]
+    with pytest.raises(ArtifactError, match="hash"):
+        decode_state("0" * 64, data)
+
+
+@pytest.mark.parametrize("edit, check", [
+    (lambda t: t.update(extra={"dtype": "U8", "shape": [0], "data_offsets": [0, 0]}), "tensors"),
+    (lambda t: t["state"].update(dtype="I64"), "tensors"),
+    (lambda t: t["token_ids"].update(shape=[2]), "tensors"),
+    (lambda t: t["state"].update(data_offsets=[24, 30]), "tensors"),
+])
+def test_the_fast_read_refuses_a_container_whose_tensors_are_not_token_ids_and_state(edit, check):
+    _, data = _container()
+    length = int.from_bytes(data[:8], "little")
+    table = json.loads(data[8:8 + length])
+    edit(table)
+    header = json.dumps(table).encode()
+    forged = len(header).to_bytes(8, "little") + header + data[8 + length:]
+    with pytest.raises(ArtifactError) as refused:
+        parse_state(artifact_id_of(forged), forged)
+    assert refused.value.check == check
+
+
+def test_the_fast_read_refuses_positions_that_do_not_match_the_token_ids():
+    data = encode_state({"model": "m"}, [5, 6], b"xy")
+    length = int.from_bytes(data[:8], "little")
+    table = json.loads(data[8:8 + length])
+    inner = json.loads(table["__metadata__"]["graftbench"])
+    table["__metadata__"]["graftbench"] = json.dumps({**inner, "positions": [0, 3]})
+    header = json.dumps(table).encode()
+    forged = len(header).to_bytes(8, "little") + header + data[8 + length:]
+    with pytest.raises(ArtifactError, match="positions"):
+        parse_state(artifact_id_of(forged), forged)
+    assert np.frombuffer(data[-2:], dtype=np.uint8).tolist() == [120, 121]
