@@ -111,7 +111,7 @@ results-index: $(STAMP)
 REPLAY_PAIRS ?= 5
 CPU_EXPECTATIONS = $(BIN)/python -c 'import glob, json; print(*(f for f in sorted(glob.glob("results/*/manifests/exact-*.json")) \
 	if json.load(open(f))["config"].get("device", "cpu") == "cpu"))'
-replay-exact: $(STAMP)
+replay-exact: $(STAMP) $(LLAMA_STAMP)
 	for f in $$($(CPU_EXPECTATIONS)); do \
 	  $(BIN)/graftbench check-exact --expect $$f --limit $(REPLAY_PAIRS) --log results/replays.jsonl || exit 1; \
 	done

@@ -196,6 +196,23 @@ def test_a_llama_cpp_state_of_another_pin_or_with_a_flipped_byte_is_refused(llam
 
 
 @pytest.mark.model
+def test_a_state_longer_than_a_sliding_window_is_refused_and_one_within_it_grafts(llama_session, tmp_path,
+                                                                                   monkeypatch):
+    """gemma3-270m's certificate on llama.cpp is byte-exact within its 512-token window and not past it: a
+    sliding-window model's state longer than the window is refused (a prefill instead). smollm2-135m has no window:
+    it is given one here."""
+    store = Store(tmp_path / "store")
+    ids = llama_session.tokenizer("Problem: 2+2?\nSolution: 4.\nFinal answer: 4").input_ids
+    artifact_id = store.put(llama_session.build_artifact(ids, {"problem_key": "k"}))
+    monkeypatch.setattr(llama_session.engine, "n_swa", len(ids) - 1)
+    with pytest.raises(ArtifactError) as caught:
+        llama_session.graft(store, artifact_id)
+    assert caught.value.check == "config" and f"{len(ids) - 1}-token sliding window" in str(caught.value)
+    monkeypatch.setattr(llama_session.engine, "n_swa", len(ids))
+    assert llama_session.graft(store, artifact_id).cache.n_past == len(ids)
+
+
+@pytest.mark.model
 def test_seeded_samples_on_llama_cpp_repeat_and_each_starts_from_the_prompts_state(llama_session):
     from graftbench.engine.sampling import SamplingSettings
 

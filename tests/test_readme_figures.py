@@ -96,3 +96,20 @@ def test_the_readmes_fault_counts_are_the_fault_report():
     tried, survived, artifacts, samples = (int(n) for n in re.findall(
         r"faults tried: (\d+)\s+faults survived: (\d+)\s+artifacts lost: (\d+)\s+samples lost: (\d+)", last)[0])
     assert f"**{tried} tried, {survived} survived**, {artifacts} artifacts and {samples} samples lost" in README
+
+
+def test_the_readmes_llama_cpp_recurring_figures_are_the_manifests():
+    base = _totals("aime2024-qwen2.5-coder-1.5b-llama-f16-baseline")
+    graft = _totals("aime2024-qwen2.5-coder-1.5b-llama-f16-recurring")
+    assert (base["correct"], graft["correct"], graft["certified"], graft["samples"]) == (0, 30, 30, 30)
+    assert (f"**0/30 → 30/30**, {base['mean_decode_tokens']:.1f} → {graft['mean_decode_tokens']:.1f} decode tokens "
+            f"per problem, 30/30 certificates equal; the baseline's {base['decode_tokens']:,} decode tokens in "
+            f"{round(base['wall_s'] / 60)} minutes") in README
+
+
+def test_the_readmes_llama_cpp_certificates_are_the_files_it_links():
+    for path in sorted(MANIFESTS.glob("exact-*-llama-*.json")):
+        assert f"({LINK}/{path.name})" in README
+        totals = json.loads(path.read_text())["totals"]
+        assert totals["exact_pairs"] == (44 if path.name.startswith("exact-gemma3") else 50) and totals["pairs"] == 50
+    assert "`gemma3-270m` 44/50, not certified" in README

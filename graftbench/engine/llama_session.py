@@ -59,8 +59,8 @@ class LlamaSession(PromptIds):
         fresh context. ``room`` (tokens: the query and the decode budget) must fit after it. ``timing`` (when
         given) gets the read's ``read_s``, ``integrity_s`` and ``parse_s``, then ``checks_s`` (the pin) and
         ``rebuild_s`` (a fresh context and ``llama_state_seq_set_data``), in seconds. Raises
-        :class:`graftbench.store.codec.ArtifactError` naming the refused check (``config`` for another pin or no
-        room, ``read`` when llama.cpp refuses it)."""
+        :class:`graftbench.store.codec.ArtifactError` naming the refused check (``config`` for another pin, no
+        room, or a state longer than a sliding-window model's window, ``read`` when llama.cpp refuses it)."""
         from ..store.codec import ArtifactError
         from .llama_cpp import LlamaCppError
 
@@ -68,6 +68,11 @@ class LlamaSession(PromptIds):
         header, token_ids, state = store.read_state(artifact_id, timing=timing)
         checked = time.perf_counter()
         check_pin(artifact_id, header, self.config)
+        window = self.engine.n_swa
+        if window and len(token_ids) > window:  # certified only within the window (docs/llama-cpp.md)
+            raise ArtifactError(artifact_id, "config", f"{len(token_ids)} tokens exceed the model's "
+                                                       f"{window}-token sliding window: a restore past it is not "
+                                                       "byte-exact on llama.cpp")
         if len(token_ids) + room > self.engine.n_ctx:
             raise ArtifactError(artifact_id, "config", f"{len(token_ids)} tokens and {room} more do not fit the "
                                                        f"context of {self.engine.n_ctx}")
