@@ -5,16 +5,18 @@
 # avg@4 (graftbench report's per-family table) decides which families and which mode the pre-registration keeps
 # (those in 5-40%). Every arm resumes; a finished arm's manifest is copied to results/<kind>/manifests/ and verified
 # (experiments/arms.sh), and an arm already there is skipped.
-# Usage: experiments/methods_pilot.sh [MODEL] [DTYPE]   (THREADS=2 by default)
+# ENGINE=llama.cpp (the default: the fastest engine for the model, certified for it) or ENGINE=torch DTYPE=bfloat16.
+# Usage: experiments/methods_pilot.sh [MODEL] [DTYPE]   (THREADS=1 by default)
 set -euo pipefail
-MODEL=${1:-qwen2.5-coder-1.5b}; DTYPE=${2:-bfloat16}; THREADS=${THREADS:-2}
+MODEL=${1:-qwen2.5-coder-1.5b}; DTYPE=${2:-bfloat16}; THREADS=${THREADS:-1}; ENGINE=${ENGINE:-llama.cpp}
 G="${G:-.venv/bin/graftbench}"
 export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
+source "$(dirname "$0")/engine.sh"
 source "$(dirname "$0")/arms.sh"
 SAMPLING=(--samples 4 --temperature 0.7 --top-p 0.95 --seed 0)
-arm "methods-pilot-${MODEL}-program" solve --model "$MODEL" --dtype "$DTYPE" --problems methods:0-4 \
+NAME="methods-${MODEL}${MARK}"
+arm "$NAME-program-pilot" solve --model "$MODEL" "${ENGINE_ARGS[@]}" --problems methods:0-4 \
   --mode program --max-new-tokens 384 "${SAMPLING[@]}"
-arm "methods-pilot-${MODEL}-text" solve --model "$MODEL" --dtype "$DTYPE" --problems methods:0-4 \
+arm "$NAME-pilot" solve --model "$MODEL" "${ENGINE_ARGS[@]}" --problems methods:0-4 \
   --max-new-tokens 512 "${SAMPLING[@]}"
-"$G" report "$OUT/methods-pilot-${MODEL}-program.json" "$OUT/methods-pilot-${MODEL}-text.json" \
-  --out "runs/methods-pilot-${MODEL}-report"
+"$G" report "$OUT/$NAME-program-pilot.json" "$OUT/$NAME-pilot.json" --out "runs/$NAME-pilot-report"

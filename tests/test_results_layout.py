@@ -15,7 +15,7 @@ from graftbench.results.anchor import INDEX_NAME, read_index
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / layout.RESULTS
-SETS = {"aime2024", "aime2025", "transfer", "flywheel", "exact"}  # what a manifest's name starts with
+SETS = {"aime2024", "aime2025", "transfer", "flywheel", "exact", "methods"}  # what a manifest's name starts with
 # How a committed file's recorded CPU tells its kind of machine, for the kinds of CPU (the oldest manifest records
 # none; a GPU's folder is named by its device)
 KINDS = {
