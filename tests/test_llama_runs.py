@@ -155,6 +155,18 @@ def test_the_example_as_prompt_arm_on_llama_cpp_gives_the_graft_arms_logits(llam
 
 
 @pytest.mark.model
+def test_the_report_sets_the_prompt_arm_beside_the_graft_arm(llama_runs, tmp_path):
+    runs = llama_runs[0]
+    done = CliRunner().invoke(app, ["report", str(runs / "graft"), str(runs / "prompt"), "--out",
+                                    str(tmp_path / "report")])
+    assert done.exit_code == 0, done.output
+    row = json.loads((tmp_path / "report" / "summary.json").read_text())["prompt_arms"]
+    assert [(r["prompt"], r["graft"], r["samples"], r["logits_equal"]) for r in row] == [("prompt", "graft", 2, 2)]
+    assert row[0]["prompt_ttft_s"] > 0 and row[0]["graft_ttft_s"] > 0
+    assert "| prompt | graft | 2 | 2 of 2 |" in (tmp_path / "report" / "report.md").read_text()
+
+
+@pytest.mark.model
 def test_a_torch_run_finds_no_artifact_of_its_pin_in_a_llama_cpp_store(llama_runs, session):
     from graftbench.store.open import open_store
 

@@ -258,3 +258,22 @@ def test_a_graft_run_is_paired_only_with_a_baseline_of_the_same_mode_budget_and_
     arms = {r.label: r.arm for r in report.runs}
     assert arms["transfer-qwen2.5-coder-0.5b-baseline"][2:7] == ("text", 256, None, 1, ("greedy",))
     assert arms["transfer-qwen2.5-coder-0.5b-program-baseline-avg4"][2:7] == ("program", 256, None, 4, (0.7, 0.95))
+
+
+def test_the_prompt_arm_rows_pair_samples_that_grafted_the_same_example_and_name_a_differing_one():
+    from types import SimpleNamespace
+
+    from graftbench.report.prompt_arm import prompt_arm_rows
+
+    def run(label, example_as, logits, graft_from="nearest"):
+        settings = {"graft": True, "graft_from": graft_from, **({"example_as": example_as} if example_as else {})}
+        samples = [{"problem_id": f"p{i}", "sample_index": 0, "artifact_id": f"a{i}", "logits_sha256": h,
+                    "ttft_s": 0.5 if example_as else 0.1, "energy_j": 2.0} for i, h in enumerate(logits)]
+        return SimpleNamespace(label=label, arm=("m",), manifest={"settings": settings, "samples": samples})
+
+    graft, prompt = run("graft", None, ["x", "y", "z"]), run("prompt", "prompt", ["x", "Y", "z"])
+    other = run("other", None, ["x", "y", "z"], graft_from="other-family")
+    [row] = prompt_arm_rows([graft, prompt, other])
+    assert (row["graft"], row["samples"], row["logits_equal"], row["first_differences"]) == ("graft", 3, 2, ["p1#0"])
+    assert (row["prompt_ttft_s"], row["graft_ttft_s"], row["prompt_energy_j"]) == (0.5, 0.1, 6.0)
+    assert prompt_arm_rows([graft, other]) == []

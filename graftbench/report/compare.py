@@ -17,6 +17,7 @@ from ..util.display_text import markdown_text
 from ..util.durable import blocking_file
 from ..results.manifest import ManifestError, load_manifest, recorded_verifier_version
 from ..results.metrics import RESAMPLES, paired_difference, summarize
+from .prompt_arm import prompt_arm_rows
 
 DEFAULT_REPORTS_DIR = "reports"
 MANIFEST_NAME = "manifest.json"
@@ -104,6 +105,7 @@ class Report:
     comparisons: list[dict] = field(default_factory=list)
     seed: int = 0
     resamples: int = RESAMPLES
+    prompt_arms: list[dict] = field(default_factory=list)
 
     @property
     def rounds(self) -> list[RunEntry]:
@@ -230,7 +232,7 @@ def build_report(paths: list[str | Path], seed: int = 0, resamples: int = RESAMP
     """Load, summarize and compare the runs at ``paths`` (see :func:`load_runs`, :func:`compare_runs`). Raises
     :class:`ReportError` as :func:`load_runs` does."""
     runs = load_runs(paths, seed, resamples, rounds)
-    return Report(runs, compare_runs(runs, seed, resamples), seed, resamples)
+    return Report(runs, compare_runs(runs, seed, resamples), seed, resamples, prompt_arm_rows(runs))
 
 
 # ---- cells ----
@@ -338,6 +340,23 @@ def routes_cell(routes: dict[str, int]) -> str:
 ROUND_COLUMNS = ("round", "run", "series", "accuracy [95% CI]", "decode tok / sample")
 
 
+PROMPT_ARM_COLUMNS = ("prompt-text run", "graft run", "samples", "first-step logits equal", "mean TTFT s, prompt",
+                      "mean TTFT s, graft", "energy J, prompt", "energy J, graft")
+
+
+def prompt_arm_table(report: Report) -> list[list[str]]:
+    """Rows of :data:`PROMPT_ARM_COLUMNS`, one per pair of :func:`graftbench.report.prompt_arm.prompt_arm_rows`."""
+    rows = []
+    for r in report.prompt_arms:
+        equal = f"{r['logits_equal']} of {r['samples']}"
+        if r["first_differences"]:
+            equal += " (first: " + ", ".join(r["first_differences"]) + ")"
+        rows.append([markdown_text(r["prompt"]), markdown_text(r["graft"]), str(r["samples"]), markdown_text(equal),
+                     _num(r["prompt_ttft_s"], 3), _num(r["graft_ttft_s"], 3), _num(r["prompt_energy_j"]),
+                     _num(r["graft_energy_j"])])
+    return rows
+
+
 def round_rows(report: Report) -> list[list[str]]:
     """One row per run that carries a round, by round, in :data:`ROUND_COLUMNS` order; the series is
     :attr:`RunEntry.series` (``baseline``, ``graft`` or ``recurring``)."""
@@ -396,6 +415,9 @@ def markdown(report: Report, plots: list[str] = ()) -> str:
     if report.comparisons:
         parts += ["## Paired comparisons (same problems, model, mode, budget and sampling)", "",
                   _md_table(COMPARISON_COLUMNS, comparison_rows(report)), ""]
+    if report.prompt_arms:
+        parts += ["## The example as prompt text against the graft (same examples, same samples)", "",
+                  _md_table(PROMPT_ARM_COLUMNS, prompt_arm_table(report)), ""]
     if report.rounds:
         parts += ["## Rounds", "", _md_table(ROUND_COLUMNS, round_rows(report)), ""]
     if plots:
@@ -420,7 +442,7 @@ def summaries_json(report: Report) -> dict:
     return {"seed": report.seed, "bootstrap_resamples": report.resamples,
             "runs": {r.label: {"path": str(r.path), "model": r.model, "mode": r.mode, "round": r.round,
                                "summary": r.summary} for r in report.runs},
-            "comparisons": report.comparisons}
+            "comparisons": report.comparisons, "prompt_arms": report.prompt_arms}
 
 
 def check_out_dir(out_dir: str | Path) -> None:
