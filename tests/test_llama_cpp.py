@@ -75,6 +75,29 @@ def test_a_graft_through_llama_cpp_gives_the_fresh_prefills_logits_byte_for_byte
 
 
 @pytest.mark.model
+def test_a_restore_into_a_closed_context_cleared_gives_the_fresh_prefills_logits(llama, texts):
+    from graftbench.eval.exactness_llama import deposit_state, fresh_logits
+
+    engine = llama.engine
+    for artifact, query in texts:
+        held = engine.cleared_cache()  # whatever an earlier test left as the spare, held open
+        used = engine.new_cache()
+        engine.prefill(used, [*query, *artifact])  # other tokens first, so the cleared context held something
+        kept = used.ctx
+        used.close()
+        cleared = engine.cleared_cache()
+        assert cleared.ctx is kept and cleared.n_past == 0  # the spare, not a new context
+        restored = engine.restore(deposit_state(llama, artifact), cleared)
+        grafted = engine.prefill(restored, query, all_logits=True)
+        assert engine.logits_sha256(grafted) == engine.logits_sha256(fresh_logits(llama, artifact, query))
+        restored.close()
+        held.close()
+    other = engine.new_cache(CHUNK // 2)  # another chunk size is never kept as the spare
+    other.close()
+    assert engine.cleared_cache().chunk_size == CHUNK
+
+
+@pytest.mark.model
 def test_a_restore_into_a_cache_that_holds_tokens_is_refused(llama, texts):
     from graftbench.eval.exactness_llama import deposit_state
 

@@ -10,9 +10,11 @@ Rows, for one model (times in seconds, rates in tokens per second, sizes in toke
 - ``prefill``: a chunked prefill of ``prefill_tokens`` into a fresh context, both sides;
 - ``decode``: greedy decode after a short prompt, graftbench's loop (logits copied out, argmax in numpy) against
   llama.cpp's greedy sampler;
-- ``state`` per size: graftbench's graft (store read, XXH3-128, pin check, ``llama_state_seq_set_data`` into a
-  fresh context) + a 1-token query against llama.cpp's ``llama_state_seq_load_file`` into a fresh context + the
-  same token, and the graft's TTFT against a chunked prefill of the same tokens + that token;
+- ``state`` per size: graftbench's graft (store read into the session's buffer, XXH3-128, pin check,
+  ``llama_state_seq_set_data`` into its closed context, cleared) + a 1-token query against llama.cpp's
+  ``llama_state_seq_load_file`` into a kept context, cleared, + the same token (both sides clear an existing
+  context: the ratio is graftbench's store, integrity check and pin on top of llama.cpp's load), and the graft's
+  TTFT against a chunked prefill of the same tokens + that token in a fresh context;
 - ``decode_after_graft`` per KV cache type: greedy decode after a graft of the largest size against an empty cache,
   and the bound the bytes allow (below).
 
@@ -259,4 +261,5 @@ def run_llama_rows(session: LlamaSession, problems, settings: LlamaBenchSettings
                 which, Path(tmp) / which.engine.kv_type, corpus[:max(settings.sizes)], prompt,
                 settings.decode_tokens, settings.repeats))
             on_step(f"decode after graft {which.engine.kv_type}")
+    raw.close()
     return rows

@@ -117,6 +117,7 @@ class LlamaCache:
     chunk_size: int
     token_ids: list[int] = field(default_factory=list)
     shift: int = 0  # positions added to every later token (the shifted-positions control only)
+    recycle: object = field(default=None, repr=False, compare=False)  # takes the context back instead of a free
 
     @property
     def n_past(self) -> int:
@@ -124,10 +125,13 @@ class LlamaCache:
         return len(self.token_ids)
 
     def close(self) -> None:
-        """Free the context (idempotent)."""
+        """Free the context, or hand it back to its engine's spare (idempotent)."""
         if self.ctx is not None:
-            _lib().llama_free(self.ctx)
-            self.ctx = None
+            ctx, self.ctx = self.ctx, None
+            if self.recycle is not None:
+                self.recycle(ctx)
+            else:
+                _lib().llama_free(ctx)
 
     def __del__(self):
         try:
@@ -161,6 +165,7 @@ class LlamaCppEngine:
         self.threads = threads or default_threads()
         self.kv_type, self.flash_attn, self.extra_buffers = kv_type, flash_attn, extra_buffers
         self.tokenizer, self._weights_sha256 = tokenizer, weights_sha256
+        self._spare: list = []  # at most one closed context of the engine's chunk size, kept for a restore
         lib = _lib()
         lib.llama_backend_init()
         params = lib.llama_model_default_params()
@@ -220,8 +225,33 @@ class LlamaCppEngine:
 
     def new_cache(self, chunk_size: int | None = None) -> LlamaCache:
         """A fresh context (empty sequence) with ``n_batch`` = ``n_ubatch`` = ``chunk_size`` (default: the
-        engine's). Raises :class:`LlamaCppError` when llama.cpp cannot make it."""
-        lib, chunk = _lib(), chunk_size or self.chunk_size
+        engine's). A context of the engine's chunk size goes back to the engine's spare when its cache is closed
+        (:meth:`cleared_cache` reuses it). Raises :class:`LlamaCppError` when llama.cpp cannot make it."""
+        chunk = chunk_size or self.chunk_size
+        return LlamaCache(self._new_context(chunk), self.n_ctx, chunk,
+                          recycle=self._recycle if chunk == self.chunk_size else None)
+
+    def cleared_cache(self) -> LlamaCache:
+        """An empty cache of the engine's chunk size for a restore: the spare context of a closed cache, its
+        memory cleared (``llama_memory_clear`` with its data: every cell emptied and zeroed), else a fresh one.
+        Making a context costs about as much as restoring a state into it; clearing one costs a few percent of
+        that. Raises :class:`LlamaCppError` as :meth:`new_cache`."""
+        if not self._spare:
+            return self.new_cache()
+        ctx = self._spare.pop()
+        lib = _lib()
+        lib.llama_memory_clear(lib.llama_get_memory(ctx), True)
+        return LlamaCache(ctx, self.n_ctx, self.chunk_size, recycle=self._recycle)
+
+    def _recycle(self, ctx) -> None:
+        """Keep one closed context as the spare (while the model is loaded); free any other."""
+        if getattr(self, "model", None) and not self._spare:
+            self._spare.append(ctx)
+        else:
+            _lib().llama_free(ctx)
+
+    def _new_context(self, chunk: int):
+        lib = _lib()
         params = lib.llama_context_default_params()
         params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = self.n_ctx, chunk, chunk, 1
         params.n_threads = params.n_threads_batch = self.threads
@@ -233,7 +263,7 @@ class LlamaCppEngine:
         if not ctx:
             raise LlamaCppError(f"llama.cpp could not make a context (n_ctx {self.n_ctx}, chunk {chunk}, "
                                 f"kv {self.kv_type}, flash attention {self.flash_attn})")
-        return LlamaCache(ctx, self.n_ctx, chunk)
+        return ctx
 
     def prefill(self, cache: LlamaCache, ids: list[int], chunk_size: int | None = None,
                 all_logits: bool = False) -> np.ndarray:
@@ -317,7 +347,9 @@ class LlamaCppEngine:
         return hashlib.sha256(np.ascontiguousarray(logits, dtype="<f4").tobytes()).hexdigest()
 
     def close(self) -> None:
-        """Free the model (idempotent); caches made from it must be closed first."""
+        """Free the spare context and the model (idempotent); caches made from it must be closed first."""
+        while self._spare:
+            _lib().llama_free(self._spare.pop())
         if getattr(self, "model", None):
             _lib().llama_model_free(self.model)
             self.model = None

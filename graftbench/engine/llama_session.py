@@ -37,6 +37,7 @@ class LlamaSession(PromptIds):
     tokenizer: object
     config: PinnedConfig
     eos_ids: set[int] = field(default_factory=set)
+    read_buffer: bytearray = field(default_factory=bytearray, repr=False)  # a graft's file is read into it
 
     @property
     def context_window(self) -> int:
@@ -55,17 +56,18 @@ class LlamaSession(PromptIds):
 
     def graft(self, store, artifact_id: str, room: int = 0, timing: dict | None = None) -> Grafted:
         """Read the state ``artifact_id`` from ``store`` (:meth:`graftbench.store.folder.Store.read_state`: size,
-        the file's XXH3-128 indexed at deposit, layout and header checked), check its pin, and restore it into a
-        fresh context. ``room`` (tokens: the query and the decode budget) must fit after it. ``timing`` (when
+        the file's XXH3-128 indexed at deposit, layout and header checked; read into the session's buffer), check
+        its pin, and restore it into an empty context (a closed one cleared, else a fresh one:
+        :meth:`graftbench.engine.llama_cpp.LlamaCppEngine.cleared_cache`). ``room`` (tokens: the query and the decode budget) must fit after it. ``timing`` (when
         given) gets the read's ``read_s``, ``integrity_s`` and ``parse_s``, then ``checks_s`` (the pin) and
-        ``rebuild_s`` (a fresh context and ``llama_state_seq_set_data``), in seconds. Raises
+        ``rebuild_s`` (the empty context and ``llama_state_seq_set_data``), in seconds. Raises
         :class:`graftbench.store.codec.ArtifactError` naming the refused check (``config`` for another pin, no
         room, or a state longer than a sliding-window model's window, ``read`` when llama.cpp refuses it)."""
         from ..store.codec import ArtifactError
         from .llama_cpp import LlamaCppError
 
         timing = {} if timing is None else timing
-        header, token_ids, state = store.read_state(artifact_id, timing=timing)
+        header, token_ids, state = store.read_state(artifact_id, timing=timing, buffer=self.read_buffer)
         checked = time.perf_counter()
         check_pin(artifact_id, header, self.config)
         window = self.engine.n_swa
@@ -79,7 +81,8 @@ class LlamaSession(PromptIds):
         rebuilt = time.perf_counter()
         timing["checks_s"] = rebuilt - checked
         try:
-            cache = self.engine.restore(LlamaState(state, token_ids, (0, len(token_ids))))
+            cache = self.engine.restore(LlamaState(state, token_ids, (0, len(token_ids))),
+                                        self.engine.cleared_cache())
         except LlamaCppError as exc:
             raise ArtifactError(artifact_id, "read", str(exc)) from exc
         timing["rebuild_s"] = time.perf_counter() - rebuilt

@@ -68,8 +68,8 @@ from ..util.durable import (
     storage_error,
     write_file_atomic,
 )
-from ..util.safe_files import (MAX_ARTIFACT_BYTES, UnsafeFileError, open_regular, read_regular, regular_file_size,
-                               sha256_regular)
+from ..util.safe_files import (MAX_ARTIFACT_BYTES, UnsafeFileError, open_regular, read_regular, read_regular_into,
+                               regular_file_size, sha256_regular)
 from .index import (
     INDEX_NAME,
     IndexedStore,
@@ -392,8 +392,8 @@ class Store(IndexedStore):
         indexed = self._indexed(artifact_id)
         return self._audit(artifact_id, self._file_bytes(artifact_id, indexed), indexed, audit_any)
 
-    def read_state(self, artifact_id: str, integrity: str = "xxh3_128",
-                   timing: dict | None = None) -> tuple[dict, list[int], memoryview]:
+    def read_state(self, artifact_id: str, integrity: str = "xxh3_128", timing: dict | None = None,
+                   buffer: bytearray | None = None) -> tuple[dict, list[int], memoryview]:
         """A llama.cpp sequence state artifact: ``(header, token ids, state bytes)``, read only when it is a regular
         file inside the store of the size indexed for it. As :meth:`read` for a torch artifact, the whole file's
         hash is the XXH3-128 indexed at deposit (``hash``; ``integrity="sha256"`` or no indexed digest: SHA-256
@@ -401,7 +401,9 @@ class Store(IndexedStore):
         :func:`graftbench.store.llama_state.decode_state`), then its layout, header and tensors
         (:func:`graftbench.store.llama_state.parse_state`). The state is a view of the bytes read. Whether it may
         be restored under a run's pin is the engine's check. ``timing`` (when given) gets ``read_s``,
-        ``integrity_s`` and ``parse_s`` in seconds. Raises :class:`ArtifactError` (``missing``, ``size``, ``read``,
+        ``integrity_s`` and ``parse_s`` in seconds. With ``buffer`` the file is read into it (grown when needed):
+        a caller that keeps one reads each graft without allocating, and the state is a view of it, valid until
+        the buffer is read into again. Raises :class:`ArtifactError` (``missing``, ``size``, ``read``,
         ``hash``, ``header``, ``format``, ``tensors``, ``payload``), ``ValueError`` for another ``integrity``,
         :class:`StoreError` for a damaged index."""
         if integrity not in INTEGRITY_METHODS:
@@ -409,7 +411,7 @@ class Store(IndexedStore):
         timing = {} if timing is None else timing
         started = time.perf_counter()
         indexed = self._indexed(artifact_id)
-        data = self._file_bytes(artifact_id, indexed)
+        data = self._file_bytes(artifact_id, indexed, buffer)
         read = time.perf_counter()
         timing["read_s"] = read - started
         if integrity == "sha256" or indexed[1] is None:
@@ -424,15 +426,19 @@ class Store(IndexedStore):
         timing["integrity_s"], timing["parse_s"] = hashed - read, time.perf_counter() - hashed
         return header, [int(t) for t in token_ids], state
 
-    def _file_bytes(self, artifact_id: str, indexed: tuple[int | None, str | None]) -> bytes:
-        """The artifact file's bytes, read only when it is a regular file inside the store, under the size cap
-        and of the size the index records (``indexed``). Raises :class:`ArtifactError` (``missing``, ``size``,
-        ``read``)."""
+    def _file_bytes(self, artifact_id: str, indexed: tuple[int | None, str | None],
+                    buffer: bytearray | None = None):
+        """The artifact file's bytes (read into ``buffer`` when given: a view of it), read only when it is a
+        regular file inside the store, under the size cap and of the size the index records (``indexed``). Raises
+        :class:`ArtifactError` (``missing``, ``size``, ``read``)."""
         path = self.path(artifact_id)
         try:
             size = regular_file_size(path, max_bytes=MAX_ARTIFACT_BYTES, within=self.root, what="artifact file")
             if indexed[0] is not None and size != indexed[0]:  # refused before a byte is read
                 raise ArtifactError(artifact_id, "size", f"file is {size} bytes, the index says {indexed[0]}")
+            if buffer is not None:
+                return read_regular_into(path, buffer, max_bytes=MAX_ARTIFACT_BYTES, within=self.root,
+                                         what="artifact file")
             return read_regular(path, max_bytes=MAX_ARTIFACT_BYTES, within=self.root, what="artifact file")
         except FileNotFoundError as exc:
             raise ArtifactError(artifact_id, "missing", f"no file {path}") from exc

@@ -362,13 +362,13 @@ class ObjectStore(Store):
         indexed = self._indexed(artifact_id)
         return self._audit(artifact_id, self._get_object(artifact_id), indexed, audit_any)
 
-    def read_state(self, artifact_id: str, integrity: str = "xxh3_128",
-                   timing: dict | None = None) -> tuple[dict, list[int], memoryview]:
+    def read_state(self, artifact_id: str, integrity: str = "xxh3_128", timing: dict | None = None,
+                   buffer: bytearray | None = None) -> tuple[dict, list[int], memoryview]:
         """:meth:`Store.read_state` from the read-through cache, fetched (and checked against its id) the first
         time. Raises :class:`ArtifactError` as :meth:`Store.read_state` and :meth:`_fetch` do."""
         if not self.path(artifact_id).exists():
             self._fetch(artifact_id)
-        return super().read_state(artifact_id, integrity, timing)
+        return super().read_state(artifact_id, integrity, timing, buffer)
 
     def _get_object(self, artifact_id: str) -> bytes:
         """The whole object of ``artifact_id``. Raises :class:`ArtifactError`: ``missing`` or ``read``."""

@@ -176,8 +176,8 @@ def parse_header(data: bytes) -> tuple[dict, int]:
     at ``8 + header_len``. Raises :class:`LayoutError`: ``format`` for a missing, oversized or truncated header,
     ``header`` for one that is not a JSON object. The tensor table itself is not checked here.
     """
-    length = header_length(data[:8], len(data))
-    return parse_table(data[8 : 8 + length]), length
+    length = header_length(bytes(data[:8]), len(data))
+    return parse_table(bytes(data[8 : 8 + length])), length
 
 
 class _Reader:

@@ -111,6 +111,29 @@ def read_regular(path: str | Path, *, max_bytes: int, within: str | Path | None 
         return b"".join(_blocks(handle, max_bytes, path, what))
 
 
+def read_regular_into(path: str | Path, buffer: bytearray, *, max_bytes: int, within: str | Path | None = None,
+                      what: str = "file") -> memoryview:
+    """Read the regular file at ``path`` (checked as :func:`open_regular`) into ``buffer``, grown when the file is
+    larger, so a caller that keeps its buffer reads without allocating; returns a view of the bytes read. Raises as
+    :func:`open_regular`, and :class:`UnsafeFileError` when the file grows past its size or ``max_bytes`` while it
+    is read."""
+    path = Path(path)
+    with open_regular(path, max_bytes=max_bytes, within=within, what=what) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if len(buffer) < size:
+            try:
+                buffer.extend(bytes(size - len(buffer)))
+            except BufferError:  # a view of it is still held: read into a new one
+                buffer = bytearray(size)
+        view = memoryview(buffer)[:size]
+        done = 0
+        while done < size and (n := handle.readinto(view[done:])):
+            done += n
+        if done != size or handle.read(1):
+            raise UnsafeFileError(errno.EFBIG, f"{what} {path} is refused: it changed size while it was read")
+    return view
+
+
 def sha256_regular(path: str | Path, *, max_bytes: int | None = None, within: str | Path | None = None,
                    what: str = "file") -> str:
     """SHA-256 hex digest of the regular file at ``path``, streamed in 1 MiB blocks (checked as
