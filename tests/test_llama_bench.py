@@ -126,3 +126,21 @@ def test_the_fast_read_refuses_positions_that_do_not_match_the_token_ids():
     with pytest.raises(ArtifactError, match="positions"):
         parse_state(artifact_id_of(forged), forged)
     assert np.frombuffer(data[-2:], dtype=np.uint8).tolist() == [120, 121]
+
+
+@pytest.mark.parametrize("model, column", [("smollm2-135m", 1), ("qwen2.5-coder-1.5b", 2)])
+def test_the_docs_llama_speed_table_is_the_committed_benchmark_files(model, column):
+    from .conftest import REFERENCE_MANIFESTS
+
+    result = json.loads((REFERENCE_MANIFESTS.parent / "bench" / f"llama-engine-{model}.json").read_text())
+    doc = (REFERENCE_MANIFESTS.parents[2] / "docs" / "llama-cpp.md").read_text()
+    rows = {line.split(" | ")[0]: line.split(" | ") for line in doc.splitlines() if line.startswith("| ")}
+    decode, state = result["llama_cpp"]["decode"], result["llama_cpp"]["state"]
+    assert f"**{decode['ratio']:.2f}×**" in rows["| decode, graftbench against llama.cpp"][column]
+    for row in state:
+        cell = rows[f"| graft + 1 token against state load + 1 token, {row['tokens']:,} tokens"][column]
+        assert cell.startswith(f"{row['graft_1tok_s']['median'] * 1e3:.1f} against "
+                               f"{row['llama_cpp_load_1tok_s']['median'] * 1e3:.1f} ms, **{row['ratio']:.2f}×**")
+        assert row["logits_equal"] is True
+    f16 = result["llama_cpp"]["decode_after_graft"][0]
+    assert f"**{f16['of_bound']:.2f}** of it" in rows["| decode after an 8,192-token graft, f16 KV cache"][column]
