@@ -144,3 +144,25 @@ def test_the_docs_llama_speed_table_is_the_committed_benchmark_files(model, colu
         assert row["logits_equal"] is True
     f16 = result["llama_cpp"]["decode_after_graft"][0]
     assert f"**{f16['of_bound']:.2f}** of it" in rows["| decode after an 8,192-token graft, f16 KV cache"][column]
+
+
+@pytest.mark.model
+def test_a_sliding_window_model_longer_than_its_window_gets_the_rows_it_can_and_says_why(monkeypatch):
+    from graftbench.bench.engines import markdown, run_engine_bench
+    from graftbench.bench.llama_engine import LlamaBenchSettings
+    from graftbench.engine.llama_cpp import LlamaCppEngine
+    from graftbench.problems.loading import load_problems
+
+    original = LlamaCppEngine.__init__
+
+    def with_window(self, *args, **kwargs):  # smollm2-135m given a 64-token window
+        original(self, *args, **kwargs)
+        self.n_swa = 64
+
+    monkeypatch.setattr(LlamaCppEngine, "__init__", with_window)
+    settings = LlamaBenchSettings(sizes=(96,), prefill_tokens=32, decode_tokens=4, repeats=1)
+    result = run_engine_bench("smollm2-135m", load_problems(str(AIME2024)), str(AIME2024), settings, 1, ["f16"], None)
+    llama = result["llama_cpp"]
+    assert "state" not in llama and "64-token sliding window" in llama["skipped"]
+    assert llama["decode"]["same_tokens"] is True
+    assert "Not measured: state and decode-after-graft rows" in markdown(result)

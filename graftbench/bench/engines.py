@@ -89,7 +89,7 @@ def run_engine_bench(model: str, problems, problems_source: str, settings: Llama
 
 def steps(settings: LlamaBenchSettings, kv_types: list[str], torch_sizes: tuple[int, ...] | None) -> int:
     """How many times :func:`run_engine_bench` calls ``on_step`` (a progress bar's total)."""
-    llama = 3 + len(settings.sizes) + len(kv_types)
+    llama = 3 + len(settings.sizes) + len(kv_types)  # a sliding-window model ends early (the bar is not filled)
     torch = 0 if torch_sizes is None else 1 + len(torch_sizes) + (1 if torch_sizes else 0)
     return llama + torch
 
@@ -111,6 +111,9 @@ def markdown(result: dict) -> str:
                  f"{pre['llama_cpp_tok_per_s']['median']:.1f} | {pre['ratio']:.2f}× |")
     lines.append(f"| decode {dec['decode_tokens']} tokens (tok/s) | {dec['graftbench_tok_per_s']['median']:.1f} | "
                  f"{dec['llama_cpp_tok_per_s']['median']:.1f} | {dec['ratio']:.2f}× |")
+    if "skipped" in llama:
+        lines += ["", f"Not measured: {llama['skipped']}."]
+        return "\n".join(lines + (_torch_lines(result["torch"]) if "torch" in result else [])) + "\n"
     for row in llama["state"]:
         lines.append(f"| graft + 1 token vs state load + 1 token at {row['tokens']:,} (ms) | "
                      f"{row['graft_1tok_s']['median'] * 1e3:.1f} | {row['llama_cpp_load_1tok_s']['median'] * 1e3:.1f} "

@@ -241,7 +241,9 @@ def _workload_ids(session: LlamaSession, problems, tokens: int) -> list[int]:
 def run_llama_rows(session: LlamaSession, problems, settings: LlamaBenchSettings, quantized: LlamaSession | None,
                    on_step=lambda name: None) -> dict:
     """Every llama.cpp row for ``session`` (f16 KV cache) and, when given, ``quantized`` (another KV cache type):
-    prefill, decode, state at each size, decode after the largest size's graft for each cache type."""
+    prefill, decode, state at each size, decode after the largest size's graft for each cache type. On a
+    sliding-window model whose window is shorter than the largest size, the state and decode-after-graft rows are
+    left out and ``skipped`` says why."""
     raw = RawLlama(session.engine)
     corpus = _workload_ids(session, problems, max(settings.sizes) + settings.prefill_tokens)
     prompt = corpus[:PROMPT_TOKENS]
@@ -250,6 +252,12 @@ def run_llama_rows(session: LlamaSession, problems, settings: LlamaBenchSettings
     rows["decode"] = decode_row(session, raw, prompt, settings.decode_tokens, settings.repeats)
     on_step("decode")
     token = corpus[max(settings.sizes)]
+    window = session.engine.n_swa
+    if window and max(settings.sizes) > window:  # a graft past the window is refused (docs/llama-cpp.md)
+        rows["skipped"] = (f"state and decode-after-graft rows: the model's {window}-token sliding window is shorter "
+                           f"than {max(settings.sizes)} tokens, and a graft past it is refused on llama.cpp")
+        raw.close()
+        return rows
     with tempfile.TemporaryDirectory(prefix="graftbench-llama-bench-") as tmp:
         rows["state"] = []
         for size in settings.sizes:
