@@ -17,6 +17,7 @@ from the files. The manifests' own SHA-256s are in ``results/SHA256SUMS``; the l
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -26,6 +27,8 @@ from ..util.safe_files import MAX_JSON_BYTES, read_regular
 from ..util.strict_json import loads_strict
 from ..results.layout import manifest_folders, result_folders
 from ..results.model_names import model_name
+
+_PLAIN_PATH = re.compile(r"[A-Za-z0-9._/-]+")  # a path a code span shows as it is
 
 PAGE = Path("docs") / "results.md"
 RUN_SCHEMAS = ("graftbench.manifest/1", "graftbench.manifest/2")
@@ -58,9 +61,12 @@ def _table(header: list[str], rows: Iterable[list[object]]) -> list[str]:
 
 
 def _link(root: Path, path: Path) -> str:
-    """A markdown link from ``docs/`` to ``path`` (relative to the repository ``root``)."""
+    """A markdown link from ``docs/`` to ``path`` (relative to the repository ``root``), its text the path as code;
+    a code span shows backslashes as written, so a path that a code span cannot hold as it is (a backtick, a
+    ``|``, a control or markdown-special character outside ``[A-Za-z0-9._/-]``) is shown as escaped text instead."""
     relative = path.relative_to(root).as_posix()
-    return f"[`{markdown_text(relative)}`](../{relative})"
+    text = f"`{relative}`" if _PLAIN_PATH.fullmatch(relative) else markdown_text(relative)
+    return f"[{text}](../{relative})"
 
 
 def _cpu(document: dict) -> str:
