@@ -175,3 +175,21 @@ def test_router_exact_similar_and_gated(session, store):
     assert far.kind == "none" and far.artifact_id is None
     assert route(Problem("c", "Find the remainder when $7^{223}$ is divided by $1000$.", "43"), gate=0.999).kind == "none"
     assert artifact_id != indexed
+
+
+def test_a_forward_runs_at_its_pins_thread_count_whatever_the_process_set_since(session, aime2024):
+    """A matmul's reduction split follows torch's intra-op thread count (on this suite's CPUs 2024-I-2's artifact
+    differs at 1 and 2 threads), so every forward of a session's model runs at the count its pin recorded, even after
+    another session or a command in the same process set another."""
+    problem = aime2024[1]
+    ids = session.deposit_ids(problem.problem, problem.answer, problem.solution)
+    pinned = session.config.threads
+    other = 1 if pinned > 1 else 2
+    before = graft.build_artifact(session.model, session.config, ids, {})[0]
+    torch.set_num_threads(other)
+    try:
+        after = graft.build_artifact(session.model, session.config, ids, {})[0]
+        assert torch.get_num_threads() == pinned
+    finally:
+        torch.set_num_threads(pinned)
+    assert after == before

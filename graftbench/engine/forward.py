@@ -19,7 +19,12 @@ from ..results.samples import Decoded
 from ..store.tensor_hashing import tensors_sha256
 from .kv_cache import new_cache, reserve
 
-__all__ = ["new_cache", "reserve", "chunk_bounds", "forward", "forward_batch", "prefill", "greedy_decode"]
+__all__ = ["new_cache", "reserve", "chunk_bounds", "forward", "forward_batch", "prefill", "greedy_decode",
+           "pin_threads"]
+
+# The intra-op thread count a model's pin recorded (:attr:`graftbench.engine.pin.PinnedConfig.threads`), held on
+# the model: a matmul's reduction split follows the thread count, so the bytes of a forward do too.
+PINNED_THREADS = "graftbench_pinned_threads"
 
 
 def model_device(model) -> torch.device:
@@ -38,6 +43,19 @@ def chunk_bounds(n_tokens: int, chunk_size: int) -> list[tuple[int, int]]:
     return [(s, min(s + chunk_size, n_tokens)) for s in range(0, n_tokens, chunk_size)]
 
 
+def pin_threads(model, threads: int) -> None:
+    """Every later forward of ``model`` runs at ``threads`` intra-op threads, the count its pin recorded, whatever
+    another session or caller set in between (one process may hold sessions pinned at different counts)."""
+    setattr(model, PINNED_THREADS, int(threads))
+
+
+def _hold_threads(model) -> None:
+    """Set torch's intra-op threads to ``model``'s pinned count where it differs (a model never pinned: as is)."""
+    threads = getattr(model, PINNED_THREADS, None)
+    if threads and torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
 @torch.inference_mode()
 def forward(model, cache: DynamicCache, ids: list[int], all_logits: bool = False, offset: int = 0) -> torch.Tensor:
     """One forward of ``ids`` after what ``cache`` holds; the cache grows in place.
@@ -46,6 +64,7 @@ def forward(model, cache: DynamicCache, ids: list[int], all_logits: bool = False
     in the model's dtype. Positions continue from ``cache.get_seq_length()``; a non-zero ``offset`` adds that
     many positions for RoPE only (the shifted-graft control), the attention mask still follows the cache.
     """
+    _hold_threads(model)
     device = model_device(model)
     input_ids = torch.tensor([ids], dtype=torch.long, device=device)
     kwargs = {}
@@ -60,6 +79,7 @@ def forward(model, cache: DynamicCache, ids: list[int], all_logits: bool = False
 def forward_batch(model, cache: DynamicCache, last_tokens: list[int]) -> torch.Tensor:
     """One decode step for a batch: row i of ``cache`` gets ``last_tokens[i]``. Every row holds the same number of
     positions (no padding), so positions follow the cache. Returns logits ``[len(last_tokens), vocab]``."""
+    _hold_threads(model)
     input_ids = torch.tensor(last_tokens, dtype=torch.long, device=model_device(model)).unsqueeze(1)
     out = model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=1)
     return out.logits[:, -1]

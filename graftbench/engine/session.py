@@ -115,5 +115,6 @@ def open_session(model: str = DEFAULT_MODEL, dtype: str = DEFAULT_DTYPE, chunk_s
         configure()
     loaded = load_model(model, dtype=dtype, device=device)
     config = build_config(loaded, chunk_size=chunk_size)
+    forward.pin_threads(loaded.model, config.threads)
     pool = reserve_tokens(loaded.model, kv_pool_tokens)
     return Session(loaded, config, forward.eos_token_ids(loaded.model, loaded.tokenizer), pool)
