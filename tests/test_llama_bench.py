@@ -29,7 +29,7 @@ def result(tmp_path_factory):
     settings = LlamaBenchSettings(sizes=(96, 160), prefill_tokens=48, decode_tokens=6, repeats=2)
     steps = []
     done = run_engine_bench("smollm2-135m", load_problems(str(AIME2024)), str(AIME2024), settings, 1,
-                            ["f16", "q8_0"], (96,), steps.append)
+                            ["f16", "f16+fa", "q8_0"], (96,), steps.append)
     done["steps"] = steps
     return done
 
@@ -52,14 +52,47 @@ def test_both_sides_run_the_same_tokens_and_the_graft_gives_the_prefills_logits(
 @pytest.mark.model
 def test_the_decode_bound_is_the_empty_rate_scaled_by_weight_over_weight_and_cache_bytes(result):
     rows = result["llama_cpp"]["decode_after_graft"]
-    assert [(r["kv_type"], r["flash_attn"]) for r in rows] == [("f16", False), ("q8_0", True)]
+    assert [(r["kv_type"], r["flash_attn"]) for r in rows] == [("f16", False), ("f16", True), ("q8_0", True)]
     for row in rows:
         w, c = row["weight_bytes"], row["cache_bytes"]
         assert 50e6 < w < 300e6 and 0 < c < w  # smollm2-135m as its GGUF stores it; 160 tokens of KV cache
+        assert row["context_tokens"] == 160
         assert row["bound_tok_per_s"] == pytest.approx(row["empty_cache_tok_per_s"]["median"] * w / (w + c))
         assert row["of_bound"] == pytest.approx(row["after_graft_tok_per_s"]["median"] / row["bound_tok_per_s"])
-    f16, q8 = rows
+        raw = row["llama_cpp_after_load_tok_per_s"]
+        assert raw["n"] == row["after_graft_tok_per_s"]["n"] == row["empty_cache_tok_per_s"]["n"] == 2
+        assert row["ratio_to_llama_cpp"] == pytest.approx(row["after_graft_tok_per_s"]["median"] / raw["median"])
+        assert row["llama_cpp_of_bound"] == pytest.approx(raw["median"] / row["bound_tok_per_s"])
+    f16, f16_fa, q8 = rows
     assert q8["cache_bytes"] < 0.6 * f16["cache_bytes"]  # q8_0: 34 bytes per 32 values against 64
+    assert f16_fa["cache_bytes"] == pytest.approx(f16["cache_bytes"], rel=0.01)  # the same f16 cells, V untransposed
+
+
+@pytest.mark.model
+def test_llama_cpp_decodes_the_same_greedy_tokens_after_its_state_load_as_graftbench_after_its_graft(tmp_path):
+    """The decode-after-graft row's two sides run the same computation: graftbench's greedy loop after its graft and
+    llama.cpp's greedy sampler after ``llama_state_seq_load_file`` of a state saved from that graft."""
+    from graftbench.bench.llama_engine import deposit_state
+    from graftbench.bench.llama_raw import RawLlama
+    from graftbench.engine import llama_decode
+    from graftbench.engine.llama_session import open_llama_session
+    from graftbench.problems.loading import load_problems
+
+    session = open_llama_session("smollm2-135m", chunk_size=64, threads=1, n_ctx=512)
+    problem = load_problems(str(AIME2024), limit=1)[0]
+    ids = session.tokenizer(problem.solution, add_special_tokens=False).input_ids[:200]
+    raw = RawLlama(session.engine)
+    try:
+        store, artifact_id, state_file = deposit_state(session, raw, tmp_path, ids[:-1])
+        _, theirs = raw.load_state_and_decode(state_file, len(ids) - 1, ids[-1], 8)
+        grafted = session.graft(store, artifact_id, room=9)
+        logits = session.prefill_after(grafted.cache, [ids[-1]])
+        ours = llama_decode.decode(session.engine, session.tokenizer, grafted.cache, logits, 8, set()).token_ids
+        grafted.cache.close()
+    finally:
+        raw.close()
+        session.engine.close()
+    assert len(theirs) == 8 and ours == theirs
 
 
 @pytest.mark.model
@@ -68,17 +101,19 @@ def test_the_result_reports_every_step_and_renders_as_tables(result):
     from graftbench.bench.llama_engine import LlamaBenchSettings
 
     settings = LlamaBenchSettings(sizes=(96, 160), prefill_tokens=48, decode_tokens=6, repeats=2)
-    assert len(result["steps"]) == steps(settings, ["f16", "q8_0"], (96,))
+    assert len(result["steps"]) == steps(settings, ["f16", "f16+fa", "q8_0"], (96,))
     text = markdown(result)
     assert "| graft + 1 token vs state load + 1 token at 160 (ms) |" in text
-    assert "| q8_0 | 160 |" in text and "| graft + 1 token at 96 (ms) |" in text
+    assert "| q8_0 (flash attention) | 160 |" in text and "| f16 | 160 |" in text
+    assert "| f16 (flash attention) | 160 |" in text and "| graft + 1 token at 96 (ms) |" in text
     assert result["environment"]["system_info"].startswith("CPU :")
 
 
-def test_bench_llama_refuses_kv_types_that_do_not_start_with_f16(tmp_path):
-    done = runner.invoke(app, ["bench-llama", "--model", "smollm2-135m", "--kv-types", "q8_0,f16",
+@pytest.mark.parametrize("kv_types", ["q8_0,f16", "f16,q5_1", "f16,f16+fa,f16+fa", "f16,q8_0+fa"])
+def test_bench_llama_refuses_kv_types_that_do_not_start_with_f16_or_name_an_unknown_variant(tmp_path, kv_types):
+    done = runner.invoke(app, ["bench-llama", "--model", "smollm2-135m", "--kv-types", kv_types,
                                "--out", str(tmp_path)])
-    assert done.exit_code == 2 and "--kv-types must start with f16" in done.output
+    assert done.exit_code == 2 and "--kv-types must start with f16" in done.output and repr(kv_types) in done.output
     assert list(tmp_path.iterdir()) == []
 
 

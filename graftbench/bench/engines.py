@@ -21,12 +21,31 @@ def context_for(settings: LlamaBenchSettings) -> int:
     return -(-need // 256) * 256
 
 
-def llama_sessions(model: str, settings: LlamaBenchSettings, threads: int, kv_types: list[str]) -> list:
-    """One llama.cpp session per KV cache type (``f16`` first; a quantized one with flash attention on)."""
+def parse_variants(text: str) -> list[str]:
+    """The KV cache variants of ``--kv-types``: comma-separated, ``f16`` first (the state rows run on it), then any of
+    ``f16+fa`` (f16 with flash attention on) and the quantized types (flash attention always on). Raises
+    ``ValueError`` naming what was wrong."""
+    from ..engine.llama_cpp import KV_TYPES
+
+    names = [k.strip() for k in text.split(",") if k.strip()]
+    offered = ("f16", "f16+fa", *KV_TYPES[1:])
+    if not names or names[0] != "f16" or any(k not in offered for k in names) or len(set(names)) != len(names):
+        raise ValueError(f"--kv-types must start with f16 and list each of {', '.join(offered)} at most once, "
+                         f"got {text!r}")
+    return names
+
+
+def llama_sessions(model: str, settings: LlamaBenchSettings, threads: int, variants: list[str]) -> list:
+    """One llama.cpp session per KV cache variant (:func:`parse_variants`; ``f16`` first, flash attention off)."""
     from ..engine.llama_session import open_llama_session
 
-    return [open_llama_session(model, chunk_size=CHUNK, threads=threads, kv_type=kv, flash_attn=kv != "f16",
-                               n_ctx=context_for(settings)) for kv in kv_types]
+    sessions = []
+    for name in variants:
+        kv = name.removesuffix("+fa")
+        sessions.append(open_llama_session(model, chunk_size=CHUNK, threads=threads, kv_type=kv,
+                                           flash_attn=kv != "f16" or name.endswith("+fa"),
+                                           n_ctx=context_for(settings)))
+    return sessions
 
 
 def run_torch_rows(model: str, problems, settings: LlamaBenchSettings, sizes: tuple[int, ...], threads: int,
@@ -66,7 +85,7 @@ def run_engine_bench(model: str, problems, problems_source: str, settings: Llama
     load = load_row(model, threads, CHUNK, context_for(settings))
     on_step("load")
     sessions = llama_sessions(model, settings, threads, kv_types)
-    llama = run_llama_rows(sessions[0], problems, settings, sessions[1] if len(sessions) > 1 else None, on_step)
+    llama = run_llama_rows(sessions[0], problems, settings, sessions[1:], on_step)
     llama["load"] = load
     config = sessions[0].config
     for session in sessions:
@@ -123,14 +142,20 @@ def markdown(result: dict) -> str:
     for row in llama["state"]:
         lines.append(f"| {row['tokens']:,} | {row['prefill_1tok_s']['median']:.2f} | "
                      f"{row['graft_1tok_s']['median'] * 1e3:.1f} | {row['ttft_ratio']:.0f}× | {row['logits_equal']} |")
-    lines += ["", "Decode after a graft against an empty cache; bound = empty-cache tok/s × weight bytes / (weight "
-              "bytes + cache bytes).", "",
-              "| KV cache | tokens grafted | empty tok/s | after graft tok/s | bound tok/s | of bound |",
-              "|---|---:|---:|---:|---:|---:|"]
+    lines += ["", "Decode after a graft: graftbench after its graft, llama.cpp after its own state load, graftbench on "
+              "an empty cache; bound = empty-cache tok/s × weight bytes / (weight bytes + cache bytes), what the "
+              "bytes read per token allow.", "",
+              "| KV cache | tokens grafted | empty tok/s | after graft tok/s | llama.cpp after load tok/s | "
+              "graftbench / llama.cpp | bound tok/s | of bound | llama.cpp of bound |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in llama["decode_after_graft"]:
-        lines.append(f"| {row['kv_type']} | {row['context_tokens']:,} | {row['empty_cache_tok_per_s']['median']:.1f} "
-                     f"| {row['after_graft_tok_per_s']['median']:.1f} | {row['bound_tok_per_s']:.1f} | "
-                     f"{row['of_bound']:.2f} |")
+        kind = row["kv_type"] + (" (flash attention)" if row["flash_attn"] else "")
+        raw = row.get("llama_cpp_after_load_tok_per_s")
+        raw_cells = (f"{raw['median']:.1f} | {row['ratio_to_llama_cpp']:.2f}×" if raw else "not measured | –")
+        raw_bound = f"{row['llama_cpp_of_bound']:.2f}" if raw else "–"
+        lines.append(f"| {kind} | {row['context_tokens']:,} | {row['empty_cache_tok_per_s']['median']:.1f} "
+                     f"| {row['after_graft_tok_per_s']['median']:.1f} | {raw_cells} | {row['bound_tok_per_s']:.1f} | "
+                     f"{row['of_bound']:.2f} | {raw_bound} |")
     if "torch" in result:
         lines += _torch_lines(result["torch"])
     return "\n".join(lines) + "\n"

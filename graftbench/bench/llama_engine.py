@@ -15,8 +15,9 @@ Rows, for one model (times in seconds, rates in tokens per second, sizes in toke
   ``llama_state_seq_load_file`` into a kept context, cleared, + the same token (both sides clear an existing
   context: the ratio is graftbench's store, integrity check and pin on top of llama.cpp's load), and the graft's
   TTFT against a chunked prefill of the same tokens + that token in a fresh context;
-- ``decode_after_graft`` per KV cache type: greedy decode after a graft of the largest size against an empty cache,
-  and the bound the bytes allow (below).
+- ``decode_after_graft`` per KV cache variant (f16 with flash attention off and on, quantized types with it on):
+  greedy decode after a graft of the largest size, against llama.cpp's own decode after its state load of the same
+  state and against an empty cache, and the bound the bytes allow (below).
 
 The decode bound: a decode step reads every weight and, after a graft of n tokens, the n cached keys and values, so
 at best it runs at the empty-cache rate × W / (W + C), with W the weights' bytes (``llama_model_size``) and C the
@@ -59,6 +60,17 @@ def alternate(repeats: int, ours, theirs) -> tuple[list, list]:
         for side in ((ours, theirs) if i % 2 == 0 else (theirs, ours)):
             (a if side is ours else b).append(side())
     return a, b
+
+
+def rotate(repeats: int, *sides) -> tuple[list, ...]:
+    """``repeats`` results of each side, all sides back to back in each repetition, the first side rotating (side
+    ``i % len(sides)`` first in repetition ``i``)."""
+    results = [[] for _ in sides]
+    for i in range(repeats):
+        for k in range(len(sides)):
+            j = (i + k) % len(sides)
+            results[j].append(sides[j]())
+    return tuple(results)
 
 
 def _ratio(numerator: dict, denominator: dict) -> float:
@@ -141,22 +153,30 @@ def _prefill_and_query(session: LlamaSession, ids: list[int], token: int) -> dic
     return {"ttft_s": seconds, "logits": session.logits_sha256(logits)}
 
 
-def state_row(session: LlamaSession, raw: RawLlama, folder: Path, ids: list[int], token: int, repeats: int,
-              prefill_repeats: int = 1) -> dict:
-    """At ``len(ids)`` tokens: graft + 1-token query against llama.cpp's state load + the same token (``ratio``:
-    graftbench over llama.cpp, ≤ 1.1 is the target), and the graft's time to first token against a chunked
-    prefill of ``ids`` and the token (``ttft_ratio``: prefill over graft). The state is deposited into a store
-    and saved by llama.cpp to a file in ``folder`` (untimed); the page cache is warm for both. ``logits_equal``:
-    the query's logits after the graft, the state load and the prefill are the same bytes."""
+def deposit_and_save(session: LlamaSession, raw: RawLlama, folder: Path, ids: list[int]) -> tuple[Store, str, Path]:
+    """``ids`` deposited by graftbench into a store in ``folder`` and, independently, prefilled by llama.cpp
+    (:meth:`RawLlama.prefill`) and saved to a state file there (``llama_state_seq_save_file``): two prefills,
+    untimed. Returns ``(store, artifact id, state file)``."""
     store = Store(folder / "store")
     artifact_id = store.put(session.build_artifact(ids, {"source": "bench"}))
+    state_file = folder / f"state-{len(ids)}.bin"
     cache = raw.context()
     try:
         raw.prefill(cache, ids)
-        state_file = folder / f"state-{len(ids)}.bin"
         raw.save_state(cache, state_file)
     finally:
         cache.close()
+    return store, artifact_id, state_file
+
+
+def state_row(session: LlamaSession, raw: RawLlama, deposited: tuple[Store, str, Path], ids: list[int], token: int,
+              repeats: int, prefill_repeats: int = 1) -> dict:
+    """At ``len(ids)`` tokens, deposited (:func:`deposit_and_save`): graft + 1-token query against llama.cpp's
+    state load + the same token (``ratio``: graftbench over llama.cpp, ≤ 1.1 is the target), and the graft's time
+    to first token against a chunked prefill of ``ids`` and the token (``ttft_ratio``: prefill over graft); the page
+    cache is warm for both. ``logits_equal``: the query's logits after the graft, the state load and the prefill
+    are the same bytes."""
+    store, artifact_id, state_file = deposited
     ours, theirs = alternate(repeats, lambda: _graft_and_query(session, store, artifact_id, token),
                              lambda: raw.load_state_and_query(state_file, len(ids), token))
     prefills = [_prefill_and_query(session, ids, token) for _ in range(prefill_repeats)]
@@ -183,26 +203,46 @@ def _decode_after(session: LlamaSession, store: Store, artifact_id: str, token: 
         grafted.cache.close()
 
 
-def decode_after_graft_row(session: LlamaSession, folder: Path, ids: list[int], prompt: list[int], tokens: int,
-                           repeats: int) -> dict:
-    """Greedy decode tokens per second after a graft of ``ids`` against an empty cache (after ``prompt``), sides
-    alternating, and the bound the bytes allow: empty-cache rate × W / (W + C) (module docstring). ``of_bound``:
-    the measured rate over the bound (≥ 0.9 is the target)."""
+def deposit_state(session: LlamaSession, raw: RawLlama, folder: Path, ids: list[int]) -> tuple[Store, str, Path]:
+    """``ids`` deposited into a store in ``folder`` (one prefill) and the same state written by llama.cpp's
+    ``llama_state_seq_save_file`` from a graft of it (a graft is the prefill's state, certified byte-exact), for
+    llama.cpp's side of :func:`decode_after_graft_row`. Returns ``(store, artifact id, state file)``."""
+    store = Store(folder / "store")
+    artifact_id = store.put(session.build_artifact(ids, {"source": "bench"}))
+    grafted = session.graft(store, artifact_id)
+    try:
+        state_file = folder / f"state-{len(ids)}.bin"
+        raw.save_state(grafted.cache, state_file)
+    finally:
+        grafted.cache.close()
+    return store, artifact_id, state_file
+
+
+def decode_after_graft_row(session: LlamaSession, raw: RawLlama, deposited: tuple[Store, str, Path], prompt: list[int],
+                           token: int, tokens: int, repeats: int) -> dict:
+    """Greedy decode tokens per second after a graft of the deposited state (``deposited``: store, artifact id and
+    llama.cpp's own state file of it, :func:`deposit_state`), three sides in turn, the first rotating each
+    repetition: graftbench after its graft, llama.cpp after its state load (``ratio_to_llama_cpp``: what graftbench
+    adds after a graft) and graftbench on an empty cache (after ``prompt``); with the bound the bytes allow:
+    empty-cache rate × W / (W + C) (module docstring). ``of_bound``: the measured rate over the bound (≥ 0.9 is the
+    target); ``llama_cpp_of_bound`` the same for llama.cpp's own decode after its load."""
     from ..engine.llama_cpp import bindings
 
-    store = Store(folder / "store")
-    data = session.build_artifact(ids, {"source": "bench"})
-    artifact_id = store.put(data)
+    store, artifact_id, state_file = deposited
+    n = len(store.read_state(artifact_id)[1])
     cache_bytes = len(store.read_state(artifact_id)[2])
     weight_bytes = int(bindings().llama_model_size(session.engine.model))
-    after, empty = alternate(repeats, lambda: _decode_after(session, store, artifact_id, prompt[-1], tokens),
-                             lambda: _our_decode(session, prompt, tokens)[0])
-    after_s, empty_s = summary(after), summary(empty)
+    after, raw_after, empty = rotate(repeats, lambda: _decode_after(session, store, artifact_id, token, tokens),
+                                     lambda: raw.load_state_and_decode(state_file, n, token, tokens)[0],
+                                     lambda: _our_decode(session, prompt, tokens)[0])
+    after_s, raw_s, empty_s = summary(after), summary(raw_after), summary(empty)
     bound = empty_s["median"] * weight_bytes / (weight_bytes + cache_bytes)
-    return {"kv_type": session.engine.kv_type, "flash_attn": session.engine.flash_attn, "context_tokens": len(ids),
+    return {"kv_type": session.engine.kv_type, "flash_attn": session.engine.flash_attn, "context_tokens": n,
             "decode_tokens": tokens, "weight_bytes": weight_bytes, "cache_bytes": cache_bytes,
-            "after_graft_tok_per_s": after_s, "empty_cache_tok_per_s": empty_s,
-            "ratio": _ratio(after_s, empty_s), "bound_tok_per_s": bound, "of_bound": after_s["median"] / bound,
+            "after_graft_tok_per_s": after_s, "llama_cpp_after_load_tok_per_s": raw_s,
+            "empty_cache_tok_per_s": empty_s, "ratio": _ratio(after_s, empty_s),
+            "ratio_to_llama_cpp": _ratio(after_s, raw_s), "bound_tok_per_s": bound,
+            "of_bound": after_s["median"] / bound, "llama_cpp_of_bound": raw_s["median"] / bound,
             "bound": "empty-cache tok/s × weight bytes / (weight bytes + cache bytes): each decode step reads every "
                      "weight and every cached key and value once"}
 
@@ -238,10 +278,18 @@ def _workload_ids(session: LlamaSession, problems, tokens: int) -> list[int]:
     return ids[:tokens]
 
 
-def run_llama_rows(session: LlamaSession, problems, settings: LlamaBenchSettings, quantized: LlamaSession | None,
+def variant_name(session: LlamaSession) -> str:
+    """The KV cache variant a session runs: its cache type, ``+fa`` for an f16 cache with flash attention on (a
+    quantized cache always has it on)."""
+    engine = session.engine
+    return engine.kv_type + ("+fa" if engine.kv_type == "f16" and engine.flash_attn else "")
+
+
+def run_llama_rows(session: LlamaSession, problems, settings: LlamaBenchSettings, others: list[LlamaSession] = (),
                    on_step=lambda name: None) -> dict:
-    """Every llama.cpp row for ``session`` (f16 KV cache) and, when given, ``quantized`` (another KV cache type):
-    prefill, decode, state at each size, decode after the largest size's graft for each cache type. On a
+    """Every llama.cpp row for ``session`` (f16 KV cache, flash attention off) and, for decode after a graft, for
+    each of ``others`` (other KV cache variants, :func:`variant_name`): prefill, decode, state at each size, decode
+    after the largest size's graft for each variant. On a
     sliding-window model whose window is shorter than the largest size, the state and decode-after-graft rows are
     left out and ``skipped`` says why."""
     raw = RawLlama(session.engine)
@@ -259,15 +307,21 @@ def run_llama_rows(session: LlamaSession, problems, settings: LlamaBenchSettings
         raw.close()
         return rows
     with tempfile.TemporaryDirectory(prefix="graftbench-llama-bench-") as tmp:
-        rows["state"] = []
+        rows["state"], deposits = [], {}
         for size in settings.sizes:
-            rows["state"].append(state_row(session, raw, Path(tmp), corpus[:size], token, settings.repeats))
+            deposits[size] = deposit_and_save(session, raw, Path(tmp) / str(size), corpus[:size])
+            rows["state"].append(state_row(session, raw, deposits[size], corpus[:size], token, settings.repeats))
             on_step(f"state {size}")
         rows["decode_after_graft"] = []
-        for which in [session, *([quantized] if quantized else [])]:
+        largest = corpus[:max(settings.sizes)]
+        for which in [session, *others]:
+            other_raw = raw if which is session else RawLlama(which.engine)
+            deposited = deposits[len(largest)] if which is session else \
+                deposit_state(which, other_raw, Path(tmp) / variant_name(which), largest)  # one more prefill
             rows["decode_after_graft"].append(decode_after_graft_row(
-                which, Path(tmp) / which.engine.kv_type, corpus[:max(settings.sizes)], prompt,
-                settings.decode_tokens, settings.repeats))
-            on_step(f"decode after graft {which.engine.kv_type}")
+                which, other_raw, deposited, prompt, token, settings.decode_tokens, settings.repeats))
+            if other_raw is not raw:
+                other_raw.close()
+            on_step(f"decode after graft {variant_name(which)}")
     raw.close()
     return rows

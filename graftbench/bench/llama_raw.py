@@ -7,7 +7,7 @@ with the same parameters). The benchmark's reference for what graftbench adds on
 - prefill: ``llama_batch_get_one`` batches of the chunk size, the last position's logits only;
 - state: ``llama_state_seq_save_file`` of sequence 0 and ``llama_state_seq_load_file`` into a kept context cleared
   with ``llama_memory_clear`` (the file holds the token ids and llama.cpp's sequence state; nothing checks a hash
-  or a model).
+  or a model); decode after a state load: the load, a one-token query, then the greedy loop above.
 
 Needs llama-cpp-python (the ``llama`` extra); imports no torch.
 """
@@ -78,14 +78,8 @@ class RawLlama:
         all of it with the one-token query and its logits copied out. The context is made once, untimed."""
         if self._kept is None:
             self._kept = self.context()
-        cache = self._kept
         started = time.perf_counter()
-        self.lib.llama_memory_clear(self.lib.llama_get_memory(cache.ctx), True)
-        ids, count = (self.lib.llama_token * capacity)(), ctypes.c_size_t(0)
-        read = self.lib.llama_state_seq_load_file(cache.ctx, str(path).encode(), SEQ, ids, capacity,
-                                                  ctypes.byref(count))
-        if not read:
-            raise LlamaCppError(f"llama_state_seq_load_file could not load {path}")
+        cache = self._load_into_kept(path, capacity)
         loaded = time.perf_counter()
         box = (self.lib.llama_token * 1)(token)
         if self.lib.llama_decode(cache.ctx, self.lib.llama_batch_get_one(box, 1)) != 0:
@@ -93,6 +87,40 @@ class RawLlama:
         pointer = self.lib.llama_get_logits_ith(cache.ctx, -1)
         logits = np.ctypeslib.as_array(pointer, shape=(self.engine.n_vocab,)).astype(np.float32, copy=True)
         return loaded - started, time.perf_counter() - started, logits
+
+    def _load_into_kept(self, path: str, capacity: int):
+        if self._kept is None:
+            self._kept = self.context()
+        self.lib.llama_memory_clear(self.lib.llama_get_memory(self._kept.ctx), True)
+        ids, count = (self.lib.llama_token * capacity)(), ctypes.c_size_t(0)
+        read = self.lib.llama_state_seq_load_file(self._kept.ctx, str(path).encode(), SEQ, ids, capacity,
+                                                  ctypes.byref(count))
+        if not read:
+            raise LlamaCppError(f"llama_state_seq_load_file could not load {path}")
+        return self._kept
+
+    def load_state_and_decode(self, path: str, capacity: int, token: int, tokens: int) -> tuple[float, list[int]]:
+        """``llama_state_seq_load_file`` of ``path`` into the kept context (cleared), ``token`` decoded after it, then
+        ``tokens`` greedy tokens by llama.cpp's greedy sampler (:meth:`greedy`'s loop). Returns ``(tok/s, ids)``:
+        ``(tokens - 1)`` over the seconds from the first token chosen to the last, as :meth:`greedy` after a
+        prompt is timed. The kept context must hold ``capacity`` + 1 + ``tokens`` positions."""
+        cache = self._load_into_kept(path, capacity)
+        box = (self.lib.llama_token * 1)(token)
+        if self.lib.llama_decode(cache.ctx, self.lib.llama_batch_get_one(box, 1)) != 0:
+            raise LlamaCppError("llama_decode failed after the state load")
+        sampler = self.lib.llama_sampler_init_greedy()
+        chosen = []
+        try:
+            for i in range(tokens):
+                if i == 1:
+                    started = time.perf_counter()
+                box[0] = self.lib.llama_sampler_sample(sampler, cache.ctx, -1)
+                chosen.append(int(box[0]))
+                if self.lib.llama_decode(cache.ctx, self.lib.llama_batch_get_one(box, 1)) != 0:
+                    raise LlamaCppError("llama_decode failed while decoding")
+        finally:
+            self.lib.llama_sampler_free(sampler)
+        return (tokens - 1) / (time.perf_counter() - started), chosen
 
     def close(self) -> None:
         """Free the kept context."""

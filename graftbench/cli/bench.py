@@ -143,7 +143,9 @@ def bench_llama(
     problems: str = typer.Option("../shared/data/aime2024.jsonl", "--problems", "-p",
                                  help="problems with solutions: the text the states are cut from"),
     sizes: str = typer.Option("4096,8192", "--sizes", help="state sizes in tokens, comma-separated"),
-    kv_types: str = typer.Option("f16,q8_0", "--kv-types", help="KV cache types for decode after a graft (f16 first)"),
+    kv_types: str = typer.Option("f16,f16+fa,q8_0", "--kv-types",
+                                 help="KV cache variants for decode after a graft: f16 first, then f16+fa (flash "
+                                      "attention on), q8_0, q4_0 (flash attention on)"),
     threads: int = typer.Option(1, "--threads", min=1, help="threads for both engines"),
     repeats: int = typer.Option(3, "--repeats", min=1, help="repetitions per side and row; medians reported"),
     prefill_tokens: int = typer.Option(512, "--prefill-tokens", min=1, help="tokens in the prefill row"),
@@ -158,11 +160,12 @@ def bench_llama(
     from ..bench.engines import markdown, run_engine_bench, steps
     from ..bench.history import write_json_and_markdown
     from ..bench.llama_engine import LlamaBenchSettings
-    from ..engine.llama_cpp import KV_TYPES
+    from ..bench.engines import parse_variants
 
-    kinds = [k.strip() for k in kv_types.split(",") if k.strip()]
-    if not kinds or kinds[0] != "f16" or any(k not in KV_TYPES for k in kinds):
-        fail(f"--kv-types must start with f16 and list only {', '.join(KV_TYPES)}, got {kv_types!r}")
+    try:
+        kinds = parse_variants(kv_types)
+    except ValueError as exc:
+        fail(str(exc))
     settings = LlamaBenchSettings(tuple(int_list(sizes, "--sizes")), prefill_tokens, decode_tokens, repeats)
     extra = None if no_torch else settings.sizes if torch_sizes is None else \
         () if torch_sizes == "none" else tuple(int_list(torch_sizes, "--torch-sizes"))
