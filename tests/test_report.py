@@ -277,3 +277,47 @@ def test_the_prompt_arm_rows_pair_samples_that_grafted_the_same_example_and_name
     assert (row["graft"], row["samples"], row["logits_equal"], row["first_differences"]) == ("graft", 3, 2, ["p1#0"])
     assert (row["prompt_ttft_s"], row["graft_ttft_s"], row["prompt_energy_j"]) == (0.5, 0.1, 6.0)
     assert prompt_arm_rows([graft, other]) == []
+
+
+def _mean_correct_by_problem(samples: list[dict], ids: set[str]) -> dict[str, float]:
+    by_problem: dict[str, list[bool]] = {}
+    for s in samples:
+        if s["problem_id"] in ids:
+            by_problem.setdefault(s["problem_id"], []).append(bool(s["correct"]))
+    return {pid: sum(v) / len(v) for pid, v in by_problem.items()}
+
+
+def test_paired_comparisons_by_family_and_on_a_pooled_subset_are_the_per_problem_differences(tmp_path):
+    qwen = REFERENCE_MANIFESTS / "transfer-qwen2.5-coder-0.5b"
+    graft, baseline = Path(f"{qwen}-program-graft-avg4.json"), Path(f"{qwen}-program-baseline-avg4.json")
+    report = build_report([graft, baseline], families=("paths", "mod"))
+    subsets = [tuple(c["families"]) for c in report.family_comparisons]
+    assert subsets == [("paths", "mod"), ("base",), ("digits",), ("divisors",), ("gcd",), ("mod",), ("paths",)]
+    manifests = {p: load_manifest(p) for p in (graft, baseline)}
+    for row in report.family_comparisons:
+        ids = {p["id"] for p in manifests[graft]["problems"] if p["family"] in row["families"]}
+        ours = _mean_correct_by_problem(manifests[graft]["samples"], ids)
+        theirs = _mean_correct_by_problem(manifests[baseline]["samples"], ids)
+        diffs = [ours[i] - theirs[i] for i in ids]
+        assert row["problems"] == len(ids) == 10 * len(row["families"])
+        assert row["mean_difference"] == pytest.approx(sum(diffs) / len(diffs))
+        assert row["graft_better"] == sum(d > 0 for d in diffs) and row["baseline_better"] == sum(d < 0 for d in diffs)
+        assert row["ci95"][0] <= row["mean_difference"] <= row["ci95"][1]
+    # the overall comparison is unchanged by the subsets, and the markdown and JSON carry them
+    assert report.comparisons == build_report([graft, baseline]).comparisons
+    result, text = invoke(graft, baseline, "--families", "paths,mod", "--out", tmp_path / "rep")
+    assert result.exit_code == 0, result.output
+    first = report.family_comparisons[0]
+    cell = f"{100 * first['mean_difference']:+.1f} pp [{100 * first['ci95'][0]:+.1f}, {100 * first['ci95'][1]:+.1f}]"
+    assert "| paths + mod | transfer-qwen2.5-coder-0.5b-program-graft-avg4 |" in (tmp_path / "rep" / "report.md").read_text()
+    assert cell in (tmp_path / "rep" / "report.md").read_text() and cell in text
+    summary = json.loads((tmp_path / "rep" / "summary.json").read_text())
+    assert summary["family_comparisons"][0]["families"] == ["paths", "mod"]
+
+
+def test_a_pooled_family_that_no_run_has_is_refused_naming_it(tmp_path):
+    qwen = REFERENCE_MANIFESTS / "transfer-qwen2.5-coder-0.5b"
+    result, _ = invoke(f"{qwen}-program-graft-avg4.json", f"{qwen}-program-baseline-avg4.json",
+                       "--families", "paths,grid-detour", "--out", tmp_path / "rep")
+    assert result.exit_code == 2 and "'grid-detour' not among the runs' families" in result.output
+    assert not (tmp_path / "rep").exists()

@@ -37,6 +37,9 @@ def report(
     seed: int = typer.Option(0, "--seed", min=0, help="seed of the bootstrap intervals (numpy PCG64)"),
     resamples: int = typer.Option(RESAMPLES, "--resamples", min=100, max=1_000_000,
                                   help="bootstrap resamples over problems"),
+    families: Optional[str] = typer.Option(None, "--families", help="families pooled into one more paired "
+                                           "comparison, comma-separated (a pre-registered subset); each family's "
+                                           "own comparison is always shown"),
 ) -> None:
     """Compare runs from their manifests: accuracy with 95% intervals, pass@k, maj@N, tokens, energy, copy controls; writes markdown and plots."""
     from ..report.compare import ReportError, build_report, check_out_dir, default_out_dir
@@ -44,7 +47,8 @@ def report(
     from .tables import report_tables
 
     try:
-        built = build_report(paths, seed=seed, resamples=resamples, rounds=rounds)
+        pooled = tuple(f.strip() for f in (families or "").split(",") if f.strip())
+        built = build_report(paths, seed=seed, resamples=resamples, rounds=rounds, families=pooled)
         out_dir = out if out is not None else default_out_dir(name)
         check_out_dir(out_dir)
     except ReportError as exc:

@@ -166,10 +166,11 @@ def _figures(title: str, columns, rows: list[list[str]], key: str) -> list[Table
 
 def report_tables(report) -> list[Table]:
     """``graftbench report``'s terminal tables, each fitting 80 columns: per run its figures (a column per run, two
-    runs to a table), per run its families, each paired comparison and the rounds (when any). The cells come from
+    runs to a table), per run its families, each paired comparison (overall and by family) and the rounds (when any). The cells come from
     :mod:`graftbench.report.compare`, shared with the markdown file, which holds every figure in wide tables."""
-    from ..report.compare import (COMPARISON_COLUMNS, FAMILY_COLUMNS, ROUND_COLUMNS, RUN_COLUMNS, comparison_rows,
-                                  family_rows, round_rows, run_row)
+    from ..report.compare import (COMPARISON_COLUMNS, FAMILY_COLUMNS, FAMILY_COMPARISON_COLUMNS, ROUND_COLUMNS,
+                                  RUN_COLUMNS, comparison_rows, family_comparison_rows, family_rows, round_rows,
+                                  run_row)
 
     tables = _figures("runs", RUN_COLUMNS, [run_row(r) for r in report.runs], "run")
     shown = [i for i, name in enumerate(FAMILY_COLUMNS) if name not in ("run", "samples")]  # samples: report.md
@@ -188,6 +189,9 @@ def report_tables(report) -> list[Table]:
     if report.comparisons:
         tables += _figures("paired comparisons (graft − baseline, same problems)", COMPARISON_COLUMNS,
                            comparison_rows(report), "graft run")
+    if report.family_comparisons:
+        tables += _figures("paired comparisons by family", FAMILY_COMPARISON_COLUMNS, family_comparison_rows(report),
+                           "families")
     if report.rounds:
         tables += _figures("rounds", ROUND_COLUMNS, round_rows(report), "run")
     return tables

@@ -106,6 +106,7 @@ class Report:
     seed: int = 0
     resamples: int = RESAMPLES
     prompt_arms: list[dict] = field(default_factory=list)
+    family_comparisons: list[dict] = field(default_factory=list)  # the same pairs on subsets of families
 
     @property
     def rounds(self) -> list[RunEntry]:
@@ -195,25 +196,54 @@ def _common_problems(a: RunEntry, b: RunEntry) -> list[dict]:
     return [p for p in a.manifest["problems"] if p["id"] in hashes and hashes[p["id"]] == p.get("problem_sha256")]
 
 
-def compare_runs(runs: list[RunEntry], seed: int = 0, resamples: int = RESAMPLES) -> list[dict]:
+def compare_runs(runs: list[RunEntry], seed: int = 0, resamples: int = RESAMPLES,
+                 families: frozenset[str] | None = None) -> list[dict]:
     """Paired differences (graft − baseline accuracy per problem, bootstrap over problems) for every graft run and
     baseline run of the same arm (:attr:`RunEntry.arm`: model, dtype, solve mode, budget, sampling, round) that
-    share problems (same id and text hash). A program-mode graft is never paired with a text baseline, nor an
-    avg@4 run with a greedy one: the difference would mix the graft with another change."""
+    share problems (same id and text hash), on those problems, or only on those of ``families`` when given. A
+    program-mode graft is never paired with a text baseline, nor an avg@4 run with a greedy one: the difference
+    would mix the graft with another change."""
     rows = []
     for graft in (r for r in runs if r.mode == "graft"):
         for baseline in (r for r in runs if r.mode == "baseline"):
             if graft.arm != baseline.arm:
                 continue
-            common = _common_problems(graft, baseline)
+            common = [p for p in _common_problems(graft, baseline) if families is None or p.get("family") in families]
+            ids = {p["id"] for p in common}
             try:
-                diff = paired_difference(graft.manifest["samples"], baseline.manifest["samples"], common, seed,
-                                         resamples)
+                diff = paired_difference(_samples_of(graft, ids, families), _samples_of(baseline, ids, families),
+                                         common, seed, resamples)
             except ValueError:
                 continue  # no problem scored by both
             rows.append({"graft": graft.label, "baseline": baseline.label, **diff,
                          "graft_routes": graft_routes(graft.manifest["samples"], {p["id"] for p in common})})
     return rows
+
+
+def _samples_of(run: RunEntry, ids: set[str], families: frozenset[str] | None) -> list:
+    """The run's samples, only those of problems ``ids`` when a subset of families is asked for."""
+    samples = run.manifest["samples"]
+    return samples if families is None else [s for s in samples if isinstance(s, dict) and s.get("problem_id") in ids]
+
+
+def run_families(runs: list[RunEntry]) -> list[str]:
+    """The families the runs' problems name, sorted (problems without one are in none)."""
+    return sorted({p["family"] for r in runs for p in r.manifest["problems"] if isinstance(p.get("family"), str)})
+
+
+def compare_by_family(runs: list[RunEntry], seed: int = 0, resamples: int = RESAMPLES,
+                      pooled: tuple[str, ...] = ()) -> list[dict]:
+    """:func:`compare_runs` on the problems of each family the runs name (when they name more than one), and on
+    the ``pooled`` families together first (a pre-registered subset); each row's ``families`` names its subset.
+    Raises :class:`ReportError` when ``pooled`` names a family none of the runs' problems has."""
+    named = run_families(runs)
+    unknown = [f for f in pooled if f not in named]
+    if unknown:
+        raise ReportError(f"--families: {', '.join(map(repr, unknown))} not among the runs' families "
+                          f"({', '.join(named) or 'none'})")
+    subsets = ([tuple(pooled)] if pooled else []) + ([(f,) for f in named] if len(named) > 1 else [])
+    return [{"families": list(subset), **row} for subset in subsets
+            for row in compare_runs(runs, seed, resamples, frozenset(subset))]
 
 
 def graft_routes(samples: list, problem_ids: set[str]) -> dict[str, int]:
@@ -228,11 +258,14 @@ def graft_routes(samples: list, problem_ids: set[str]) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def build_report(paths: list[str | Path], seed: int = 0, resamples: int = RESAMPLES, rounds: bool = False) -> Report:
-    """Load, summarize and compare the runs at ``paths`` (see :func:`load_runs`, :func:`compare_runs`). Raises
-    :class:`ReportError` as :func:`load_runs` does."""
+def build_report(paths: list[str | Path], seed: int = 0, resamples: int = RESAMPLES, rounds: bool = False,
+                 families: tuple[str, ...] = ()) -> Report:
+    """Load, summarize and compare the runs at ``paths`` (see :func:`load_runs`, :func:`compare_runs`), also per
+    family and on the ``families`` pooled (:func:`compare_by_family`). Raises :class:`ReportError` as
+    :func:`load_runs` and :func:`compare_by_family` do."""
     runs = load_runs(paths, seed, resamples, rounds)
-    return Report(runs, compare_runs(runs, seed, resamples), seed, resamples, prompt_arm_rows(runs))
+    return Report(runs, compare_runs(runs, seed, resamples), seed, resamples, prompt_arm_rows(runs),
+                  compare_by_family(runs, seed, resamples, families))
 
 
 # ---- cells ----
@@ -325,10 +358,21 @@ COMPARISON_COLUMNS = ("graft run", "baseline run", "problems", "graft − baseli
 
 def comparison_rows(report: Report) -> list[list[str]]:
     """One row per paired comparison, in :data:`COMPARISON_COLUMNS` order (differences in percentage points)."""
-    return [[c["graft"], c["baseline"], str(c["problems"]),
-             f"{100 * c['mean_difference']:+.1f} pp [{100 * c['ci95'][0]:+.1f}, {100 * c['ci95'][1]:+.1f}]",
-             str(c["graft_better"]), str(c["baseline_better"]), routes_cell(c["graft_routes"])]
-            for c in report.comparisons]
+    return [_comparison_cells(c) for c in report.comparisons]
+
+
+def _comparison_cells(c: dict) -> list[str]:
+    return [c["graft"], c["baseline"], str(c["problems"]),
+            f"{100 * c['mean_difference']:+.1f} pp [{100 * c['ci95'][0]:+.1f}, {100 * c['ci95'][1]:+.1f}]",
+            str(c["graft_better"]), str(c["baseline_better"]), routes_cell(c["graft_routes"])]
+
+
+FAMILY_COMPARISON_COLUMNS = ("families", *COMPARISON_COLUMNS)
+
+
+def family_comparison_rows(report: Report) -> list[list[str]]:
+    """One row per paired comparison on a subset of families, in :data:`FAMILY_COMPARISON_COLUMNS` order."""
+    return [[" + ".join(c["families"]), *_comparison_cells(c)] for c in report.family_comparisons]
 
 
 def routes_cell(routes: dict[str, int]) -> str:
@@ -415,6 +459,9 @@ def markdown(report: Report, plots: list[str] = ()) -> str:
     if report.comparisons:
         parts += ["## Paired comparisons (same problems, model, mode, budget and sampling)", "",
                   _md_table(COMPARISON_COLUMNS, comparison_rows(report)), ""]
+    if report.family_comparisons:
+        parts += ["## Paired comparisons by family (the pooled subset first, when one was named)", "",
+                  _md_table(FAMILY_COMPARISON_COLUMNS, family_comparison_rows(report)), ""]
     if report.prompt_arms:
         parts += ["## The example as prompt text against the graft (same examples, same samples)", "",
                   _md_table(PROMPT_ARM_COLUMNS, prompt_arm_table(report)), ""]
@@ -442,7 +489,8 @@ def summaries_json(report: Report) -> dict:
     return {"seed": report.seed, "bootstrap_resamples": report.resamples,
             "runs": {r.label: {"path": str(r.path), "model": r.model, "mode": r.mode, "round": r.round,
                                "summary": r.summary} for r in report.runs},
-            "comparisons": report.comparisons, "prompt_arms": report.prompt_arms}
+            "comparisons": report.comparisons, "family_comparisons": report.family_comparisons,
+            "prompt_arms": report.prompt_arms}
 
 
 def check_out_dir(out_dir: str | Path) -> None:
