@@ -7,7 +7,8 @@
 #   prompt        eval --graft --example-as prompt: the graft arm's example prefilled as prompt text (same chunks)
 # The library: the worked reference solutions of methods:12-14 (2 per family, disjoint from the pilot and the
 # held-out problems), re-verified against their keys and deposited. Every arm resumes; a finished arm's manifest is
-# copied to results/<kind>/manifests/ and verified, and an arm already there is skipped (experiments/arms.sh).
+# copied to results/<kind>/manifests/ and verified, and an arm already there is skipped (experiments/arms.sh). The
+# report pools the pilot's kept families of the mode (--families) for the pre-registered primary test.
 # MODE=text|program and the budget are the pre-registration's; ENGINE=llama.cpp (default) or torch.
 # Usage: experiments/methods_transfer.sh [MODEL]   (THREADS=1 by default)
 set -euo pipefail
@@ -18,8 +19,9 @@ export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
 source "$(dirname "$0")/engine.sh"
 source "$(dirname "$0")/arms.sh"
 case "$MODE" in
-  text) MODE_ARGS=(); TOKENS=${TOKENS:-512}; TAG="methods-${MODEL}${MARK}" ;;
-  program) MODE_ARGS=(--mode program); TOKENS=${TOKENS:-384}; TAG="methods-${MODEL}${MARK}-program" ;;
+  text) MODE_ARGS=(); TOKENS=${TOKENS:-512}; TAG="methods-${MODEL}${MARK}"; KEPT=crt ;;
+  program) MODE_ARGS=(--mode program); TOKENS=${TOKENS:-384}; TAG="methods-${MODEL}${MARK}-program"
+           KEPT=grid-detour,recurrence ;;
   *) echo "MODE must be text or program, not '$MODE'" >&2; exit 2 ;;
 esac
 STORE="store-${TAG}"
@@ -32,4 +34,4 @@ arm "${TAG}-graft" eval "${HELD_OUT[@]}" --graft --store "$STORE"
 arm "${TAG}-other-family" eval "${HELD_OUT[@]}" --graft --store "$STORE" --graft-from other-family
 arm "${TAG}-prompt" eval "${HELD_OUT[@]}" --graft --store "$STORE" --example-as prompt
 "$G" report "$OUT/${TAG}-baseline.json" "$OUT/${TAG}-graft.json" "$OUT/${TAG}-other-family.json" \
-  "$OUT/${TAG}-prompt.json" --out "results/${CPU:-amd-epyc-avx512}/reports/${TAG}"
+  "$OUT/${TAG}-prompt.json" --families "$KEPT" --out "results/${CPU:-amd-epyc-avx512}/reports/${TAG}"

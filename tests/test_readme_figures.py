@@ -113,3 +113,25 @@ def test_the_readmes_llama_cpp_certificates_are_the_files_it_links():
         totals = json.loads(path.read_text())["totals"]
         assert totals["exact_pairs"] == (44 if path.name.startswith("exact-gemma3") else 50) and totals["pairs"] == 50
     assert "`gemma3-270m` 44/50, not certified" in README
+
+
+def test_the_readmes_method_transfer_figures_are_the_manifests_under_the_preregistered_test():
+    from graftbench.report.compare import build_report
+    from graftbench.report.prompt_arm import prompt_arm_rows
+
+    tag = "methods-qwen2.5-coder-1.5b-llama-f16-program"
+    paths = [MANIFESTS / f"{tag}-{arm}.json" for arm in ("baseline", "graft", "prompt")]
+    report = build_report(paths, families=("grid-detour", "recurrence"))  # the pre-registration's test and seed
+
+    def cell(c):
+        return f"{100 * c['mean_difference']:+.1f} points [{100 * c['ci95'][0]:+.1f}, {100 * c['ci95'][1]:+.1f}]"
+
+    kept = next(c for c in report.family_comparisons if c["graft"] == f"{tag}-graft"
+                and c["families"] == ["grid-detour", "recurrence"])
+    overall = next(c for c in report.comparisons if c["graft"] == f"{tag}-graft")
+    low, high = kept["ci95"]
+    assert low <= 0 <= high  # null by the pre-registered rule, as the README says
+    assert f"**{cell(kept)}**".replace("-", "−") in README and cell(overall).replace("-", "−") in README
+    prompt = prompt_arm_rows(report.runs)[0]
+    assert f"{prompt['logits_equal']} of {prompt['samples']} samples" in README
+    assert f"{prompt['prompt_ttft_s']:.2f} s against {prompt['graft_ttft_s']:.2f} s grafted" in README
