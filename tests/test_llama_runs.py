@@ -89,6 +89,40 @@ def test_the_store_indexes_audits_and_serves_a_llama_state(tmp_path):
     assert any(artifact_id[:16] in line for line in store.verify())
 
 
+@pytest.mark.parametrize("where", ["first block", "a middle block", "last byte"])
+def test_a_state_of_many_read_blocks_is_hashed_as_it_is_read_and_one_edited_byte_anywhere_is_refused(tmp_path, where):
+    from graftbench.util.safe_files import READ_BLOCK_BYTES
+
+    state = bytes(range(256)) * (5 * READ_BLOCK_BYTES // 256 // 2)  # 2.5 read blocks
+    store = Store(tmp_path / "store")
+    artifact_id, data = _state_artifact(state=state)
+    store.put(data)
+    buffer = bytearray()
+    timing: dict = {}
+    assert store.read_state(artifact_id, timing=timing, buffer=buffer)[2] == state
+    assert set(timing) == {"read_s", "integrity_s", "parse_s"}
+    path = store.path(artifact_id)
+    raw = bytearray(path.read_bytes())
+    raw[{"first block": 100, "a middle block": READ_BLOCK_BYTES + 7, "last byte": len(raw) - 1}[where]] ^= 1
+    path.write_bytes(bytes(raw))
+    for kept in (buffer, None):
+        with pytest.raises(ArtifactError) as caught:
+            store.read_state(artifact_id, buffer=kept)
+        assert caught.value.check == "hash"
+
+
+def test_a_blockwise_read_hands_each_block_in_order_and_covers_the_file(tmp_path):
+    from graftbench.util.safe_files import READ_BLOCK_BYTES, read_regular_into
+
+    data = bytes(range(251)) * (2 * READ_BLOCK_BYTES // 251 + 3)
+    path = tmp_path / "file"
+    path.write_bytes(data)
+    blocks = []
+    view = read_regular_into(path, bytearray(), max_bytes=len(data), on_block=lambda b: blocks.append(bytes(b)))
+    assert bytes(view) == data and b"".join(blocks) == data
+    assert [len(b) for b in blocks] == [READ_BLOCK_BYTES, READ_BLOCK_BYTES, len(data) - 2 * READ_BLOCK_BYTES]
+
+
 # ------------------------------------------------------------------------------------ runs on llama.cpp
 
 

@@ -59,7 +59,7 @@ from .ids import (
 )
 from .llama_state import audit_any, decode_state, parse_state
 from .reader import (INTEGRITY_METHODS, LayoutError, header_length, metadata_of, parse_table,
-                     read_safetensors, xxh3_128_hex)
+                     read_safetensors, xxh3_128_hex, xxh3_128_stream)
 from ..util.durable import (
     TEMP_PREFIX,
     blocking_file,
@@ -400,8 +400,10 @@ class Store(IndexedStore):
         against the id and of the payload against the header,
         :func:`graftbench.store.llama_state.decode_state`), then its layout, header and tensors
         (:func:`graftbench.store.llama_state.parse_state`). The state is a view of the bytes read. Whether it may
-        be restored under a run's pin is the engine's check. ``timing`` (when given) gets ``read_s``,
-        ``integrity_s`` and ``parse_s`` in seconds. With ``buffer`` the file is read into it (grown when needed):
+        be restored under a run's pin is the engine's check. The XXH3-128 is fed each block as it is read, while
+        the block is in cache (:func:`graftbench.util.safe_files.read_regular_into`). ``timing`` (when given) gets
+        ``read_s`` (with that hashing), ``integrity_s`` (the digest compared; SHA-256 path: the whole check) and
+        ``parse_s`` in seconds. With ``buffer`` the file is read into it (grown when needed):
         a caller that keeps one reads each graft without allocating, and the state is a view of it, valid until
         the buffer is read into again. Raises :class:`ArtifactError` (``missing``, ``size``, ``read``,
         ``hash``, ``header``, ``format``, ``tensors``, ``payload``), ``ValueError`` for another ``integrity``,
@@ -411,14 +413,17 @@ class Store(IndexedStore):
         timing = {} if timing is None else timing
         started = time.perf_counter()
         indexed = self._indexed(artifact_id)
-        data = self._file_bytes(artifact_id, indexed, buffer)
+        streamed = integrity == "xxh3_128" and indexed[1] is not None
+        digest = xxh3_128_stream() if streamed else None
+        target = buffer if buffer is not None or not streamed else bytearray()
+        data = self._file_bytes(artifact_id, indexed, target, on_block=digest.update if streamed else None)
         read = time.perf_counter()
         timing["read_s"] = read - started
-        if integrity == "sha256" or indexed[1] is None:
+        if not streamed:
             header, token_ids, state = decode_state(artifact_id, data)
             timing["integrity_s"], timing["parse_s"] = time.perf_counter() - read, 0.0
             return header, token_ids, state
-        if xxh3_128_hex(data) != indexed[1]:
+        if digest.hexdigest() != indexed[1]:
             raise ArtifactError(artifact_id, "hash", "xxh3_128 of the file does not equal the XXH3-128 indexed at "
                                                      "deposit (corrupt or edited)")
         hashed = time.perf_counter()
@@ -427,8 +432,9 @@ class Store(IndexedStore):
         return header, [int(t) for t in token_ids], state
 
     def _file_bytes(self, artifact_id: str, indexed: tuple[int | None, str | None],
-                    buffer: bytearray | None = None):
-        """The artifact file's bytes (read into ``buffer`` when given: a view of it), read only when it is a
+                    buffer: bytearray | None = None, on_block=None):
+        """The artifact file's bytes (read into ``buffer`` when given: a view of it, each block read handed to
+        ``on_block`` when given: :func:`graftbench.util.safe_files.read_regular_into`), read only when it is a
         regular file inside the store, under the size cap and of the size the index records (``indexed``). Raises
         :class:`ArtifactError` (``missing``, ``size``, ``read``)."""
         path = self.path(artifact_id)
@@ -438,7 +444,7 @@ class Store(IndexedStore):
                 raise ArtifactError(artifact_id, "size", f"file is {size} bytes, the index says {indexed[0]}")
             if buffer is not None:
                 return read_regular_into(path, buffer, max_bytes=MAX_ARTIFACT_BYTES, within=self.root,
-                                         what="artifact file")
+                                         what="artifact file", on_block=on_block)
             return read_regular(path, max_bytes=MAX_ARTIFACT_BYTES, within=self.root, what="artifact file")
         except FileNotFoundError as exc:
             raise ArtifactError(artifact_id, "missing", f"no file {path}") from exc

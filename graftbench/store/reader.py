@@ -95,6 +95,11 @@ def xxh3_128_hex(data: bytes) -> str:
     return xxhash.xxh3_128_hexdigest(data)
 
 
+def xxh3_128_stream():
+    """A streaming XXH3-128 (``update(bytes)``, ``hexdigest()``): :func:`xxh3_128_hex` of everything fed to it."""
+    return xxhash.xxh3_128()
+
+
 def tensor_layout(table: dict, body_bytes: int) -> list[tuple[str, str, list[int], int, int]]:
     """``(name, dtype name, shape, start, end)`` per tensor of a parsed header ``table`` in file order, ``start``
     and ``end`` in bytes from the start of the body (after the header), checked to tile the ``body_bytes`` exactly.

@@ -111,12 +111,19 @@ def read_regular(path: str | Path, *, max_bytes: int, within: str | Path | None 
         return b"".join(_blocks(handle, max_bytes, path, what))
 
 
+# Block size (bytes) of a read handed to ``on_block``: small enough that the block is still in the core's L2 cache
+# when ``on_block`` reads it (1 MiB of L2 per core on the AMD EPYC measured; a hash of a 235 MB state read this way
+# took 30 ms against 35 ms read whole then hashed).
+READ_BLOCK_BYTES = 512 << 10
+
+
 def read_regular_into(path: str | Path, buffer: bytearray, *, max_bytes: int, within: str | Path | None = None,
-                      what: str = "file") -> memoryview:
+                      what: str = "file", on_block=None) -> memoryview:
     """Read the regular file at ``path`` (checked as :func:`open_regular`) into ``buffer``, grown when the file is
-    larger, so a caller that keeps its buffer reads without allocating; returns a view of the bytes read. Raises as
-    :func:`open_regular`, and :class:`UnsafeFileError` when the file grows past its size or ``max_bytes`` while it
-    is read."""
+    larger, so a caller that keeps its buffer reads without allocating; returns a view of the bytes read. With
+    ``on_block`` the file is read in blocks of :data:`READ_BLOCK_BYTES` and ``on_block(view)`` gets each block just
+    read, in order (a streaming hash reads it from cache). Raises as :func:`open_regular`, and
+    :class:`UnsafeFileError` when the file grows past its size or ``max_bytes`` while it is read."""
     path = Path(path)
     with open_regular(path, max_bytes=max_bytes, within=within, what=what) as handle:
         size = os.fstat(handle.fileno()).st_size
@@ -126,8 +133,10 @@ def read_regular_into(path: str | Path, buffer: bytearray, *, max_bytes: int, wi
             except BufferError:  # a view of it is still held: read into a new one
                 buffer = bytearray(size)
         view = memoryview(buffer)[:size]
-        done = 0
-        while done < size and (n := handle.readinto(view[done:])):
+        done, block = 0, READ_BLOCK_BYTES if on_block is not None else size
+        while done < size and (n := handle.readinto(view[done:done + block])):
+            if on_block is not None:
+                on_block(view[done:done + n])
             done += n
         if done != size or handle.read(1):
             raise UnsafeFileError(errno.EFBIG, f"{what} {path} is refused: it changed size while it was read")
