@@ -321,3 +321,26 @@ def test_a_pooled_family_that_no_run_has_is_refused_naming_it(tmp_path):
                        "--families", "paths,grid-detour", "--out", tmp_path / "rep")
     assert result.exit_code == 2 and "'grid-detour' not among the runs' families" in result.output
     assert not (tmp_path / "rep").exists()
+
+
+def test_the_per_family_table_carries_pass_at_n_decode_tokens_per_correct_and_the_copy_controls():
+    from graftbench.report.compare import FAMILY_COLUMNS, family_rows
+
+    graft = REFERENCE_MANIFESTS / "methods-qwen2.5-coder-1.5b-llama-f16-program-graft.json"
+    manifest = load_manifest(graft)
+    report = build_report([graft])
+    rows = {row[1]: dict(zip(FAMILY_COLUMNS, row)) for row in family_rows(report)}
+    assert sorted(rows) == ["crt", "fermat", "floor-sum", "grid-detour", "incl-excl", "recurrence"]
+    family = {p["id"]: p["family"] for p in manifest["problems"]}
+    for name, row in rows.items():
+        samples = [s for s in manifest["samples"] if family[s["problem_id"]] == name]
+        correct = [s for s in samples if s["correct"]]
+        by_problem: dict[str, bool] = {}
+        for s in samples:
+            by_problem[s["problem_id"]] = by_problem.get(s["problem_id"], False) or s["correct"]
+        assert row["pass@N"] == f"{100 * sum(by_problem.values()) / len(by_problem):.1f}%"
+        per_correct = sum(s["decode_tokens"] for s in samples) / len(correct) if correct else None
+        assert row["decode tok / correct"] == ("—" if per_correct is None else f"{per_correct:.1f}")
+        copied = sum(1 for s in samples if s["copied"])
+        assert row["copy rate"] == f"{100 * copied / len(samples):.1f}% of {len(samples)}"
+        assert row["copy baseline"].startswith("0.0% (graft ")  # no two methods problems share an answer

@@ -173,7 +173,8 @@ def report_tables(report) -> list[Table]:
                                   run_row)
 
     tables = _figures("runs", RUN_COLUMNS, [run_row(r) for r in report.runs], "run")
-    shown = [i for i, name in enumerate(FAMILY_COLUMNS) if name not in ("run", "samples")]  # samples: report.md
+    in_file_only = ("run", "samples", "pass@N", "decode tok / correct", "copy rate", "copy baseline")  # report.md
+    shown = [i for i, name in enumerate(FAMILY_COLUMNS) if name not in in_file_only]
     families = family_rows(report)
     for run in report.runs:
         rows = [[row[i] for i in shown] for row in families if row[0] == run.label]

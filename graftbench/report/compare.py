@@ -16,7 +16,7 @@ from pathlib import Path
 from ..util.display_text import markdown_text
 from ..util.durable import blocking_file
 from ..results.manifest import ManifestError, load_manifest, recorded_verifier_version
-from ..results.metrics import RESAMPLES, paired_difference, summarize
+from ..results.metrics import RESAMPLES, family_costs, paired_difference, summarize
 from .prompt_arm import prompt_arm_rows
 
 DEFAULT_REPORTS_DIR = "reports"
@@ -341,15 +341,25 @@ def run_row(run: RunEntry) -> list[str]:
     ]
 
 
-FAMILY_COLUMNS = ("run", "family", "problems", "samples", "accuracy [95% CI]", "maj@N [95% CI]",
-                  "decode tok / sample")
+FAMILY_COLUMNS = ("run", "family", "problems", "samples", "accuracy [95% CI]", "pass@N", "maj@N [95% CI]",
+                  "decode tok / sample", "decode tok / correct", "copy rate", "copy baseline")
 
 
 def family_rows(report: Report) -> list[list[str]]:
-    """One row per run and family, in :data:`FAMILY_COLUMNS` order."""
-    return [[run.label, name, str(f["problems"]), str(f["samples"]), _pct(f["avg_at_n"]) + _ci(f["accuracy_ci95"]),
-             _pct(f["maj_at_n"]) + _ci(f["maj_at_n_ci95"]), _num(f["mean_decode_tokens"])]
-            for run in report.runs for name, f in run.summary["families"].items()]
+    """One row per run and family, in :data:`FAMILY_COLUMNS` order (pass@N with N the run's smallest samples per
+    problem; decode tokens per correct sample and the copy controls from
+    :func:`graftbench.results.metrics.family_costs`)."""
+    rows = []
+    for run in report.runs:
+        costs = family_costs(run.manifest["samples"], run.manifest["problems"],
+                             recorded_verifier_version(run.manifest))
+        for name, f in run.summary["families"].items():
+            rows.append([run.label, name, str(f["problems"]), str(f["samples"]),
+                         _pct(f["avg_at_n"]) + _ci(f["accuracy_ci95"]), _pct(f["pass_at_n"]),
+                         _pct(f["maj_at_n"]) + _ci(f["maj_at_n_ci95"]), _num(f["mean_decode_tokens"]),
+                         _num(costs[name]["decode_tokens_per_correct"]),
+                         *_copy_cells(costs[name]["copy"], run.manifest.get("samples"))])
+    return rows
 
 
 COMPARISON_COLUMNS = ("graft run", "baseline run", "problems", "graft − baseline [95% CI]", "graft better",

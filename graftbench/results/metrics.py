@@ -322,6 +322,19 @@ def summarize(samples: list[dict], problems: list[dict], seed: int = 0, *, resam
     }
 
 
+def family_costs(samples: list[dict], problems: list[dict], verifier_version: int = VERIFIER_VERSION) -> dict:
+    """Per family (as :func:`summarize` names them): decode tokens per correct sample (``None`` when none is correct)
+    and the copy controls of its grafted samples (:func:`copy_controls`). Kept apart from :func:`summarize`, whose
+    output a manifest records and ``verify-manifest`` recomputes. Raises ``ValueError`` as :func:`summarize` does."""
+    families: dict[str, list[_Problem]] = {}
+    for p in _group(samples, problems)[0]:
+        families.setdefault(p.family, []).append(p)
+    return {name: {"decode_tokens_per_correct": _cost_block([s for p in members for s in p.samples])[
+                       "decode_tokens_per_correct"],
+                   "copy": _copy_controls(members, verifier_version)}
+            for name, members in sorted(families.items())}
+
+
 def per_problem_accuracy(samples: list[dict], problems: list[dict]) -> dict[str, Fraction]:
     """Each problem's mean correctness over its samples as an exact fraction, by problem id (problems without
     samples are left out). Raises ``ValueError`` as :func:`summarize` does."""
