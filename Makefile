@@ -76,7 +76,7 @@ test: $(STAMP) $(LLAMA_STAMP) sandbox-tools
 test-durations: $(STAMP) $(LLAMA_STAMP)
 	@test -n "$(CPU)" || { echo "usage: make test-durations CPU=<this kind of machine, e.g. amd-epyc-avx512>"; exit 1; }
 	mkdir -p results/$(CPU)/bench
-	{ $(BIN)/python -c 'from graftbench import isa; print("# CPU:", isa.describe_cpu(isa.environment()))'; \
+	{ $(BIN)/python -c 'from graftbench.util import isa; print("# CPU:", isa.describe_cpu(isa.environment()))'; \
 	  echo "# cores: $$(nproc); code: $$(git rev-parse --short HEAD); started: $$(date -u +%Y-%m-%dT%H:%MZ)"; \
 	  $(BIN)/python -m pytest --durations=50 -p no:cacheprovider 2>&1 | tail -n 100; } \
 	  > results/$(CPU)/bench/test-durations.txt

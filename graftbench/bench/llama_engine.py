@@ -229,8 +229,8 @@ def decode_after_graft_row(session: LlamaSession, raw: RawLlama, deposited: tupl
     from ..engine.llama_cpp import bindings
 
     store, artifact_id, state_file = deposited
-    n = len(store.read_state(artifact_id)[1])
-    cache_bytes = len(store.read_state(artifact_id)[2])
+    _, ids, state = store.read_state(artifact_id)
+    n, cache_bytes = len(ids), len(state)
     weight_bytes = int(bindings().llama_model_size(session.engine.model))
     after, raw_after, empty = rotate(repeats, lambda: _decode_after(session, store, artifact_id, token, tokens),
                                      lambda: raw.load_state_and_decode(state_file, n, token, tokens)[0],
