@@ -109,6 +109,13 @@ def test_the_result_reports_every_step_and_renders_as_tables(result):
     assert result["environment"]["system_info"].startswith("CPU :")
 
 
+def test_a_run_at_another_thread_count_gets_files_of_its_own():
+    from graftbench.bench.llama_engine import result_name
+
+    assert result_name("qwen2.5-coder-1.5b", 1) == "llama-engine-qwen2.5-coder-1.5b"
+    assert result_name("qwen2.5-coder-1.5b", 2) == "llama-engine-qwen2.5-coder-1.5b-threads-2"
+
+
 @pytest.mark.parametrize("kv_types", ["q8_0,f16", "f16,q5_1", "f16,f16+fa,f16+fa", "f16,q8_0+fa"])
 def test_bench_llama_refuses_kv_types_that_do_not_start_with_f16_or_name_an_unknown_variant(tmp_path, kv_types):
     done = runner.invoke(app, ["bench-llama", "--model", "smollm2-135m", "--kv-types", kv_types,

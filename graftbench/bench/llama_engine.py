@@ -52,6 +52,12 @@ class LlamaBenchSettings:
     repeats: int = 3
 
 
+def result_name(label: str, threads: int) -> str:
+    """The results files' name (without suffix) for the model ``label`` at ``threads`` threads: one thread, the
+    reference count, is unnamed; another count is named, so runs at two counts sit side by side."""
+    return f"llama-engine-{label}" + ("" if threads == 1 else f"-threads-{threads}")
+
+
 def alternate(repeats: int, ours, theirs) -> tuple[list, list]:
     """``repeats`` results of each side, taken back to back: ``ours`` first in even repetitions, ``theirs`` first in
     odd ones."""

@@ -156,11 +156,11 @@ def bench_llama(
     no_torch: bool = typer.Option(False, "--no-torch", help="no torch engine rows"),
     out: Path = typer.Option(BENCH_OUT, "--out", help="folder for the JSON and markdown"),
 ) -> None:
-    """Measure graftbench's llama.cpp engine against raw llama.cpp on one GGUF file, torch's rows beside them."""
-    from ..bench.engines import markdown, run_engine_bench, steps
+    """Measure graftbench's llama.cpp engine against raw llama.cpp on one GGUF file, torch's rows beside them.
+    Writes llama-engine-MODEL.json and .md into --out, named -threads-N after the model for another thread count."""
+    from ..bench.engines import markdown, parse_variants, run_engine_bench, steps
     from ..bench.history import write_json_and_markdown
-    from ..bench.llama_engine import LlamaBenchSettings
-    from ..bench.engines import parse_variants
+    from ..bench.llama_engine import LlamaBenchSettings, result_name
 
     try:
         kinds = parse_variants(kv_types)
@@ -176,7 +176,7 @@ def bench_llama(
                                       lambda name: advance())
     except (ImportError, RuntimeError, ValueError, FileNotFoundError) as exc:
         fail(f"bench-llama: {exc}")
-    paths = write_json_and_markdown(result, markdown(result), out, f"llama-engine-{model_label(model)}")
+    paths = write_json_and_markdown(result, markdown(result), out, result_name(model_label(model), threads))
     console.print(markdown(result), markup=False, highlight=False)
     console.print("wrote " + ", ".join(str(p) for p in paths))
 
