@@ -170,13 +170,32 @@ def test_the_fast_read_refuses_positions_that_do_not_match_the_token_ids():
     assert np.frombuffer(data[-2:], dtype=np.uint8).tolist() == [120, 121]
 
 
-@pytest.mark.parametrize("model, column", [("smollm2-135m", 1), ("qwen2.5-coder-1.5b", 2)])
-def test_the_docs_llama_speed_table_is_the_committed_benchmark_files(model, column):
-    from .conftest import REFERENCE_MANIFESTS
+def _speed_table(doc: str, caption: str) -> dict[str, list[str]]:
+    """The rows (cells by row name) of the first table after the line that starts with ``caption``."""
+    lines = doc.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(caption))
+    table = []
+    for line in lines[start + 1:]:
+        if line.startswith("|"):
+            table.append(line)
+        elif table:
+            break
+    return {line.split(" | ")[0]: line.split(" | ") for line in table}
 
-    result = json.loads((REFERENCE_MANIFESTS.parent / "bench" / f"llama-engine-{model}.json").read_text())
-    doc = (REFERENCE_MANIFESTS.parents[2] / "docs" / "llama-cpp.md").read_text()
-    rows = {line.split(" | ")[0]: line.split(" | ") for line in doc.splitlines() if line.startswith("| ")}
+
+# Each speed table in docs/llama-cpp.md: the line its caption starts with, the kind of machine, its columns.
+SPEED_TABLES = [("On the 2-core AMD EPYC, one thread, chunk 256", "amd-epyc-avx512", {"smollm2-135m": 1, "qwen2.5-coder-1.5b": 2}),
+                ("On the 2-core Intel Xeon", "intel-xeon-amx", {"smollm2-135m": 1, "qwen2.5-coder-1.5b": 2})]
+
+
+@pytest.mark.parametrize("caption, kind, model, column",
+                         [(caption, kind, model, column) for caption, kind, columns in SPEED_TABLES
+                          for model, column in columns.items()])
+def test_the_docs_llama_speed_tables_are_the_committed_benchmark_files(caption, kind, model, column):
+    from .conftest import ROOT
+
+    result = json.loads((ROOT / "results" / kind / "bench" / f"llama-engine-{model}.json").read_text())
+    rows = _speed_table((ROOT / "docs" / "llama-cpp.md").read_text(), caption)
     decode, state = result["llama_cpp"]["decode"], result["llama_cpp"]["state"]
     assert f"**{decode['ratio']:.2f}×**" in rows["| decode, graftbench against llama.cpp"][column]
     for row in state:
@@ -186,6 +205,7 @@ def test_the_docs_llama_speed_table_is_the_committed_benchmark_files(model, colu
         assert row["logits_equal"] is True
     f16 = result["llama_cpp"]["decode_after_graft"][0]
     assert f"**{f16['of_bound']:.2f}** of it" in rows["| decode after an 8,192-token graft, f16 KV cache"][column]
+    assert result["environment"]["processor"].split()[0].replace("(R)", "") in caption
 
 
 @pytest.mark.model
