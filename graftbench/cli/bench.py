@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..settings import BatchedSettings
 from .common import (BENCH, BENCH_OUT, DTYPE_NAMES, ChunkOpt, DeviceOpt, DtypeOpt, IsaOpt, ModelOpt, apply_isa, console,
-                     fail, int_list, load_problem_set, model_label, open_model, progress_bar)
+                     fail, int_list, load_problem_set, model_label, name_list, open_model, progress_bar)
 from ..settings import BenchSettings
 from ..results.layout import dtype_marker
 
@@ -124,7 +124,7 @@ def bench_isa(
     """Measure what the portable pin (--isa avx2) costs against native kernels: prefill and decode tokens/s."""
     from ..bench.isa_cost import markdown, measure, write_outputs
 
-    names = [d.strip() for d in dtypes.split(",") if d.strip()]
+    names = name_list(dtypes)
     if not names or any(d not in DTYPE_NAMES for d in names):
         fail(f"--dtypes must list {' and/or '.join(DTYPE_NAMES)}, got {dtypes!r}")
     load_problem_set(problems, None, "id", "problem", "answer", "solution")  # a bad problem file is named before any probe

@@ -367,6 +367,11 @@ def model_label(model: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", name[: -len(".gguf")] if name.endswith(".gguf") else name)
 
 
+def name_list(text: str | None) -> list[str]:
+    """The names of a comma-separated option, stripped, empty ones left out (``None``: none)."""
+    return [v.strip() for v in (text or "").split(",") if v.strip()]
+
+
 def int_list(text: str, name: str) -> list[int]:
     try:
         values = [int(v) for v in text.split(",") if v.strip()]

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from .common import console, fail
+from .common import console, fail, name_list
 from ..util.display_text import console_markup
 
 
@@ -47,8 +47,8 @@ def report(
     from .tables import report_tables
 
     try:
-        pooled = tuple(f.strip() for f in (families or "").split(",") if f.strip())
-        built = build_report(paths, seed=seed, resamples=resamples, rounds=rounds, families=pooled)
+        built = build_report(paths, seed=seed, resamples=resamples, rounds=rounds,
+                             families=tuple(name_list(families)))
         out_dir = out if out is not None else default_out_dir(name)
         check_out_dir(out_dir)
     except ReportError as exc:

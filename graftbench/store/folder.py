@@ -415,8 +415,7 @@ class Store(IndexedStore):
         indexed = self._indexed(artifact_id)
         streamed = integrity == "xxh3_128" and indexed[1] is not None
         digest = xxh3_128_stream() if streamed else None
-        target = buffer if buffer is not None or not streamed else bytearray()
-        data = self._file_bytes(artifact_id, indexed, target, on_block=digest.update if streamed else None)
+        data = self._file_bytes(artifact_id, indexed, buffer, on_block=digest.update if streamed else None)
         read = time.perf_counter()
         timing["read_s"] = read - started
         if not streamed:
@@ -433,18 +432,18 @@ class Store(IndexedStore):
 
     def _file_bytes(self, artifact_id: str, indexed: tuple[int | None, str | None],
                     buffer: bytearray | None = None, on_block=None):
-        """The artifact file's bytes (read into ``buffer`` when given: a view of it, each block read handed to
-        ``on_block`` when given: :func:`graftbench.util.safe_files.read_regular_into`), read only when it is a
-        regular file inside the store, under the size cap and of the size the index records (``indexed``). Raises
-        :class:`ArtifactError` (``missing``, ``size``, ``read``)."""
+        """The artifact file's bytes (read into ``buffer``, or a new one when only ``on_block`` is given: a view of
+        it, each block read handed to ``on_block``: :func:`graftbench.util.safe_files.read_regular_into`), read only
+        when it is a regular file inside the store, under the size cap and of the size the index records
+        (``indexed``). Raises :class:`ArtifactError` (``missing``, ``size``, ``read``)."""
         path = self.path(artifact_id)
         try:
             size = regular_file_size(path, max_bytes=MAX_ARTIFACT_BYTES, within=self.root, what="artifact file")
             if indexed[0] is not None and size != indexed[0]:  # refused before a byte is read
                 raise ArtifactError(artifact_id, "size", f"file is {size} bytes, the index says {indexed[0]}")
-            if buffer is not None:
-                return read_regular_into(path, buffer, max_bytes=MAX_ARTIFACT_BYTES, within=self.root,
-                                         what="artifact file", on_block=on_block)
+            if buffer is not None or on_block is not None:
+                return read_regular_into(path, bytearray() if buffer is None else buffer, max_bytes=MAX_ARTIFACT_BYTES,
+                                         within=self.root, what="artifact file", on_block=on_block)
             return read_regular(path, max_bytes=MAX_ARTIFACT_BYTES, within=self.root, what="artifact file")
         except FileNotFoundError as exc:
             raise ArtifactError(artifact_id, "missing", f"no file {path}") from exc
