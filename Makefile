@@ -194,54 +194,17 @@ bench-long-context: $(STAMP)
 clean:
 	rm -rf $(VENV)
 
-# The prepared GPU certificates (docs/gpu.md): check-exact on CUDA with random weights at published dimensions,
-# 50 pairs with the negative controls and a replay of 5 pairs in a second process, per model in order of
-# importance, then TTFT graft against chunked prefill on the 12B config. Each step runs under its own timeout so the
-# whole fits 10 minutes; an interrupted check-exact journals its pairs and a re-run resumes it. The GPU host runs
-# it with its own Python (GPU_PY) and the folder gpu-carry makes (wheels, tokenizers, problems).
-# Timeouts in seconds: 160 + 45 + 110 + 45 + 110 + 45 + 80 = 595 for the defaults.
-GPU_PY ?= python3
-GPU_DEVICE ?= cuda
-GPU_DTYPE ?= auto
-GPU_MODELS ?= random:gemma3-12b random:qwen2.5-7b random:gemma3-27b
-GPU_TIMEOUTS ?= 160 110 110
-GPU_PAIRS ?= 50
-GPU_CONTROL_PAIRS ?= 5
-GPU_REPLAY ?= 5
-GPU_REPLAY_TIMEOUT ?= 45
-GPU_TTFT_MODEL ?= random:gemma3-12b
-GPU_TTFT_SIZES ?= 8192,32768
-GPU_TTFT_TIMEOUT ?= 80
+# The prepared GPU certificates (docs/gpu.md): experiments/gpu_certify.sh, plain bash so that a GPU host without
+# make runs it as it is. Its variables (GPU_PY, GPU_DEVICE, GPU_DTYPE, GPU_MODELS, GPU_TIMEOUTS, GPU_PAIRS, ...) pass
+# through from make's command line or the environment.
 GPU_CARRY := .gpu-carry
-GPU_RUNS ?= runs
-GPU_PROBLEMS ?= $(GPU_CARRY)/data/aime2024.jsonl
-GPU_ENV = env PYTHONPATH=$(CURDIR):$(CURDIR)/$(GPU_CARRY)/site GRAFTBENCH_CACHE=$(CURDIR)/$(GPU_CARRY)/cache
-GPU_CLI = $(GPU_ENV) $(GPU_PY) -c 'from graftbench.cli.app import app; app()'
-GPU_NAME = $(shell $(GPU_ENV) $(GPU_PY) -c 'from graftbench.bench.gpu_name import folder_name; print(folder_name("$(GPU_DEVICE)"))')
-# One folder per GPU kind, as for a kind of CPU: its manifests (and logs, replay log) and its TTFT result.
-GPU_OUT = results/$(GPU_NAME)/manifests
-GPU_BENCH = results/$(GPU_NAME)/bench
-# The dtype the runs take (auto: bfloat16 on CUDA, float32 on the CPU) and the naming scheme's marker for it in the
-# expectation files' names: none for float32, -bf16 for bfloat16.
-GPU_DTYPE_NAME = $(shell $(GPU_ENV) $(GPU_PY) -c 'from graftbench.engine.device import dtype_for; print(dtype_for("$(GPU_DTYPE)", "$(GPU_DEVICE)"))')
-GPU_DTYPE_MARK = $(if $(filter float32,$(GPU_DTYPE_NAME)),,-$(subst bfloat16,bf16,$(GPU_DTYPE_NAME)))
+GPU_VARIABLES := GPU_PY GPU_DEVICE GPU_DTYPE GPU_MODELS GPU_TIMEOUTS GPU_PAIRS GPU_CONTROL_PAIRS GPU_REPLAY \
+	GPU_REPLAY_TIMEOUT GPU_TTFT_MODEL GPU_TTFT_SIZES GPU_TTFT_TIMEOUT GPU_RUNS GPU_PROBLEMS GPU_PYTHONPATH GPU_CACHE \
+	GPU_OUT GPU_BENCH GPU_DRY_RUN
+export $(GPU_VARIABLES)
 
 gpu-certify:
-	@test -f $(GPU_PROBLEMS) || { echo "no $(GPU_PROBLEMS): run make gpu-carry on a machine with the packages"; exit 1; }
-	mkdir -p $(GPU_OUT) $(GPU_BENCH)
-	set -- $(GPU_TIMEOUTS); for model in $(GPU_MODELS); do \
-	  limit=$$1; shift; name=exact-$$(echo $$model | tr ':@' '--')$(GPU_DTYPE_MARK); \
-	  timeout $$limit $(GPU_CLI) check-exact --model $$model --device $(GPU_DEVICE) --dtype $(GPU_DTYPE) \
-	    --samples $(GPU_PAIRS) --controls --control-pairs $(GPU_CONTROL_PAIRS) --problems $(GPU_PROBLEMS) \
-	    --runs-dir $(GPU_RUNS) --write-expect $(GPU_OUT)/$$name.json > $(GPU_OUT)/$$name.log 2>&1; \
-	  echo "$$model check-exact: exit $$?"; test -f $(GPU_OUT)/$$name.json || continue; \
-	  timeout $(GPU_REPLAY_TIMEOUT) $(GPU_CLI) check-exact --expect $(GPU_OUT)/$$name.json --device $(GPU_DEVICE) \
-	    --limit $(GPU_REPLAY) --log $(GPU_OUT)/replays.jsonl > $(GPU_OUT)/$$name.replay.log 2>&1; \
-	  echo "$$model replay in a second process: exit $$?"; \
-	done
-	timeout $(GPU_TTFT_TIMEOUT) $(GPU_CLI) bench --only ttft --model $(GPU_TTFT_MODEL) --device $(GPU_DEVICE) \
-	  --dtype $(GPU_DTYPE) --sizes $(GPU_TTFT_SIZES) --repeats 1 --graft-repeats 1 --problems $(GPU_PROBLEMS) \
-	  --out $(GPU_BENCH) > $(GPU_BENCH)/ttft.log 2>&1; echo "ttft: exit $$?"
+	bash experiments/gpu_certify.sh
 
 # What travels to the GPU host beside the tracked files (at most 64 MiB in all): the wheels graftbench imports
 # that the host lacks (xxhash, rfc8785) unpacked as a folder for PYTHONPATH, the bundled families' tokenizer files
@@ -252,6 +215,7 @@ gpu-carry: $(STAMP)
 	$(BIN)/pip download -q --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
 	  -d $(GPU_CARRY)/wheels $(GPU_WHEELS)
 	for wheel in $(GPU_CARRY)/wheels/*.whl; do $(BIN)/python -m zipfile -e $$wheel $(GPU_CARRY)/site; done
+	rm -rf $(GPU_CARRY)/wheels
 	$(BIN)/python -c 'from graftbench.bench.gpu_name import copy_tokenizers; copy_tokenizers("$(GPU_CARRY)/cache")'
 	cp ../shared/data/aime2024.jsonl $(GPU_CARRY)/data/
 	du -sh $(GPU_CARRY)

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_every_step_of_make_gpu_certify_runs_on_the_cpu(tmp_path):
     out, bench = tmp_path / "manifests", tmp_path / "bench"
     variables = {
-        "GPU_PY": sys.executable, "GPU_ENV": f"env PYTHONPATH={ROOT}", "GPU_DEVICE": "cpu", "GPU_DTYPE": "float32",
+        "GPU_PY": sys.executable, "GPU_PYTHONPATH": str(ROOT), "GPU_CACHE": "", "GPU_DEVICE": "cpu", "GPU_DTYPE": "float32",
         "GPU_MODELS": "random:gemma3-reduced", "GPU_TIMEOUTS": "1200", "GPU_PAIRS": "1", "GPU_CONTROL_PAIRS": "0",
         "GPU_REPLAY": "1", "GPU_REPLAY_TIMEOUT": "1200", "GPU_TTFT_MODEL": "random:gemma3-reduced",
         "GPU_TTFT_SIZES": "64", "GPU_TTFT_TIMEOUT": "1200", "GPU_PROBLEMS": str(AIME2024), "GPU_OUT": str(out),
@@ -43,11 +43,39 @@ def test_every_step_of_make_gpu_certify_runs_on_the_cpu(tmp_path):
     assert "random weights: architecture only" in ttft["environment"]["model"]
 
 
-def test_the_prepared_script_runs_cuda_in_bfloat16_by_default(tmp_path):
-    variables = {"GPU_PY": sys.executable, "GPU_ENV": f"env PYTHONPATH={ROOT}", "GPU_PROBLEMS": str(AIME2024),
-                 "GPU_OUT": str(tmp_path)}
-    plan = subprocess.run(["make", "-n", "-s", "gpu-certify", *(f"{k}={v}" for k, v in variables.items())], cwd=ROOT,
+def _plan(tmp_path, **variables) -> str:
+    """The commands experiments/gpu_certify.sh would run (GPU_DRY_RUN), through ``make gpu-certify``."""
+    variables = {"GPU_PY": sys.executable, "GPU_PYTHONPATH": str(ROOT), "GPU_PROBLEMS": str(AIME2024),
+                 "GPU_OUT": str(tmp_path / "manifests"), "GPU_BENCH": str(tmp_path / "bench"), "GPU_DRY_RUN": "1",
+                 **variables}
+    return subprocess.run(["make", "-s", "gpu-certify", *(f"{k}={v}" for k, v in variables.items())], cwd=ROOT,
                           capture_output=True, text=True, check=True).stdout
-    assert "check-exact --model $model --device cuda --dtype auto" in plan
-    assert f"name=exact-$(echo $model | tr ':@' '--')-bf16;" in plan
-    assert "bench --only ttft --model random:gemma3-12b --device cuda \\\n  --dtype auto" in plan
+
+
+def test_the_prepared_script_runs_cuda_in_bfloat16_by_default(tmp_path):
+    plan = _plan(tmp_path).splitlines()
+    assert plan[0].startswith("device cuda, dtype bfloat16")
+    checks = [line for line in plan if " check-exact --model " in line]
+    assert [line.split("--model ")[1].split()[0] for line in checks] == [
+        "random:gemma3-12b", "random:qwen2.5-7b", "random:gemma3-27b"]
+    assert [line.split()[1] for line in checks] == ["160", "110", "110"]
+    assert all("--device cuda --dtype auto --samples 50 --controls --control-pairs 5" in line for line in checks)
+    assert f"--write-expect {tmp_path}/manifests/exact-random-gemma3-12b-bf16.json" in checks[0]
+    replays = [line for line in plan if "--expect " in line]
+    assert len(replays) == 3 and all(line.split()[1] == "45" and "--limit 5" in line for line in replays)
+    ttft = [line for line in plan if "bench --only ttft" in line]
+    assert len(ttft) == 1 and "--model random:gemma3-12b --device cuda --dtype auto --sizes 8192,32768" in ttft[0]
+    assert ttft[0].split()[1] == "80"
+
+
+def test_the_prepared_script_names_float32_files_without_a_marker_and_reuses_the_last_timeout(tmp_path):
+    plan = _plan(tmp_path, GPU_DEVICE="cpu", GPU_MODELS="random:gemma3-reduced random:gemma3-1b random:qwen2.5-7b",
+                 GPU_TIMEOUTS="30 20").splitlines()
+    checks = [line for line in plan if " check-exact --model " in line]
+    assert [line.split()[1] for line in checks] == ["30", "20", "20"]
+    assert f"--write-expect {tmp_path}/manifests/exact-random-gemma3-reduced.json" in checks[0]
+
+
+def test_the_prepared_script_needs_no_make():
+    script = (ROOT / "experiments" / "gpu_certify.sh").read_text()
+    assert "make " not in script.replace("make gpu-carry", "").replace("make gpu-certify", "")

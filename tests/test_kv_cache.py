@@ -2,6 +2,7 @@
 room is used without moving, batches repeat and shrink, and (with a model) the logits equal ``DynamicCache``'s."""
 
 import hashlib
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -165,3 +166,38 @@ def test_a_read_with_room_is_grafted_without_a_move_and_only_once(session, tmp_p
                                   ids[:10], 64)
     logits_plain = forward.prefill(model, graft.restore(model, session.config, plain), ids[:10], 64)
     assert torch.equal(logits_roomy, logits_plain)
+
+
+class _OlderForward(torch.nn.Module):
+    """A model whose forward takes the cache as ``past_key_values`` (transformers 5.x before the rename, e.g. 5.17)
+    and, like transformers' models, swallows unknown keywords: it records what it got."""
+
+    def __init__(self):
+        super().__init__()
+        self.got = {}
+
+    def forward(self, input_ids=None, position_ids=None, past_key_values=None, use_cache=None, logits_to_keep=0,
+                **kwargs):
+        self.got = {"past_key_values": past_key_values, **kwargs}
+        past_key_values.layers[0].update(torch.zeros(1, 1, input_ids.shape[1], 2), torch.zeros(1, 1, input_ids.shape[1], 2))
+        return SimpleNamespace(logits=torch.zeros(input_ids.shape[0], input_ids.shape[1], 3))
+
+
+def test_the_cache_goes_under_the_keyword_the_forward_takes(session):
+    older = _OlderForward()
+    cache = DynamicCache()
+    cache.layers = [PreallocatedLayer()]
+    forward.forward(older, cache, [1, 2, 3])
+    assert older.got == {"past_key_values": cache} and cache.get_seq_length() == 3
+    forward.forward_batch(older, cache, [4])
+    assert older.got == {"past_key_values": cache} and cache.get_seq_length() == 4
+    assert forward.cache_keyword(session.model) == "cache"  # the pinned transformers (constraints.txt)
+
+
+def test_a_forward_that_takes_no_cache_is_refused():
+    class NoCache(torch.nn.Module):
+        def forward(self, input_ids=None, **kwargs):
+            return None
+
+    with pytest.raises(TypeError, match="NoCache.forward takes neither 'cache' nor 'past_key_values'"):
+        forward.cache_keyword(NoCache())

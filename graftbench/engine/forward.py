@@ -9,6 +9,8 @@ segment: artifact, chained artifact, query).
 
 from __future__ import annotations
 
+import functools
+import inspect
 import re
 import time
 
@@ -49,6 +51,25 @@ def pin_threads(model, threads: int) -> None:
     setattr(model, PINNED_THREADS, int(threads))
 
 
+def cache_keyword(model) -> str:
+    """The name under which ``model``'s forward takes the KV cache: ``cache`` in the transformers releases that
+    renamed it, ``past_key_values`` in the earlier 5.x ones (5.17 among them, the GPU host's). Any other keyword
+    would vanish into the forward's ``**kwargs`` and the model would run without the cache, silently.
+
+    Raises ``TypeError`` when the forward takes neither.
+    """
+    return _cache_keyword_of(type(model))
+
+
+@functools.cache
+def _cache_keyword_of(model_class: type) -> str:
+    parameters = inspect.signature(model_class.forward).parameters
+    for name in ("cache", "past_key_values"):
+        if name in parameters:
+            return name
+    raise TypeError(f"{model_class.__name__}.forward takes neither 'cache' nor 'past_key_values'")
+
+
 def _hold_threads(model) -> None:
     """Set torch's intra-op threads to ``model``'s pinned count where it differs (a model never pinned: as is)."""
     threads = getattr(model, PINNED_THREADS, None)
@@ -71,7 +92,8 @@ def forward(model, cache: DynamicCache, ids: list[int], all_logits: bool = False
     if offset:
         start = cache.get_seq_length() + offset
         kwargs["position_ids"] = torch.arange(start, start + len(ids), device=device).unsqueeze(0)
-    out = model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=0 if all_logits else 1, **kwargs)
+    kwargs[cache_keyword(model)] = cache
+    out = model(input_ids=input_ids, use_cache=True, logits_to_keep=0 if all_logits else 1, **kwargs)
     return out.logits[0]
 
 
@@ -81,7 +103,7 @@ def forward_batch(model, cache: DynamicCache, last_tokens: list[int]) -> torch.T
     positions (no padding), so positions follow the cache. Returns logits ``[len(last_tokens), vocab]``."""
     _hold_threads(model)
     input_ids = torch.tensor(last_tokens, dtype=torch.long, device=model_device(model)).unsqueeze(1)
-    out = model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=1)
+    out = model(input_ids=input_ids, use_cache=True, logits_to_keep=1, **{cache_keyword(model): cache})
     return out.logits[:, -1]
 
 
