@@ -25,6 +25,7 @@ def test_every_step_of_make_gpu_certify_runs_on_the_cpu(tmp_path):
         "GPU_REPLAY": "1", "GPU_REPLAY_TIMEOUT": "1200", "GPU_TTFT_MODEL": "random:gemma3-reduced",
         "GPU_TTFT_SIZES": "64", "GPU_TTFT_TIMEOUT": "1200", "GPU_PROBLEMS": str(AIME2024), "GPU_OUT": str(out),
         "GPU_BENCH": str(bench), "GPU_RUNS": str(tmp_path / "runs"),
+        "GPU_REPLAY_LOG": str(out / "replays.jsonl"),
     }
     result = subprocess.run(["make", "-s", "gpu-certify", *(f"{k}={v}" for k, v in variables.items())], cwd=ROOT,
                             capture_output=True, text=True, env={**os.environ, "GRAFTBENCH_DEVICE": "cpu"})
@@ -58,11 +59,12 @@ def test_the_prepared_script_runs_cuda_in_bfloat16_by_default(tmp_path):
     checks = [line for line in plan if " check-exact --model " in line]
     assert [line.split("--model ")[1].split()[0] for line in checks] == [
         "random:gemma3-12b", "random:qwen2.5-7b", "random:gemma3-27b"]
-    assert [line.split()[1] for line in checks] == ["160", "110", "110"]
+    assert [line.split()[1] for line in checks] == ["240", "150", "200"]
     assert all("--device cuda --dtype auto --samples 50 --controls --control-pairs 5" in line for line in checks)
     assert f"--write-expect {tmp_path}/manifests/exact-random-gemma3-12b-bf16.json" in checks[0]
     replays = [line for line in plan if "--expect " in line]
-    assert len(replays) == 3 and all(line.split()[1] == "45" and "--limit 5" in line for line in replays)
+    assert len(replays) == 3 and all(line.split()[1] == "45" and "--limit 3" in line for line in replays)
+    assert all(line.endswith("--log results/replays.jsonl > " + line.rsplit("> ", 1)[1]) for line in replays)
     ttft = [line for line in plan if "bench --only ttft" in line]
     assert len(ttft) == 1 and "--model random:gemma3-12b --device cuda --dtype auto --sizes 8192,32768" in ttft[0]
     assert ttft[0].split()[1] == "80"
@@ -79,3 +81,23 @@ def test_the_prepared_script_names_float32_files_without_a_marker_and_reuses_the
 def test_the_prepared_script_needs_no_make():
     script = (ROOT / "experiments" / "gpu_certify.sh").read_text()
     assert "make " not in script.replace("make gpu-carry", "").replace("make gpu-certify", "")
+
+
+def test_a_model_whose_expectation_is_committed_is_replayed_only(tmp_path):
+    calls = tmp_path / "calls.txt"
+    fake_python = tmp_path / "python"  # answers the dtype query, records every graftbench command line
+    fake_python.write_text(f'#!/bin/sh\necho "$@" >> {calls}\necho bfloat16\n')
+    fake_python.chmod(0o755)
+    out = tmp_path / "manifests"
+    out.mkdir()
+    (out / "exact-random-gemma3-12b-bf16.json").write_text("{}")
+    result = subprocess.run(
+        ["bash", str(ROOT / "experiments" / "gpu_certify.sh")], capture_output=True, text=True,
+        env={**os.environ, "GPU_PY": str(fake_python), "GPU_PROBLEMS": str(AIME2024), "GPU_OUT": str(out),
+             "GPU_BENCH": str(tmp_path / "bench"), "GPU_MODELS": "random:gemma3-12b random:qwen2.5-7b",
+             "GPU_REPLAY_LOG": str(tmp_path / "replays.jsonl")})
+    assert result.returncode == 0, result.stderr
+    assert f"random:gemma3-12b check-exact: {out}/exact-random-gemma3-12b-bf16.json is there, replayed only" in \
+        result.stdout
+    commands = [line.split("app()", 1)[1].split()[:2] for line in calls.read_text().splitlines() if "app()" in line]
+    assert commands == [["check-exact", "--expect"], ["check-exact", "--model"], ["bench", "--only"]]

@@ -406,14 +406,15 @@ def replay(session: Session, expected: dict, problems: list[Problem], limit: int
 
 def replay_and_log(session: Session, expected: dict, problems: list[Problem], limit: int | None = None,
                    log=None, on_pair=None) -> tuple[Replay, dict]:
-    """:func:`replay`, then the replay record naming both CPUs
+    """:func:`replay`, then the replay record naming both CPUs (and GPUs, on a GPU)
     (:func:`graftbench.results.exact_manifest.replay_record`), appended to the replay log ``log`` (a path) when given.
     Returns ``(outcome, record)``."""
     from ..results.exact_manifest import append_replay_log, replay_record
 
     result = replay(session, expected, problems, limit, on_pair)
     record = replay_record(expected, compared=result.compared, equal=result.equal,
-                           first_difference=result.first_difference, pin_differences_found=result.pin_differences)
+                           first_difference=result.first_difference, pin_differences_found=result.pin_differences,
+                           replayed_gpu=(session.config.to_dict().get("accelerator") or {}).get("gpu"))
     if log is not None:
         append_replay_log(log, record)
     return result, record

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from .fingerprint import UNPINNED_FIELDS
 from ..util.durable import append_json_line
+from ..util.float_sums import recompute, total
 from ..util.hashing import sha256_json
 from ..util.isa import environment as cpu_environment
 from ..util.isa import same_cpu_kind
@@ -25,7 +26,8 @@ REPLAY_UNPINNED_FIELDS = (*UNPINNED_FIELDS, "layout")
 
 def control_table(records: list[dict]) -> dict[str, dict]:
     """Per control, over the pairs that ran it: pairs, exact pairs, max |Δlogit|, mean of per-pair mean KL,
-    max of per-pair p99 KL (nats), mean argmax agreement (fraction)."""
+    max of per-pair p99 KL (nats), mean argmax agreement (fraction). Means are sums by
+    :func:`graftbench.util.float_sums.total` over the count."""
     names = sorted({name for r in records for name in r.get("controls", {})})
     table = {}
     for name in names:
@@ -34,9 +36,9 @@ def control_table(records: list[dict]) -> dict[str, dict]:
             "pairs": len(rows),
             "exact_pairs": sum(1 for row in rows if row["equal"]),
             "max_abs_delta": max(row["max_abs_delta"] for row in rows),
-            "kl_mean": sum(row["kl_mean"] for row in rows) / len(rows),
+            "kl_mean": total(row["kl_mean"] for row in rows) / len(rows),
             "kl_p99": max(row["kl_p99"] for row in rows),
-            "argmax_agreement": sum(row["argmax_agreement"] for row in rows) / len(rows),
+            "argmax_agreement": total(row["argmax_agreement"] for row in rows) / len(rows),
         }
     return table
 
@@ -73,7 +75,11 @@ def build_exactness_manifest(*, config: dict, config_fingerprint: str, problem_s
 
 
 def verify_exactness_manifest(manifest: dict) -> list[str]:
-    """Re-check the seal and recompute the totals from the pair records; returns mismatches (empty if it holds)."""
+    """Re-check the seal and recompute the totals from the pair records; returns mismatches (empty if it holds).
+
+    The totals hold when they equal a recomputation under one of the summations graftbench has written float
+    totals with (:func:`graftbench.util.float_sums.recompute`: Python's ``sum`` changed in 3.12); a mismatch is
+    reported against the current one."""
     mismatches = []
     body = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
     if sha256_json(body) != manifest.get("manifest_sha256"):
@@ -81,11 +87,11 @@ def verify_exactness_manifest(manifest: dict) -> list[str]:
     for record in manifest.get("pairs", []):
         if record.get("equal") != (record.get("graft_logits_sha256") == record.get("fresh_logits_sha256")):
             mismatches.append(f"pair {record.get('id')}: equal does not match its two logits hashes")
+    recorded = manifest.get("totals", {})
     try:
-        totals = exactness_totals(manifest.get("pairs", []))
+        totals = recompute(lambda: exactness_totals(manifest.get("pairs", [])), recorded)
     except (KeyError, TypeError, ZeroDivisionError) as exc:
         return mismatches + [f"totals cannot be recomputed ({exc})"]
-    recorded = manifest.get("totals", {})
     for name in sorted(set(totals) | set(recorded)):
         if totals.get(name) != recorded.get(name):
             mismatches.append(f"totals.{name}: recorded {recorded.get(name)!r}, recomputed {totals.get(name)!r}")
@@ -116,10 +122,12 @@ REPLAY_SCHEMA = "graftbench.replay/1"
 
 
 def replay_record(expected: dict, *, compared: int, equal: int, first_difference: str | None,
-                  pin_differences_found: list[str]) -> dict:
+                  pin_differences_found: list[str], replayed_gpu: str | None = None) -> dict:
     """One line of a replay log: which expectation (by its ``manifest_sha256``) was replayed where, under which
-    pin, and with what outcome. ``recorded_on`` and ``replayed_on`` name the CPUs (model and native capability)."""
+    pin, and with what outcome. ``recorded_on`` and ``replayed_on`` name the CPUs (model and native capability)
+    and, for a run on a GPU, the GPU (``gpu``: the recorded pin's ``accelerator.gpu``, and ``replayed_gpu``)."""
     recorded = expected.get("environment", {})
+    recorded_gpu = (expected["config"].get("accelerator") or {}).get("gpu")
     return {
         "schema": REPLAY_SCHEMA,
         "replayed_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -127,9 +135,9 @@ def replay_record(expected: dict, *, compared: int, equal: int, first_difference
         "model": expected["config"].get("model"),
         "dtype": expected["config"].get("dtype"),
         "isa": expected["config"].get("isa", "native"),
-        "recorded_on": {k: recorded[k] for k in ("cpu_model", "cpu_capability_native", "cpu_kernel_flags")
-                        if k in recorded},
-        "replayed_on": cpu_environment(),
+        "recorded_on": {**{k: recorded[k] for k in ("cpu_model", "cpu_capability_native", "cpu_kernel_flags")
+                           if k in recorded}, **({"gpu": recorded_gpu} if recorded_gpu else {})},
+        "replayed_on": {**cpu_environment(), **({"gpu": replayed_gpu} if replayed_gpu else {})},
         "compared": compared,
         "equal": equal,
         "first_difference": first_difference,

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from ..store.ids import artifact_path, artifacts_dir, is_artifact_id
 from .fingerprint import pin_fingerprint
+from ..util.float_sums import recompute, total
 from ..util.hashing import canonical_json, jcs_json, sha256_bytes, sha256_text
 from ..util.isa import environment as cpu_environment
 from ..programs.mode import PROGRAM_FIELDS, extract_program, sample_verdict
@@ -62,7 +63,8 @@ def _round(value: float) -> float:
 
 def compute_totals(samples: list[dict]) -> dict:
     """Totals over samples: counts, accuracy, tokens (prefill, saved, decode), seconds, joules, grafts, fallbacks
-    and certificates. ``decode_tokens_per_correct`` is ``None`` when nothing is correct."""
+    and certificates. ``decode_tokens_per_correct`` is ``None`` when nothing is correct. Seconds and joules are
+    summed correctly rounded (:func:`graftbench.util.float_sums.total`), then rounded to 6 decimals."""
     n = len(samples)
     correct = sum(1 for s in samples if s["correct"])
     decode = sum(s["decode_tokens"] for s in samples)
@@ -81,9 +83,9 @@ def compute_totals(samples: list[dict]) -> dict:
         "certified": sum(1 for c in certified if c),
         "certificate_mismatches": sum(1 for c in certified if not c),
         "finish_reasons": dict(sorted(Counter(s["finish_reason"] for s in samples).items())),
-        "wall_s": _round(sum(s["wall_s"] for s in samples)),
-        "mean_ttft_s": _round(sum(s["ttft_s"] for s in samples) / n) if n else 0.0,
-        "energy_j": _round(sum(s["energy_j"] for s in samples)),
+        "wall_s": _round(total(s["wall_s"] for s in samples)),
+        "mean_ttft_s": _round(total(s["ttft_s"] for s in samples) / n) if n else 0.0,
+        "energy_j": _round(total(s["energy_j"] for s in samples)),
     }
 
 
@@ -371,22 +373,22 @@ def _check_metrics(manifest: dict, problems_list: list[dict], samples: list[dict
     """The ``metrics`` section against a recompute from the samples (absent in manifests written before it)."""
     if "metrics" not in manifest:
         return []
+    recorded = manifest["metrics"] if isinstance(manifest["metrics"], dict) else {}
     try:
-        metrics = run_metrics(samples, problems_list, manifest.get("settings"))
+        metrics = recompute(lambda: run_metrics(samples, problems_list, manifest.get("settings")), recorded)
     except (KeyError, TypeError, ValueError, OverflowError, AttributeError, ZeroDivisionError) as exc:
         return [f"metrics cannot be recomputed from the samples ({exc!r})"]
-    recorded = manifest["metrics"] if isinstance(manifest["metrics"], dict) else {}
     return [f"metrics.{name}: recorded {str(recorded.get(name))[:80]}, recomputed {str(metrics.get(name))[:80]}"
             for name in sorted(set(metrics) | set(recorded), key=str) if metrics.get(name) != recorded.get(name)]
 
 
 def _check_totals(manifest: dict, samples: list[dict]) -> list[str]:
-    try:
-        totals = compute_totals(samples)
-    except (KeyError, TypeError, ValueError, OverflowError, AttributeError) as exc:
-        return [f"totals cannot be recomputed: a sample lacks a field or has a wrong type ({exc!r})"]
     recorded = manifest.get("totals", {})
     recorded = recorded if isinstance(recorded, dict) else {}
+    try:
+        totals = recompute(lambda: compute_totals(samples), recorded)
+    except (KeyError, TypeError, ValueError, OverflowError, AttributeError) as exc:
+        return [f"totals cannot be recomputed: a sample lacks a field or has a wrong type ({exc!r})"]
     return [
         f"totals.{name}: recorded {recorded.get(name)!r}, recomputed {totals.get(name)!r}"
         for name in sorted(set(totals) | set(recorded), key=str) if totals.get(name) != recorded.get(name)

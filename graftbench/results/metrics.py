@@ -54,6 +54,7 @@ import numpy as np
 
 from ..problems.types import family_of_id
 from ..verify.answers import VERIFIER_VERSION, answers_equivalent
+from ..util.float_sums import total
 
 METRICS_VERSION = 1
 RESAMPLES = 2000
@@ -239,9 +240,9 @@ def _cost_block(samples: list[dict]) -> dict:
         "decode_tokens": decode,
         "mean_decode_tokens": _r(decode / n) if n else None,
         "decode_tokens_per_correct": _r(decode / correct) if correct else None,
-        "mean_ttft_s": _r(sum(s["ttft_s"] for s in samples) / n) if n else None,
-        "wall_s": _r(sum(s["wall_s"] for s in samples)),
-        "energy_j": _r(sum(s["energy_j"] for s in samples)),
+        "mean_ttft_s": _r(total(s["ttft_s"] for s in samples) / n) if n else None,
+        "wall_s": _r(total(s["wall_s"] for s in samples)),
+        "energy_j": _r(total(s["energy_j"] for s in samples)),
     }
 
 

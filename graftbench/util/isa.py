@@ -161,7 +161,9 @@ def same_cpu_kind(a: dict, b: dict) -> bool:
 
 
 def describe_cpu(env: dict) -> str:
-    """``model (capability; flags)`` for messages, from a recorded CPU environment; ``?`` for what is missing."""
+    """``model (capability; flags)`` for messages, from a recorded CPU environment; ``?`` for what is missing. An
+    environment that names a GPU (``gpu``, a replay record's) reads ``gpu, on a host with model (...)``."""
     flags = env.get("cpu_kernel_flags")
     extra = "" if flags is None else "; " + (" ".join(flags) or "no kernel flags")
-    return f"{env.get('cpu_model') or '?'} ({env.get('cpu_capability_native') or '?'}{extra})"
+    cpu = f"{env.get('cpu_model') or '?'} ({env.get('cpu_capability_native') or '?'}{extra})"
+    return f"{env['gpu']}, on a host with {cpu}" if env.get("gpu") else cpu

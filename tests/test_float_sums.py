@@ -1,0 +1,74 @@
+"""Float totals that verify on every Python: written with a correctly rounded sum, and a recorded total accepted
+when one of the summations Python's ``sum`` has used reproduces it (left to right up to 3.11, Neumaier from 3.12).
+No model."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import sys
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from graftbench.results.exact_manifest import control_table, exactness_totals, verify_exactness_manifest
+from graftbench.results.manifest import compute_totals
+from graftbench.util.float_sums import SUMMATIONS, compensated, exact_sum, left_to_right, recompute, summed_with
+from graftbench.util.hashing import sha256_json
+
+ROOT = Path(__file__).resolve().parents[1]
+GPU_CERTIFICATE = ROOT / "results" / "nvidia-h200" / "manifests" / "exact-random-gemma3-12b-bf16.json"
+FLOATS = st.lists(st.floats(min_value=-1e300, max_value=1e300, allow_nan=False), max_size=30)
+
+
+@given(FLOATS)
+def test_this_pythons_sum_of_floats_is_one_of_the_two_summations(values):
+    expected = compensated(values) if sys.version_info >= (3, 12) else left_to_right(values)
+    assert sum(values, 0.0) == expected or math.isnan(expected)
+
+
+def test_the_summations_differ_where_the_low_bits_are_lost():
+    values = [1e16, 1.0, -1e16]
+    assert (left_to_right(values), compensated(values), exact_sum(values)) == (0.0, 1.0, 1.0)
+    assert SUMMATIONS[0] is exact_sum
+
+
+def test_a_certificate_written_on_python_3_12_verifies_with_the_sum_it_was_written_with():
+    manifest = json.loads(GPU_CERTIFICATE.read_text())
+    assert manifest["environment"]["python"].startswith("3.12")
+    recorded = manifest["totals"]["controls"]
+    by_summation = {}
+    for summation in SUMMATIONS:
+        with summed_with(summation):
+            by_summation[summation.__name__] = control_table(manifest["pairs"])
+    assert by_summation["left_to_right"] != recorded  # 3.11's sum misses the last bit
+    assert by_summation["compensated"] == by_summation["fsum"] == recorded
+    assert verify_exactness_manifest(manifest) == []
+
+
+def test_a_run_total_rounded_on_the_other_side_by_the_last_bit_verifies():
+    # mean TTFT of three samples: the last bit of the sum tips the rounding to 6 decimals
+    samples = [{"correct": True, "decode_tokens": 1, "prefill_tokens": 1, "prefill_tokens_saved": 0,
+                "mode": "prefill", "finish_reason": "eos", "wall_s": 1.0, "energy_j": 0.0, "ttft_s": t}
+               for t in (1e16, 1.0, -1e16)]
+    with summed_with(left_to_right):
+        written_on_3_11 = compute_totals(samples)
+    assert written_on_3_11["wall_s"] == 3.0 and written_on_3_11["mean_ttft_s"] == 0.0
+    assert compute_totals(samples)["mean_ttft_s"] == round(1 / 3, 6)
+    assert recompute(lambda: compute_totals(samples), written_on_3_11) == written_on_3_11
+
+
+def test_a_total_no_summation_gives_is_still_a_mismatch():
+    manifest = json.loads(GPU_CERTIFICATE.read_text())
+    forged = copy.deepcopy(manifest)
+    # one bit below: the left-to-right sum is one bit above, so no summation gives this
+    forged["totals"]["controls"]["monolithic"]["kl_mean"] = math.nextafter(
+        manifest["totals"]["controls"]["monolithic"]["kl_mean"], 0.0)
+    body = {k: v for k, v in forged.items() if k != "manifest_sha256"}
+    forged["manifest_sha256"] = sha256_json(body)  # resealed: only the totals check can catch it
+    mismatches = verify_exactness_manifest(forged)
+    assert len(mismatches) == 1 and mismatches[0].startswith("totals.controls: recorded")
+    assert exactness_totals(forged["pairs"]) == manifest["totals"]
+
