@@ -123,6 +123,41 @@ def test_a_blockwise_read_hands_each_block_in_order_and_covers_the_file(tmp_path
     assert [len(b) for b in blocks] == [READ_BLOCK_BYTES, READ_BLOCK_BYTES, len(data) - 2 * READ_BLOCK_BYTES]
 
 
+
+def test_the_blocks_are_handled_beside_the_read_and_all_done_when_it_returns(tmp_path):
+    import threading
+
+    from graftbench.util.safe_files import READ_BLOCK_BYTES, read_regular_into
+
+    data = bytes(range(256)) * (3 * READ_BLOCK_BYTES // 256)
+    path = tmp_path / "file"
+    path.write_bytes(data)
+    seen = []
+
+    def slow_hash(block):
+        threading.Event().wait(0.01)  # slower than the read: blocks queue up, and the read does not wait for them
+        seen.append((threading.current_thread().name, len(block)))
+
+    read_regular_into(path, bytearray(), max_bytes=len(data), on_block=slow_hash)
+    assert seen == [("graftbench-read-block", READ_BLOCK_BYTES)] * 3  # every call made before the return
+
+
+def test_an_error_in_the_block_handler_reaches_the_reader_and_stops_the_handling(tmp_path):
+    from graftbench.util.safe_files import READ_BLOCK_BYTES, read_regular_into
+
+    path = tmp_path / "file"
+    path.write_bytes(bytes(3 * READ_BLOCK_BYTES))
+    calls = []
+
+    def failing(block):
+        calls.append(len(block))
+        raise ValueError("digest failed")
+
+    with pytest.raises(ValueError, match="digest failed"):
+        read_regular_into(path, bytearray(), max_bytes=3 * READ_BLOCK_BYTES, on_block=failing)
+    assert calls == [READ_BLOCK_BYTES]
+
+
 # ------------------------------------------------------------------------------------ runs on llama.cpp
 
 

@@ -344,3 +344,36 @@ def test_the_per_family_table_carries_pass_at_n_decode_tokens_per_correct_and_th
         copied = sum(1 for s in samples if s["copied"])
         assert row["copy rate"] == f"{100 * copied / len(samples):.1f}% of {len(samples)}"
         assert row["copy baseline"].startswith("0.0% (graft ")  # no two methods problems share an answer
+
+
+def test_runs_that_share_only_some_problems_are_compared_on_those(tmp_path):
+    baseline = tmp_path / "baseline.json"
+    graft = tmp_path / "graft.json"
+    baseline.write_text(json.dumps(_manifest("baseline", "baseline", [[False], [True], [False], [False]])))
+    # two more problems than the baseline: mod-4 and mod-5 are the graft's alone
+    graft.write_text(json.dumps(_manifest("graft", "graft", [[True], [True], [True], [False], [True], [True]])))
+    (row,) = build_report([baseline, graft], seed=1, resamples=200).comparisons
+    assert (row["problems"], row["graft_better"], row["baseline_better"]) == (4, 2, 0)
+    assert row["mean_difference"] == 0.5  # (1 + 0 + 1 + 0) / 4 on the shared problems
+
+
+def test_why_a_familys_copy_cells_are_empty_is_read_from_that_familys_routes(tmp_path):
+    from graftbench.report.compare import FAMILY_COLUMNS, family_rows
+
+    made = _manifest("graft", "graft", [[True], [False], [True], [False]])
+    problems = [{**p, "family": "own" if i < 2 else "other"} for i, p in enumerate(made["problems"])]
+    samples = []
+    for s in made["samples"]:
+        if s["problem_id"] in ("mod-0", "mod-1"):  # the problem's own solution: no copy is recorded
+            s = {**s, "route": "exact", "copied": None, "example_answer": None}
+        else:
+            s = {**s, "route": "similar"}
+        samples.append(s)
+    path = tmp_path / "graft.json"
+    path.write_text(json.dumps(build_manifest(
+        run="graft", command="eval", config=made["config"], config_fingerprint=made["config_fingerprint"],
+        settings=made["settings"], problem_set=made["problem_set"], problems=problems, samples=samples,
+        energy=made["energy"], store=None)))
+    rows = {row[1]: dict(zip(FAMILY_COLUMNS, row)) for row in family_rows(build_report([path]))}
+    assert rows["own"]["copy rate"] == rows["own"]["copy baseline"] == "— (exact routes only)"
+    assert rows["other"]["copy rate"] == "50.0% of 2"

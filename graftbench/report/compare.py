@@ -16,7 +16,7 @@ from pathlib import Path
 from ..util.display_text import markdown_text
 from ..util.durable import blocking_file
 from ..results.manifest import ManifestError, load_manifest, recorded_verifier_version
-from ..results.metrics import RESAMPLES, family_costs, paired_difference, summarize
+from ..results.metrics import RESAMPLES, family_costs, family_of, paired_difference, summarize
 from .prompt_arm import prompt_arm_rows
 
 DEFAULT_REPORTS_DIR = "reports"
@@ -211,8 +211,7 @@ def compare_runs(runs: list[RunEntry], seed: int = 0, resamples: int = RESAMPLES
             common = [p for p in _common_problems(graft, baseline) if families is None or p.get("family") in families]
             ids = {p["id"] for p in common}
             try:
-                diff = paired_difference(_samples_of(graft, ids, families), _samples_of(baseline, ids, families),
-                                         common, seed, resamples)
+                diff = paired_difference(_samples_of(graft, ids), _samples_of(baseline, ids), common, seed, resamples)
             except ValueError:
                 continue  # no problem scored by both
             rows.append({"graft": graft.label, "baseline": baseline.label, **diff,
@@ -220,10 +219,9 @@ def compare_runs(runs: list[RunEntry], seed: int = 0, resamples: int = RESAMPLES
     return rows
 
 
-def _samples_of(run: RunEntry, ids: set[str], families: frozenset[str] | None) -> list:
-    """The run's samples, only those of problems ``ids`` when a subset of families is asked for."""
-    samples = run.manifest["samples"]
-    return samples if families is None else [s for s in samples if isinstance(s, dict) and s.get("problem_id") in ids]
+def _samples_of(run: RunEntry, ids: set[str]) -> list:
+    """The run's samples of the problems ``ids`` (those both runs share, of the families asked for)."""
+    return [s for s in run.manifest["samples"] if isinstance(s, dict) and s.get("problem_id") in ids]
 
 
 def run_families(runs: list[RunEntry]) -> list[str]:
@@ -348,17 +346,19 @@ FAMILY_COLUMNS = ("run", "family", "problems", "samples", "accuracy [95% CI]", "
 def family_rows(report: Report) -> list[list[str]]:
     """One row per run and family, in :data:`FAMILY_COLUMNS` order (pass@N with N the run's smallest samples per
     problem; decode tokens per correct sample and the copy controls from
-    :func:`graftbench.results.metrics.family_costs`)."""
+    :func:`graftbench.results.metrics.family_costs`; why a copy cell is empty read from that family's samples)."""
     rows = []
     for run in report.runs:
         costs = family_costs(run.manifest["samples"], run.manifest["problems"],
                              recorded_verifier_version(run.manifest))
         for name, f in run.summary["families"].items():
+            ids = {p["id"] for p in run.manifest["problems"] if family_of(p) == name}
+            family_samples = [s for s in run.manifest["samples"] if isinstance(s, dict) and s.get("problem_id") in ids]
             rows.append([run.label, name, str(f["problems"]), str(f["samples"]),
                          _pct(f["avg_at_n"]) + _ci(f["accuracy_ci95"]), _pct(f["pass_at_n"]),
                          _pct(f["maj_at_n"]) + _ci(f["maj_at_n_ci95"]), _num(f["mean_decode_tokens"]),
                          _num(costs[name]["decode_tokens_per_correct"]),
-                         *_copy_cells(costs[name]["copy"], run.manifest.get("samples"))])
+                         *_copy_cells(costs[name]["copy"], family_samples)])
     return rows
 
 

@@ -20,7 +20,9 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import queue
 import stat
+import threading
 from pathlib import Path
 
 MiB = 1 << 20
@@ -111,19 +113,53 @@ def read_regular(path: str | Path, *, max_bytes: int, within: str | Path | None 
         return b"".join(_blocks(handle, max_bytes, path, what))
 
 
-# Block size (bytes) of a read handed to ``on_block``: small enough that the block is still in the core's L2 cache
-# when ``on_block`` reads it (1 MiB of L2 per core on the AMD EPYC measured; a hash of a 235 MB state read this way
-# took 30 ms against 35 ms read whole then hashed).
-READ_BLOCK_BYTES = 512 << 10
+# Block size (bytes) of a read handed to ``on_block``: each block is handed to a second thread as soon as it is
+# read, which runs ``on_block`` on it while the next block is read (python-xxhash and ``readinto`` both release the
+# GIL), so a streaming hash costs about the longer of the two, not their sum.
+READ_BLOCK_BYTES = 2 << 20
+
+
+class _BlockPipe:
+    """A thread that calls ``on_block`` on each view handed to it, in order, beside the thread that reads.
+
+    ``hand(view)`` queues a view (the caller never writes into it again); ``close()`` waits until every view
+    handed is done and re-raises the first exception ``on_block`` raised (after which no later view is passed to
+    it)."""
+
+    _DONE = object()
+
+    def __init__(self, on_block):
+        self._on_block, self._queue, self._error = on_block, queue.SimpleQueue(), None
+        self._thread = threading.Thread(target=self._run, name="graftbench-read-block", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (view := self._queue.get()) is not self._DONE:
+            if self._error is None:
+                try:
+                    self._on_block(view)
+                except BaseException as exc:  # noqa: BLE001 - re-raised on the reading thread by close()
+                    self._error = exc
+
+    def hand(self, view: memoryview) -> None:
+        self._queue.put(view)
+
+    def close(self) -> None:
+        self._queue.put(self._DONE)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
 
 
 def read_regular_into(path: str | Path, buffer: bytearray, *, max_bytes: int, within: str | Path | None = None,
                       what: str = "file", on_block=None) -> memoryview:
     """Read the regular file at ``path`` (checked as :func:`open_regular`) into ``buffer``, grown when the file is
     larger, so a caller that keeps its buffer reads without allocating; returns a view of the bytes read. With
-    ``on_block`` the file is read in blocks of :data:`READ_BLOCK_BYTES` and ``on_block(view)`` gets each block just
-    read, in order (a streaming hash reads it from cache). Raises as :func:`open_regular`, and
-    :class:`UnsafeFileError` when the file grows past its size or ``max_bytes`` while it is read."""
+    ``on_block`` the file is read in blocks of :data:`READ_BLOCK_BYTES`, and ``on_block(view)`` gets each block
+    read, in order, on a second thread while the next block is read (a streaming hash beside the read); every
+    call has returned when this function returns or raises. Raises as :func:`open_regular`,
+    :class:`UnsafeFileError` when the file grows past its size or ``max_bytes`` while it is read, and what
+    ``on_block`` raised."""
     path = Path(path)
     with open_regular(path, max_bytes=max_bytes, within=within, what=what) as handle:
         size = os.fstat(handle.fileno()).st_size
@@ -133,12 +169,18 @@ def read_regular_into(path: str | Path, buffer: bytearray, *, max_bytes: int, wi
             except BufferError:  # a view of it is still held: read into a new one
                 buffer = bytearray(size)
         view = memoryview(buffer)[:size]
-        done, block = 0, READ_BLOCK_BYTES if on_block is not None else size
-        while done < size and (n := handle.readinto(view[done:done + block])):
-            if on_block is not None:
-                on_block(view[done:done + n])
-            done += n
-        if done != size or handle.read(1):
+        pipe = _BlockPipe(on_block) if on_block is not None else None
+        try:
+            done, block = 0, READ_BLOCK_BYTES if pipe is not None else size
+            while done < size and (n := handle.readinto(view[done:done + block])):
+                if pipe is not None:
+                    pipe.hand(view[done:done + n])
+                done += n
+            grew = done != size or handle.read(1)
+        finally:
+            if pipe is not None:
+                pipe.close()
+        if grew:
             raise UnsafeFileError(errno.EFBIG, f"{what} {path} is refused: it changed size while it was read")
     return view
 
