@@ -115,8 +115,10 @@ def read_regular(path: str | Path, *, max_bytes: int, within: str | Path | None 
 
 # Block size (bytes) of a read handed to ``on_block``: each block is handed to a second thread as soon as it is
 # read, which runs ``on_block`` on it while the next block is read (python-xxhash and ``readinto`` both release the
-# GIL), so a streaming hash costs about the longer of the two, not their sum.
-READ_BLOCK_BYTES = 2 << 20
+# GIL), so a streaming hash costs about the longer of the two, not their sum. Measured on the 2-core Intel Xeon, a
+# 188 MiB file from the page cache: read alone 30 ms; read then XXH3-128 of each 512 KiB block on the same thread
+# 40 ms; handed to the second thread in blocks of 512 KiB 35 ms, 2 MiB 34 ms, 8 MiB 32 ms, 16 MiB 32 ms.
+READ_BLOCK_BYTES = 8 << 20
 
 
 class _BlockPipe:
