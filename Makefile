@@ -201,7 +201,9 @@ GPU_CARRY := .gpu-carry
 GPU_VARIABLES := GPU_PY GPU_DEVICE GPU_DTYPE GPU_MODELS GPU_TIMEOUTS GPU_PAIRS GPU_CONTROL_PAIRS GPU_REPLAY \
 	GPU_REPLAY_TIMEOUT GPU_TTFT_MODEL GPU_TTFT_SIZES GPU_TTFT_TIMEOUT GPU_RUNS GPU_PROBLEMS GPU_PYTHONPATH GPU_CACHE \
 	GPU_OUT GPU_BENCH GPU_REPLAY_LOG GPU_DRY_RUN
-export $(GPU_VARIABLES)
+# exported only where set (make exports a listed variable that is not set as empty, and an empty GPU_CACHE means
+# graftbench's own cache, not the carry's)
+export $(foreach v,$(GPU_VARIABLES),$(if $(filter undefined,$(origin $(v))),,$(v)))
 
 gpu-certify:
 	bash experiments/gpu_certify.sh

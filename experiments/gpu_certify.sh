@@ -9,9 +9,10 @@
 # (wheels, tokenizers, problems). `make gpu-certify` runs it with the same variables. Timeouts in seconds:
 # 240 + 45 + 150 + 45 + 200 + 45 + 80 = 805 for the defaults with nothing committed; with the 12B expectation
 # committed (replayed only) 565, inside one 10-minute command. On the H200 the 12B's 50 pairs took about 240 s. GPU_DRY_RUN=1 prints the commands instead.
-set -u
-cd "$(dirname "$0")/.."
+set -u -f  # -f: the model list is split on spaces, never globbed
+cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
+failed=0
 
 GPU_PY=${GPU_PY:-python3}
 GPU_DEVICE=${GPU_DEVICE:-cuda}
@@ -36,31 +37,37 @@ GPU_CACHE=${GPU_CACHE-$ROOT/$GPU_CARRY/cache}  # set empty: graftbench's own cac
 PY=(env PYTHONPATH="$GPU_PYTHONPATH" ${GPU_CACHE:+"GRAFTBENCH_CACHE=$GPU_CACHE"} "$GPU_PY")
 GRAFTBENCH=("${PY[@]}" -c 'from graftbench.cli.app import app; app()')
 run() {  # run LIMIT LOG COMMAND...: COMMAND under a timeout of LIMIT seconds, its output in LOG; returns its status
-  local limit=$1 log=$2; shift 2
+  local limit=$1 log=$2 status; shift 2
   if [ -n "${GPU_DRY_RUN:-}" ]; then echo "timeout $limit $* > $log"; return 0; fi
   timeout "$limit" "$@" > "$log" 2>&1
+  status=$?
+  [ "$status" -eq 0 ] || failed=$((failed + 1))
+  return "$status"
 }
 
 if [ ! -f "$GPU_PROBLEMS" ]; then
   echo "no $GPU_PROBLEMS: run make gpu-carry on a machine with the packages" >&2; exit 1
 fi
-# One folder per GPU kind, as for a kind of CPU: its manifests (with logs and the replay log) and its TTFT result.
+# One folder per GPU kind, as for a kind of CPU: its manifests (with their logs) and its TTFT result.
 if [ -z "${GPU_OUT:-}" ] || [ -z "${GPU_BENCH:-}" ]; then
-  name=$("${PY[@]}" -c "from graftbench.bench.gpu_name import folder_name; print(folder_name('$GPU_DEVICE'))") || exit 1
+  name=$("${PY[@]}" -c 'import sys; from graftbench.bench.gpu_name import folder_name; print(folder_name(sys.argv[1]))' \
+    "$GPU_DEVICE") || exit 1
   GPU_OUT=${GPU_OUT:-results/$name/manifests}; GPU_BENCH=${GPU_BENCH:-results/$name/bench}
 fi
 # The naming scheme's marker for the dtype the runs take: none for float32, -bf16 for bfloat16.
-dtype=$("${PY[@]}" -c "from graftbench.engine.device import dtype_for; print(dtype_for('$GPU_DTYPE', '$GPU_DEVICE'))") || exit 1
+dtype=$("${PY[@]}" -c 'import sys; from graftbench.engine.device import dtype_for; print(dtype_for(*sys.argv[1:]))' \
+  "$GPU_DTYPE" "$GPU_DEVICE") || exit 1
 case "$dtype" in float32) mark= ;; bfloat16) mark=-bf16 ;; *) mark=-$dtype ;; esac
 mkdir -p "$GPU_OUT" "$GPU_BENCH"
 echo "device $GPU_DEVICE, dtype $dtype: manifests in $GPU_OUT, TTFT in $GPU_BENCH"
 
 read -r -a limits <<< "$GPU_TIMEOUTS"
+[ "${#limits[@]}" -gt 0 ] || { echo "GPU_TIMEOUTS holds no timeout" >&2; exit 1; }
 i=0
 for model in $GPU_MODELS; do
-  limit=${limits[$i]:-${limits[-1]}}; i=$((i + 1))
+  limit=${limits[$i]:-${limits[${#limits[@]} - 1]}}; i=$((i + 1))
   name=exact-$(echo "$model" | tr ':@' '--')$mark
-  if [ -f "$GPU_OUT/$name.json" ] && [ -z "${GPU_DRY_RUN:-}" ]; then
+  if [ -f "$GPU_OUT/$name.json" ]; then
     echo "$model check-exact: $GPU_OUT/$name.json is there, replayed only"
   else
     run "$limit" "$GPU_OUT/$name.log" "${GRAFTBENCH[@]}" check-exact --model "$model" --device "$GPU_DEVICE" \
@@ -77,3 +84,4 @@ run "$GPU_TTFT_TIMEOUT" "$GPU_BENCH/ttft.log" "${GRAFTBENCH[@]}" bench --only tt
   --device "$GPU_DEVICE" --dtype "$GPU_DTYPE" --sizes "$GPU_TTFT_SIZES" --repeats 1 --graft-repeats 1 \
   --problems "$GPU_PROBLEMS" --out "$GPU_BENCH"
 echo "ttft: exit $?"
+[ "$failed" -eq 0 ] || { echo "$failed step(s) failed or were cut by their timeout" >&2; exit 1; }

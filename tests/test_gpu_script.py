@@ -56,6 +56,8 @@ def _plan(tmp_path, **variables) -> str:
 def test_the_prepared_script_runs_cuda_in_bfloat16_by_default(tmp_path):
     plan = _plan(tmp_path).splitlines()
     assert plan[0].startswith("device cuda, dtype bfloat16")
+    # GPU_CACHE not given: the carry's tokenizer cache (make must not export it as empty)
+    assert all(f"GRAFTBENCH_CACHE={ROOT}/.gpu-carry/cache " in line for line in plan if "app()" in line)
     checks = [line for line in plan if " check-exact --model " in line]
     assert [line.split("--model ")[1].split()[0] for line in checks] == [
         "random:gemma3-12b", "random:qwen2.5-7b", "random:gemma3-27b"]
@@ -101,3 +103,15 @@ def test_a_model_whose_expectation_is_committed_is_replayed_only(tmp_path):
         result.stdout
     commands = [line.split("app()", 1)[1].split()[:2] for line in calls.read_text().splitlines() if "app()" in line]
     assert commands == [["check-exact", "--expect"], ["check-exact", "--model"], ["bench", "--only"]]
+
+
+def test_a_failed_step_makes_the_script_fail_after_the_others_ran(tmp_path):
+    fake_python = tmp_path / "python"  # the dtype query answers; check-exact fails; bench passes
+    fake_python.write_text('#!/bin/sh\ncase "$*" in *check-exact*) exit 3 ;; esac\necho bfloat16\n')
+    fake_python.chmod(0o755)
+    result = subprocess.run(
+        ["bash", str(ROOT / "experiments" / "gpu_certify.sh")], capture_output=True, text=True,
+        env={**os.environ, "GPU_PY": str(fake_python), "GPU_PROBLEMS": str(AIME2024), "GPU_OUT": str(tmp_path / "m"),
+             "GPU_BENCH": str(tmp_path / "b"), "GPU_MODELS": "random:gemma3-12b random:qwen2.5-7b"})
+    assert result.returncode == 1 and "2 step(s) failed or were cut by their timeout" in result.stderr
+    assert "random:qwen2.5-7b check-exact: exit 3" in result.stdout and "ttft: exit 0" in result.stdout

@@ -90,7 +90,7 @@ def verify_exactness_manifest(manifest: dict) -> list[str]:
     recorded = manifest.get("totals", {})
     try:
         totals = recompute(lambda: exactness_totals(manifest.get("pairs", [])), recorded)
-    except (KeyError, TypeError, ZeroDivisionError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError, ZeroDivisionError) as exc:
         return mismatches + [f"totals cannot be recomputed ({exc})"]
     for name in sorted(set(totals) | set(recorded)):
         if totals.get(name) != recorded.get(name):

@@ -126,7 +126,7 @@ class _BlockPipe:
 
     ``hand(view)`` queues a view (the caller never writes into it again); ``close()`` waits until every view
     handed is done and re-raises the first exception ``on_block`` raised (after which no later view is passed to
-    it)."""
+    it, and ``failed`` is true)."""
 
     _DONE = object()
 
@@ -143,13 +143,19 @@ class _BlockPipe:
                 except BaseException as exc:  # noqa: BLE001 - re-raised on the reading thread by close()
                     self._error = exc
 
+    @property
+    def failed(self) -> bool:
+        """Whether ``on_block`` has raised (the reader may stop reading)."""
+        return self._error is not None
+
     def hand(self, view: memoryview) -> None:
         self._queue.put(view)
 
-    def close(self) -> None:
+    def close(self, reraise: bool = True) -> None:
+        """Wait for every view handed; then re-raise ``on_block``'s exception when ``reraise``."""
         self._queue.put(self._DONE)
         self._thread.join()
-        if self._error is not None:
+        if reraise and self._error is not None:
             raise self._error
 
 
@@ -176,12 +182,17 @@ def read_regular_into(path: str | Path, buffer: bytearray, *, max_bytes: int, wi
             done, block = 0, READ_BLOCK_BYTES if pipe is not None else size
             while done < size and (n := handle.readinto(view[done:done + block])):
                 if pipe is not None:
+                    if pipe.failed:
+                        break  # close() raises the handler's error
                     pipe.hand(view[done:done + n])
                 done += n
             grew = done != size or handle.read(1)
-        finally:
+        except BaseException:
             if pipe is not None:
-                pipe.close()
+                pipe.close(reraise=False)  # the read's own error is the one raised
+            raise
+        if pipe is not None:
+            pipe.close()
         if grew:
             raise UnsafeFileError(errno.EFBIG, f"{what} {path} is refused: it changed size while it was read")
     return view
