@@ -8,7 +8,8 @@
 # Plain bash (no make): the GPU host runs it with its own Python (GPU_PY) and the folder `make gpu-carry` fills
 # (wheels, tokenizers, problems). `make gpu-certify` runs it with the same variables. Timeouts in seconds:
 # 240 + 45 + 150 + 45 + 200 + 45 + 80 = 805 for the defaults with nothing committed; with the 12B expectation
-# committed (replayed only) 565, inside one 10-minute command. On the H200 the 12B's 50 pairs took about 240 s. GPU_DRY_RUN=1 prints the commands instead.
+# committed (replayed only) 565, inside one 10-minute command. On the H200 the 12B's 50 pairs took about 240 s.
+# GPU_DRY_RUN=1 prints the commands instead.
 set -u -f  # -f: the model list is split on spaces, never globbed
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
@@ -50,14 +51,17 @@ if [ ! -f "$GPU_PROBLEMS" ]; then
 fi
 # One folder per GPU kind, as for a kind of CPU: its manifests (with their logs) and its TTFT result.
 if [ -z "${GPU_OUT:-}" ] || [ -z "${GPU_BENCH:-}" ]; then
-  name=$("${PY[@]}" -c 'import sys; from graftbench.bench.gpu_name import folder_name; print(folder_name(sys.argv[1]))' \
-    "$GPU_DEVICE") || exit 1
+  name=$("${PY[@]}" -c 'import sys
+from graftbench.bench.gpu_name import folder_name
+print(folder_name(sys.argv[1]))' "$GPU_DEVICE") || exit 1
   GPU_OUT=${GPU_OUT:-results/$name/manifests}; GPU_BENCH=${GPU_BENCH:-results/$name/bench}
 fi
-# The naming scheme's marker for the dtype the runs take: none for float32, -bf16 for bfloat16.
-dtype=$("${PY[@]}" -c 'import sys; from graftbench.engine.device import dtype_for; print(dtype_for(*sys.argv[1:]))' \
-  "$GPU_DTYPE" "$GPU_DEVICE") || exit 1
-case "$dtype" in float32) mark= ;; bfloat16) mark=-bf16 ;; *) mark=-$dtype ;; esac
+# The dtype the runs take and the naming scheme's marker for it (graftbench.results.layout.dtype_marker)
+read -r dtype mark < <("${PY[@]}" -c 'import sys
+from graftbench.engine.device import dtype_for
+from graftbench.results.layout import dtype_marker
+dtype = dtype_for(*sys.argv[1:])
+print(dtype, dtype_marker(dtype))' "$GPU_DTYPE" "$GPU_DEVICE") && [ -n "$dtype" ] || exit 1
 mkdir -p "$GPU_OUT" "$GPU_BENCH"
 echo "device $GPU_DEVICE, dtype $dtype: manifests in $GPU_OUT, TTFT in $GPU_BENCH"
 

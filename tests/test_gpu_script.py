@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_every_step_of_make_gpu_certify_runs_on_the_cpu(tmp_path):
     out, bench = tmp_path / "manifests", tmp_path / "bench"
     variables = {
-        "GPU_PY": sys.executable, "GPU_PYTHONPATH": str(ROOT), "GPU_CACHE": "", "GPU_DEVICE": "cpu", "GPU_DTYPE": "float32",
+        "GPU_PY": sys.executable, "GPU_PYTHONPATH": str(ROOT), "GPU_CACHE": "", "GPU_DEVICE": "cpu",
+        "GPU_DTYPE": "float32",
         "GPU_MODELS": "random:gemma3-reduced", "GPU_TIMEOUTS": "1200", "GPU_PAIRS": "1", "GPU_CONTROL_PAIRS": "0",
         "GPU_REPLAY": "1", "GPU_REPLAY_TIMEOUT": "1200", "GPU_TTFT_MODEL": "random:gemma3-reduced",
         "GPU_TTFT_SIZES": "64", "GPU_TTFT_TIMEOUT": "1200", "GPU_PROBLEMS": str(AIME2024), "GPU_OUT": str(out),
@@ -87,8 +88,8 @@ def test_the_prepared_script_needs_no_make():
 
 def test_a_model_whose_expectation_is_committed_is_replayed_only(tmp_path):
     calls = tmp_path / "calls.txt"
-    fake_python = tmp_path / "python"  # answers the dtype query, records every graftbench command line
-    fake_python.write_text(f'#!/bin/sh\necho "$@" >> {calls}\necho bfloat16\n')
+    fake_python = tmp_path / "python"  # answers the dtype query (dtype, marker), logs each command line
+    fake_python.write_text(f'#!/bin/sh\necho "$@" >> {calls}\necho bfloat16 -bf16\n')
     fake_python.chmod(0o755)
     out = tmp_path / "manifests"
     out.mkdir()
@@ -106,8 +107,8 @@ def test_a_model_whose_expectation_is_committed_is_replayed_only(tmp_path):
 
 
 def test_a_failed_step_makes_the_script_fail_after_the_others_ran(tmp_path):
-    fake_python = tmp_path / "python"  # the dtype query answers; check-exact fails; bench passes
-    fake_python.write_text('#!/bin/sh\ncase "$*" in *check-exact*) exit 3 ;; esac\necho bfloat16\n')
+    fake_python = tmp_path / "python"  # the dtype query answers (dtype and marker); check-exact fails; bench passes
+    fake_python.write_text('#!/bin/sh\ncase "$*" in *check-exact*) exit 3 ;; esac\necho bfloat16 -bf16\n')
     fake_python.chmod(0o755)
     result = subprocess.run(
         ["bash", str(ROOT / "experiments" / "gpu_certify.sh")], capture_output=True, text=True,

@@ -414,7 +414,7 @@ def replay_and_log(session: Session, expected: dict, problems: list[Problem], li
     result = replay(session, expected, problems, limit, on_pair)
     record = replay_record(expected, compared=result.compared, equal=result.equal,
                            first_difference=result.first_difference, pin_differences_found=result.pin_differences,
-                           replayed_gpu=(session.config.to_dict().get("accelerator") or {}).get("gpu"))
+                           replayed_gpu=session.config.accelerator.get("gpu"))
     if log is not None:
         append_replay_log(log, record)
     return result, record

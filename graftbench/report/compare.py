@@ -220,7 +220,7 @@ def compare_runs(runs: list[RunEntry], seed: int = 0, resamples: int = RESAMPLES
 
 
 def _samples_of(run: RunEntry, ids: set[str]) -> list:
-    """The run's samples of the problems ``ids`` (those both runs share, of the families asked for)."""
+    """The run's samples of the problems ``ids``."""
     return [s for s in run.manifest["samples"] if isinstance(s, dict) and s.get("problem_id") in ids]
 
 
@@ -353,12 +353,11 @@ def family_rows(report: Report) -> list[list[str]]:
                              recorded_verifier_version(run.manifest))
         for name, f in run.summary["families"].items():
             ids = {p["id"] for p in run.manifest["problems"] if family_of(p) == name}
-            family_samples = [s for s in run.manifest["samples"] if isinstance(s, dict) and s.get("problem_id") in ids]
             rows.append([run.label, name, str(f["problems"]), str(f["samples"]),
                          _pct(f["avg_at_n"]) + _ci(f["accuracy_ci95"]), _pct(f["pass_at_n"]),
                          _pct(f["maj_at_n"]) + _ci(f["maj_at_n_ci95"]), _num(f["mean_decode_tokens"]),
                          _num(costs[name]["decode_tokens_per_correct"]),
-                         *_copy_cells(costs[name]["copy"], family_samples)])
+                         *_copy_cells(costs[name]["copy"], _samples_of(run, ids))])
     return rows
 
 
