@@ -46,6 +46,9 @@ def test_both_sides_run_the_same_tokens_and_the_graft_gives_the_prefills_logits(
         assert row["ttft_ratio"] == row["prefill_1tok_s"]["median"] / row["graft_1tok_s"]["median"]
         assert row["graft_1tok_s"]["n"] == row["llama_cpp_load_1tok_s"]["n"] == 2
         assert row["artifact_bytes"] > row["state_file_bytes"] * 0.9
+        # both zero a used context first: graftbench beside its read, llama.cpp inside its timed load
+        assert 0 < row["graft_parts"]["clear_s"]["median"] < row["graft_1tok_s"]["median"]
+        assert 0 < row["llama_cpp_clear_s"]["median"] < row["llama_cpp_load_s"]["median"]
     assert result["torch"]["state"][0]["logits_equal"] is True
 
 

@@ -260,6 +260,7 @@ def test_a_llama_cpp_state_of_another_pin_or_with_a_flipped_byte_is_refused(llam
     artifact_id = store.put(llama_session.build_artifact(ids, {"problem_key": "k"}))
     grafted = llama_session.graft(store, artifact_id, room=16)
     assert grafted.segments == [ids] and grafted.cache.n_past == len(ids)
+    grafted.cache.close()
     other = replace(llama_session, config=replace(llama_session.config, chunk_size=32))
     with pytest.raises(ArtifactError) as caught:
         other.graft(store, artifact_id)
@@ -274,6 +275,42 @@ def test_a_llama_cpp_state_of_another_pin_or_with_a_flipped_byte_is_refused(llam
     with pytest.raises(ArtifactError) as caught:
         llama_session.graft(store, artifact_id)
     assert caught.value.check == "hash"
+
+
+@pytest.mark.model
+def test_a_graft_empties_its_context_beside_the_read_and_a_refused_one_hands_the_context_back(llama_session, tmp_path,
+                                                                                             monkeypatch):
+    import gc
+
+    from graftbench.engine.llama_cpp import LlamaCppError
+
+    gc.collect()  # a cache another test left open goes back now, not in the middle of this one
+    store = Store(tmp_path / "store")
+    ids = llama_session.tokenizer("Problem: 3+4?\nSolution: 7.\nFinal answer: 7").input_ids
+    artifact_id = store.put(llama_session.build_artifact(ids, {"problem_key": "k"}))
+    timing = {}
+    grafted = llama_session.graft(store, artifact_id, room=16, timing=timing)
+    assert set(timing) == {"read_s", "integrity_s", "parse_s", "checks_s", "clear_s", "rebuild_s"}
+    assert all(seconds >= 0 for seconds in timing.values())
+    logits = llama_session.prefill_after(grafted.cache, [ids[0]])
+    kept = grafted.cache.ctx
+    grafted.cache.close()  # the engine keeps it as its spare
+    with pytest.raises(ArtifactError):  # refused after the read: the context emptied beside it goes back
+        llama_session.graft(store, artifact_id, room=2000)
+
+    def refuse(payload, cache):
+        raise LlamaCppError("llama_state_seq_set_data read 0 bytes")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(llama_session.engine, "restore", refuse)
+        with pytest.raises(ArtifactError) as caught:
+            llama_session.graft(store, artifact_id)
+    assert caught.value.check == "read" and "read 0 bytes" in str(caught.value)
+    again = llama_session.graft(store, artifact_id, room=16)
+    assert again.cache.ctx is kept  # both refusals handed the one context back, cleared
+    assert llama_session.logits_sha256(llama_session.prefill_after(again.cache, [ids[0]])) == \
+        llama_session.logits_sha256(logits)
+    again.cache.close()
 
 
 @pytest.mark.model

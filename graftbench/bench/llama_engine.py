@@ -180,22 +180,26 @@ def state_row(session: LlamaSession, raw: RawLlama, deposited: tuple[Store, str,
     """At ``len(ids)`` tokens, deposited (:func:`deposit_and_save`): graft + 1-token query against llama.cpp's
     state load + the same token (``ratio``: graftbench over llama.cpp, ≤ 1.1 is the target), and the graft's time
     to first token against a chunked prefill of ``ids`` and the token (``ttft_ratio``: prefill over graft); the page
-    cache is warm for both. ``logits_equal``: the query's logits after the graft, the state load and the prefill
+    cache is warm for both. Both start from a used context whose memory is cleared with its data (zeroed):
+    graftbench's graft zeroes it on a second thread while it reads the file (``graft_parts``' ``clear_s`` overlaps
+    ``read_s``), llama.cpp's load reads and restores in one call, after its clear (``llama_cpp_clear_s``, inside
+    ``llama_cpp_load_s``). ``logits_equal``: the query's logits after the graft, the state load and the prefill
     are the same bytes."""
     store, artifact_id, state_file = deposited
     ours, theirs = alternate(repeats, lambda: _graft_and_query(session, store, artifact_id, token),
                              lambda: raw.load_state_and_query(state_file, len(ids), token))
     prefills = [_prefill_and_query(session, ids, token) for _ in range(prefill_repeats)]
-    graft_s, load_s = summary([r["total_s"] for r in ours]), summary([t for _, t, _ in theirs])
+    graft_s, load_s = summary([r["total_s"] for r in ours]), summary([t["total_s"] for t in theirs])
     prefill_s = summary([p["ttft_s"] for p in prefills])
-    digests = {r["logits"] for r in ours} | {session.logits_sha256(l) for _, _, l in theirs} | \
+    digests = {r["logits"] for r in ours} | {session.logits_sha256(t["logits"]) for t in theirs} | \
         {p["logits"] for p in prefills}
     parts = {k: summary([r[k] for r in ours]) for k in ("read_s", "integrity_s", "parse_s", "checks_s",
-                                                          "rebuild_s", "query_s")}
+                                                          "clear_s", "rebuild_s", "query_s")}
     return {"tokens": len(ids), "artifact_bytes": store.path(artifact_id).stat().st_size,
             "state_file_bytes": state_file.stat().st_size, "graft_1tok_s": graft_s, "graft_parts": parts,
             "llama_cpp_load_1tok_s": load_s,
-            "llama_cpp_load_s": summary([s for s, _, _ in theirs]), "ratio": _ratio(graft_s, load_s),
+            "llama_cpp_load_s": summary([t["load_s"] for t in theirs]),
+            "llama_cpp_clear_s": summary([t["clear_s"] for t in theirs]), "ratio": _ratio(graft_s, load_s),
             "prefill_1tok_s": prefill_s, "ttft_ratio": _ratio(prefill_s, graft_s), "logits_equal": len(digests) == 1}
 
 

@@ -71,40 +71,43 @@ class RawLlama:
             raise LlamaCppError(f"llama_state_seq_save_file wrote nothing to {path}")
         return int(written)
 
-    def load_state_and_query(self, path: str, capacity: int, token: int) -> tuple[float, float, np.ndarray]:
+    def load_state_and_query(self, path: str, capacity: int, token: int) -> dict:
         """``llama_state_seq_load_file`` of ``path`` into a kept context, its memory cleared first
-        (``llama_memory_clear``: as graftbench's graft reuses a closed context), then ``token`` decoded after the
-        restored tokens; returns ``(load_s, total_s, logits [vocab])``: seconds of the clear and the load, and of
-        all of it with the one-token query and its logits copied out. The context is made once, untimed."""
-        if self._kept is None:
-            self._kept = self.context()
+        (``llama_memory_clear`` with its data: as graftbench's graft reuses a closed context), then ``token`` decoded
+        after the restored tokens. Returns seconds: ``clear_s`` (the clear), ``load_s`` (the clear and the load),
+        ``total_s`` (all of it with the one-token query and its logits copied out), and ``logits`` (float32
+        ``[vocab]``). The context is made once, untimed."""
         started = time.perf_counter()
-        cache = self._load_into_kept(path, capacity)
+        cache, clear_s = self._load_into_kept(path, capacity)
         loaded = time.perf_counter()
         box = (self.lib.llama_token * 1)(token)
         if self.lib.llama_decode(cache.ctx, self.lib.llama_batch_get_one(box, 1)) != 0:
             raise LlamaCppError("llama_decode failed after the state load")
         pointer = self.lib.llama_get_logits_ith(cache.ctx, -1)
         logits = np.ctypeslib.as_array(pointer, shape=(self.engine.n_vocab,)).astype(np.float32, copy=True)
-        return loaded - started, time.perf_counter() - started, logits
+        return {"clear_s": clear_s, "load_s": loaded - started, "total_s": time.perf_counter() - started,
+                "logits": logits}
 
     def _load_into_kept(self, path: str, capacity: int):
+        """The kept context, cleared, with the state file loaded: ``(cache, seconds of the clear)``."""
         if self._kept is None:
             self._kept = self.context()
+        started = time.perf_counter()
         self.lib.llama_memory_clear(self.lib.llama_get_memory(self._kept.ctx), True)
+        cleared = time.perf_counter() - started
         ids, count = (self.lib.llama_token * capacity)(), ctypes.c_size_t(0)
         read = self.lib.llama_state_seq_load_file(self._kept.ctx, str(path).encode(), SEQ, ids, capacity,
                                                   ctypes.byref(count))
         if not read:
             raise LlamaCppError(f"llama_state_seq_load_file could not load {path}")
-        return self._kept
+        return self._kept, cleared
 
     def load_state_and_decode(self, path: str, capacity: int, token: int, tokens: int) -> tuple[float, list[int]]:
         """``llama_state_seq_load_file`` of ``path`` into the kept context (cleared), ``token`` decoded after it, then
         ``tokens`` greedy tokens by llama.cpp's greedy sampler (:meth:`greedy`'s loop). Returns ``(tok/s, ids)``:
         ``(tokens - 1)`` over the seconds from the first token chosen to the last, as :meth:`greedy` after a
         prompt is timed. The kept context must hold ``capacity`` + 1 + ``tokens`` positions."""
-        cache = self._load_into_kept(path, capacity)
+        cache, _ = self._load_into_kept(path, capacity)
         box = (self.lib.llama_token * 1)(token)
         if self.lib.llama_decode(cache.ctx, self.lib.llama_batch_get_one(box, 1)) != 0:
             raise LlamaCppError("llama_decode failed after the state load")

@@ -233,9 +233,12 @@ class LlamaCppEngine:
 
     def cleared_cache(self) -> LlamaCache:
         """An empty cache of the engine's chunk size for a restore: the spare context of a closed cache, its
-        memory cleared (``llama_memory_clear`` with its data: every cell emptied and zeroed), else a fresh one.
-        Making a context costs about as much as restoring a state into it; clearing one costs a few percent of
-        that. Raises :class:`LlamaCppError` as :meth:`new_cache`."""
+        memory cleared (``llama_memory_clear`` with its data: every cell emptied and the whole KV buffer zeroed, so
+        no value of an earlier sequence, finite or not, stays in a masked cell), else a fresh one. Making a context
+        costs about as much as restoring a state into it; zeroing one is a pass over its KV buffer (about 40% of
+        a restore's time at 8,192 tokens: ``graft_parts`` in the bench-llama results), which is why
+        :meth:`graftbench.engine.llama_session.LlamaSession.graft` runs it beside the file's read. Raises
+        :class:`LlamaCppError` as :meth:`new_cache`."""
         if not self._spare:
             return self.new_cache()
         ctx = self._spare.pop()

@@ -19,6 +19,7 @@ Needs llama-cpp-python (the ``llama`` extra); imports no torch until a sampled t
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from . import llama_decode
@@ -57,36 +58,60 @@ class LlamaSession(PromptIds):
     def graft(self, store, artifact_id: str, room: int = 0, timing: dict | None = None) -> Grafted:
         """Read the state ``artifact_id`` from ``store`` (:meth:`graftbench.store.folder.Store.read_state`: size,
         the file's XXH3-128 indexed at deposit, layout and header checked; read into the session's buffer), check
-        its pin, and restore it into an empty context (a closed one cleared, else a fresh one:
-        :meth:`graftbench.engine.llama_cpp.LlamaCppEngine.cleared_cache`). ``room`` (tokens: the query and the decode budget) must fit after it. ``timing`` (when
-        given) gets the read's ``read_s``, ``integrity_s`` and ``parse_s``, then ``checks_s`` (the pin) and
-        ``rebuild_s`` (the empty context and ``llama_state_seq_set_data``), in seconds. Raises
+        its pin, and restore it into an empty context. The empty context (a closed one with its memory cleared and
+        zeroed, else a fresh one: :meth:`graftbench.engine.llama_cpp.LlamaCppEngine.cleared_cache`) is made on a
+        second thread while the file is read and hashed; nothing is restored before the hash and the pin check
+        pass. ``room`` (tokens: the query and the decode budget) must fit after it.
+
+        ``timing`` (when given) gets the read's ``read_s``, ``integrity_s`` and ``parse_s``, then ``checks_s`` (the
+        pin), ``clear_s`` (the empty context, on the second thread, beside the read) and ``rebuild_s`` (waiting for
+        that context, then ``llama_state_seq_set_data``), in seconds. Raises
         :class:`graftbench.store.codec.ArtifactError` naming the refused check (``config`` for another pin, no
-        room, or a state longer than a sliding-window model's window, ``read`` when llama.cpp refuses it)."""
+        room, or a state longer than a sliding-window model's window, ``read`` when llama.cpp refuses it); the
+        empty context goes back to the engine either way."""
         from ..store.codec import ArtifactError
         from .llama_cpp import LlamaCppError
 
         timing = {} if timing is None else timing
-        header, token_ids, state = store.read_state(artifact_id, timing=timing, buffer=self.read_buffer)
-        checked = time.perf_counter()
-        check_pin(artifact_id, header, self.config)
-        window = self.engine.n_swa
-        if window and len(token_ids) > window:  # certified only within the window (docs/llama-cpp.md)
-            raise ArtifactError(artifact_id, "config", f"{len(token_ids)} tokens exceed the model's "
-                                                       f"{window}-token sliding window: a restore past it is not "
-                                                       "byte-exact on llama.cpp")
-        if len(token_ids) + room > self.engine.n_ctx:
-            raise ArtifactError(artifact_id, "config", f"{len(token_ids)} tokens and {room} more do not fit the "
-                                                       f"context of {self.engine.n_ctx}")
-        rebuilt = time.perf_counter()
-        timing["checks_s"] = rebuilt - checked
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="graftbench-clear") as beside:
+            emptied = beside.submit(self._timed_empty_cache, timing)
+            try:
+                header, token_ids, state = store.read_state(artifact_id, timing=timing, buffer=self.read_buffer)
+                checked = time.perf_counter()
+                self._check_graft(artifact_id, header, len(token_ids), room)
+            except BaseException:
+                _close_when_made(emptied)
+                raise
+            rebuilt = time.perf_counter()
+            timing["checks_s"] = rebuilt - checked
+            cache = emptied.result()
         try:
-            cache = self.engine.restore(LlamaState(state, token_ids, (0, len(token_ids))),
-                                        self.engine.cleared_cache())
+            cache = self.engine.restore(LlamaState(state, token_ids, (0, len(token_ids))), cache)
         except LlamaCppError as exc:
+            cache.close()
             raise ArtifactError(artifact_id, "read", str(exc)) from exc
         timing["rebuild_s"] = time.perf_counter() - rebuilt
         return Grafted(cache, [header], [token_ids])
+
+    def _timed_empty_cache(self, timing: dict) -> LlamaCache:
+        started = time.perf_counter()
+        cache = self.engine.cleared_cache()
+        timing["clear_s"] = time.perf_counter() - started
+        return cache
+
+    def _check_graft(self, artifact_id: str, header: dict, tokens: int, room: int) -> None:
+        """The state's pin, the sliding window and the room after it. Raises ``ArtifactError`` (``config``)."""
+        from ..store.codec import ArtifactError
+
+        check_pin(artifact_id, header, self.config)
+        window = self.engine.n_swa
+        if window and tokens > window:  # certified only within the window (docs/llama-cpp.md)
+            raise ArtifactError(artifact_id, "config", f"{tokens} tokens exceed the model's "
+                                                       f"{window}-token sliding window: a restore past it is not "
+                                                       "byte-exact on llama.cpp")
+        if tokens + room > self.engine.n_ctx:
+            raise ArtifactError(artifact_id, "config", f"{tokens} tokens and {room} more do not fit the "
+                                                       f"context of {self.engine.n_ctx}")
 
     def prefill_chain(self, segments: list[list[int]], query: list[int]):
         """A fresh cache with each segment then ``query`` prefilled (the pinned chunk schedule from each one's first
@@ -157,3 +182,12 @@ def open_llama_session(spec: str, chunk_size: int = 256, threads: int | None = N
     session = LlamaSession(engine, tokenizer, pinned_config(engine, spec, digest))
     session.eos_ids = llama_decode.eos_ids_of(engine, tokenizer)
     return session
+
+
+def _close_when_made(emptied: Future) -> None:
+    """Hand back the empty context made beside a graft that failed before its restore. A failure to make it is
+    dropped: the graft's own error is the one raised."""
+    try:
+        emptied.result().close()
+    except Exception:  # the read's or the check's error propagates instead
+        pass
