@@ -11,7 +11,8 @@ from pathlib import Path
 
 from graftbench.results.exact_manifest import control_table, exactness_totals, verify_exactness_manifest
 from graftbench.results.manifest import compute_totals
-from graftbench.util.float_sums import SUMMATIONS, compensated, exact_sum, left_to_right, recompute, summed_with
+from graftbench.util.float_sums import (SUMMATIONS, compensated, differing_values, exact_sum, left_to_right,
+                                        recompute, summed_with)
 from graftbench.util.hashing import sha256_json
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,3 +81,22 @@ def test_a_total_no_summation_gives_is_still_a_mismatch():
     assert len(mismatches) == 1 and mismatches[0].startswith("totals.controls: recorded")
     assert exactness_totals(forged["pairs"]) == manifest["totals"]
 
+
+
+def test_a_wrong_count_beside_totals_of_another_summation_is_reported_alone():
+    samples = [{"wall_s": 0.1, "ttft_s": 0.1}] * 10
+
+    def recomputed():
+        from graftbench.util.float_sums import total
+
+        return {"wall_s": total(s["wall_s"] for s in samples), "samples": len(samples)}
+
+    with summed_with(left_to_right):  # written on Python 3.11, then its count edited
+        recorded = {**recomputed(), "samples": 11}
+    assert recorded["wall_s"] == 0.9999999999999999
+    result = recompute(recomputed, recorded)
+    # the left-to-right result is chosen: it differs in the count only, fsum's in the count and the total
+    assert result == {"wall_s": 0.9999999999999999, "samples": 10}
+    assert differing_values(result, recorded) == 1
+    assert differing_values({"a": {"b": [1, 2]}, "c": 3}, {"a": {"b": [1, 3]}, "d": 3}) == 3
+    assert differing_values([1, 2], [1, 2, 3]) == 1
