@@ -82,7 +82,6 @@ def test_a_total_no_summation_gives_is_still_a_mismatch():
     assert exactness_totals(forged["pairs"]) == manifest["totals"]
 
 
-
 def test_a_wrong_count_beside_totals_of_another_summation_is_reported_alone():
     samples = [{"wall_s": 0.1, "ttft_s": 0.1}] * 10
 
@@ -98,5 +97,6 @@ def test_a_wrong_count_beside_totals_of_another_summation_is_reported_alone():
     # the left-to-right result is chosen: it differs in the count only, fsum's in the count and the total
     assert result == {"wall_s": 0.9999999999999999, "samples": 10}
     assert differing_values(result, recorded) == 1
-    assert differing_values({"a": {"b": [1, 2]}, "c": 3}, {"a": {"b": [1, 3]}, "d": 3}) == 3
-    assert differing_values([1, 2], [1, 2, 3]) == 1
+    # top-level values, as the verifiers report them: a nested total differing in three places counts once
+    assert differing_values({"a": {"b": 1, "c": 2, "d": 3}, "e": 3}, {"a": {"b": 0, "c": 0, "d": 0}, "f": 3}) == 3
+    assert differing_values({"a": None}, {}) == 1 and differing_values([1, 2], [1, 2, 3]) == 1

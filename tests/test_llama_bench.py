@@ -49,6 +49,7 @@ def test_both_sides_run_the_same_tokens_and_the_graft_gives_the_prefills_logits(
         # both zero a used context first: graftbench beside its read, llama.cpp inside its timed load
         assert 0 < row["graft_parts"]["clear_s"]["median"] < row["graft_1tok_s"]["median"]
         assert 0 < row["llama_cpp_clear_s"]["median"] < row["llama_cpp_load_s"]["median"]
+        assert row["graft_parts"]["clear_s"]["n"] == row["llama_cpp_clear_s"]["n"] == 2
     assert result["torch"]["state"][0]["logits_equal"] is True
 
 

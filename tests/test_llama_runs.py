@@ -252,7 +252,7 @@ def llama_session():
 
 
 @pytest.mark.model
-def test_a_llama_cpp_state_of_another_pin_or_with_a_flipped_byte_is_refused(llama_session, tmp_path):
+def test_a_llama_cpp_state_of_another_pin_or_with_a_flipped_byte_is_refused(llama_session, tmp_path, monkeypatch):
     from dataclasses import replace
 
     store = Store(tmp_path / "store")
@@ -272,9 +272,12 @@ def test_a_llama_cpp_state_of_another_pin_or_with_a_flipped_byte_is_refused(llam
     raw = bytearray(path.read_bytes())
     raw[-3] ^= 1
     path.write_bytes(bytes(raw))
-    with pytest.raises(ArtifactError) as caught:
-        llama_session.graft(store, artifact_id)
-    assert caught.value.check == "hash"
+    restored = []
+    with monkeypatch.context() as patch:
+        patch.setattr(llama_session.engine, "restore", lambda payload, cache: restored.append(cache))
+        with pytest.raises(ArtifactError) as caught:
+            llama_session.graft(store, artifact_id)
+    assert caught.value.check == "hash" and restored == []  # the flipped byte never reaches llama.cpp
 
 
 @pytest.mark.model
@@ -295,8 +298,13 @@ def test_a_graft_empties_its_context_beside_the_read_and_a_refused_one_hands_the
     logits = llama_session.prefill_after(grafted.cache, [ids[0]])
     kept = grafted.cache.ctx
     grafted.cache.close()  # the engine keeps it as its spare
-    with pytest.raises(ArtifactError):  # refused after the read: the context emptied beside it goes back
-        llama_session.graft(store, artifact_id, room=2000)
+    restored = []
+    with monkeypatch.context() as patch:
+        patch.setattr(llama_session.engine, "restore", lambda payload, cache: restored.append(cache))
+        # refused after the read; the exception (kept) holds the graft's frame, so only the hand-back returns it
+        with pytest.raises(ArtifactError) as no_room:
+            llama_session.graft(store, artifact_id, room=2000)
+    assert no_room.value.check == "config" and restored == []  # nothing restored before the checks pass
 
     def refuse(payload, cache):
         raise LlamaCppError("llama_state_seq_set_data read 0 bytes")
@@ -311,6 +319,15 @@ def test_a_graft_empties_its_context_beside_the_read_and_a_refused_one_hands_the
     assert llama_session.logits_sha256(llama_session.prefill_after(again.cache, [ids[0]])) == \
         llama_session.logits_sha256(logits)
     again.cache.close()
+
+
+    def no_context():
+        raise LlamaCppError("llama.cpp could not make a context")
+
+    monkeypatch.setattr(llama_session.engine, "cleared_cache", no_context)
+    with pytest.raises(ArtifactError) as caught:  # as before the clear moved beside the read: a fallback, not a crash
+        llama_session.graft(store, artifact_id)
+    assert caught.value.check == "read" and "could not make a context" in str(caught.value)
 
 
 @pytest.mark.model

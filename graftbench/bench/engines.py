@@ -138,9 +138,9 @@ def markdown(result: dict) -> str:
                      f"{row['graft_1tok_s']['median'] * 1e3:.1f} | {row['llama_cpp_load_1tok_s']['median'] * 1e3:.1f} "
                      f"| {row['ratio']:.2f}× |")
     for row in llama["state"]:
-        lines.append(f"| of which the context's clear (zeroed) at {row['tokens']:,} (ms) | "
-                     f"{row['graft_parts']['clear_s']['median'] * 1e3:.1f}, beside the read | "
-                     f"{row['llama_cpp_clear_s']['median'] * 1e3:.1f}, before the load | |")
+        lines.append(f"| the context's clear (zeroed) at {row['tokens']:,} (ms) | "
+                     f"{row['graft_parts']['clear_s']['median'] * 1e3:.1f}, on a second thread during the read | "
+                     f"{row['llama_cpp_clear_s']['median'] * 1e3:.1f}, inside the load | |")
     lines += ["", "Time to first token on the llama.cpp engine: graft + 1 token against a chunked prefill + 1 token.",
               "", "| tokens | prefill (s) | graft (ms) | prefill / graft | logits equal |", "|---:|---:|---:|---:|---|"]
     for row in llama["state"]:

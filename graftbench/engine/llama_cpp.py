@@ -235,8 +235,9 @@ class LlamaCppEngine:
         """An empty cache of the engine's chunk size for a restore: the spare context of a closed cache, its
         memory cleared (``llama_memory_clear`` with its data: every cell emptied and the whole KV buffer zeroed, so
         no value of an earlier sequence, finite or not, stays in a masked cell), else a fresh one. Making a context
-        costs about as much as restoring a state into it; zeroing one is a pass over its KV buffer (about 40% of
-        a restore's time at 8,192 tokens: ``graft_parts`` in the bench-llama results), which is why
+        costs about as much as restoring a state into it; zeroing one is a pass over its whole KV buffer (20 ms of
+        the 69 ms llama.cpp takes to clear and load an 8,192-token state of ``smollm2-135m`` on the Intel Xeon:
+        ``llama_cpp_clear_s`` in its bench-llama results), which is why
         :meth:`graftbench.engine.llama_session.LlamaSession.graft` runs it beside the file's read. Raises
         :class:`LlamaCppError` as :meth:`new_cache`."""
         if not self._spare:

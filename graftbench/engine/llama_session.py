@@ -67,8 +67,8 @@ class LlamaSession(PromptIds):
         pin), ``clear_s`` (the empty context, on the second thread, beside the read) and ``rebuild_s`` (waiting for
         that context, then ``llama_state_seq_set_data``), in seconds. Raises
         :class:`graftbench.store.codec.ArtifactError` naming the refused check (``config`` for another pin, no
-        room, or a state longer than a sliding-window model's window, ``read`` when llama.cpp refuses it); the
-        empty context goes back to the engine either way."""
+        room, or a state longer than a sliding-window model's window, ``read`` when llama.cpp refuses the state or
+        cannot make a context); on any failure the empty context goes back to the engine."""
         from ..store.codec import ArtifactError
         from .llama_cpp import LlamaCppError
 
@@ -79,17 +79,21 @@ class LlamaSession(PromptIds):
                 header, token_ids, state = store.read_state(artifact_id, timing=timing, buffer=self.read_buffer)
                 checked = time.perf_counter()
                 self._check_graft(artifact_id, header, len(token_ids), room)
+                rebuilt = time.perf_counter()
+                timing["checks_s"] = rebuilt - checked
+                cache = emptied.result()
+            except LlamaCppError as exc:  # no empty context could be made: nothing to hand back
+                raise ArtifactError(artifact_id, "read", str(exc)) from exc
             except BaseException:
                 _close_when_made(emptied)
                 raise
-            rebuilt = time.perf_counter()
-            timing["checks_s"] = rebuilt - checked
-            cache = emptied.result()
         try:
             cache = self.engine.restore(LlamaState(state, token_ids, (0, len(token_ids))), cache)
-        except LlamaCppError as exc:
+        except BaseException as exc:
             cache.close()
-            raise ArtifactError(artifact_id, "read", str(exc)) from exc
+            if isinstance(exc, LlamaCppError):
+                raise ArtifactError(artifact_id, "read", str(exc)) from exc
+            raise
         timing["rebuild_s"] = time.perf_counter() - rebuilt
         return Grafted(cache, [header], [token_ids])
 

@@ -79,7 +79,7 @@ def verify_exactness_manifest(manifest: dict) -> list[str]:
 
     The totals hold when they equal a recomputation under one of the summations graftbench has written float
     totals with (:func:`graftbench.util.float_sums.recompute`: Python's ``sum`` changed in 3.12); a mismatch is
-    reported against the current one."""
+    reported against the recomputation that differs in the fewest totals."""
     mismatches = []
     body = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
     if sha256_json(body) != manifest.get("manifest_sha256"):

@@ -72,9 +72,9 @@ def summed_with(summation: Callable[[Iterable[float]], float]) -> Iterator[None]
 def recompute(compute: Callable[[], T], recorded: Any) -> T:
     """``compute()`` (a recomputation of recorded totals that sums with :func:`total`) under the first of
     :data:`SUMMATIONS` whose result equals ``recorded``. When none does, the result that differs from ``recorded``
-    in the fewest values (dicts and lists compared leaf by leaf; the current summation first on a tie), so the
-    caller reports the fields that are wrong, not also the last bits of float totals another summation gives.
-    Exceptions of ``compute`` propagate."""
+    in the fewest top-level values (:func:`differing_values`; the current summation first on a tie), so the caller,
+    which reports each differing top-level value, reports the fields that are wrong and not also the last bits of
+    float totals another summation gives. Exceptions of ``compute`` propagate."""
     results = []
     for summation in SUMMATIONS:
         with summed_with(summation):
@@ -86,10 +86,9 @@ def recompute(compute: Callable[[], T], recorded: Any) -> T:
 
 
 def differing_values(ours: Any, recorded: Any) -> int:
-    """How many values of ``ours`` differ from ``recorded``: dicts by key (a key on one side only counts once) and
-    equal-length lists by place, recursively; anything else counts 0 when equal, else 1."""
+    """How many top-level values of ``ours`` differ from ``recorded``: for two dicts, the keys whose values are not
+    equal (a key on one side only counts); otherwise 0 when equal, else 1."""
     if isinstance(ours, dict) and isinstance(recorded, dict):
-        return sum(differing_values(ours.get(key), recorded.get(key)) for key in ours.keys() | recorded.keys())
-    if isinstance(ours, list) and isinstance(recorded, list) and len(ours) == len(recorded):
-        return sum(differing_values(a, b) for a, b in zip(ours, recorded))
+        return sum(ours.get(key) != recorded.get(key) or (key in ours) != (key in recorded)
+                   for key in ours.keys() | recorded.keys())
     return 0 if ours == recorded else 1
