@@ -77,10 +77,9 @@ class RawLlama:
         after the restored tokens. Returns seconds: ``clear_s`` (the clear), ``load_s`` (the clear and the load),
         ``total_s`` (all of it with the one-token query and its logits copied out), and ``logits`` (float32
         ``[vocab]``). The context is made once, untimed."""
-        if self._kept is None:  # made once, before the clock starts
-            self._kept = self.context()
+        cache = self._kept_context()  # made on first use, before the clock starts
         started = time.perf_counter()
-        cache, clear_s = self._load_into_kept(path, capacity)
+        clear_s = self._load_into(cache, path, capacity)
         loaded = time.perf_counter()
         box = (self.lib.llama_token * 1)(token)
         if self.lib.llama_decode(cache.ctx, self.lib.llama_batch_get_one(box, 1)) != 0:
@@ -90,26 +89,31 @@ class RawLlama:
         return {"clear_s": clear_s, "load_s": loaded - started, "total_s": time.perf_counter() - started,
                 "logits": logits}
 
-    def _load_into_kept(self, path: str, capacity: int):
-        """The kept context, cleared, with the state file loaded: ``(cache, seconds of the clear)``."""
+    def _kept_context(self) -> LlamaCache:
+        """The context state loads go into, made on first use."""
         if self._kept is None:
             self._kept = self.context()
+        return self._kept
+
+    def _load_into(self, cache: LlamaCache, path: str, capacity: int) -> float:
+        """Clear ``cache`` with its data, then load the state file into it; returns the clear's seconds."""
         started = time.perf_counter()
-        self.lib.llama_memory_clear(self.lib.llama_get_memory(self._kept.ctx), True)
+        self.lib.llama_memory_clear(self.lib.llama_get_memory(cache.ctx), True)
         cleared = time.perf_counter() - started
         ids, count = (self.lib.llama_token * capacity)(), ctypes.c_size_t(0)
-        read = self.lib.llama_state_seq_load_file(self._kept.ctx, str(path).encode(), SEQ, ids, capacity,
+        read = self.lib.llama_state_seq_load_file(cache.ctx, str(path).encode(), SEQ, ids, capacity,
                                                   ctypes.byref(count))
         if not read:
             raise LlamaCppError(f"llama_state_seq_load_file could not load {path}")
-        return self._kept, cleared
+        return cleared
 
     def load_state_and_decode(self, path: str, capacity: int, token: int, tokens: int) -> tuple[float, list[int]]:
         """``llama_state_seq_load_file`` of ``path`` into the kept context (cleared), ``token`` decoded after it, then
         ``tokens`` greedy tokens by llama.cpp's greedy sampler (:meth:`greedy`'s loop). Returns ``(tok/s, ids)``:
         ``(tokens - 1)`` over the seconds from the first token chosen to the last, as :meth:`greedy` after a
         prompt is timed. The kept context must hold ``capacity`` + 1 + ``tokens`` positions."""
-        cache, _ = self._load_into_kept(path, capacity)
+        cache = self._kept_context()
+        self._load_into(cache, path, capacity)
         box = (self.lib.llama_token * 1)(token)
         if self.lib.llama_decode(cache.ctx, self.lib.llama_batch_get_one(box, 1)) != 0:
             raise LlamaCppError("llama_decode failed after the state load")
