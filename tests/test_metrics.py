@@ -3,6 +3,7 @@ the committed AIME 2024 manifests. No model."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from fractions import Fraction
@@ -13,8 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from graftbench.results.manifest import load_manifest, recorded_verifier_version
-from graftbench.results.metrics import (bootstrap_interval, copy_controls, family_of, mean_pass_at_k, paired_difference,
-                                        pass_at_k, summarize, wilson_interval)
+from graftbench.results.metrics import (Z95, bootstrap_interval, copy_controls, family_of, mean_pass_at_k,
+                                        newcombe_paired_interval, paired_difference, pass_at_k, summarize,
+                                        wilson_interval)
 from tests.conftest import REFERENCE_MANIFESTS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -168,6 +170,131 @@ def test_one_sample_per_problem_uses_wilson_where_the_bootstrap_collapses():
     assert summarize(samples, probs)["accuracy_ci95"] == summary["accuracy_ci95"]
     samples, probs = run_from([[True] * 4] * 29 + [[True, True, False, True]])
     assert summarize(samples, probs)["accuracy_ci95_method"] == "bootstrap"
+
+
+def _exact_bootstrap_quantile(values: list[int], q: Fraction) -> Fraction:
+    """The q-quantile of the mean of n draws with replacement from ``values``, from the whole distribution
+    (all n**n resamples, equally likely), in exact arithmetic: the smallest mean whose CDF reaches q."""
+    n = len(values)
+    counts: dict[Fraction, int] = {}
+    for draw in itertools.product(values, repeat=n):
+        mean = Fraction(sum(draw), n)
+        counts[mean] = counts.get(mean, 0) + 1
+    cumulative = 0
+    for mean in sorted(counts):
+        cumulative += counts[mean]
+        if Fraction(cumulative, n ** n) >= q:
+            return mean
+    raise AssertionError("unreachable: the CDF reaches 1")
+
+
+def _exact_cdf(values: list[int], at: Fraction, strictly_below: bool) -> Fraction:
+    n = len(values)
+    hits = sum(1 for draw in itertools.product(values, repeat=n)
+               if (Fraction(sum(draw), n) < at if strictly_below else Fraction(sum(draw), n) <= at))
+    return Fraction(hits, n ** n)
+
+
+def test_bootstrap_interval_equals_the_exact_bootstrap_quantiles_on_a_fixed_case():
+    """The percentile bootstrap against an independent computation: the exact bootstrap distribution of the mean of
+    four paired differences (all 4**4 resamples enumerated). The case is chosen so that each 2.5% and 97.5% quantile
+    lies well inside one step of the exact CDF (checked here), so 2,000 seeded resamples must land on it."""
+    values = [-1, 1, 1, 1]
+    low = _exact_bootstrap_quantile(values, Fraction(25, 1000))
+    high = _exact_bootstrap_quantile(values, Fraction(975, 1000))
+    # margins: the CDF just below each quantile stays under its level by more than 4 standard errors of 2,000
+    # resamples (sqrt(0.025 * 0.975 / 2000) = 0.0035), and reaches past it by as much
+    assert _exact_cdf(values, low, strictly_below=True) < Fraction(25, 1000) - Fraction(14, 1000)
+    assert _exact_cdf(values, low, strictly_below=False) > Fraction(25, 1000) + Fraction(14, 1000)
+    assert _exact_cdf(values, high, strictly_below=True) < Fraction(975, 1000) - Fraction(14, 1000)
+    assert _exact_cdf(values, high, strictly_below=False) > Fraction(975, 1000) + Fraction(14, 1000)
+    assert (low, high) == (Fraction(-1, 2), Fraction(1))
+    for seed in (0, 1, 2):
+        assert bootstrap_interval(values, seed=seed) == (float(low), float(high))
+
+
+# Newcombe (1998), Statistics in Medicine 17:2635-2650, Table II, method 10 (95%), as its four worked examples
+# (e, f, g, h) = (both, first only, second only, neither) are transcribed in the test suite of the R package
+# propint ("produces the results reported in Newcombe1998"); the paper's own table could not be read through the
+# search tool, so test_newcombe_paired_interval_equals_a_first_principles_computation checks every small table
+# against an independent computation as well.
+NEWCOMBE_TABLE_II = [((36, 12, 2, 0), (0.0569, 0.3404)), ((18, 12, 2, 18), (0.0562, 0.3290)),
+                     ((53, 0, 0, 1), (-0.0729, 0.0729)), ((0, 30, 0, 0), (0.8395, 1.0))]
+
+
+@pytest.mark.parametrize("table, published", NEWCOMBE_TABLE_II)
+def test_newcombe_paired_interval_matches_the_published_examples(table, published):
+    low, high = newcombe_paired_interval(*table)
+    assert (round(low, 4), round(high, 4)) == published
+
+
+def _score_limit(x: int, n: int, upper: bool) -> float:
+    """A Wilson limit from its definition: the p on one side of x/n where the score statistic
+    |x/n - p| / sqrt(p(1-p)/n) equals z, found by bisection (no closed form)."""
+    p_hat = x / n
+    if (upper and x == n) or (not upper and x == 0):
+        return p_hat
+    lo, hi = (p_hat, 1.0) if upper else (0.0, p_hat)
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        inside = abs(p_hat - mid) <= Z95 * math.sqrt(mid * (1 - mid) / n)
+        if inside == upper:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def _newcombe_from_first_principles(e: int, f: int, g: int, h: int) -> tuple[float, float]:
+    """Method 10 of Newcombe (1998) written out again: score limits by bisection, phi with the paper's correction."""
+    n = e + f + g + h
+    p1, p2 = (e + f) / n, (e + g) / n
+    l1, u1 = _score_limit(e + f, n, False), _score_limit(e + f, n, True)
+    l2, u2 = _score_limit(e + g, n, False), _score_limit(e + g, n, True)
+    margins = (e + f) * (g + h) * (e + g) * (f + h)
+    corrected = max(e * h - f * g - n / 2, 0) if e * h > f * g else e * h - f * g
+    phi = corrected / math.sqrt(margins) if margins else 0.0
+    delta = math.sqrt(max(0.0, (p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2))
+    epsilon = math.sqrt(max(0.0, (u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2))
+    return max(-1.0, (f - g) / n - delta), min(1.0, (f - g) / n + epsilon)
+
+
+def test_newcombe_paired_interval_equals_a_first_principles_computation():
+    tables = [t for t in itertools.product(range(5), repeat=4) if sum(t) > 0] + [t for t, _ in NEWCOMBE_TABLE_II]
+    for table in tables:
+        low, high = newcombe_paired_interval(*table)
+        expected = _newcombe_from_first_principles(*table)
+        assert low == pytest.approx(expected[0], abs=1e-9) and high == pytest.approx(expected[1], abs=1e-9), table
+        assert -1.0 <= low <= (table[1] - table[2]) / sum(table) <= high <= 1.0, table
+    with pytest.raises(ValueError):
+        newcombe_paired_interval(0, 0, 0, 0)
+    with pytest.raises(ValueError):
+        newcombe_paired_interval(1, -1, 0, 0)
+
+
+def test_a_paired_difference_where_every_problem_moves_the_same_way_is_not_a_point():
+    """0 of 30 to 30 of 30 (the recurring AIME 2024 pair): a bootstrap of the differences is [+1, +1]; Newcombe's
+    interval is the paper's example d, [0.8395, 1]. On two problems too the interval is not a point."""
+    for n, low in ((30, 0.8395), (2, 0.0700)):
+        probs = problems(n)
+        graft = [sample(p["id"], True) for p in probs]
+        base = [sample(p["id"], False) for p in probs]
+        diff = paired_difference(graft, base, probs)
+        assert bootstrap_interval([1.0] * n) == (1.0, 1.0)  # what the bootstrap gave
+        assert diff["ci95_method"] == "newcombe" and diff["mean_difference"] == 1.0
+        assert round(diff["ci95"][0], 4) == low and diff["ci95"][1] == 1.0
+    probs = problems(30)
+    same = [sample(p["id"], False) for p in probs]
+    diff = paired_difference(same, same, probs)
+    assert diff["ci95"][0] < 0.0 < diff["ci95"][1]  # no difference on 0 of 30 both: still an interval, not [0, 0]
+
+
+def test_paired_difference_bootstraps_fractional_problems():
+    graft, probs = run_from([[True, False], [True, True], [False, False], [True, False]])
+    base, _ = run_from([[False, False], [True, False], [False, False], [False, False]])
+    diff = paired_difference(graft, base, probs, seed=5)
+    assert diff["ci95_method"] == "bootstrap"
+    assert tuple(diff["ci95"]) == tuple(round(v, 6) for v in bootstrap_interval([0.5, 0.5, 0.0, 0.5], seed=5))
 
 
 def test_paired_difference_over_the_same_problems():

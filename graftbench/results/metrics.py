@@ -28,7 +28,11 @@ the problems a ``--token-budget`` run never reached):
 - Intervals (95%): the Wilson score interval (Wilson 1927; recommended by Agresti & Coull 1998) for proportions over
   problems: maj@N, pass@n, and accuracy when every problem has one sample; a percentile bootstrap over problems
   (problems resampled with replacement, 2,000 resamples by default) for avg@N; and, in
-  :func:`paired_difference`, a bootstrap of the per-problem difference between two runs on the same problems.
+  :func:`paired_difference`, the difference between two runs on the same problems: Newcombe's hybrid score interval
+  for paired proportions (:func:`newcombe_paired_interval`) when every problem scores 0 or 1 in both runs (one sample
+  per problem, or samples all right or all wrong), else a bootstrap of the per-problem differences. A percentile
+  bootstrap collapses to a point when every pair moves the same way (0 of 30 to 30 of 30 gives [+1, +1]);
+  Newcombe's interval does not ([+0.840, +1] there). ``ci95_method`` names the one used.
   ``accuracy_ci95`` is the interval a table shows: Wilson over problems with one sample per problem (a bootstrap
   of 0 of 30 would collapse to [0, 0]) and when every problem's samples are all wrong or all right (the bootstrap
   collapses there too; Wilson then counts problems), the bootstrap otherwise; ``accuracy_ci95_method`` names it.
@@ -124,6 +128,47 @@ def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, floa
     low = 0.0 if successes == 0 else min(p, max(0.0, center - half))
     high = 1.0 if successes == n else max(p, min(1.0, center + half))
     return low, high
+
+
+def newcombe_paired_interval(both: int, first_only: int, second_only: int, neither: int,
+                             z: float = Z95) -> tuple[float, float]:
+    """The 95% interval of the difference ``p1 - p2`` of two paired proportions by Newcombe's hybrid score method
+    (Newcombe, R. G. 1998, "Improved confidence intervals for the difference between binomial proportions based on
+    paired data", Statistics in Medicine 17:2635-2650, method 10), from the paired 2×2 table over ``n`` units:
+    ``both`` succeed in both arms, ``first_only`` in the first arm only, ``second_only`` in the second only,
+    ``neither`` in neither; ``p1 = (both + first_only) / n``, ``p2 = (both + second_only) / n``.
+
+    With ``[l1, u1]`` and ``[l2, u2]`` the Wilson intervals (:func:`wilson_interval`) of ``p1`` and ``p2`` and ``D =
+    p1 - p2``: ``L = D - sqrt((p1-l1)² - 2φ(p1-l1)(u2-p2) + (u2-p2)²)`` and ``U = D + sqrt((p2-l2)² -
+    2φ(p2-l2)(u1-p1) + (u1-p1)²)``, where ``φ`` is the correlation of the pairs with the paper's continuity
+    correction: ``(AD - BC) / sqrt`` of the product of the four marginal totals, its numerator replaced by
+    ``max(AD - BC - n/2, 0)`` when ``AD > BC``, and 0 when a marginal total is 0. Unlike a bootstrap of the paired
+    differences it does not collapse when every pair moves the same way: 30 of 30 pairs first-only gives
+    ``[0.8395, 1]`` (the paper's example d). Returns ``(low, high)`` within ``[-1, 1]``. Raises ``ValueError`` for a
+    negative count or no pair."""
+    counts = (both, first_only, second_only, neither)
+    if any(c < 0 for c in counts) or sum(counts) < 1:
+        raise ValueError(f"a paired interval needs counts >= 0 and at least one pair, got {counts}")
+    n = sum(counts)
+    p1, p2 = (both + first_only) / n, (both + second_only) / n
+    l1, u1 = wilson_interval(both + first_only, n, z)
+    l2, u2 = wilson_interval(both + second_only, n, z)
+    phi = _paired_phi(both, first_only, second_only, neither)
+    below = math.sqrt(max(0.0, (p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2))
+    above = math.sqrt(max(0.0, (p2 - l2) ** 2 - 2 * phi * (p2 - l2) * (u1 - p1) + (u1 - p1) ** 2))
+    difference = (first_only - second_only) / n
+    return max(-1.0, difference - below), min(1.0, difference + above)
+
+
+def _paired_phi(a: int, b: int, c: int, d: int) -> float:
+    """Newcombe's (1998) continuity-corrected phi of the paired table ``[[a, b], [c, d]]`` (0 when a margin is 0)."""
+    margins = (a + b) * (c + d) * (a + c) * (b + d)
+    if margins == 0:
+        return 0.0
+    numerator = a * d - b * c
+    if numerator > 0:
+        numerator = max(numerator - (a + b + c + d) / 2, 0)
+    return numerator / math.sqrt(margins)
 
 
 def _resample_indices(n: int, seed: int, resamples: int) -> np.ndarray:
@@ -345,19 +390,31 @@ def per_problem_accuracy(samples: list[dict], problems: list[dict]) -> dict[str,
 def paired_difference(graft_samples: list[dict], baseline_samples: list[dict], problems: list[dict], seed: int = 0,
                       resamples: int = RESAMPLES) -> dict:
     """The per-problem difference graft − baseline of mean correctness, over the problems both runs scored (in the
-    order of ``problems``), with a percentile bootstrap interval over problems (the same problems resampled for both
-    runs, ``Generator(PCG64(seed))``), and how many problems each run did better on. Raises ``ValueError`` when the
-    runs share no scored problem, and as :func:`summarize` does."""
+    order of ``problems``), with its 95% interval, and how many problems each run did better on.
+
+    The interval (``ci95_method``): ``newcombe`` (:func:`newcombe_paired_interval` over problems) when every problem
+    scores 0 or 1 in both runs (one sample per problem, or all its samples right or all wrong), since a bootstrap
+    collapses to a point when every problem moves the same way; else ``bootstrap``, a percentile bootstrap over
+    problems (the same problems resampled for both runs, ``Generator(PCG64(seed))``, ``resamples`` resamples).
+    Raises ``ValueError`` when the runs share no scored problem, and as :func:`summarize` does."""
     graft = per_problem_accuracy(graft_samples, problems)
     baseline = per_problem_accuracy(baseline_samples, problems)
     common = [p["id"] for p in problems if p["id"] in graft and p["id"] in baseline]
     if not common:
         raise ValueError("the two runs share no scored problem: no paired difference")
     diffs = [graft[i] - baseline[i] for i in common]
+    binary = all(graft[i] in (0, 1) and baseline[i] in (0, 1) for i in common)
+    if binary:
+        cells = ((1, 1), (1, 0), (0, 1), (0, 0))  # both, graft only, baseline only, neither
+        interval = newcombe_paired_interval(*(sum(1 for i in common if (graft[i], baseline[i]) == cell)
+                                              for cell in cells))
+    else:
+        interval = bootstrap_interval([float(d) for d in diffs], seed, resamples)
     return {
         "problems": len(common),
         "mean_difference": _r(sum(diffs, Fraction(0)) / len(common)),
-        "ci95": _interval(bootstrap_interval([float(d) for d in diffs], seed, resamples)),
+        "ci95": _interval(interval),
+        "ci95_method": "newcombe" if binary else "bootstrap",
         "graft_better": sum(1 for d in diffs if d > 0),
         "baseline_better": sum(1 for d in diffs if d < 0),
         "seed": seed,
