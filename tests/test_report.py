@@ -14,7 +14,7 @@ from graftbench.cli.app import app
 from graftbench.results.fingerprint import pin_fingerprint
 from graftbench.util.hashing import sha256_text
 from graftbench.results.manifest import build_manifest, load_manifest, recorded_verifier_version
-from graftbench.results.metrics import summarize
+from graftbench.results.metrics import newcombe_paired_interval, summarize
 from graftbench.report.compare import RUN_COLUMNS, build_report, round_rows, run_row
 from tests.conftest import REFERENCE_MANIFESTS
 
@@ -41,6 +41,25 @@ def assert_png(path: Path) -> None:
     assert path.read_bytes()[:8] == PNG_MAGIC, path
     image = matplotlib.image.imread(path)
     assert image.shape[0] > 100 and image.shape[1] > 100
+
+
+def test_report_on_the_recurring_pair_prints_a_paired_interval_that_is_not_a_point(tmp_path):
+    """0 of 30 → 30 of 30: a bootstrap of the paired differences printed [+100.0, +100.0]. The interval is now
+    Newcombe's (1998, method 10), whose Table II example d is this very table (30 pairs, every one better in the
+    first arm): [0.8395, 1.0000]."""
+    base = REFERENCE_MANIFESTS / "aime2024-qwen2.5-coder-0.5b-baseline.json"
+    graft = REFERENCE_MANIFESTS / "aime2024-qwen2.5-coder-0.5b-recurring.json"
+    assert (committed_summary(base)["correct"], committed_summary(graft)["correct"]) == (0, 30)
+    result, text = invoke(base, graft, "--out", tmp_path / "rep")
+    assert result.exit_code == 0, result.output
+    low, high = newcombe_paired_interval(0, 30, 0, 0)
+    assert (round(low, 4), high) == (0.8395, 1.0)  # the published example
+    cell = f"+100.0 pp [+{100 * low:.1f}, +100.0]"
+    assert cell == "+100.0 pp [+83.9, +100.0]"
+    assert cell in text and cell in (tmp_path / "rep" / "report.md").read_text()
+    assert "[+100.0, +100.0]" not in text
+    (comparison,) = json.loads((tmp_path / "rep" / "summary.json").read_text())["comparisons"]
+    assert comparison["ci95_method"] == "newcombe" and comparison["ci95"] == [round(low, 6), 1.0]
 
 
 def test_report_on_the_committed_manifests(tmp_path):

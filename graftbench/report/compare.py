@@ -198,7 +198,9 @@ def _common_problems(a: RunEntry, b: RunEntry) -> list[dict]:
 
 def compare_runs(runs: list[RunEntry], seed: int = 0, resamples: int = RESAMPLES,
                  families: frozenset[str] | None = None) -> list[dict]:
-    """Paired differences (graft − baseline accuracy per problem, bootstrap over problems) for every graft run and
+    """Paired differences (graft − baseline accuracy per problem, with the interval of
+    :func:`graftbench.results.metrics.paired_difference`: Newcombe's for 0/1 problems, else a bootstrap over
+    problems) for every graft run and
     baseline run of the same arm (:attr:`RunEntry.arm`: model, dtype, solve mode, budget, sampling, round) that
     share problems (same id and text hash), on those problems, or only on those of ``families`` when given. A
     program-mode graft is never paired with a text baseline, nor an avg@4 run with a greedy one: the difference
@@ -433,8 +435,10 @@ def _notes(report: Report) -> list[str]:
         "Accuracy is avg@N: per-problem mean correctness, then the mean over problems. Its interval is the Wilson "
         "score interval over problems when every problem has one sample (or every problem's samples are all right "
         "or all wrong, where a bootstrap collapses to a point), else a percentile bootstrap over problems "
-        f"({report.resamples} resamples, seed {report.seed}); maj@N and pass@N carry Wilson intervals; a paired "
-        "comparison bootstraps the per-problem difference with the same seed.",
+        f"({report.resamples} resamples, seed {report.seed}); maj@N and pass@N carry Wilson intervals. A paired "
+        "comparison's interval is Newcombe's hybrid score interval for paired proportions (Newcombe 1998, method 10) "
+        "when every problem scores 0 or 1 in both runs, where a bootstrap of the differences collapses to a point "
+        "if every problem moves the same way; otherwise it bootstraps the per-problem difference with the same seed.",
         "Decode tokens are per sample; decode tok / correct divides all decode tokens by the correct samples (— when "
         "none is correct). Energy is in joules, labelled with its method (an estimate is a CPU-time formula, "
         "meaningful as a ratio between runs on one machine).",
