@@ -71,6 +71,15 @@ def build_exactness_manifest(*, config: dict, config_fingerprint: str, problem_s
         "pairs": records,
         "totals": exactness_totals(records),
     }
+    return seal_exactness_manifest(body)
+
+
+def seal_exactness_manifest(manifest: dict) -> dict:
+    """``manifest`` (an exactness manifest's fields; a ``manifest_sha256`` it holds is dropped) sealed again: the
+    same fields and ``manifest_sha256``, the SHA-256 of :func:`graftbench.util.hashing.canonical_json` of the rest.
+    What :func:`verify_exactness_manifest` re-checks; anyone can call it, so the seal proves no origin (see
+    :mod:`graftbench.results.anchor`)."""
+    body = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
     return {**body, "manifest_sha256": sha256_json(body)}
 
 
