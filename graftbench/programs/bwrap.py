@@ -2,30 +2,28 @@
 loads, and the tools and libraries the machine must provide (:func:`missing`).
 
 bubblewrap (``bwrap``, run as root) makes new PID, network, IPC, UTS, mount and cgroup namespaces, a new session
-(no terminal to inject into), a root of read-only binds (``/usr``, ``/etc``, the Python installation; a venv reached
-through a symbolic link is bound at the linked path too) with its own ``/proc``, a minimal ``/dev`` and two private
-size-capped tmpfs (the program's folder and ``/tmp``), remounts that root read-only, dies with graftbench, and loads
-the seccomp filter before the program starts. Inside, ``prlimit`` sets per-process rlimits and ``setpriv`` drops to
-the ``nobody`` user (a real unprivileged user: no user namespace, so never root mapped) with no groups, no
-capabilities and no new privileges. The filter (built with ``pyseccomp`` on libseccomp) refuses the kernel
-keyrings, io_uring, perf events, bpf, ptrace and cross-process memory access, every mount and namespace call, and
-every socket family but ``AF_UNIX``. Imports no torch.
+(no terminal to inject into), a root holding only read-only binds of the program environment
+(:mod:`graftbench.programs.environment`: the interpreter, its standard library, the offered packages, a reduced
+``/etc``, the system library folders they load from) and of the two tools below, with its own ``/proc``, a minimal
+``/dev`` and two private size-capped tmpfs (the program's folder and ``/tmp``), remounts that root read-only, dies
+with graftbench, and loads the seccomp filter before the program starts. Inside, ``prlimit`` sets per-process
+rlimits and ``setpriv`` drops to the ``nobody`` user (a real unprivileged user: no user namespace, so never root
+mapped) with no groups, no capabilities and no new privileges. The filter (built with ``pyseccomp`` on libseccomp)
+refuses the kernel keyrings, io_uring, perf events, bpf, ptrace and cross-process memory access, every mount and
+namespace call, and every socket family but ``AF_UNIX``. Imports no torch.
 """
 
 from __future__ import annotations
 
 import errno
-import grp
 import os
-import pwd
 import shutil
-import sys
 
+from .environment import Environment, ids
 from ..settings import SandboxLimits
 
 PROGRAM_NAME = "main.py"
 FOLDER = "/sandbox"  # the program's folder inside the sandbox (its working directory)
-NOBODY = 65534  # the user and group when the system names none
 SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 INSTALL_HINT = {"bwrap": "bubblewrap (`apt-get install bubblewrap`, or `make install` as root)",
                 "prlimit": "util-linux (`apt-get install util-linux`)",
@@ -57,20 +55,6 @@ with open({PROGRAM_NAME!r}, encoding="utf-8") as _f:
 del _f
 exec(_code, {{"__name__": "__main__", "__file__": {PROGRAM_NAME!r}, "__builtins__": __builtins__}})
 """
-
-
-def ids() -> tuple[int, int]:
-    """The user and group id programs run as: ``nobody`` and ``nogroup`` (or 65534)."""
-    try:
-        uid = pwd.getpwnam("nobody").pw_uid
-    except KeyError:
-        uid = NOBODY
-    for name in ("nogroup", "nobody"):
-        try:
-            return uid, grp.getgrnam(name).gr_gid
-        except KeyError:
-            continue
-    return uid, NOBODY
 
 
 def tools() -> dict[str, str | None]:
@@ -129,23 +113,6 @@ def syscall_number(name: str) -> int:
     return seccomp.resolve_syscall(seccomp.system_arch(), name)
 
 
-def python_binds() -> list[tuple[str, str]]:
-    """(source, destination) pairs binding the Python installation read-only: each prefix at its real path and,
-    when reached through a symbolic link (a venv behind a link), at the linked path too; a path below ``/usr`` or
-    ``/etc`` (bound whole) is left out."""
-    prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-                os.path.dirname(os.path.dirname(sys.executable)),
-                os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))}
-    binds: dict[str, str] = {}
-    for prefix in sorted(prefixes, key=len):
-        for destination in (os.path.realpath(prefix), os.path.abspath(prefix)):
-            covered = any(destination == d or destination.startswith(d.rstrip("/") + "/")
-                          for d in ["/usr", "/etc", *binds])
-            if not covered:
-                binds[destination] = os.path.realpath(prefix)
-    return [(source, destination) for destination, source in binds.items()]
-
-
 def _ancestors(path: str) -> list[str]:
     """``/a/b/c`` -> ``["/a", "/a/b"]``."""
     parts = path.strip("/").split("/")[:-1]
@@ -153,25 +120,26 @@ def _ancestors(path: str) -> list[str]:
 
 
 def _top_level() -> list[str]:
-    """``/bin``, ``/lib``... as the host has them: a symbolic link again, or a read-only bind."""
+    """``/lib``, ``/lib64``... as symbolic links again where the host has them so (a merged ``/usr``): the loader
+    and libraries are named by those paths."""
     args = []
-    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+    for name in ("lib", "lib32", "lib64", "libx32"):
         top = "/" + name
         if os.path.islink(top):
             args += ["--symlink", os.readlink(top), top]
-        elif os.path.isdir(top):
-            args += ["--ro-bind", top, top]
     return args
 
 
-def command(limits: SandboxLimits, seccomp_fd: int, program_fd: int, ready_fd: int) -> list[str]:
-    """The bwrap command running the program read from ``program_fd`` under ``limits``; ``seccomp_fd`` holds
-    :func:`seccomp_filter`, ``ready_fd`` is the ready pipe's write end."""
+def command(limits: SandboxLimits, environment: Environment, seccomp_fd: int, program_fd: int,
+            ready_fd: int) -> list[str]:
+    """The bwrap command running the program read from ``program_fd`` under ``limits`` in ``environment``;
+    ``seccomp_fd`` holds :func:`seccomp_filter`, ``ready_fd`` is the ready pipe's write end."""
     found = tools()
     uid, gid = ids()
     binds = []
-    made = {"/tmp", FOLDER}  # made before the binds, so a prefix below /tmp is bound over the tmpfs, not hidden
-    for source, destination in python_binds():
+    made = set()
+    for source, destination in [*environment.binds(), *((os.path.realpath(found[name]),) * 2
+                                                        for name in ("prlimit", "setpriv"))]:
         for parent in _ancestors(destination):
             if parent not in made:  # traversable by the program's user (bwrap would make them 0700)
                 made.add(parent)
@@ -180,25 +148,26 @@ def command(limits: SandboxLimits, seccomp_fd: int, program_fd: int, ready_fd: i
     cpu = limits.cpu_s
     return [found["bwrap"], "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup",
             "--new-session", "--die-with-parent", "--as-pid-1", "--clearenv",
-            "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc", *_top_level(), "--proc", "/proc", "--dev", "/dev",
+            *binds, *_top_level(), "--proc", "/proc", "--dev", "/dev",
             "--perms", "1777", "--size", str(limits.disk_bytes), "--tmpfs", "/tmp",
-            "--perms", "1777", "--size", str(limits.disk_bytes), "--tmpfs", FOLDER, *binds,
+            "--perms", "1777", "--size", str(limits.disk_bytes), "--tmpfs", FOLDER,
             "--perms", "0444", "--file", str(program_fd), f"{FOLDER}/{PROGRAM_NAME}",
             "--remount-ro", "/", "--chdir", FOLDER,
             "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP",
             "--seccomp", str(seccomp_fd),
-            found["prlimit"], f"--cpu={cpu}:{cpu + 1}", f"--fsize={limits.file_bytes}",
+            os.path.realpath(found["prlimit"]), f"--cpu={cpu}:{cpu + 1}", f"--fsize={limits.file_bytes}",
             f"--nofile={limits.open_files}", "--core=0", "--",
-            found["setpriv"], f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--inh-caps=-all",
-            "--bounding-set=-all", "--no-new-privs", "--",
-            sys.executable, "-I", "-B", "-c", BOOTSTRAP, str(ready_fd)]
+            os.path.realpath(found["setpriv"]), f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+            "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--",
+            environment.python, "-I", "-B", "-c", BOOTSTRAP, str(ready_fd)]
 
 
-def describe() -> str:
-    """What the sandbox contains, in one line (recorded with every program-mode sample)."""
+def describe(environment: Environment) -> str:
+    """What the sandbox contains and what a program can see, in one line (recorded with every program-mode
+    sample)."""
     uid, gid = ids()
-    return ("bwrap: pid, net (no interface), ipc, uts, mount and cgroup namespaces, new session; read-only root of "
-            f"/usr, /etc and the Python installation, own /proc and /dev; private tmpfs {FOLDER} and /tmp; seccomp "
-            f"(no keyrings, io_uring, perf, bpf, ptrace, mounts, namespaces; AF_UNIX sockets only); user {uid}:{gid}, "
-            "no groups, capabilities or new privileges; empty environment; a cgroup per run (memory incl. memfd and "
-            "tmpfs, processes, one CPU)")
+    return ("bwrap: pid, net (no interface), ipc, uts, mount and cgroup namespaces, new session; read-only root "
+            f"holding only the {environment.describe()}; the tools prlimit and setpriv; own /proc and /dev; "
+            f"private tmpfs {FOLDER} and /tmp; seccomp (no keyrings, io_uring, perf, bpf, ptrace, mounts, "
+            f"namespaces; AF_UNIX sockets only); user {uid}:{gid}, no groups, capabilities or new privileges; empty "
+            "environment; a cgroup per run (memory incl. memfd and tmpfs, processes, one CPU)")

@@ -1,13 +1,15 @@
 """Run a model-written Python program in a sandbox, never in graftbench's process, and never anywhere else.
 
 The program runs in a fresh interpreter (``python -I -B``: no environment variables read, no user site, no
-bytecode written; the venv's site-packages, so sympy imports) with an empty environment, in its own folder, inside
-bubblewrap with a seccomp filter (:mod:`graftbench.programs.bwrap`, the one file configuring the containment) and in
+bytecode written) of the program environment (:mod:`graftbench.programs.environment`: its standard library, sympy,
+mpmath and numpy, and nothing of the installation graftbench runs in) with an empty environment, in its own folder,
+inside bubblewrap with a seccomp filter (:mod:`graftbench.programs.bwrap`, the one file configuring the containment) and in
 a cgroup of its own (:mod:`graftbench.programs.cgroup`: memory, processes and CPU per run), under
 :class:`graftbench.settings.SandboxLimits`.
 
 The sandbox fails closed: there is one containment and no weaker level. When the machine cannot build it (no
-bubblewrap, not root, no cgroup hierarchy, no libseccomp), :func:`isolation` and :func:`run_program` raise
+bubblewrap, not root, no cgroup hierarchy, no libseccomp, no program environment built for this installation or a
+stale one), :func:`isolation` and :func:`run_program` raise
 :class:`SandboxError` with one line naming what is missing and how to get it, before any program runs.
 
 A failing program (timeout, memory, too much output, a refused fork, a crash, a text over the size limit) is a
@@ -26,7 +28,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from . import bwrap, cgroup
+from . import bwrap, cgroup, environment
 from ..util.hashing import sha256_text
 from ..settings import SandboxLimits
 
@@ -94,14 +96,25 @@ def _cgroups() -> dict[str, str]:
 
 
 @functools.cache
+def _environment() -> environment.Environment:
+    """This installation's built program environment, loaded once per process. Raises :class:`SandboxError` when
+    it is not built or stale."""
+    try:
+        return environment.load()
+    except environment.ProgramEnvironmentError as exc:
+        raise SandboxError(str(exc)) from exc
+
+
+@functools.cache
 def _probe() -> str:
-    """Check the machine and run a tiny program (under :data:`PROBE_LIMITS`): ``""`` when it ran as expected,
-    else why not, in one line."""
+    """Check the machine and the program environment, and run a tiny program (under :data:`PROBE_LIMITS`): ``""``
+    when it ran as expected, else why not, in one line."""
     lacking = bwrap.missing()
     if lacking:
         return lacking
     try:
-        result = _run("import os, sympy\nprint(os.getuid())\n", PROBE_LIMITS)
+        _environment()
+        result = _run("import os, sympy, mpmath, numpy\nprint(os.getuid())\n", PROBE_LIMITS)
     except SandboxError as exc:
         return str(exc)
     if result.stopped is not None or result.answer != str(bwrap.ids()[0]):
@@ -112,12 +125,12 @@ def _probe() -> str:
 
 def isolation() -> Isolation:
     """The containment programs will run in, checked once per process (the tools, root, the cgroup hierarchies,
-    libseccomp, then a tiny program that imports sympy and prints its user id). Raises :class:`SandboxError`,
+    libseccomp, the program environment, then a tiny program that imports its packages and prints its user id). Raises :class:`SandboxError`,
     naming what is missing and how to get it, when the sandbox cannot be built."""
     why = _probe()
     if why:
         raise SandboxError("program mode needs the sandbox, which cannot be built here: " + " ".join(why.split()))
-    return Isolation(LEVEL, bwrap.describe())
+    return Isolation(LEVEL, bwrap.describe(_environment()))
 
 
 def run_program(source: str, limits: SandboxLimits = DEFAULT_LIMITS) -> ProgramResult:
@@ -134,7 +147,7 @@ def run_program(source: str, limits: SandboxLimits = DEFAULT_LIMITS) -> ProgramR
 def _too_large(size: int, limits: SandboxLimits) -> ProgramResult:
     note = f"graftbench: the program's text is {size} bytes, over the limit of {limits.file_bytes} bytes; not run"
     return ProgramResult(exit_status=NOT_STARTED, stdout="", stdout_sha256=sha256_text(""), stderr_tail=note,
-                         run_s=0.0, stopped="forbidden", answer=None, isolation=bwrap.describe())
+                         run_s=0.0, stopped="forbidden", answer=None, isolation=bwrap.describe(_environment()))
 
 
 @dataclass
@@ -236,7 +249,7 @@ def _start(run_cgroup: cgroup.RunCgroup, limits: SandboxLimits, data: bytes,
         program.write(data)
         program.flush()
         program.seek(0)
-        command = bwrap.command(limits, seccomp_r, program.fileno(), ready_w)
+        command = bwrap.command(limits, _environment(), seccomp_r, program.fileno(), ready_w)
         launcher = [sys.executable, "-I", "-S", "-c", LAUNCHER, str(bwrap.syscall_number("keyctl")),
                     *run_cgroup.procs_files(), "--"]
         return subprocess.Popen([*launcher, *command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -289,4 +302,4 @@ def _run(source: str, limits: SandboxLimits) -> ProgramResult:
     return ProgramResult(exit_status=KILLED if cut else status, stdout=stdout, stdout_sha256=sha256_text(stdout),
                          stderr_tail=stderr, run_s=round(run_s, 6), stopped=stopped,
                          answer=answer_line(stdout) if stopped is None else None,
-                         isolation=bwrap.describe())
+                         isolation=bwrap.describe(_environment()))
