@@ -1,10 +1,12 @@
 """The replays of the committed exactness expectations, run in background processes while the rest of the suite runs.
 
-Each replay is ``graftbench check-exact --expect FILE --limit 5`` in a fresh process (the expectation's
-instruction-set pin must be set before torch is imported), one lane per model so that each model is de-quantized
+Each replay is ``graftbench check-exact --expect FILE --limit 5 --log <its own log>`` in a fresh process (the
+expectation's instruction-set pin must be set before torch is imported), one lane per model so that each model is de-quantized
 once, the lanes side by side, each replay at 1 thread (its pin) and at the lowest CPU priority: the suite's own tests
 keep the CPU they would have, and the replays take the time a core is idle. What each replay computes and prints
-does not depend on when it runs; the test reads each outcome once it is done (``Replays.results``).
+does not depend on when it runs; the test reads each outcome once it is done (``Replays.results``): the finished
+process and the one replay record it logged, which the test judges
+(:func:`graftbench.eval.replay_committed.judge`), so that a crash is told from a completed comparison.
 
 A lane starts when its model is in the session's model cache (``model_ready``) or, at the latest, when the
 replays' outcomes are asked for, so that a replay never de-quantizes a model the session is de-quantizing too.
@@ -18,8 +20,10 @@ import subprocess
 import sys
 import threading
 from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 
+from graftbench.eval.replay_committed import logged_record, replay_arguments
 from graftbench.results import layout
 from graftbench.util import isa
 
@@ -84,6 +88,19 @@ def lanes() -> dict[str, list[str]]:
     return by_model
 
 
+@dataclass(frozen=True)
+class Replayed:
+    """One finished replay: its process (``stdout``, ``stderr``, ``returncode``) and the replay record it logged
+    (``None`` when it logged none: it crashed or was killed before its comparison ended)."""
+
+    process: subprocess.CompletedProcess
+    record: dict | None
+
+    @property
+    def output(self) -> str:
+        return self.process.stdout + self.process.stderr
+
+
 class Replays:
     """The background replays of one test session: ``model_ready(model)`` starts that model's lane, ``results()``
     starts the rest and waits for every outcome, ``stop()`` ends what still runs (the session ends early)."""
@@ -101,6 +118,7 @@ class Replays:
         self._env = {k: v for k, v in os.environ.items() if k != "GRAFTBENCH_ISA"}
         work = Path(self._env["GRAFTBENCH_CACHE"]).parent / "replays"
         self._env.update(GRAFTBENCH_RUNS_DIR=str(work / "runs"), GRAFTBENCH_STORE=str(work / "store"))
+        self._logs = work / "logs"  # one replay log per expectation: the record its replay wrote, or none
 
     def model_ready(self, model: str) -> None:
         """Start ``model``'s lane (once); a model with no runnable expectation has none."""
@@ -111,7 +129,7 @@ class Replays:
         threading.Thread(target=self._run_lane, args=(self._lanes[model],), daemon=True,
                          name=f"replays-{model}").start()
 
-    def results(self) -> dict[str, subprocess.CompletedProcess]:
+    def results(self) -> dict[str, Replayed]:
         """Every runnable expectation's finished replay by name (the lanes not started yet start now). The test
         process waits from now on: the replays still to come run at normal priority, and those running are raised
         to it where this process may (a machine shared with other work would starve them otherwise)."""
@@ -139,12 +157,15 @@ class Replays:
             except BaseException as exc:  # the test that reads this outcome reports it
                 self._outcomes[name].set_exception(exc)
 
-    def _replay(self, name: str) -> subprocess.CompletedProcess:
+    def _replay(self, name: str) -> Replayed:
+        log = self._logs / (name.replace("/", "--") + ".jsonl")
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.unlink(missing_ok=True)
         with self._lock:  # the niceness is read and the process registered at once: results() sees it or sets it
             if self._stopped:
                 raise RuntimeError(f"the session ended before {name} was replayed")
-            command = [sys.executable, "-c", _LAUNCH, str(self._nice), "-m", "graftbench.cli.app", "check-exact",
-                       "--expect", str(RESULTS / name), "--limit", str(REPLAY_PAIRS)]
+            command = [sys.executable, "-c", _LAUNCH, str(self._nice),
+                       *replay_arguments(RESULTS / name, REPLAY_PAIRS, log)]
             process = subprocess.Popen(command, cwd=ROOT, env=self._env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                        text=True)
             process.stdout.readline()  # the launcher's line: its niceness is set, so results() can raise it
@@ -157,7 +178,8 @@ class Replays:
             if process.poll() is None:
                 process.kill()
                 process.wait()
-        return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+        return Replayed(subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr),
+                        logged_record(log))
 
 
 def _raise_priority(pid: int) -> None:

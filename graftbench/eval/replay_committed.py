@@ -1,0 +1,275 @@
+"""Replay the committed CPU exactness expectations this machine can run, each in a fresh process, and judge each
+outcome from the replay record it logged, never from its exit status alone.
+
+A replay is ``graftbench check-exact --expect FILE --limit N --log <its own log>`` in a fresh process (the
+expectation's instruction-set pin must be set before torch is imported). Its own log holds the one record
+(:func:`graftbench.results.exact_manifest.replay_record`) that the replay writes once its comparison is done, so
+the record tells what happened:
+
+- :data:`EQUAL`: every pair asked for compared, all equal;
+- :data:`DIFFERS`: a completed comparison that found a differing hash, on a kind of CPU the expectation is known
+  to reproduce on (the one it was recorded on, or one with an equal logged replay,
+  :func:`graftbench.results.exact_manifest.known_to_reproduce`): a failure;
+- :data:`DIFFERS_UNPROVEN`: the same on a kind of CPU not proven to reproduce: a finding, logged, not a failure;
+- :data:`NOT_COMPARABLE`: the pin differs (the record names the fields), nothing compared;
+- :data:`FAILED`: no record (the process crashed or was killed before its comparison ended), a record of another
+  expectation or of fewer pairs than asked with no difference, or an exit status that contradicts the record: a
+  failure everywhere.
+
+:func:`replay_committed` (``make replay-exact``) replays every committed CPU expectation whose model and libraries
+are installed, appends each completed comparison (equal or not) to the replay log, and
+:func:`exit_status` is non-zero when any replay failed or differed where it should reproduce. The test suite
+judges its replays with the same :func:`judge`.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..results import layout
+from ..results.exact_manifest import append_replay_log, known_to_reproduce, read_replay_log
+from ..util import isa
+
+EQUAL = "equal"
+DIFFERS = "differs"
+DIFFERS_UNPROVEN = "differs on a kind of CPU not proven to reproduce"
+NOT_COMPARABLE = "not comparable"
+FAILED = "failed"
+NOT_RUN = "not run here"
+FAILING = frozenset({DIFFERS, FAILED})  # the verdicts that make replay-exact (and a test) fail
+REPLAY_TIMEOUT_S = 6 * 3600  # the longest committed replay (qwen2.5-coder-1.5b, bfloat16, 5 pairs, 1 thread) takes
+# well under an hour on the machines it was recorded on; a replay past this is hung, and judged FAILED
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One expectation's replay, judged: ``name`` (its path, as given), ``verdict`` (one of the constants above),
+    ``detail`` (one line: the counts, the first difference and both CPUs, the differing pin fields, or why it
+    failed or did not run) and ``record`` (the replay record it logged; ``None`` when it logged none)."""
+
+    name: str
+    verdict: str
+    detail: str
+    record: dict | None = None
+
+    @property
+    def failed(self) -> bool:
+        """Whether this outcome fails a replay run: a crash, or a difference where the expectation should reproduce."""
+        return self.verdict in FAILING
+
+    @property
+    def completed(self) -> bool:
+        """Whether a comparison ran to its end (equal or with a recorded difference): the outcomes a replay log keeps."""
+        return self.verdict in (EQUAL, DIFFERS, DIFFERS_UNPROVEN)
+
+
+def pairs_asked(expected: dict, limit: int | None) -> int:
+    """The pairs a replay of ``expected`` with ``--limit limit`` compares when every one is equal."""
+    total = len(expected["pairs"])
+    return min(limit, total) if limit else total
+
+
+def judge(name: str, expected: dict, record: dict | None, returncode: int, output: str, limit: int | None,
+          known_records: list[dict], here: dict) -> Outcome:
+    """The verdict on one replay of ``expected`` (the manifest at ``name``) asked for ``limit`` pairs, from the one
+    record it logged (``None`` if none), its exit status and its output (stdout and stderr: its last line is quoted
+    when the replay failed). ``known_records`` are the replay log's records before this replay, ``here`` this CPU
+    (:func:`graftbench.util.isa.environment`): together they say whether the expectation is known to reproduce here.
+    """
+    last_line = (output.strip().splitlines() or ["(no output)"])[-1]
+    if record is None:
+        return Outcome(name, FAILED, f"no replay record logged (exit status {returncode}): {last_line}")
+    if record.get("expectation_sha256") != expected.get("manifest_sha256"):
+        return Outcome(name, FAILED, f"the logged record is of expectation {str(record.get('expectation_sha256'))[:16]},"
+                                     f" not {str(expected.get('manifest_sha256'))[:16]}", record)
+    compared, equal, difference = record.get("compared"), record.get("equal"), record.get("first_difference")
+    if record.get("pin_differences"):
+        fields = ", ".join(record["pin_differences"])
+        if returncode != 1 or compared:
+            return Outcome(name, FAILED, f"a not-comparable record (pin differs in {fields}) with {compared} "
+                                         f"compared and exit status {returncode}: {last_line}", record)
+        return Outcome(name, NOT_COMPARABLE, f"this machine's pin differs in {fields}", record)
+    asked = pairs_asked(expected, limit)
+    cpus = f"recorded on {isa.describe_cpu(expected.get('environment', {}))}, replayed on {isa.describe_cpu(here)}"
+    if difference is None:
+        if (compared, equal, returncode) != (asked, asked, 0):
+            return Outcome(name, FAILED, f"{compared} compared, {equal} equal of {asked} asked, no difference "
+                                         f"recorded, exit status {returncode}: {last_line}", record)
+        return Outcome(name, EQUAL, f"{compared} compared, {equal} equal ({cpus})", record)
+    if returncode != 1 or not isinstance(compared, int) or not 0 < compared <= asked or equal != compared - 1:
+        return Outcome(name, FAILED, f"a difference recorded ({difference}) with {compared} compared, {equal} equal "
+                                     f"and exit status {returncode}: {last_line}", record)
+    detail = f"{compared} compared, {equal} equal, first difference {difference} ({cpus})"
+    if known_to_reproduce(expected, known_records, here):
+        return Outcome(name, DIFFERS, detail, record)
+    return Outcome(name, DIFFERS_UNPROVEN, detail, record)
+
+
+def replay_arguments(expectation: Path, limit: int, log: Path) -> list[str]:
+    """The arguments after the Python executable that replay ``expectation`` (``limit`` pairs) in a fresh process
+    and log its one record to ``log``."""
+    return ["-m", "graftbench.cli.app", "check-exact", "--expect", str(expectation), "--limit", str(limit),
+            "--log", str(log)]
+
+
+def logged_record(log: Path) -> dict | None:
+    """The one record a replay wrote to its own ``log`` (``None`` when the file is absent or empty).
+
+    Raises:
+        ValueError: the log holds more than one record (it was not this replay's own), or a line is not a JSON
+            object (:func:`graftbench.results.exact_manifest.read_replay_log`).
+    """
+    records = read_replay_log(log)
+    if len(records) > 1:
+        raise ValueError(f"{log}: {len(records)} replay records, expected one (a replay's own log)")
+    return records[0] if records else None
+
+
+def replay_once(root: Path, expectation: Path, limit: int, work: Path, env: dict[str, str] | None = None,
+                timeout_s: float = REPLAY_TIMEOUT_S) -> tuple[subprocess.CompletedProcess, dict | None]:
+    """Replay ``expectation`` (``limit`` pairs) in a fresh process run in ``root`` with environment ``env`` (this
+    process's when ``None``), logging to a new file under ``work``; returns the finished process (stdout and stderr
+    as text) and the record it logged (``None`` if none). A replay past ``timeout_s`` seconds is killed, and its
+    process returned with exit status -9 (its record, if it wrote one, still read)."""
+    work.mkdir(parents=True, exist_ok=True)
+    handle, log_name = tempfile.mkstemp(prefix="replay-", suffix=".jsonl", dir=work)
+    os.close(handle)
+    log = Path(log_name)
+    log.unlink()  # the replay creates it; an empty file left would read as "no record"
+    command = [sys.executable, *replay_arguments(expectation, limit, log)]
+    try:
+        done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        output = [text.decode("utf-8", "replace") if isinstance(text, bytes) else (text or "")
+                  for text in (exc.stdout, exc.stderr)]
+        done = subprocess.CompletedProcess(command, -9, output[0],
+                                           output[1] + f"\nkilled after {timeout_s} s")
+    return done, logged_record(log)
+
+
+def committed_cpu_expectations(root: Path) -> list[Path]:
+    """Every committed exactness expectation recorded on a CPU (``config.device`` ``cpu`` or absent), under
+    ``root/results/<kind>/manifests/``, in path order. A GPU's certificates replay on their GPU (docs/gpu.md)."""
+    found = []
+    for folder in layout.manifest_folders(root):
+        for path in sorted(folder.glob("exact-*.json")):
+            if json.loads(path.read_text())["config"].get("device", "cpu") == "cpu":
+                found.append(path)
+    return found
+
+
+def why_not_runnable(expected: dict) -> str | None:
+    """Why this machine cannot replay ``expected`` at all (a reason naming what is missing), else ``None``: a
+    library its pin records that is not installed (an engine's bindings included), a packaged model whose packages
+    are not installed (``make models``), or an instruction-set pin this CPU cannot run. A library at another version,
+    or another build, is no reason here: the replay runs and reports it as not comparable."""
+    pin = expected["config"]
+    missing = [name for name in sorted(pin.get("libraries") or {}) if not _installed(name)]
+    if missing:
+        return f"{', '.join(missing)} not installed"
+    model_missing = _model_missing(pin["model"])
+    if model_missing:
+        return model_missing
+    if pin.get("engine"):
+        return None  # an engine that records its build in its pin: the replay compares it (not comparable if another)
+    pin_isa, here = pin.get("isa", "native"), isa.native_capability()
+    if not isa.supported(pin_isa):
+        return f"pinned to --isa {pin_isa}; this CPU offers {here}"
+    if pin_isa == "native" and pin.get("cpu_capability") != here:
+        return f"pinned to the native kernels of {pin.get('cpu_capability')}; this CPU is {here}"
+    return None
+
+
+def _installed(distribution: str) -> bool:
+    try:
+        importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def _model_missing(spec: str) -> str | None:
+    """Why the packaged model ``spec`` is not installed (its first missing package), or ``None`` (installed, or not
+    a packaged alias: a ``random:`` model is generated, and any other spec is left to the replay to resolve)."""
+    from ..engine.model_packages import PackagedWeightsError, locate_part
+    from ..engine.models import ALIASES
+
+    weights = ALIASES.get(spec)
+    if weights is None:
+        return None
+    try:
+        for part in weights.parts:
+            locate_part(part, weights.install)
+    except PackagedWeightsError as exc:
+        return f"model {spec}: {exc}"
+    return None
+
+
+def replay_committed(root: Path, limit: int, log: Path, only: list[Path] | None = None,
+                     say: Callable[[str], None] = print) -> list[Outcome]:
+    """Replay ``limit`` pairs of every committed CPU expectation under ``root`` (or of the files ``only``) that
+    this machine can run, one at a time, each in a fresh process; append each completed comparison's record to the
+    replay log ``log`` as it completes, and say each outcome on one line. Returns the outcomes, those not run
+    included (:data:`NOT_RUN`, with the reason).
+
+    Raises:
+        ValueError: a file of ``only`` is not a committed CPU expectation, or the replay log cannot be read.
+    """
+    root = Path(root)
+    committed = committed_cpu_expectations(root)
+    if only:
+        chosen = [Path(p) if Path(p).is_absolute() else root / p for p in only]
+        unknown = [str(p) for p in chosen if p.resolve() not in {c.resolve() for c in committed}]
+        if unknown:
+            raise ValueError(f"not a committed CPU expectation under {root / layout.RESULTS}: {', '.join(unknown)}")
+        committed = chosen
+    env = {k: v for k, v in os.environ.items() if k != isa.ENV_VAR}  # each replay adopts its own pin
+    here, outcomes = isa.environment(), []
+    with tempfile.TemporaryDirectory(prefix="replay-exact-") as work:
+        for path in committed:
+            name = path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+            expected = json.loads(path.read_text())
+            reason = why_not_runnable(expected)
+            if reason is not None:
+                outcome = Outcome(name, NOT_RUN, reason)
+            else:
+                known = read_replay_log(log)
+                done, record = replay_once(root, path, limit, Path(work), env)
+                outcome = judge(name, expected, record, done.returncode, done.stdout + done.stderr, limit, known, here)
+                if outcome.completed:
+                    append_replay_log(log, outcome.record)
+            say(f"{name}: {outcome.verdict}: {outcome.detail}")
+            outcomes.append(outcome)
+    return outcomes
+
+
+def summary(outcomes: list[Outcome]) -> str:
+    """One line: how many replays ended in each verdict, the failing ones named."""
+    counts = {}
+    for outcome in outcomes:
+        counts[outcome.verdict] = counts.get(outcome.verdict, 0) + 1
+    line = "; ".join(f"{count} {verdict}" for verdict, count in counts.items()) or "no committed CPU expectation"
+    failing = [o.name for o in outcomes if o.failed]
+    return line + (f". Failed: {', '.join(failing)}" if failing else "")
+
+
+def exit_status(outcomes: list[Outcome]) -> int:
+    """1 when any replay failed (:data:`FAILED`) or differed where it should reproduce (:data:`DIFFERS`), else 0:
+    a difference on a kind of CPU not proven to reproduce, a pin that is not comparable and an expectation this
+    machine cannot run are reported, not failures."""
+    return 1 if any(outcome.failed for outcome in outcomes) else 0
+
+
+def main(root: str, limit: int, log: str, only: list[str] | None = None) -> int:
+    """``make replay-exact``: :func:`replay_committed`, then the :func:`summary` line; returns :func:`exit_status`."""
+    outcomes = replay_committed(Path(root), limit, Path(log), [Path(p) for p in only or []] or None)
+    print(summary(outcomes))
+    return exit_status(outcomes)

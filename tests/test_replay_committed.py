@@ -1,0 +1,156 @@
+"""make replay-exact (graftbench/eval/replay_committed.py): every replay judged from the record it logged, every
+committed file tried, each completed comparison logged, and a non-zero exit at the end where one should not differ.
+No model is loaded: the replays are stand-ins, except one real replay that crashes before its comparison."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from graftbench.eval import replay_committed as rc
+from graftbench.results.exact_manifest import read_replay_log
+from graftbench.util import isa
+from graftbench.util.hashing import sha256_json
+
+from .conftest import REFERENCE_MANIFESTS, ROOT
+
+AMD = {"cpu_model": "AMD EPYC", "cpu_capability_native": "AVX512", "cpu_kernel_flags": ["avx512_bf16"]}
+XEON = {"cpu_model": "Intel(R) Xeon(R) Processor", "cpu_capability_native": "AVX512",
+        "cpu_kernel_flags": ["amx_bf16", "amx_tile", "avx512_bf16"]}
+EXPECTED = {"manifest_sha256": "m" * 64, "environment": AMD, "config": {"model": "smollm2-135m"},
+            "pairs": [{"id": f"pair-{i:03d}"} for i in range(50)]}
+
+
+def _record(compared: int, equal: int, difference: str | None = None, pins: list[str] | None = None,
+            sha: str = "m" * 64) -> dict:
+    return {"expectation_sha256": sha, "compared": compared, "equal": equal, "first_difference": difference,
+            "pin_differences": pins or [], "recorded_on": AMD, "replayed_on": XEON}
+
+
+def _judge(record, returncode, here=AMD, known=(), output="the last line"):
+    return rc.judge("exact-x.json", EXPECTED, record, returncode, output, 5, list(known), here)
+
+
+def test_a_replay_that_logged_no_record_fails_on_every_cpu_kind():
+    for here in (AMD, XEON):
+        outcome = _judge(None, 1, here, output="Traceback ...\nMemoryError")
+        assert (outcome.verdict, outcome.failed, outcome.completed) == (rc.FAILED, True, False)
+        assert outcome.detail == "no replay record logged (exit status 1): MemoryError"
+    assert _judge(None, -9, XEON).failed  # killed
+
+
+def test_a_completed_difference_fails_where_known_to_reproduce_and_is_a_finding_elsewhere():
+    differs = _record(1, 0, "pair-000: artifact id 30c456f497844963 != 472e19a514eb720c")
+    here = _judge(differs, 1, AMD)
+    assert (here.verdict, here.failed, here.completed) == (rc.DIFFERS, True, True)
+    elsewhere = _judge(differs, 1, XEON)
+    assert (elsewhere.verdict, elsewhere.failed, elsewhere.completed) == (rc.DIFFERS_UNPROVEN, False, True)
+    assert "first difference pair-000: artifact id 30c456f497844963" in elsewhere.detail
+    assert "recorded on AMD EPYC (AVX512; avx512_bf16)" in elsewhere.detail and "Intel(R) Xeon(R)" in elsewhere.detail
+    proven = [{**_record(5, 5), "replayed_on": XEON}]  # an equal replay logged on the Xeon: now strict there
+    assert _judge(differs, 1, XEON, known=proven).verdict == rc.DIFFERS
+
+
+def test_equal_only_when_every_pair_asked_compared_equal_with_exit_status_zero():
+    equal = _judge(_record(5, 5), 0)
+    assert (equal.verdict, equal.failed, equal.completed) == (rc.EQUAL, False, True)
+    assert equal.detail.startswith("5 compared, 5 equal (recorded on")
+    assert _judge(_record(3, 3), 0).verdict == rc.FAILED  # fewer pairs than asked and no difference
+    assert _judge(_record(5, 5), 1).verdict == rc.FAILED  # a crash after logging an equal outcome
+    assert _judge(_record(2, 1, "pair-001: graft logits"), 0).verdict == rc.FAILED  # a difference, exit 0
+    assert _judge(_record(2, 0, "pair-001: graft logits"), 1).verdict == rc.FAILED  # counts that do not add up
+    assert _judge(_record(5, 5, sha="o" * 64), 0).verdict == rc.FAILED  # the record of another expectation
+    assert rc.judge("x", {**EXPECTED, "pairs": EXPECTED["pairs"][:3]}, _record(3, 3), 0, "", 5, [], AMD).verdict \
+        == rc.EQUAL  # an expectation of 3 pairs replayed with --limit 5
+
+
+def test_a_pin_difference_is_not_comparable_and_names_the_fields():
+    outcome = _judge(_record(0, 0, pins=["engine.system_info", "libraries.llama-cpp-python"]), 1)
+    assert (outcome.verdict, outcome.failed, outcome.completed) == (rc.NOT_COMPARABLE, False, False)
+    assert outcome.detail == "this machine's pin differs in engine.system_info, libraries.llama-cpp-python"
+    assert _judge(_record(0, 0, pins=["threads"]), 0).verdict == rc.FAILED  # not comparable, yet exit 0
+
+
+def _committed_root(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A results tree of three CPU expectations and one GPU certificate (copies of committed files)."""
+    names = ["exact-smollm2-135m.json", "exact-gemma3-270m.json", "exact-smollm2-135m-bf16.json"]
+    folder = tmp_path / "results" / "amd-epyc-avx512" / "manifests"
+    folder.mkdir(parents=True)
+    for name in names:
+        (folder / name).write_bytes((REFERENCE_MANIFESTS / name).read_bytes())
+    gpu = tmp_path / "results" / "nvidia-h200" / "manifests"
+    gpu.mkdir(parents=True)
+    (gpu / "exact-random-gemma3-12b-bf16.json").write_bytes(
+        (ROOT / "results/nvidia-h200/manifests/exact-random-gemma3-12b-bf16.json").read_bytes())
+    return tmp_path, [f"results/amd-epyc-avx512/manifests/{name}" for name in names]
+
+
+def test_every_expectation_is_tried_each_completed_comparison_logged_and_the_exit_status_says_a_failure(
+        tmp_path, monkeypatch):
+    root, names = _committed_root(tmp_path)
+    assert [p.relative_to(root).as_posix() for p in rc.committed_cpu_expectations(root)] == sorted(names)
+    monkeypatch.setattr(rc.isa, "environment", lambda: XEON)  # not the recorded kind: a difference is a finding
+    monkeypatch.setattr(rc, "why_not_runnable", lambda expected: None)
+    scripted = {  # by file: (exit status, the record it logs, or None: a crash before its comparison ended)
+        "exact-gemma3-270m.json": (1, None),
+        "exact-smollm2-135m-bf16.json": (1, (1, 0, "pair-000: artifact id 1 != 2")),
+        "exact-smollm2-135m.json": (0, (5, 5, None)),
+    }
+    ran = []
+
+    def stand_in(root_, path, limit, work, env=None):
+        ran.append((path.name, limit))
+        code, counts = scripted[path.name]
+        record = None
+        if counts is not None:
+            record = {**_record(*counts), "expectation_sha256": json.loads(path.read_text())["manifest_sha256"]}
+        return subprocess.CompletedProcess([], code, "", "Traceback\nRuntimeError: boom" if record is None else ""), record
+
+    monkeypatch.setattr(rc, "replay_once", stand_in)
+    log, said = tmp_path / "replays.jsonl", []
+    outcomes = rc.replay_committed(root, 5, log, say=said.append)
+    assert sorted(ran) == sorted((name, 5) for name in scripted)  # the crash did not stop the loop
+    assert [(o.name.rsplit("/", 1)[1], o.verdict) for o in outcomes] == [
+        ("exact-gemma3-270m.json", rc.FAILED), ("exact-smollm2-135m-bf16.json", rc.DIFFERS_UNPROVEN),
+        ("exact-smollm2-135m.json", rc.EQUAL)]
+    assert [(r["compared"], r["equal"]) for r in read_replay_log(log)] == [(1, 0), (5, 5)]  # completed ones only
+    assert said[0] == ("results/amd-epyc-avx512/manifests/exact-gemma3-270m.json: failed: no replay record logged "
+                       "(exit status 1): RuntimeError: boom")
+    assert rc.exit_status(outcomes) == 1
+    assert rc.summary(outcomes) == ("1 failed; 1 differs on a kind of CPU not proven to reproduce; 1 equal. Failed: "
+                                    "results/amd-epyc-avx512/manifests/exact-gemma3-270m.json")
+    assert rc.exit_status(outcomes[1:]) == 0  # an unproven difference is a finding, not a failure
+    with pytest.raises(ValueError, match="not a committed CPU expectation"):
+        rc.replay_committed(root, 5, log, only=[root / "results/nvidia-h200/manifests/exact-random-gemma3-12b-bf16.json"])
+
+
+def test_an_expectation_whose_library_or_model_is_not_installed_is_not_run_and_says_why():
+    expected = json.loads((REFERENCE_MANIFESTS / "exact-smollm2-135m.json").read_text())
+    absent = {**expected, "config": {**expected["config"], "libraries": {"no-such-distribution-here": "1.0"}}}
+    assert rc.why_not_runnable(absent) == "no-such-distribution-here not installed"
+    native = {**expected, "config": {**expected["config"], "isa": "native", "cpu_capability": "NOT-THIS-CPU"}}
+    assert rc.why_not_runnable(native) == f"pinned to the native kernels of NOT-THIS-CPU; this CPU is " \
+                                          f"{isa.native_capability()}"
+
+
+def test_a_real_replay_that_fails_before_comparing_logs_nothing_and_fails(tmp_path):
+    """A fresh process that stops before its comparison (here its problem set is gone) writes no record: FAILED,
+    whatever the CPU, with its last line quoted."""
+    expected = json.loads((REFERENCE_MANIFESTS / "exact-smollm2-135m.json").read_text())
+    broken = {**expected, "problem_set": {**expected["problem_set"], "source": str(tmp_path / "gone.jsonl")}}
+    broken["manifest_sha256"] = sha256_json({k: v for k, v in broken.items() if k != "manifest_sha256"})
+    path = tmp_path / "exact-broken.json"
+    path.write_text(json.dumps(broken))
+    done, record = rc.replay_once(ROOT, path, 1, tmp_path / "work", timeout_s=300)
+    assert record is None and done.returncode != 0
+    outcome = rc.judge(path.name, broken, record, done.returncode, done.stdout + done.stderr, 1, [], isa.environment())
+    assert outcome.verdict == rc.FAILED and "gone.jsonl" in outcome.detail, outcome.detail
+
+
+def test_replay_exact_runs_the_loop_over_every_file():
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = makefile[makefile.index("\nreplay-exact:"):].split("\n\n", 1)[0]
+    assert "graftbench.eval.replay_committed import main" in recipe and "|| exit 1" not in recipe
