@@ -109,3 +109,90 @@ def test_the_nucleus_is_the_sorted_prefix_reaching_top_p(scale, top_p):
     torch.testing.assert_close(kept, probs[ids])
     if scale < 1:
         assert expected > NUCLEUS_CANDIDATES  # the widening path ran
+
+
+class OffHostLogits:
+    """Logits that report a device other than the CPU (no GPU here): the few calls the draw makes on a device
+    tensor, recorded. ``to`` gives the values back on the CPU in the dtype they were computed in, as a copy from a
+    CUDA device does."""
+
+    def __init__(self, values: torch.Tensor, device: str = "cuda:0"):
+        self.values, self.device, self.dtype, self.moves = values, torch.device(device), values.dtype, []
+
+    def detach(self):
+        return self
+
+    def to(self, *args, **kwargs):
+        self.moves.append((args, kwargs))
+        target = torch.device(kwargs.get("device", args[0] if args else self.device))
+        assert target.type == "cpu", f"the draw moved the logits to {target}, not to the host"
+        return self.values.clone()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_the_draw_reads_cpu_float32_logits_whatever_device_computed_them(monkeypatch, dtype):
+    from graftbench.engine import sampling
+
+    values = (torch.randn(5_000, generator=torch.Generator().manual_seed(3)) * 4).to(dtype)
+    seen = []
+    real_nucleus = sampling.nucleus
+    monkeypatch.setattr(sampling, "nucleus", lambda logits, s: seen.append(sampling.host_float32(logits))
+                        or real_nucleus(logits, s))
+    settings = SamplingSettings(temperature=0.7, top_p=0.95)
+    device = OffHostLogits(values)
+    off_host = [next_token(device, settings, torch.Generator().manual_seed(s)) for s in range(50)]
+    assert device.moves and all(args == () and kwargs == {"device": "cpu"} for args, kwargs in device.moves)
+    assert all(t.device.type == "cpu" and t.dtype == torch.float32 for t in seen)
+    assert all(torch.equal(t, values.float()) for t in seen)  # widened exactly, nothing computed on the device
+    on_host = [next_token(values, settings, torch.Generator().manual_seed(s)) for s in range(50)]
+    assert off_host == on_host and len(set(on_host)) > 5
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_on_the_cpu_the_host_copy_is_the_float32_the_draw_read_before(dtype):
+    """Committed sampled runs keep their tokens: a CPU row read through host_float32 is bit for bit the
+    ``logits.float()`` the draw read before it moved to the host (float32: the same tensor, no copy)."""
+    from graftbench.engine.sampling import host_float32
+
+    logits = (torch.randn(4, 1_000, generator=torch.Generator().manual_seed(5)) * 3).to(dtype)
+    read = host_float32(logits)
+    assert read.dtype == torch.float32 and torch.equal(read, logits.float())
+    assert torch.equal(read.view(torch.int32), logits.float().view(torch.int32))
+    if dtype == torch.float32:
+        assert read.data_ptr() == logits.data_ptr()
+
+
+def _fake_decode(monkeypatch, off_host: bool, n: int = 4, vocab: int = 300, budget: int = 10):
+    """sample_decode's batch on a stand-in model whose logits depend only on each row's last token, returned on the
+    CPU or as logits of another device (:class:`OffHostLogits`); the tokens of each sample."""
+    from types import SimpleNamespace
+
+    from graftbench.engine import sampling
+
+    def logits_after(tokens: list[int]) -> torch.Tensor:
+        rows = [torch.randn(vocab, generator=torch.Generator().manual_seed(t)).to(torch.bfloat16) * 3
+                for t in tokens]
+        return torch.stack(rows)
+
+    def forward_batch(model, cache, last_tokens):
+        values = logits_after(last_tokens)
+        return OffHostLogits(values) if off_host else values
+
+    cache = SimpleNamespace(get_seq_length=lambda: 0, batch_repeat_interleave=lambda k: None,
+                            batch_select_indices=lambda index: None,
+                            layers=[SimpleNamespace(keys=torch.zeros(1))])
+    monkeypatch.setattr(sampling, "forward_batch", forward_batch)
+    monkeypatch.setattr(sampling, "reserve", lambda cache, tokens: None)
+    tokenizer = SimpleNamespace(decode=lambda ids, skip_special_tokens=True: " ".join(map(str, ids)))
+    first = logits_after([1])
+    decoded = sampling.sample_decode(None, tokenizer, cache, OffHostLogits(first) if off_host else first, budget,
+                                     {0}, SamplingSettings(temperature=0.9, top_p=0.9, seed=0),
+                                     [sample_seed(0, "p", i) for i in range(n)])
+    return [d.token_ids for d in decoded]
+
+
+def test_a_sampled_batch_draws_the_same_tokens_whichever_device_computed_its_logits(monkeypatch):
+    on_host = _fake_decode(monkeypatch, off_host=False)
+    off_host = _fake_decode(monkeypatch, off_host=True)
+    assert off_host == on_host
+    assert len({tuple(t) for t in on_host}) > 1 and all(len(t) > 1 for t in on_host)
