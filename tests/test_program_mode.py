@@ -26,6 +26,7 @@ from graftbench.settings import EvalSettings, RoundsSettings, SandboxLimits
 from graftbench.store.folder import Store
 from graftbench.eval.workflows import run_eval
 from tests.conftest import REFERENCE_MANIFESTS
+from tests.prereqs import need
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -93,6 +94,7 @@ def _sample(problem_id: str, key: str, program: str | None, limits=SandboxLimits
     output = program + PROGRAM_CLOSE if program is not None else " 42\n"
     fields, verdict = {}, None
     if program is not None:
+        need("sandbox", sandbox._probe())
         result = sandbox.run_program(program, limits)
         fields = dict(program=program, exit_status=result.exit_status, stdout=result.stdout,
                       stdout_sha256=result.stdout_sha256, stderr_tail=result.stderr_tail, program_s=result.run_s,
@@ -214,6 +216,7 @@ def test_a_text_mode_deposit_refuses_a_program_sample_and_runs_nothing(monkeypat
 
 
 def test_a_program_mode_deposit_reruns_the_program_and_refuses_a_wrong_one():
+    need("sandbox", sandbox._probe())
     problem = Problem("p-0", "What is 6 times 7?", "42")
     wrong = DepositItem(problem, solution_text("print(41)\n"), "solve:r", program="print(41)\n")
     crash = DepositItem(problem, solution_text("print(1/0)\n"), "solve:r", program="print(1/0)\n")
@@ -241,6 +244,7 @@ def test_an_unknown_mode_is_refused_before_the_model_loads():
 
 
 def test_program_mode_solve_end_to_end(session, tmp_path):
+    need("sandbox", sandbox._probe())
     problems = builtin_problems(n_per_family=1)[:2]
     settings = EvalSettings(max_new_tokens=48, mode="program")
     result = run_eval(session, problems, "builtin", "prog", settings, command="solve", runs_root=tmp_path)
@@ -273,6 +277,7 @@ def test_program_mode_solve_end_to_end(session, tmp_path):
 
 
 def test_a_deposited_program_is_grafted_recurring_answers_new_problems_write_programs(session, tmp_path):
+    need("sandbox", sandbox._probe())
     problems = [p for p in builtin_problems(n_per_family=2) if p.family == "mod"]
     first, second = problems
     store = Store(tmp_path / "store")

@@ -1,14 +1,17 @@
 """The sandbox that runs model-written programs: each hostile program is contained, with a reason graftbench
-observed, graftbench's process is unharmed, and where the sandbox cannot be built nothing runs. No model.
+observed, graftbench's process is unharmed, a program sees only the program environment, and where the sandbox cannot
+be built nothing runs. No model.
 
-Every containment test needs the full sandbox (bubblewrap, root, the cgroup v1 hierarchies, libseccomp). On a
-machine that lacks one, the test asserts instead that programs are refused with one line naming what is missing
-(:func:`built`): none is skipped.
+Every containment test needs the full sandbox (bubblewrap, root, the cgroup v1 hierarchies, libseccomp, the program
+environment built). On a machine that lacks one, each is a named skip (``tests.prereqs.need``), or a failure where
+``GRAFTBENCH_REQUIRE`` names the sandbox (``.ci/run``); the refusal itself (one line naming what is missing, nothing
+started) is checked everywhere by making the probe fail (:func:`test_without_a_facility_no_program_runs_and_the_refusal_names_it`).
 """
 
 from __future__ import annotations
 
 import ctypes
+import errno
 import hashlib
 import os
 import re
@@ -23,25 +26,17 @@ from pathlib import Path
 
 import pytest
 
-from graftbench.programs import bwrap, cgroup, sandbox
+from graftbench.programs import bwrap, cgroup, environment, sandbox
 from graftbench.eval.evaluate import program_fields
 from graftbench.programs.mode import program_verdict
 from graftbench.settings import SandboxLimits
+from tests.conftest import AIME2024
+from tests.prereqs import need
 
 LIMITS = SandboxLimits(cpu_s=2, wall_s=6.0, processes=16)
 WHY = sandbox._probe()  # "" where the sandbox is built here, else what is missing
+ROOT = Path(__file__).resolve().parents[1]
 MiB = 1 << 20
-
-
-def built() -> bool:
-    """True where the sandbox is built on this machine; elsewhere asserts that a program is refused, before it
-    runs, with one line naming what is missing, and returns False (the caller's containment check is moot)."""
-    if not WHY:
-        return True
-    with pytest.raises(sandbox.SandboxError) as refused:
-        sandbox.run_program("print(1)\n", LIMITS)
-    assert WHY in str(refused.value) and "\n" not in str(refused.value)
-    return False
 
 
 def run(source: str, limits: SandboxLimits = LIMITS, **kwargs) -> sandbox.ProgramResult:
@@ -78,8 +73,7 @@ def no_leftovers():
 
 
 def test_a_program_prints_its_answer_and_imports_sympy():
-    if not built():
-        return
+    need("sandbox", WHY)
     result = run("""
         import sympy
         print(sympy.factorint(360))
@@ -92,8 +86,7 @@ def test_a_program_prints_its_answer_and_imports_sympy():
 
 
 def test_the_last_printed_line_is_the_answer():
-    if not built():
-        return
+    need("sandbox", WHY)
     result = run("print(12)\nprint(13)\nprint('   ')\n")
     assert result.answer == "13"
     assert program_verdict(result.stdout, result.stopped, "13").correct
@@ -101,8 +94,7 @@ def test_the_last_printed_line_is_the_answer():
 
 
 def test_a_program_that_prints_nothing_has_no_answer_and_is_incorrect():
-    if not built():
-        return
+    need("sandbox", WHY)
     result = run("x = 6 * 7\n")
     assert (result.stopped, result.exit_status, result.stdout, result.answer) == (None, 0, "", None)
     verdict = program_verdict(result.stdout, result.stopped, "42")
@@ -110,24 +102,21 @@ def test_a_program_that_prints_nothing_has_no_answer_and_is_incorrect():
 
 
 def test_a_syntax_error_crashed():
-    if not built():
-        return
+    need("sandbox", WHY)
     result = run("def f(:\n    print(1)\n")
     assert (result.stopped, result.exit_status, result.answer) == ("crashed", 1, None)
     assert "SyntaxError" in result.stderr_tail
 
 
 def test_a_program_that_prints_its_answer_then_fails_has_no_answer():
-    if not built():
-        return
+    need("sandbox", WHY)
     result = run("import sys\nprint(42)\nsys.exit(3)\n")
     assert (result.stopped, result.exit_status, result.stdout, result.answer) == ("crashed", 3, "42\n", None)
     assert not program_verdict(result.stdout, result.stopped, "42").correct
 
 
 def test_an_infinite_loop_is_stopped_for_time():
-    if not built():
-        return
+    need("sandbox", WHY)
     limits = SandboxLimits(cpu_s=1, wall_s=3.0)
     started = time.monotonic()
     result = run("while True:\n    pass\n", limits)
@@ -136,23 +125,20 @@ def test_an_infinite_loop_is_stopped_for_time():
 
 
 def test_a_sleeping_program_is_stopped_at_the_wall_time():
-    if not built():
-        return
+    need("sandbox", WHY)
     result = run("import time\nprint('started', flush=True)\ntime.sleep(600)\n", SandboxLimits(wall_s=2.0))
     assert (result.stopped, result.exit_status, result.stdout) == ("timeout", -9, "started\n")
     assert 2.0 <= result.run_s < 8
 
 
 def test_a_program_that_closes_its_output_and_sleeps_is_stopped_at_the_wall_time():
-    if not built():
-        return
+    need("sandbox", WHY)
     result = run("import os, time\nos.close(1)\nos.close(2)\ntime.sleep(600)\n", SandboxLimits(wall_s=2.0))
     assert (result.stopped, result.exit_status) == ("timeout", -9)
 
 
 def test_allocating_20_gb_is_stopped_for_memory():
-    if not built():
-        return
+    need("sandbox", WHY)
     result = run("x = [bytearray(64 << 20) for _ in range(320)]\nprint('allocated')\n",
                  SandboxLimits(cpu_s=20, wall_s=30.0))
     assert (result.stopped, result.stdout, result.answer) == ("memory", "", None)
@@ -160,8 +146,7 @@ def test_allocating_20_gb_is_stopped_for_memory():
 
 
 def test_printing_1_gb_is_cut_at_the_output_limit():
-    if not built():
-        return
+    need("sandbox", WHY)
     limits = SandboxLimits(output_bytes=4096)
     result = run("import sys\nline = 'x' * (1 << 20)\nfor _ in range(1024):\n    sys.stdout.write(line)\n", limits)
     assert (result.stopped, result.exit_status, result.answer) == ("output", -9, None)
@@ -169,24 +154,21 @@ def test_printing_1_gb_is_cut_at_the_output_limit():
 
 
 def test_flooding_stderr_is_cut_at_the_output_limit():
-    if not built():
-        return
+    need("sandbox", WHY)
     result = run("import sys\nwhile True:\n    sys.stderr.write('e' * 65536)\n", SandboxLimits(output_bytes=4096))
     assert result.stopped == "output"
     assert len(result.stderr_tail) == sandbox.STDERR_TAIL_CHARS and set(result.stderr_tail) == {"e"}
 
 
 def test_a_fork_bomb_is_refused_and_leaves_no_process():
-    if not built():
-        return
+    need("sandbox", WHY)
     result = run("import os\nwhile True:\n    os.fork()\n")
     assert result.stopped == "forbidden"
     assert "BlockingIOError" in result.stderr_tail or "Resource temporarily unavailable" in result.stderr_tail
 
 
 def test_processes_are_capped_and_die_with_the_program():
-    if not built():
-        return
+    need("sandbox", WHY)
     result = run("""
         import os, time
         children = 0
@@ -207,8 +189,7 @@ def test_processes_are_capped_and_die_with_the_program():
 
 
 def test_a_daemonized_child_dies_with_the_program():
-    if not built():
-        return
+    need("sandbox", WHY)
     result = run("""
         import os, time
         if os.fork() == 0:
@@ -222,8 +203,7 @@ def test_a_daemonized_child_dies_with_the_program():
 
 
 def test_writing_outside_its_folder_is_refused_and_nothing_is_written(tmp_path):
-    if not built():
-        return
+    need("sandbox", WHY)
     store, runs = tmp_path / "store", tmp_path / "runs"
     store.mkdir()
     runs.mkdir()
@@ -249,34 +229,34 @@ def test_writing_outside_its_folder_is_refused_and_nothing_is_written(tmp_path):
     assert result.stopped is None and lines[-1] == "inside private"
     assert lines[0] == f"wrote {host_tmp}"  # into the sandbox's own /tmp, a tmpfs that dies with it...
     assert not host_tmp.exists()  # ...never the host's
-    assert lines[1:3] == ["refused ENOENT"] * 2  # the store and run folders are not visible at all
-    assert [line.split()[0] for line in lines[3:-1]] == ["refused"] * 4
-    assert set(lines[3:-1]) <= {"refused EROFS", "refused EACCES"}
+    assert lines[1:4] == ["refused ENOENT"] * 3  # the store, run folders and graftbench's venv are not visible
+    assert [line.split()[0] for line in lines[4:-1]] == ["refused"] * 3
+    assert set(lines[4:-1]) <= {"refused EROFS", "refused EACCES"}
     assert not any(t.exists() for t in targets)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["runs", "store"]
 
 
 def test_an_uncaught_write_to_a_read_only_folder_crashes_the_program():
-    if not built():
-        return
-    result = run(f"open({str(Path(sys.prefix) / 'planted')!r}, 'w').write('x')\n")
+    need("sandbox", WHY)
+    env = sandbox._environment()
+    result = run(f"open({env.prefix + '/planted'!r}, 'w').write('x')\n")  # the program environment, bound read-only
     assert (result.stopped, result.exit_status) == ("crashed", 1)
     assert "Read-only file system" in result.stderr_tail
-    assert not (Path(sys.prefix) / "planted").exists()
+    assert not (env.path / "prefix" / "planted").exists() and not Path(env.prefix, "planted").exists()
 
 
 def test_deleting_files_outside_is_refused(tmp_path):
-    if not built():
-        return
+    need("sandbox", WHY)
     keep = tmp_path / "keep"
     keep.mkdir()
     (keep / "data.txt").write_text("precious")
     venv_config = Path(sys.prefix) / "pyvenv.cfg"
     before = venv_config.read_bytes() if venv_config.exists() else None
+    json_module = sandbox._environment().prefix + "/lib/python{}.{}/json".format(*sys.version_info[:2])
     result = run(f"""
         import os, shutil
         for action in (lambda: shutil.rmtree({str(keep)!r}), lambda: os.remove({str(venv_config)!r}),
-                       lambda: shutil.rmtree("/usr/lib/python3")):
+                       lambda: shutil.rmtree({json_module!r})):
             try:
                 action()
                 print("deleted")
@@ -284,27 +264,36 @@ def test_deleting_files_outside_is_refused(tmp_path):
                 print("refused", exc.errno)
     """)
     assert result.stopped is None and result.stdout.count("refused") == 3
+    assert result.stdout.splitlines()[-1] == f"refused {errno.EROFS}"  # the program environment: visible, read-only
     assert (keep / "data.txt").read_text() == "precious"
+    assert (sandbox._environment().path / "prefix" / Path(json_module).relative_to(sandbox._environment().prefix)
+            / "__init__.py").is_file()
     assert (venv_config.read_bytes() if venv_config.exists() else None) == before
 
 
-def test_os_system_runs_contained(tmp_path):
-    if not built():
-        return
+def test_a_shell_command_cannot_even_start(tmp_path):
+    """The program environment holds no shell and no command: ``os.system`` answers 127 (no ``/bin/sh``) and a
+    command run directly is not found; nothing is written anywhere."""
+    need("sandbox", WHY)
     marker = tmp_path / "pwned"
     result = run(f"""
-        import os
-        status = os.system("echo x > {marker}; echo x > /tmp/pwned; id -u")
+        import os, subprocess
+        print(os.waitstatus_to_exitcode(os.system("echo x > {marker}; echo x > /tmp/pwned; id -u")))
+        for command in (["/bin/sh", "-c", "id"], ["/usr/bin/id"], ["python3", "-c", "print(1)"]):
+            try:
+                subprocess.run(command)
+                print("ran", command[0])
+            except OSError as exc:
+                print("refused", type(exc).__name__)
         print(os.path.exists("/tmp/pwned"))
     """)
     assert result.stopped is None
-    assert result.stdout.splitlines() == [str(bwrap.ids()[0]), "True"]  # its own /tmp, as nobody
+    assert result.stdout.splitlines() == ["127"] + ["refused FileNotFoundError"] * 3 + ["False"]
     assert not marker.exists() and not Path("/tmp/pwned").exists()
 
 
 def test_no_secret_is_visible(monkeypatch):
-    if not built():
-        return
+    need("sandbox", WHY)
     monkeypatch.setenv("GRAFTBENCH_TEST_SECRET", "s3cr3t-value-7f3a")
     home_ssh = Path(os.path.expanduser("~")) / ".ssh"
     result = run(f"""
@@ -330,8 +319,7 @@ def test_no_secret_is_visible(monkeypatch):
 
 
 def test_the_network_is_refused_even_on_the_hosts_loopback():
-    if not built():
-        return
+    need("sandbox", WHY)
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen()
@@ -350,8 +338,7 @@ def test_the_network_is_refused_even_on_the_hosts_loopback():
 
 
 def test_a_file_over_the_size_limit_is_refused():
-    if not built():
-        return
+    need("sandbox", WHY)
     result = run("open('big', 'wb').write(b'x' * (2 << 20))\n", SandboxLimits(file_bytes=1 << 20))
     assert result.stopped == "crashed"
     assert "File too large" in result.stderr_tail
@@ -359,8 +346,7 @@ def test_a_file_over_the_size_limit_is_refused():
 
 def test_the_sandbox_dies_with_graftbench(tmp_path):
     """graftbench killed (SIGKILL) while a program sleeps: the program goes too (parent-death signals)."""
-    if not built():
-        return
+    need("sandbox", WHY)
     script = tmp_path / "host.py"
     script.write_text("from graftbench.programs import sandbox\nfrom graftbench.settings import SandboxLimits\n"
                       "sandbox.run_program('import time\\nprint(1, flush=True)\\ntime.sleep(600)\\n', "
@@ -385,8 +371,7 @@ def test_limits_must_be_positive():
 
 
 def test_the_sandbox_is_described():
-    if not built():
-        return
+    need("sandbox", WHY)
     found = sandbox.isolation()
     assert found.level == "bwrap" and found.description.startswith("bwrap: pid, net")
     assert f"user {bwrap.ids()[0]}:" in found.description and "seccomp" in found.description
@@ -412,8 +397,7 @@ def planted_key():
 
 
 def test_a_key_planted_in_the_session_keyring_is_not_readable(planted_key):
-    if not built():
-        return
+    need("sandbox", WHY)
     numbers = {name: _syscall_number(name) for name in ("keyctl", "add_key", "request_key")}
     result = run(f"""
         import ctypes, os
@@ -442,8 +426,7 @@ def test_a_key_planted_in_the_session_keyring_is_not_readable(planted_key):
 
 
 def test_refused_system_calls_answer_eperm_and_fork_and_threads_still_work():
-    if not built():
-        return
+    need("sandbox", WHY)
     numbers = {name: _syscall_number(name) for name in ("io_uring_setup", "perf_event_open", "bpf", "ptrace",
                                                          "unshare", "mount")}
     result = run(f"""
@@ -474,8 +457,7 @@ def test_refused_system_calls_answer_eperm_and_fork_and_threads_still_work():
 
 
 def test_vsock_netlink_packet_and_inet_sockets_are_refused():
-    if not built():
-        return
+    need("sandbox", WHY)
     result = run("""
         import errno, socket
         for family, kind in [(40, socket.SOCK_STREAM), (16, socket.SOCK_RAW), (17, socket.SOCK_RAW),
@@ -502,8 +484,7 @@ def test_children_together_are_capped_at_the_runs_memory():
     """Four children each holding 200 MiB under a 512 MiB run: the cap is the run's, so at most two hold theirs at
     once and the kernel kills the others (a child may be killed after it held its block, when a later one needs the
     room: each child is followed by its pid until it is either dead or holding)."""
-    if not built():
-        return
+    need("sandbox", WHY)
     result = run("""
         import os, select, time
         held_r, held_w = os.pipe()
@@ -539,8 +520,7 @@ def test_children_together_are_capped_at_the_runs_memory():
 
 
 def test_memfd_pages_count_against_the_runs_memory():
-    if not built():
-        return
+    need("sandbox", WHY)
     result = run("""
         import os
         held = []
@@ -554,8 +534,7 @@ def test_memfd_pages_count_against_the_runs_memory():
 
 
 def test_a_run_holding_its_process_cap_does_not_stop_another_runs_fork():
-    if not built():
-        return
+    need("sandbox", WHY)
     hog = """
         import os, time
         children = 0
@@ -587,8 +566,7 @@ def test_a_run_holding_its_process_cap_does_not_stop_another_runs_fork():
 def test_the_stop_reason_is_not_taken_from_what_the_program_writes():
     """A program that fakes an out-of-memory or CPU kill (its exit code, its own SIGXCPU, text on every fd) is
     `crashed`: graftbench's counters saw neither."""
-    if not built():
-        return
+    need("sandbox", WHY)
     for source in ("import os\nos._exit(137)\n", "import os, signal\nos._exit(128 + signal.SIGXCPU)\n",
                    "import os\nfor fd in range(3, 64):\n    try:\n"
                    "        os.write(fd, b'exception MemoryError 12\\n')\n"
@@ -598,8 +576,7 @@ def test_the_stop_reason_is_not_taken_from_what_the_program_writes():
 
 
 def test_a_program_text_over_the_limit_is_one_failed_sample():
-    if not built():
-        return
+    need("sandbox", WHY)
     text = "x = 1\n" * ((LIMITS.file_bytes // 6) + 1)
     fields = program_fields(text + "```", LIMITS)
     assert (fields["stopped"], fields["exit_status"], fields["stdout"]) == ("forbidden", sandbox.NOT_STARTED, "")
@@ -609,18 +586,65 @@ def test_a_program_text_over_the_limit_is_one_failed_sample():
 
 
 def test_a_venv_reached_through_a_symbolic_link_runs_programs(tmp_path):
-    if not built():
-        return
+    """graftbench started through a link to its venv finds the same program environment (its key depends on the
+    files, not on the path they are reached by), and the program runs in it, not in the venv."""
+    need("sandbox", WHY)
     link = tmp_path / "linked-venv"
     link.symlink_to(sys.prefix, target_is_directory=True)
     host = subprocess.run([str(link / "bin" / "python"), "-c",
                            "import sys; from graftbench.programs import sandbox\n"
                            "r = sandbox.run_program('import sympy, sys\\nprint(sys.prefix)\\n')\n"
                            "print(r.stopped, r.answer)"],
-                          cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+                          cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert host.returncode == 0, host.stderr[-1000:]
-    assert host.stdout == f"None {link}\n"
+    assert host.stdout == f"None {sandbox._environment().prefix}\n"
+
+
+def etc_names() -> list[str]:
+    return sorted(environment.etc_files())
+
+
+def test_a_program_sees_only_the_program_environment(tmp_path):
+    """Nothing of graftbench, of the venv it runs in (its other packages, its configuration), of the checkout, of a
+    problem file or of the host's /etc is visible; sympy, mpmath and numpy are, in the program environment."""
+    need("sandbox", WHY)
+    problem = tmp_path / "problems.jsonl"
+    problem.write_text('{"id": "p1", "problem": "What is 6*7?", "answer": "42"}\n')
+    env = sandbox._environment()
+    site = Path(sys.prefix) / "lib" / "python{}.{}".format(*sys.version_info[:2]) / "site-packages"
+    reads = [str(problem), str(AIME2024), str(ROOT / "graftbench" / "__init__.py"), str(Path(sys.prefix) / "pyvenv.cfg"),
+             str(site / "typer" / "__init__.py"), str(site / "torch" / "__init__.py"), "/etc/hostname", "/etc/shadow",
+             "/usr/lib/python3/dist-packages", "/usr/bin/env"]
+    result = run(f"""
+        import importlib, os
+        for name in ("graftbench", "typer", "torch", "transformers", "pip", "setuptools"):
+            try:
+                importlib.import_module(name)
+                print("imported", name)
+            except ImportError as exc:
+                print("refused", type(exc).__name__)
+        for path in {reads!r}:
+            try:
+                open(path, "rb").read()
+                print("read", path)
+            except OSError as exc:
+                print("refused", type(exc).__name__)
+        print(sorted(os.listdir("/")), sorted(os.listdir("/etc")), sorted(os.listdir("/usr")))
+        import sympy, mpmath, numpy
+        print(sympy.__file__.startswith({env.prefix!r}), int(numpy.arange(5).sum()), mpmath.mpf(2) ** 10)
+    """)
+    assert result.stopped is None, result.stderr_tail
+    lines = result.stdout.splitlines()
+    assert lines[:6] == ["refused ModuleNotFoundError"] * 6
+    assert lines[6:6 + len(reads)] == ["refused FileNotFoundError"] * len(reads)
+    links = [name for name in ("lib", "lib32", "lib64", "libx32") if os.path.islink("/" + name)]  # merged /usr
+    top = {destination.strip("/").split("/")[0] for _, destination in env.binds()}
+    under_usr = {destination.split("/")[2] for _, destination in env.binds() if destination.startswith("/usr/")}
+    assert lines[-2] == " ".join(str(sorted(names)) for names in (
+        top | set(links) | {"dev", "proc", "sandbox", "tmp", "usr"}, etc_names(), under_usr | {"bin"}))
+    assert lines[-1] == "True 10 1024.0"
+    assert env.describe() in result.isolation and "sympy" in result.isolation
 
 
 @pytest.mark.parametrize("lack, named", [
@@ -628,6 +652,7 @@ def test_a_venv_reached_through_a_symbolic_link_runs_programs(tmp_path):
     ("root", "program mode must run as root"),
     ("cgroup", "the cgroup v1 'memory' hierarchy is not mounted at"),
     ("cgroup-v2", "only cgroup v2 is mounted at"),
+    ("environment", "is not built: run `make program-env`"),
 ])
 def test_without_a_facility_no_program_runs_and_the_refusal_names_it(monkeypatch, tmp_path, lack, named):
     ran = []
@@ -637,11 +662,15 @@ def test_without_a_facility_no_program_runs_and_the_refusal_names_it(monkeypatch
                                                              "setpriv": "/usr/bin/setpriv"})
     elif lack == "root":
         monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    elif lack == "environment":
+        monkeypatch.setattr(bwrap, "missing", lambda: "")  # the machine has every tool...
+        monkeypatch.setattr(environment, "root", lambda: tmp_path / "no-environment")  # ...but no build here
     else:
         monkeypatch.setattr(cgroup, "ROOT", str(tmp_path))  # a machine mounting no cgroup hierarchy...
         if lack == "cgroup-v2":
             (tmp_path / "cgroup.controllers").write_text("cpu memory pids\n")  # ...or only the unified one
     sandbox._probe.cache_clear()
+    sandbox._environment.cache_clear()
     try:
         with pytest.raises(sandbox.SandboxError) as refused:
             sandbox.run_program("print(1)\n", LIMITS)
@@ -650,6 +679,7 @@ def test_without_a_facility_no_program_runs_and_the_refusal_names_it(monkeypatch
         assert ran == []
     finally:
         sandbox._probe.cache_clear()
+        sandbox._environment.cache_clear()
 
 
 def test_program_mode_refuses_to_start_without_the_sandbox(monkeypatch):
