@@ -24,6 +24,20 @@ GRAFT_FROM_CHOICES = ("nearest", "other-family", "top-ranked")
 EXAMPLE_AS_CHOICES = ("graft", "prompt")
 SAMPLED_TEMPERATURE = 0.7  # the documented setting for sampled runs (with top-p 0.95), as in the issue's runs
 SAMPLED_TOP_P = 0.95
+# The kernel configurations (``--kernels``, recorded in the pin's ``kernels`` field; docs/gpu.md): ``certified``,
+# the one whose bytes check-exact certifies (on CUDA the CUDA pin: deterministic algorithms, the math attention
+# kernel, eager), and ``fast``, torch's own kernel choice, uncertified.
+CERTIFIED_KERNELS = "certified"
+KERNEL_CONFIGS = (CERTIFIED_KERNELS, "fast")
+
+
+def require_certified_kernels(kernels: str, what: str) -> None:
+    """Raise ``ValueError`` naming ``what`` (e.g. ``check-exact``) unless ``kernels`` is :data:`CERTIFIED_KERNELS`:
+    a byte-exactness claim is made only under the certified kernels."""
+    if kernels != CERTIFIED_KERNELS:
+        raise ValueError(f"{what} certifies byte-exactness and runs only under --kernels {CERTIFIED_KERNELS}: "
+                         f"--kernels {kernels} lets torch choose its kernels (no deterministic algorithms, any "
+                         "attention backend), so its bytes are not reproducible and are never certified")
 
 
 def cache_root() -> Path:

@@ -1,5 +1,6 @@
-"""The CUDA pin with a stand-in for torch.cuda (no GPU needed), its compatibility with every committed CPU pin, and
-the refusal of an artifact made on another device kind."""
+"""The CUDA pin with a stand-in for torch.cuda (no GPU needed), its compatibility with every committed CPU pin, the
+refusal of an artifact made on another device kind, and the fast kernels (``--kernels fast``): another pin, refused
+by check-exact and ``--certify``, its artifacts refused by certified runs."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from graftbench.engine import cuda_pin
-from graftbench.engine.pin import OMITTED_WHEN_EMPTY, PinnedConfig
+from graftbench.engine.pin import OMITTED_AT_DEFAULT, PinnedConfig
 from graftbench.problems.prompts import PromptLayout
 from graftbench.results.fingerprint import pin_fingerprint
 from graftbench.results.layout import manifest_folders
@@ -98,7 +99,7 @@ def test_two_gpus_with_other_sm_counts_have_other_pins():
     assert first != second and first["sm_count"] == 132 and second["sm_count"] == 114
 
 
-_CURRENT_FIELDS = {f.name for f in fields(PinnedConfig)} - set(OMITTED_WHEN_EMPTY)
+_CURRENT_FIELDS = {f.name for f in fields(PinnedConfig)} - set(OMITTED_AT_DEFAULT)
 
 
 def _pin_from(recorded: dict) -> PinnedConfig:
@@ -120,7 +121,7 @@ def test_every_committed_pin_keeps_its_fingerprint_through_the_pinned_config():
         assert pin_fingerprint(manifest["config"]) == manifest["config_fingerprint"], path
         if manifest["config"].get("random_weights") or manifest["config"].get("engine"):
             continue  # a random-weights or llama.cpp pin carries its new field itself (checked where it is made)
-        assert not set(OMITTED_WHEN_EMPTY) & set(manifest["config"]), path
+        assert not set(OMITTED_AT_DEFAULT) & set(manifest["config"]), path
         if set(manifest["config"]) == _CURRENT_FIELDS:  # older pins lack fields added since (isa, cache_class)
             pin = _pin_from(manifest["config"])
             assert pin.fingerprint == manifest["config_fingerprint"] and pin.to_dict() == manifest["config"], path
@@ -158,3 +159,96 @@ def test_an_artifact_made_on_another_device_kind_is_refused():
     with pytest.raises(ArtifactError) as refused:
         check_compatible(artifact, cuda, cache=None)
     assert refused.value.check == "config" and "config_fingerprint" in str(refused.value)
+
+
+def _artifact_under(pin: PinnedConfig):
+    """A one-layer artifact deposited under ``pin`` (its header's fields as a deposit writes them)."""
+    import torch
+
+    from graftbench.store.codec import decode_artifact, encode_artifact
+    from graftbench.store.ids import artifact_id_of
+
+    layer = torch.zeros((1, 1, 2, 4))
+    header = {"config_fingerprint": pin.fingerprint, "weights_sha256": pin.weights_sha256,
+              "tokenizer_sha256": pin.tokenizer_sha256, "model": pin.model, "dtype": pin.dtype,
+              "chunk_size": pin.chunk_size, "positions": [0, 2], "parent": None,
+              "layers": [{"kind": "full", "seen": 2, "kept": 2}], "kv_heads": 1, "head_dim": 4, "libraries": {}}
+    data = encode_artifact(header, torch.arange(2), [(layer, layer.clone())])
+    return decode_artifact(artifact_id_of(data), data)
+
+
+def test_the_fast_kernels_set_torchs_own_choice_and_record_it(monkeypatch):
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    certified_torch, fast_torch = fake_torch(), fake_torch()
+    cuda_pin.configure(torch=certified_torch)
+    cuda_pin.configure(torch=fast_torch, kernels="fast")
+    certified = cuda_pin.record("cuda:0", torch=certified_torch, nvml=FakeNvml())
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    fast = cuda_pin.record("cuda:0", torch=fast_torch, nvml=FakeNvml())
+    assert fast["sdpa_backends"] == ["math", "flash", "efficient", "cudnn"] and certified["sdpa_backends"] == ["math"]
+    assert fast["deterministic_algorithms"] is False and certified["deterministic_algorithms"] is True
+    assert fast["tf32_matmul"] is False and fast["bf16_reduced_precision_reduction"] is True
+    assert fast["cublas_workspace_config"] == ""  # not set by the fast kernels
+    with pytest.raises(ValueError, match="kernels 'quick' is not one of certified, fast"):
+        cuda_pin.configure(torch=fake_torch(), kernels="quick")
+
+
+def test_a_fast_pin_records_its_kernels_and_a_certified_one_leaves_the_field_out():
+    recorded = json.loads((REFERENCE_MANIFESTS / "exact-gemma3-270m.json").read_text())["config"]
+    certified = _pin_from(recorded)
+    fast = _pin_from({**recorded, "kernels": "fast"})
+    assert "kernels" not in certified.to_dict() and certified.certified
+    assert certified.fingerprint == json.loads((REFERENCE_MANIFESTS / "exact-gemma3-270m.json").read_text())[
+        "config_fingerprint"]
+    assert fast.to_dict()["kernels"] == "fast" and not fast.certified
+    assert fast.fingerprint == pin_fingerprint(fast.to_dict()) != certified.fingerprint
+    with pytest.raises(ValueError, match="kernels 'quick' is not one of certified, fast"):
+        from graftbench.engine.pin import check_kernels
+
+        check_kernels("quick")
+
+
+def test_an_artifact_deposited_under_the_fast_kernels_is_refused_by_a_certified_run_and_back():
+    from graftbench.engine.graft import check_compatible
+    from graftbench.store.codec import ArtifactError
+
+    recorded = json.loads((REFERENCE_MANIFESTS / "exact-gemma3-270m.json").read_text())["config"]
+    certified, fast = _pin_from(recorded), _pin_from({**recorded, "kernels": "fast"})
+    for made_under, run_under in ((fast, certified), (certified, fast)):
+        with pytest.raises(ArtifactError) as refused:
+            check_compatible(_artifact_under(made_under), run_under, cache=None)
+        assert refused.value.check == "config" and "config_fingerprint" in str(refused.value)
+
+
+def test_a_session_opened_with_the_fast_kernels_on_the_cpu_is_pinned_fast(monkeypatch):
+    """On the CPU ``--kernels fast`` changes no setting; the session's pin says fast (another fingerprint)."""
+    from graftbench.engine import session as session_module
+
+    loaded = SimpleNamespace(model=SimpleNamespace(parameters=lambda: iter([__import__("torch").zeros(1)]),
+                                                   config=SimpleNamespace(_attn_implementation="graftbench_sdpa")),
+                             spec="stand-in", weights_sha256="w", tokenizer_sha256="t", dtype="float32",
+                             random_weights={})
+    from graftbench.engine.pin import build_config
+
+    fast, certified = build_config(loaded, kernels="fast"), build_config(loaded)
+    assert fast.kernels == "fast" and certified.kernels == "certified"
+    assert {k: v for k, v in fast.to_dict().items() if k != "kernels"} == certified.to_dict()
+    assert fast.fingerprint != certified.fingerprint
+    with pytest.raises(ValueError, match="kernels 'quick' is not one of"):
+        session_module.open_session("no-such-model", kernels="quick")  # refused before anything loads
+
+
+@pytest.mark.parametrize("arguments, env", [
+    (["check-exact", "--model", "no-such-model", "--kernels", "fast"], {}),
+    (["check-exact", "--model", "no-such-model"], {"GRAFTBENCH_KERNELS": "fast"}),
+    (["eval", "--model", "no-such-model", "--graft", "--certify", "--kernels", "fast"], {}),
+])
+def test_check_exact_and_certify_refuse_the_fast_kernels_before_any_model_loads(arguments, env):
+    from typer.testing import CliRunner
+
+    from graftbench.cli.app import app
+
+    result = CliRunner().invoke(app, arguments, env=env)
+    assert result.exit_code == 2, result.output
+    assert "runs only under --kernels certified: --kernels fast lets torch choose its kernels" in \
+        " ".join(result.output.split())

@@ -25,9 +25,10 @@ from .common import (EVAL, FLYWHEEL, AnswerFieldOpt, ChunkOpt, DeviceOpt, DtypeO
                      shard_problems, stage_progress)
 from ..settings import EvalSettings
 from ..eval.dispatch import EXECUTORS, RAY_EXTRA, ClusterOptions, DispatchError
-from .common import (ModeOpt, announce_sandbox, check_hub_model, device_option, engine_name, refuse_random, run_dtype,
-                     worker_dtype)
-from .options import CLUSTER, CLUSTER_OPTIONS, FIELDS, OWN, RUN, SAMPLING, with_options
+from .common import (ModeOpt, announce_sandbox, check_hub_model, device_option, engine_name, kernels_option, refuse_random,
+                     run_dtype, worker_dtype)
+from ..settings import CERTIFIED_KERNELS
+from .options import CLUSTER, CLUSTER_OPTIONS, FIELDS, OWN, RUN, SAMPLING, KernelsOpt, with_options
 from ..util.display_text import console_markup
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -182,6 +183,8 @@ def _executor(cluster: ClusterOptions | None, model, dtype, chunk_size, isa):
     from functools import partial
 
     refuse_random(model)  # Ray workers load the model themselves
+    if cluster is not None and kernels_option() != CERTIFIED_KERNELS:
+        fail(f"--kernels {kernels_option()} runs with --executor process only (Ray workers load the certified kernels)")
     if cluster is None:
         from ..eval.workflows import run_eval
 
@@ -196,6 +199,16 @@ def _executor(cluster: ClusterOptions | None, model, dtype, chunk_size, isa):
         fail(str(exc))
     pin = WorkerPin(model, dtype, chunk_size, isa_name, cluster.threads, device_option())
     return partial(run_eval_ray, pin=pin, options=cluster, on_event=console.print)
+
+
+def _refuse_uncertified(kernels: str, what: str) -> None:
+    """Exit 2 with the reason when ``what`` (a byte-exactness claim) is asked for under uncertified ``kernels``."""
+    from ..settings import require_certified_kernels
+
+    try:
+        require_certified_kernels(kernels, what)
+    except ValueError as exc:
+        fail(str(exc))
 
 
 def _cluster(executor: str, workers: int | None, threads: int, address: str | None,
@@ -260,6 +273,8 @@ def _run_command(command: str, options: dict, store: str | None = None, new_stor
                  **graft_settings) -> None:
     """``solve`` or ``eval`` from the shared options (:mod:`graftbench.cli.options`) and eval's graft settings."""
     o = options
+    if graft_settings.get("certify"):
+        _refuse_uncertified(o["kernels"], "eval --certify")
     settings = _settings(max_new_tokens=o["max_new_tokens"], token_budget=o["token_budget"], samples=o["samples"],
                          temperature=o["temperature"], top_p=o["top_p"], seed=o["seed"], shard=o["shard"],
                          **graft_settings)
@@ -274,8 +289,8 @@ def _run_command(command: str, options: dict, store: str | None = None, new_stor
 @app.command()
 def deposit(
     model: str = ModelOpt, problems: str = ProblemsOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt,
-    isa: Optional[str] = IsaOpt, device: str = DeviceOpt, engine: str = EngineOpt, kv_type: str = KvTypeOpt,
-    flash_attn: Optional[bool] = FlashAttnOpt, store: str = StoreOpt, runs_dir: str = RunsOpt,
+    isa: Optional[str] = IsaOpt, device: str = DeviceOpt, kernels: str = KernelsOpt, engine: str = EngineOpt,
+    kv_type: str = KvTypeOpt, flash_attn: Optional[bool] = FlashAttnOpt, store: str = StoreOpt, runs_dir: str = RunsOpt,
     limit: Optional[int] = LimitOpt,
     from_run: Optional[str] = typer.Option(None, "--from-run", help="deposit this solve run's verified samples"),
     from_manifest: Optional[Path] = typer.Option(None, "--from-manifest", help="deposit the verified samples "

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..util.display_text import console_markup
-from ..settings import (DEFAULT_CHUNK_SIZE, DEFAULT_DTYPE, DEFAULT_MODEL, DEFAULT_RUNS_DIR, DEFAULT_STORE, DTYPE_NAMES,
+from ..settings import (CERTIFIED_KERNELS, DEFAULT_CHUNK_SIZE, DEFAULT_DTYPE, DEFAULT_MODEL, DEFAULT_RUNS_DIR, DEFAULT_STORE, DTYPE_NAMES,
                         SAMPLED_TEMPERATURE, SAMPLED_TOP_P, BenchSettings, EvalSettings, FlywheelSettings)
 
 EVAL, BENCH, FLYWHEEL = EvalSettings(), BenchSettings(), FlywheelSettings()
@@ -53,6 +53,15 @@ def _remember_device(value: str) -> str:
 def device_option() -> str:
     """This invocation's ``--device`` as given (``auto``, ``cpu``, ``cuda`` or ``cuda:N``; not resolved)."""
     return _DEVICE["name"]
+
+
+def kernels_option() -> str:
+    """This invocation's ``--kernels`` (:data:`graftbench.cli.options.KernelsOpt`), read from the running command's
+    parameters; ``certified`` when the command takes no such option."""
+    import click
+
+    context = click.get_current_context(silent=True)
+    return (context.params.get("kernels") if context is not None else None) or CERTIFIED_KERNELS
 
 
 DeviceOpt = typer.Option("auto", "--device", envvar="GRAFTBENCH_DEVICE", callback=_remember_device,
@@ -265,7 +274,8 @@ def open_model(model: str, dtype: str, chunk_size: int, threads: int | None = No
         device = resolve(_DEVICE["name"])
         dtype = run_dtype(dtype, isa)
         with console.status(f"loading {model} ({dtype}) on {device}"):
-            session = open_session(model, dtype=dtype, chunk_size=chunk_size, threads=threads, device=device)
+            session = open_session(model, dtype=dtype, chunk_size=chunk_size, threads=threads, device=device,
+                                   kernels=kernels_option())
     except (ModelError, DeviceError, ValueError) as exc:
         fail(str(exc))
     console.print(model_line(model, session), markup=False, highlight=False)
@@ -305,8 +315,9 @@ def model_line(model: str, session) -> str:
            "cached weights" if loaded.from_cache else "de-quantized GGUF")
     where = config.accelerator.get("gpu", config.device) if config.accelerator else config.device
     label = f" · {config.random_weights['label']}" if config.random_weights else ""
+    kernels = "" if config.certified else f" · kernels {config.kernels} (uncertified)"
     return (f"model {model}: {how} in {loaded.load_s:.2f} s on {where} · isa {config.isa} "
-            f"({config.cpu_capability}) · config {config.fingerprint[:12]}{label}")
+            f"({config.cpu_capability}) · config {config.fingerprint[:12]}{kernels}{label}")
 
 
 def load_problem_set(source: str, limit, id_field, problem_field, answer_field, solution_field):

@@ -8,6 +8,8 @@ from typing import Optional
 import typer
 
 from .exact_runs import open_run, report_manifest
+from .options import KernelsOpt
+from ..settings import require_certified_kernels
 from .common import (ChunkOpt, DeviceOpt, DtypeOpt, EngineOpt, FlashAttnOpt, KvTypeOpt, ModelOpt, ProblemsOpt, RunsOpt,
                      apply_isa, console, fail, load_problem_set, model_label, open_model, progress, run_dtype)
 
@@ -29,9 +31,13 @@ def check_exact(
     runs_dir: str = RunsOpt,
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch intra-op threads (pinned; default: torch's)"),
     engine: str = EngineOpt, kv_type: str = KvTypeOpt, flash_attn: Optional[bool] = FlashAttnOpt,
-    device: str = DeviceOpt,
+    device: str = DeviceOpt, kernels: str = KernelsOpt,
 ) -> None:
     """Prove the graft byte-exact against a fresh chunked recompute, with negative controls, or replay an expectation."""
+    try:
+        require_certified_kernels(kernels, "check-exact")
+    except ValueError as exc:
+        fail(str(exc))
     if expect is not None:
         return _replay(expect, limit, isa, log)
     if engine != "torch":

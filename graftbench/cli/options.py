@@ -14,11 +14,28 @@ import typer
 from rich.markup import escape
 
 from ..eval.dispatch import RAY_EXTRA, ClusterOptions
+from ..settings import CERTIFIED_KERNELS, KERNEL_CONFIGS
 from .common import (EVAL, AnswerFieldOpt, ChunkOpt, DeviceOpt, DtypeOpt, EngineOpt, FlashAttnOpt, KvTypeOpt, IdFieldOpt, IsaOpt, LimitOpt, ModelOpt, ModeOpt,
                      ProblemFieldOpt, ProblemsOpt, RunsOpt, SamplesOpt, SeedOpt, ShardOpt, SolutionFieldOpt,
                      TemperatureOpt, TopPOpt)
 
 CLUSTER = ClusterOptions()
+
+
+def _check_kernels(value: str) -> str:
+    if value not in KERNEL_CONFIGS:
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(KERNEL_CONFIGS)}")
+    return value
+
+
+# The kernel configuration, defined here once for every command that takes it (solve, eval, deposit, check-exact,
+# bench); :func:`graftbench.cli.common.kernels_option` reads it where the model is loaded.
+KernelsOpt = typer.Option(CERTIFIED_KERNELS, "--kernels", envvar="GRAFTBENCH_KERNELS", callback=_check_kernels,
+                          help=escape(
+    "certified: the kernels check-exact certifies (on CUDA deterministic algorithms and the math attention "
+    "kernel); fast: torch's own choice (flash or memory-efficient attention on CUDA, no deterministic algorithms; "
+    "on the CPU the same kernels), recorded in the pin as uncertified: check-exact and --certify refuse it, and "
+    "certified runs refuse its artifacts (docs/gpu.md)"))
 OWN = object()  # where a command's own parameters go among the groups
 
 
@@ -29,6 +46,7 @@ def _option(name: str, annotation, default) -> Parameter:
 RUN = [
     _option("model", str, ModelOpt), _option("problems", str, ProblemsOpt), _option("dtype", str, DtypeOpt),
     _option("chunk_size", int, ChunkOpt), _option("isa", Optional[str], IsaOpt), _option("device", str, DeviceOpt),
+    _option("kernels", str, KernelsOpt),
     _option("engine", str, EngineOpt), _option("kv_type", str, KvTypeOpt),
     _option("flash_attn", Optional[bool], FlashAttnOpt), _option("runs_dir", str, RunsOpt),
     _option("run", Optional[str], typer.Option(None, "--run", help="run name (resumes if it exists)")),

@@ -9,6 +9,14 @@ states what held, not what was asked. docs/gpu.md says why each field matters.
 
 A CPU run records nothing here: the pin's ``accelerator`` field is left out when empty, so every CPU pin's
 fingerprint is what it was before this module existed.
+
+``--kernels fast`` (:func:`configure` with ``kernels="fast"``) is the other configuration, for a baseline arm that
+needs no certificate: deterministic algorithms off, every SDPA backend enabled (torch picks flash, memory-efficient
+or cuDNN attention where the shapes and mask allow, math elsewhere), reduced-precision reductions as torch
+defaults them, ``CUBLAS_WORKSPACE_CONFIG`` not set; TF32 stays off (it changes a float32 run's precision, not only
+its speed), and the model still runs eager (compiling it is not offered: graftbench's cache grows by position, and
+a compiled graph would be rebuilt at every new length). :func:`record` reads what holds, so a fast pin's
+``accelerator`` differs from a certified one's, and the pin's own ``kernels`` field says ``fast`` on every device.
 """
 
 from __future__ import annotations
@@ -17,6 +25,8 @@ import os
 import re
 from importlib import metadata
 
+from ..settings import CERTIFIED_KERNELS
+
 WORKSPACE_CONFIG = ":4096:8"  # cuBLAS's documented setting for deterministic results with one stream
 SDPA_BACKEND = "math"  # the one backend that takes every mask, dtype, head size and grouped KV heads
 SDPA_BACKENDS = ("math", "flash", "efficient", "cudnn")
@@ -24,13 +34,17 @@ EXECUTION = "eager"  # graftbench never compiles the model (no torch.compile, no
 _MIG = re.compile(r"\bMIG\s+(\S+)")
 
 
-def configure(torch=None) -> None:
-    """Set the CUDA pin's controlled settings in this process, before the first forward: deterministic
-    algorithms, ``CUBLAS_WORKSPACE_CONFIG`` (only if unset: a value set by the user is kept and recorded), TF32
-    and reduced-precision reductions off, only :data:`SDPA_BACKEND` enabled. ``torch`` stands in for the module
-    (tests)."""
+def configure(torch=None, kernels: str = CERTIFIED_KERNELS) -> None:
+    """Set the CUDA pin's controlled settings in this process, before the first forward. Under ``certified``:
+    deterministic algorithms, ``CUBLAS_WORKSPACE_CONFIG`` (only if unset: a value set by the user is kept and
+    recorded), TF32 and reduced-precision reductions off, only :data:`SDPA_BACKEND` enabled. Under ``fast``
+    (:func:`configure_fast`): torch's own kernel choice. ``torch`` stands in for the module (tests).
+
+    Raises ``ValueError`` for another ``kernels``."""
     if torch is None:
         import torch
+    if kernels != CERTIFIED_KERNELS:
+        return configure_fast(torch, kernels)
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", WORKSPACE_CONFIG)
     # warn_only: an op without a deterministic kernel warns instead of ending a run that has a GPU for minutes;
     # check-exact's hashes are what show the bytes were reproduced
@@ -45,6 +59,26 @@ def configure(torch=None) -> None:
         enable = getattr(torch.backends.cuda, f"enable_{backend}_sdp", None)
         if enable is not None:
             enable(backend == SDPA_BACKEND)
+
+
+def configure_fast(torch, kernels: str = "fast") -> None:
+    """``--kernels fast`` in this process, before the first forward: deterministic algorithms off, every SDPA
+    backend enabled, cuDNN's autotuner on, reduced-precision reductions allowed (torch's defaults), TF32 off.
+    ``CUBLAS_WORKSPACE_CONFIG`` is left as the environment has it. Raises ``ValueError`` unless ``kernels`` is
+    ``fast``."""
+    if kernels != "fast":
+        raise ValueError(f"kernels {kernels!r} is not one of {CERTIFIED_KERNELS}, fast")
+    torch.use_deterministic_algorithms(False)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.deterministic = False
+    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = True
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = True
+    for backend in SDPA_BACKENDS:
+        enable = getattr(torch.backends.cuda, f"enable_{backend}_sdp", None)
+        if enable is not None:
+            enable(True)
 
 
 def record(device: str, torch=None, nvml=None) -> dict:

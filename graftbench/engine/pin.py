@@ -7,22 +7,22 @@ under the fingerprint it was deposited with.
 from __future__ import annotations
 
 import platform
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from importlib import metadata
 
 from ..problems.prompts import PromptLayout
 from ..results.fingerprint import UNPINNED_FIELDS, pin_fingerprint
-from ..settings import DEFAULT_CHUNK_SIZE
+from ..settings import CERTIFIED_KERNELS, DEFAULT_CHUNK_SIZE, KERNEL_CONFIGS
 from ..util.isa import current as current_isa
 
 PINNED_LIBRARIES = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "gguf", "accelerate")
 
 
-# Pin fields added after pins were committed, left out of a pin while empty: ``engine`` (another engine's own
-# fields; empty is torch), ``accelerator`` (the CUDA pin,
-# graftbench.engine.cuda_pin; empty on the CPU) and ``random_weights`` (graftbench.engine.random_weights; empty
-# for real weights).
-OMITTED_WHEN_EMPTY = ("engine", "accelerator", "random_weights")
+# Pin fields added after pins were committed, left out of a pin while they hold their default: ``engine`` (another
+# engine's own fields; empty is torch), ``accelerator`` (the CUDA pin, graftbench.engine.cuda_pin; empty on the
+# CPU), ``random_weights`` (graftbench.engine.random_weights; empty for real weights) and ``kernels`` (``certified``
+# unless ``--kernels fast``).
+OMITTED_AT_DEFAULT = ("engine", "accelerator", "random_weights", "kernels")
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,10 @@ class PinnedConfig:
     ``device`` is the device's kind (``cpu`` or ``cuda``); ``accelerator`` the CUDA pin of a CUDA run
     (:mod:`graftbench.engine.cuda_pin`), ``random_weights`` the draw of a random-weights model
     (:mod:`graftbench.engine.random_weights`); all three empty otherwise and then left out of :meth:`to_dict`.
+    ``kernels`` is the kernel configuration (``--kernels``, :data:`graftbench.settings.KERNEL_CONFIGS`):
+    ``certified`` (left out of :meth:`to_dict`, so every pin recorded before the field existed keeps its
+    fingerprint) or ``fast`` (torch's own kernel choice: uncertified, and another pin, so an artifact deposited under
+    it is refused by a certified run and the other way round).
     """
 
     model: str
@@ -59,20 +63,30 @@ class PinnedConfig:
     engine: dict = field(default_factory=dict)
     accelerator: dict = field(default_factory=dict)
     random_weights: dict = field(default_factory=dict)
+    kernels: str = CERTIFIED_KERNELS
 
     def to_dict(self) -> dict:
-        """A JSON-ready dict of every field, less the :data:`OMITTED_WHEN_EMPTY` fields that are empty (a CPU run
-        with real weights: its fingerprint is the one it had before those fields existed)."""
+        """A JSON-ready dict of every field, less the :data:`OMITTED_AT_DEFAULT` fields that hold their default (a
+        certified CPU run with real weights: its fingerprint is the one it had before those fields existed)."""
         pin = asdict(self)
-        for name in OMITTED_WHEN_EMPTY:
-            if not pin[name]:
+        for name in OMITTED_AT_DEFAULT:
+            if pin[name] == _DEFAULTS[name]:
                 del pin[name]
         return pin
+
+    @property
+    def certified(self) -> bool:
+        """Whether the run's kernels are the certified ones (a byte-exactness claim is made only then)."""
+        return self.kernels == CERTIFIED_KERNELS
 
     @property
     def fingerprint(self) -> str:
         """SHA-256 of the canonical JSON of every field except :data:`UNPINNED_FIELDS`."""
         return pin_fingerprint(self.to_dict())
+
+
+_DEFAULTS = {f.name: (f.default_factory() if callable(f.default_factory) else f.default)
+             for f in fields(PinnedConfig)}
 
 
 def configure_torch() -> str:
@@ -97,10 +111,14 @@ def library_versions(names: tuple[str, ...] = PINNED_LIBRARIES) -> dict[str, str
     return versions
 
 
-def build_config(loaded, chunk_size: int = DEFAULT_CHUNK_SIZE, layout: PromptLayout | None = None) -> PinnedConfig:
-    """Pin the config of a :class:`graftbench.engine.models.LoadedModel` on this machine.
+def build_config(loaded, chunk_size: int = DEFAULT_CHUNK_SIZE, layout: PromptLayout | None = None,
+                 kernels: str = CERTIFIED_KERNELS) -> PinnedConfig:
+    """Pin the config of a :class:`graftbench.engine.models.LoadedModel` on this machine, run under ``kernels``
+    (:data:`graftbench.settings.KERNEL_CONFIGS`; the CUDA settings it stands for are made by
+    :func:`graftbench.engine.cuda_pin.configure` before the model loads).
 
-    Raises ``ValueError`` if ``chunk_size`` is not a positive number of tokens.
+    Raises ``ValueError`` if ``chunk_size`` is not a positive number of tokens or ``kernels`` is not a kernel
+    configuration.
     """
     import torch
 
@@ -108,6 +126,7 @@ def build_config(loaded, chunk_size: int = DEFAULT_CHUNK_SIZE, layout: PromptLay
 
     if chunk_size < 1:
         raise ValueError(f"chunk size must be a positive number of tokens, got {chunk_size}")
+    check_kernels(kernels)
     from .cuda_pin import record
 
     device = str(next(loaded.model.parameters()).device)
@@ -133,4 +152,12 @@ def build_config(loaded, chunk_size: int = DEFAULT_CHUNK_SIZE, layout: PromptLay
         cache_class=CACHE_CLASS,
         accelerator=accelerator,
         random_weights=getattr(loaded, "random_weights", None) or {},
+        kernels=kernels,
     )
+
+
+def check_kernels(kernels: str) -> str:
+    """``kernels`` when it names a kernel configuration; raises ``ValueError`` naming the choices otherwise."""
+    if kernels not in KERNEL_CONFIGS:
+        raise ValueError(f"kernels {kernels!r} is not one of {', '.join(KERNEL_CONFIGS)}")
+    return kernels

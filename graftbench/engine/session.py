@@ -9,11 +9,11 @@ import torch
 from . import forward, graft
 from .base import Grafted
 from .sampling import sample_decode
-from .pin import PinnedConfig, build_config, configure_torch
+from .pin import PinnedConfig, build_config, check_kernels, configure_torch
 from .prompt_ids import PromptIds
 from .kv_pool import NO_POOL, PoolReport, reserve_tokens
 from .models import LoadedModel, load_model
-from ..settings import DEFAULT_CHUNK_SIZE, DEFAULT_DTYPE, DEFAULT_MODEL
+from ..settings import CERTIFIED_KERNELS, DEFAULT_CHUNK_SIZE, DEFAULT_DTYPE, DEFAULT_MODEL
 
 
 @dataclass
@@ -92,29 +92,34 @@ class Session(PromptIds):
 
 
 def open_session(model: str = DEFAULT_MODEL, dtype: str = DEFAULT_DTYPE, chunk_size: int = DEFAULT_CHUNK_SIZE,
-                 threads: int | None = None, kv_pool_tokens: int = 0, device: str = "cpu") -> Session:
+                 threads: int | None = None, kv_pool_tokens: int = 0, device: str = "cpu",
+                 kernels: str = CERTIFIED_KERNELS) -> Session:
     """Load ``model`` in ``dtype`` and pin the config. ``threads`` sets torch's intra-op thread count (part of the pin).
     The instruction-set pin is the one this process was started under (:func:`graftbench.util.isa.apply`).
     ``kv_pool_tokens`` > 0 faults in KV memory for that many tokens once, after the load
     (:mod:`graftbench.engine.kv_pool`: a fresh process's first graft then reads into resident pages); the pool does not
     change any logits. ``device`` is a torch device string (``cpu``, ``cuda:N``;
     :func:`graftbench.engine.device.resolve`): on CUDA the CUDA pin's settings are made before the model loads
-    (:func:`graftbench.engine.cuda_pin.configure`) and recorded in the pin.
+    (:func:`graftbench.engine.cuda_pin.configure`) and recorded in the pin. ``kernels`` is the kernel configuration
+    (``certified`` or ``fast``: :func:`graftbench.engine.cuda_pin.configure`), recorded in the pin's ``kernels``
+    field; on the CPU ``fast`` changes no setting (torch's CPU kernels are the certified run's) and marks the run
+    uncertified.
 
     Raises :class:`graftbench.engine.models.ModelError` for a model that cannot be loaded, ``ValueError`` for a negative
-    ``kv_pool_tokens``.
+    ``kv_pool_tokens`` or an unknown ``kernels``.
     """
     if kv_pool_tokens < 0:
         raise ValueError(f"kv_pool_tokens must be >= 0, got {kv_pool_tokens}")
+    check_kernels(kernels)
     configure_torch()
     if threads:
         torch.set_num_threads(threads)
     if device != "cpu":
         from .cuda_pin import configure
 
-        configure()
+        configure(kernels=kernels)
     loaded = load_model(model, dtype=dtype, device=device)
-    config = build_config(loaded, chunk_size=chunk_size)
+    config = build_config(loaded, chunk_size=chunk_size, kernels=kernels)
     forward.pin_threads(loaded.model, config.threads)
     pool = reserve_tokens(loaded.model, kv_pool_tokens)
     return Session(loaded, config, forward.eos_token_ids(loaded.model, loaded.tokenizer), pool)

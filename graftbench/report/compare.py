@@ -16,7 +16,7 @@ from pathlib import Path
 from ..util.display_text import markdown_text
 from ..util.durable import blocking_file
 from ..results.manifest import ManifestError, load_manifest, recorded_verifier_version
-from ..results.metrics import RESAMPLES, family_costs, family_of, paired_difference, summarize
+from ..results.metrics import RESAMPLES, family_costs, family_of, paired_difference, run_checks, summarize
 from .prompt_arm import prompt_arm_rows
 
 DEFAULT_REPORTS_DIR = "reports"
@@ -322,13 +322,33 @@ def _copy_cells(copy: dict, samples) -> list[str]:
 
 RUN_COLUMNS = ("run", "model", "mode · layout", "problems", "samples / problem", "accuracy [95% CI]", "pass@1",
                "pass@N", "maj@N [95% CI]", "decode tok / sample", "decode tok / correct", "mean TTFT s", "energy J",
-               "copy rate", "copy baseline")
+               "copy rate", "copy baseline", "certificates", "fallbacks")
+
+
+def _checks_cells(run: RunEntry) -> list[str]:
+    """The certificates cell (``30 of 30 equal``; ``none (no --certify)`` for a graft run that asked for none; ``—``
+    for a baseline run) and the fallbacks cell (``0``, or the count with the checks that refused, ``2 (hash 2)``;
+    :func:`_notes` gives each reason)."""
+    checks = run_checks(run.manifest["samples"])
+    if checks.certified:
+        differ = checks.certified - checks.equal
+        certificates = f"{checks.equal} of {checks.certified} equal" + (f", {differ} differ" if differ else "")
+    else:
+        certificates = "none (no --certify)" if run.mode == "graft" else "—"
+    by_check: dict[str, int] = {}
+    for _, reason in checks.fallbacks:
+        check = reason.split(":", 1)[0]
+        by_check[check] = by_check.get(check, 0) + 1
+    fallbacks = str(len(checks.fallbacks)) + (
+        " (" + ", ".join(f"{check} {n}" for check, n in sorted(by_check.items())) + ")" if by_check else "")
+    return [certificates, fallbacks]
 
 
 def run_row(run: RunEntry) -> list[str]:
     """One run's cells, in :data:`RUN_COLUMNS` order: accuracy is avg@N with ``accuracy_ci95`` (Wilson with one
     sample per problem, else the bootstrap); tokens per sample and per correct sample; seconds; joules with the
-    energy method; copy rate and copy baseline (``—`` when the manifest does not record them)."""
+    energy method; copy rate and copy baseline (``—`` when the manifest does not record them); the ``--certify``
+    certificates and the fallbacks (:func:`_checks_cells`)."""
     s = run.summary
     copy = s["copy"]
     return [
@@ -338,6 +358,7 @@ def run_row(run: RunEntry) -> list[str]:
         _num(s["decode_tokens_per_correct"]), _num(s["mean_ttft_s"], 3),
         f"{_num(s['energy_j'], 0)} ({run.energy_method})",
         *_copy_cells(copy, run.manifest.get("samples")),
+        *_checks_cells(run),
     ]
 
 
@@ -430,6 +451,22 @@ def _md_table(columns, rows) -> str:
     return "\n".join(lines)
 
 
+MAX_FALLBACK_LINES = 20  # fallbacks listed with their reasons per run; the manifest holds every one
+
+
+def fallback_lines(run: RunEntry) -> list[str]:
+    """Plain-text lines, one per problem of ``run`` that fell back to the baseline (its artifact refused), with the
+    reason its samples record (``fallback``), at most :data:`MAX_FALLBACK_LINES`, then how many more there are.
+    Untrusted text: escape it for where it is shown."""
+    fallbacks = run_checks(run.manifest["samples"]).fallbacks
+    lines = [f"{run.label}: {problem} fell back to the baseline: {reason}"
+             for problem, reason in fallbacks[:MAX_FALLBACK_LINES]]
+    if len(fallbacks) > MAX_FALLBACK_LINES:
+        lines.append(f"{run.label}: {len(fallbacks) - MAX_FALLBACK_LINES} more fallbacks, each with its reason in "
+                     "the manifest's samples (fallback)")
+    return lines
+
+
 def _notes(report: Report) -> list[str]:
     notes = [
         "Accuracy is avg@N: per-problem mean correctness, then the mean over problems. Its interval is the Wilson "
@@ -453,6 +490,7 @@ def _notes(report: Report) -> list[str]:
     for run in report.runs:
         s = run.summary
         notes += [f"{run.label}: verified, except: {what}." for what in run.unverified]
+        notes += [markdown_text(line) for line in fallback_lines(run)]
         if s["problems_without_samples"]:
             notes.append(f"{markdown_text(run.label)}: {s['problems_without_samples']} of {s['problems_listed']} listed problems have "
                          "no sample (not reached); they are left out of every figure.")
