@@ -1,53 +1,135 @@
-"""Re-run the recorded programs of a program-mode manifest in today's sandbox and compare their verdicts with the
-recorded ones: a check that a change of sandbox changed no program's verdict. No model; imports no torch.
+"""Re-run the recorded programs of program-mode manifests in today's sandbox and compare their verdicts and stop
+reasons with the recorded ones: a check that a change of sandbox (its program environment included) changed no
+program's outcome. No model; imports no torch.
+
+:func:`replay_programs` replays one manifest; :func:`replay_manifests` (``make replay-programs``,
+``python -m graftbench.eval.program_replay``) replays many, running each distinct program text once per set of
+limits (a program recorded in several manifests, e.g. the flywheel's rounds, is judged against each record from the
+one run), and appends one line per manifest to a log (:data:`LOG_SCHEMA`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..results.manifest import load_manifest, recorded_verifier_version
 from ..programs.mode import program_verdict, sample_verdict
-from ..programs.sandbox import run_program
+from ..programs.sandbox import ProgramResult, SandboxError, isolation, run_program
 from ..settings import SandboxLimits
+from ..util import isa
+
+LOG_SCHEMA = "graftbench.program-replay/1"
+COMMITTED = "results/*/manifests/*program*.json"  # every committed program-mode manifest (a glob below the checkout)
 
 
 @dataclass(frozen=True)
 class Replayed:
     """One recorded program run again: its sample (``problem_id#sample_index``), the recorded and the new
-    ``stopped`` reason, and the recorded and the new verdict (``extracted``, ``correct``)."""
+    ``stopped`` reason, the recorded and the new verdict (``extracted``, ``correct``), and the recorded and the
+    new wall seconds (``recorded_program_s``, ``program_s``: near a time limit, a run may end on either side)."""
 
     sample: str
     recorded_stopped: str | None
     stopped: str | None
     recorded: tuple[str | None, bool]
     verdict: tuple[str | None, bool]
+    recorded_program_s: float | None = None
+    program_s: float | None = None
 
     @property
     def same_verdict(self) -> bool:
         return self.recorded == self.verdict
 
+    @property
+    def same(self) -> bool:
+        """The same verdict and the same stop reason."""
+        return self.same_verdict and self.stopped == self.recorded_stopped
 
-def replay_programs(path: str | Path) -> list[Replayed]:
+
+def replay_programs(path: str | Path, runs: dict | None = None) -> list[Replayed]:
     """Run every recorded program of the manifest at ``path`` in the sandbox under the manifest's own sandbox
-    limits, and judge it under its recorded verifier version. Raises ``ValueError`` for a manifest of no program
-    (its settings record no ``sandbox`` limits), :class:`graftbench.results.manifest` errors for an unreadable manifest,
-    and :class:`graftbench.programs.sandbox.SandboxError` when the sandbox cannot be built."""
+    limits, and judge it under its recorded verifier version. ``runs``, when given, maps (program text, limits) to
+    a :class:`ProgramResult` already run, and receives the new ones. Raises ``ValueError`` for a manifest of no
+    program (its settings record no ``sandbox`` limits), :class:`graftbench.results.manifest` errors for an
+    unreadable manifest, and :class:`graftbench.programs.sandbox.SandboxError` when the sandbox cannot be built."""
     manifest = load_manifest(path)
     recorded_limits = (manifest.get("settings") or {}).get("sandbox")
     if not isinstance(recorded_limits, dict):
         raise ValueError(f"{path}: not a program-mode manifest (its settings record no sandbox limits)")
     limits = SandboxLimits(**recorded_limits)
     version = recorded_verifier_version(manifest)
+    runs = {} if runs is None else runs
     replayed = []
     for sample in manifest["samples"]:
         if not isinstance(sample.get("program"), str):
             continue
-        result = run_program(sample["program"], limits)
+        run_key = (sample["program"], limits)
+        if run_key not in runs:
+            runs[run_key] = run_program(sample["program"], limits)
+        result: ProgramResult = runs[run_key]
         old = sample_verdict(sample, version)
         new = program_verdict(result.stdout, result.stopped, sample.get("key") or "", version)
+        recorded_s = sample.get("program_s")
         replayed.append(Replayed(f"{sample.get('problem_id')}#{sample.get('sample_index', 0)}",
                                  sample.get("stopped"), result.stopped, (old.extracted, old.correct),
-                                 (new.extracted, new.correct)))
+                                 (new.extracted, new.correct),
+                                 recorded_s if isinstance(recorded_s, (int, float)) else None, result.run_s))
     return replayed
+
+
+def log_record(path: str | Path, replayed: list[Replayed], ran: int) -> dict:
+    """The log line of one manifest's replay: its path and seal, how many programs it holds, how many of them were
+    run for it (``ran``; the others reused a run of the same text and limits), how many gave the same verdict and
+    the same stop reason, every difference, the isolation they ran in and this machine's CPU."""
+    manifest = load_manifest(path)
+    return {"schema": LOG_SCHEMA, "manifest": str(path), "manifest_sha256": manifest.get("manifest_sha256"),
+            "programs": len(replayed), "ran": ran, "same_verdict": sum(r.same_verdict for r in replayed),
+            "same_stopped": sum(r.stopped == r.recorded_stopped for r in replayed),
+            "differences": [asdict(r) for r in replayed if not r.same],
+            "isolation": isolation().description, "replayed_on": isa.describe_cpu(isa.environment()),
+            "replayed_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def replay_manifests(paths: list[Path], log: Path | None = None) -> list[dict]:
+    """Replay every manifest of ``paths`` in turn (:func:`replay_programs`, one run per distinct program and
+    limits), append each one's :func:`log_record` to ``log`` (JSON lines) as soon as it is done, and return the
+    records. Raises as :func:`replay_programs` does."""
+    runs: dict = {}
+    records = []
+    for path in paths:
+        before = len(runs)
+        record = log_record(path, replay_programs(path, runs), len(runs) - before)
+        records.append(record)
+        if log is not None:
+            with open(log, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(record, sort_keys=True) + "\n")
+    return records
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m graftbench.eval.program_replay [--log FILE] MANIFEST...``: replay, print one line per manifest,
+    and return 1 when any program's verdict or stop reason differs (2 when the sandbox cannot be built)."""
+    parser = argparse.ArgumentParser(prog="python -m graftbench.eval.program_replay", description=__doc__)
+    parser.add_argument("manifests", nargs="+", type=Path)
+    parser.add_argument("--log", type=Path, help="append one JSON line per manifest to this file")
+    args = parser.parse_args(argv)
+    try:
+        records = replay_manifests(args.manifests, args.log)
+    except SandboxError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for record in records:
+        print(f"{record['manifest']}: {record['same_verdict']} of {record['programs']} same verdict, "
+              f"{record['same_stopped']} same stop reason ({record['ran']} run)")
+        for difference in record["differences"]:
+            print(f"  differs: {difference}")
+    return 1 if any(record["differences"] for record in records) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

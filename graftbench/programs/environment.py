@@ -196,12 +196,13 @@ def root() -> Path:
 
 
 def content_sha256(folder: Path) -> tuple[str, int, int]:
-    """SHA-256 (hex) of a folder's content (each entry's relative path, type, mode, and bytes or link target, in
-    sorted order), its number of files and their bytes."""
+    """SHA-256 (hex) of a build's content (each entry's relative path, type, mode, and bytes or link target, in
+    sorted order; its record :data:`RECORD` left out), its number of files and their bytes."""
     digest, files, size = hashlib.sha256(), 0, 0
     for dirpath, dirnames, filenames in os.walk(folder):
         dirnames.sort()
-        for name in sorted(filenames) + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+        names = [n for n in filenames if not (dirpath == str(folder) and n == RECORD)]
+        for name in sorted(names) + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
             path = os.path.join(dirpath, name)
             info = os.lstat(path)
             rel = os.path.relpath(path, folder)
@@ -303,6 +304,8 @@ def build() -> Environment:
     for name, text in etc_files().items():
         (work / "etc" / name).write_text(text, encoding="ascii")
     libraries = _libraries(_elf_files(work / "prefix"), work / "prefix", base)
+    _read_only(work / "prefix")
+    _read_only(work / "etc")
     digest, files, size = content_sha256(work)
     packages = {name: importlib.metadata.version(name) for name in PACKAGES}
     record = {"format": FORMAT, "key": build_key, "sha256": digest, "files": files, "bytes": size,
@@ -310,7 +313,7 @@ def build() -> Environment:
               "python_version": ".".join(map(str, sys.version_info[:3])), "packages": packages,
               "system_libraries": libraries, "etc": sorted(etc_files())}
     (work / RECORD).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    _read_only(work)
+    _read_only(work)  # the record and the folder itself
     try:
         os.rename(work, final)
     except OSError:
