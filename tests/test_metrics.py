@@ -389,3 +389,32 @@ def test_committed_manifests_agree_with_their_totals(path):
     assert summary["energy_j"] == totals["energy_j"] and summary["mean_ttft_s"] == totals["mean_ttft_s"]
     assert summary["accuracy_ci95"] == [round(v, 6) for v in wilson_interval(totals["correct"], 30)]
     assert json.loads(json.dumps(summary)) == summary  # JSON-ready
+
+
+# ---- what a run checked ----
+
+
+def test_run_checks_of_the_committed_recurring_run_count_its_certification_time():
+    """The committed AIME 2024 recurring run certified every problem; its samples' wall_s (the summary's "wall s"
+    so far) leave out the recompute, recorded apart in certify_s, which took eight times as long."""
+    from graftbench.results.metrics import run_checks
+
+    manifest = load_manifest(REFERENCE_MANIFESTS / "aime2024-smollm2-135m-recurring.json")
+    checks = run_checks(manifest["samples"])
+    assert (checks.certified, checks.equal, checks.fallbacks) == (30, 30, ())
+    assert checks.solve_s == manifest["totals"]["wall_s"]
+    assert checks.certify_s == round(math.fsum(s["certify_s"] for s in manifest["samples"]), 6)
+    assert checks.wall_s == checks.solve_s + checks.certify_s and checks.certify_s > 5 * checks.solve_s
+
+
+def test_run_checks_count_a_problem_once_and_keep_each_fallback_reason():
+    from graftbench.results.metrics import run_checks
+
+    samples = [sample("p-0", True, j, certified=True, certify_s=2.0) for j in range(4)]
+    samples += [sample("p-1", False, j, fallback="cpu: written on another kind of CPU") for j in range(4)]
+    samples += [sample("p-2", True, certified=False, certify_s=1.0), sample("p-3", True, certified=True)]
+    checks = run_checks(samples)
+    assert (checks.certified, checks.equal) == (3, 2)  # one certificate per problem, its samples share it
+    assert checks.fallbacks == (("p-1", "cpu: written on another kind of CPU"),)
+    assert checks.certify_s is None and checks.wall_s == checks.solve_s == 10.0  # p-3 records no time
+    assert run_checks(samples[:8]).certify_s == 2.0

@@ -150,8 +150,10 @@ def test_an_out_path_that_is_or_runs_through_a_file_is_refused_before_the_tables
     assert (tmp_path / "taken").read_text() == "a file"
 
 
-def _manifest(run: str, mode: str, table: list[list[bool]], round_: int | None = None) -> dict:
-    """A sealed run manifest that verifies (its problem set is not one graftbench can rebuild: not anchored)."""
+def _manifest(run: str, mode: str, table: list[list[bool]], round_: int | None = None,
+              fields: dict[str, dict] | None = None) -> dict:
+    """A sealed run manifest that verifies (its problem set is not one graftbench can rebuild: not anchored);
+    ``fields`` adds fields to the samples of a problem id (``mod-0``, ``mod-1``, …)."""
     problems = [{"id": f"mod-{i}", "problem_sha256": f"{i:064x}", "key": "3"} for i in range(len(table))]
     samples = []
     for problem, row in zip(problems, table):
@@ -166,13 +168,56 @@ def _manifest(run: str, mode: str, table: list[list[bool]], round_: int | None =
                             "finish_reason": "eos", "certified": None, "certificate_sha256": None,
                             "layout": "answer-cue" if mode == "graft" else None,
                             "example_answer": "5" if mode == "graft" else None,
-                            "copied": (not correct) if mode == "graft" else None, "seed": j})
+                            "copied": (not correct) if mode == "graft" else None, "seed": j,
+                            **(fields or {}).get(problem["id"], {})})
     settings = {"graft": mode == "graft", "max_new_tokens": 256, "samples": len(table[0]), "verifier_version": 2,
                 **({"round": round_} if round_ else {})}
     config = {"model": "smollm2-135m", "dtype": "float32"}
     return build_manifest(run=run, command="eval", config=config, config_fingerprint=pin_fingerprint(config),
                           settings=settings, problem_set={"source": "builtin", "n": len(problems)},
                           problems=problems, samples=samples, energy={"method": "estimate"}, store=None)
+
+
+def test_the_report_shows_certificates_and_each_fallback_with_its_reason(tmp_path):
+    reason = "hash: artifact 0123abcd: payload SHA-256 differs from its header"
+    fields = {"mod-0": {"certified": True, "certify_s": 2.5}, "mod-1": {"certified": True, "certify_s": 1.5},
+              "mod-2": {"fallback": reason, "mode": "baseline"}}
+    paths = []
+    for run, mode, extra in (("graft", "graft", fields), ("plain", "graft", None), ("base", "baseline", None)):
+        paths.append(tmp_path / f"{run}.json")
+        paths[-1].write_text(json.dumps(_manifest(run, mode, [[True], [True], [False]], fields=extra)))
+    result, text = invoke(*paths, "--out", tmp_path / "rep")
+    assert result.exit_code == 0, result.output
+    rows = {run.label: dict(zip(RUN_COLUMNS, run_row(run))) for run in build_report(paths).runs}
+    assert (rows["graft"]["certificates"], rows["graft"]["fallbacks"]) == ("2 of 2 equal", "1 (hash 1)")
+    assert (rows["plain"]["certificates"], rows["plain"]["fallbacks"]) == ("none (no --certify)", "0")
+    assert rows["base"]["certificates"] == "—"
+    line = f"graft: mod-2 fell back to the baseline: {reason}"
+    assert line in text  # printed in full, not only counted
+    markdown = (tmp_path / "rep" / "report.md").read_text()
+    assert "| 2 of 2 equal | 1 (hash 1) |" in markdown and f"- {line}" in markdown
+
+
+def test_the_eval_summary_says_what_was_checked_and_counts_the_certification_in_its_wall_time():
+    from graftbench.cli.tables import checks_lines, summary_table
+    from graftbench.results.metrics import run_checks
+    from rich.console import Console
+
+    reason = "cpu: artifact 0123abcd was written on another kind of CPU"
+    manifest = _manifest("graft", "graft", [[True], [True], [False]], fields={
+        "mod-0": {"certified": True, "certify_s": 2.5}, "mod-1": {"certified": True, "certify_s": 1.5},
+        "mod-2": {"fallback": reason, "mode": "baseline"}})
+    checks = run_checks(manifest["samples"])
+    lines = checks_lines(checks, grafted=True)
+    assert lines[0].startswith("certificates: 2 of 2 equal")
+    assert f"  mod-2: {reason}" in lines  # the reason as the sample records it, whatever its check
+    assert lines[-1] == "wall time: 7.0 s (3.0 s solving, 4.0 s certifying)"
+    console = Console(width=80, record=True)
+    console.print(summary_table([("graft", manifest["totals"])], "estimate", checks={"graft": checks}))
+    assert manifest["totals"]["wall_s"] == 3.0 and " 7.0" in console.export_text()  # the column counts the audit
+    assert checks_lines(run_checks(_manifest("plain", "graft", [[True]])["samples"]), grafted=True) == [
+        "certificates: none (--certify recomputes each graft and compares its logits)"]
+    assert checks_lines(run_checks(_manifest("base", "baseline", [[True]])["samples"]), grafted=False) == []
 
 
 def test_n_samples_rounds_and_copy_controls(tmp_path):

@@ -59,12 +59,25 @@ def _print_cleaned(cleaned) -> None:
                       + console_markup(", ".join(str(path) for path in cleaned)))
 
 
+def _print_summary(name: str, manifest: dict) -> None:
+    """A run's summary table and what it checked (certificates, fallbacks with their reasons, wall time with the
+    certification), from its manifest."""
+    from ..results.metrics import run_checks
+    from .tables import checks_lines, summary_table
+
+    checks = run_checks(manifest["samples"])
+    console.print(summary_table([(name, manifest["totals"])], manifest["energy"]["method"], checks={name: checks}))
+    settings = manifest.get("settings")
+    for line in checks_lines(checks, grafted=isinstance(settings, dict) and bool(settings.get("graft"))):
+        console.print(console_markup(line))
+
+
 def _print_run(result, energy_method: str) -> None:
-    from .tables import FULL_FIGURES_NOTE, samples_table, summary_table
+    from .tables import FULL_FIGURES_NOTE, samples_table
 
     _print_cleaned(result.cleaned)
     console.print(samples_table(result.samples))
-    console.print(summary_table([(result.run.name, result.manifest["totals"])], energy_method))
+    _print_summary(result.run.name, result.manifest)
     console.print(FULL_FIGURES_NOTE)
     console.print(f"manifest: {result.run.manifest_path} (sha256 {result.manifest['manifest_sha256'][:16]})")
 
@@ -147,7 +160,6 @@ def _report_finished(runs_dir, name, command, model, dtype, chunk_size, isa, pro
     when the command has work to do."""
     from ..results.finished import Request, finished_run
     from ..util.isa import ENV_VAR
-    from .tables import FULL_FIGURES_NOTE, summary_table
 
     if engine_name() == "llama.cpp":  # the pin of a llama.cpp run: the GGUF's weights as stored, its build's ISA
         dtype, isa = "gguf", "native"
@@ -161,7 +173,7 @@ def _report_finished(runs_dir, name, command, model, dtype, chunk_size, isa, pro
              f"`graftbench verify-manifest {done.path}` lists them", 1)
     for note in done.notes:
         console.print(console_markup(note))
-    console.print(summary_table([(name, done.manifest["totals"])], done.manifest["energy"]["method"]))
+    _print_summary(name, done.manifest)
     console.print(f"run '{console_markup(name)}' is already complete: every sample is recorded and its manifest {done.path} verifies "
                   f"(sha256 {done.manifest['manifest_sha256'][:16]}); nothing was run or written (pass another "
                   "--run name to run it again)")
@@ -515,7 +527,7 @@ def run(
     """The whole flywheel on the built-in set: solve, deposit, eval with graft, verify manifests, one table."""
     from ..eval.workflows import flywheel
     from ..problems.builtin import MAX_PER_FAMILY, builtin_problems
-    from .tables import summary_table
+    from .tables import checks_lines, summary_table
 
     if n_per_family > MAX_PER_FAMILY:
         fail(f"--per-family {n_per_family}: the built-in families hold {MAX_PER_FAMILY} distinct problems each")
@@ -530,8 +542,12 @@ def run(
                               on_stage=on_stage)
     except (RunError, OSError) as exc:  # OSError includes StorageError (disk full)
         fail(str(exc))
+    checks = result.checks()
     console.print(summary_table(result.rows(), result.grafted.manifest["energy"]["method"],
-                                title=f"flywheel on {len(problem_list)} built-in problems ({model})"))
+                                title=f"flywheel on {len(problem_list)} built-in problems ({model})", checks=checks))
+    for label, part in checks.items():
+        for line in checks_lines(part, grafted=label.startswith("graft")):
+            console.print(console_markup(f"{label}: {line}"))
     console.print(f"deposited {len(result.deposit.deposited)}, refused {len(result.deposit.refused)}")
     failed = False
     for name, mismatches in result.manifest_checks.items():

@@ -42,7 +42,7 @@ def report(
                                            "own comparison is always shown"),
 ) -> None:
     """Compare runs from their manifests: accuracy with 95% intervals, pass@k, maj@N, tokens, energy, copy controls; writes markdown and plots."""
-    from ..report.compare import ReportError, build_report, check_out_dir, default_out_dir
+    from ..report.compare import ReportError, build_report, check_out_dir, default_out_dir, fallback_lines
     from ..report.write import write_report
     from .tables import report_tables
 
@@ -56,6 +56,8 @@ def report(
     for run in built.runs:
         for what in run.unverified:
             console.print(f"{console_markup(run.label)}: verified, except: {console_markup(what)}")
+        for line in fallback_lines(run):
+            console.print(console_markup(line))
     for table in report_tables(built):
         console.print(table)
     try:

@@ -17,6 +17,7 @@ from ..results.samples import Sample
 
 if TYPE_CHECKING:
     from ..eval.deposit import DepositReport
+    from ..results.metrics import RunChecks
     from ..results.rescore import Rescore
 
 
@@ -51,9 +52,11 @@ FULL_FIGURES_NOTE = ("every figure (prefill and grafted tokens, TTFT, energy, pe
 
 
 def summary_table(rows: list[tuple[str, dict]], energy_method: str, title: str = "summary",
-                  wide: bool = False) -> Table:
+                  wide: bool = False, checks: dict[str, "RunChecks"] | None = None) -> Table:
     """One row per ``(label, totals)``: the columns of ``NARROW_SUMMARY`` (fitting 80 columns), or with ``wide``
-    all of ``SUMMARY_COLUMNS``; the energy column is labelled with its method (``rapl``/``estimate``)."""
+    all of ``SUMMARY_COLUMNS``; the energy column is labelled with its method (``rapl``/``estimate``). Where
+    ``checks`` holds a label's :class:`~graftbench.results.metrics.RunChecks`, its wall seconds include the
+    ``--certify`` recompute (:func:`checks_lines` says how they split)."""
     table = Table(title=console_text(title), box=SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     table.add_column("run", overflow="fold")
     columns = [c for c in SUMMARY_COLUMNS if wide or c[0] in NARROW_SUMMARY]
@@ -65,16 +68,42 @@ def summary_table(rows: list[tuple[str, dict]], energy_method: str, title: str =
         for _, key, digits in columns:
             if key == "correct / n":
                 cells.append(f"{totals['correct']}/{totals['samples']} ({totals['accuracy']:.0%})")
+            elif key == "wall_s" and checks and label in checks:
+                cells.append(_fmt(float(checks[label].wall_s), digits))
             else:
                 cells.append(_fmt(totals.get(key), digits or 2))
         _add_row(table, label, *cells)
     return table
 
 
+def checks_lines(checks: "RunChecks", grafted: bool) -> list[str]:
+    """What a run checked, as lines printed under its summary (plain text: print through
+    :func:`graftbench.util.display_text.console_markup`): the certificates (``30 of 30 equal``, or that none was
+    asked for when the run ``grafted`` without ``--certify``), each fallback with the reason its samples record,
+    and the wall time with the solving and certifying seconds apart."""
+    lines = []
+    if checks.certified:
+        differ = checks.certified - checks.equal
+        lines.append(f"certificates: {checks.equal} of {checks.certified} equal (each certified problem's "
+                     "first-step logits after the graft against a fresh chunked recompute, SHA-256)"
+                     + (f"; {differ} differ" if differ else ""))
+    elif grafted:
+        lines.append("certificates: none (--certify recomputes each graft and compares its logits)")
+    if checks.fallbacks:
+        lines.append(f"fallbacks: {len(checks.fallbacks)} problem(s) ran as the baseline, their artifact refused:")
+        lines += [f"  {problem}: {reason}" for problem, reason in checks.fallbacks]
+    if checks.certified:
+        certifying = ("certification time not recorded" if checks.certify_s is None
+                      else f"{checks.certify_s:.1f} s certifying")
+        lines.append(f"wall time: {checks.wall_s:.1f} s ({checks.solve_s:.1f} s solving, {certifying})")
+    return lines
+
+
 def samples_table(samples: list[Sample], limit: int = 40) -> Table:
-    """Per-sample view fitting 80 columns: id, route (``—`` for a baseline sample), verdict, extracted answer
-    against key, decode tokens and finish reason (and, for a program, why it stopped, ``program ok`` when it ended
-    normally). A fallback's reason is in the manifest's sample (``fallback``)."""
+    """Per-sample view fitting 80 columns: id, route (``—`` for a baseline sample; ``(fallback)`` after the route
+    whose artifact was refused: :func:`checks_lines` prints each reason in full under the summary), verdict,
+    extracted answer against key, decode tokens and finish reason (and, for a program, why it stopped,
+    ``program ok`` when it ended normally)."""
     table = Table(title=console_text("samples"))
     for name in ("problem", "route", "ok", "extracted", "key", "tokens", "finish"):
         table.add_column(name, justify="right" if name == "tokens" else "left", overflow="fold")

@@ -250,16 +250,23 @@ class FlywheelResult:
     held_out: list[str]
     manifest_checks: dict[str, list[str]] = field(default_factory=dict)
 
+    def _parts(self) -> list[tuple[str, list[dict]]]:
+        """``(label, sample dicts)``: baseline and graft, each on the recurring and the held-out part."""
+        return [(f"{label} · {part}", [s.to_json() for s in result.samples if s.problem_id in ids])
+                for part, ids in (("recurring", set(self.recurring)), ("held-out", set(self.held_out)))
+                for label, result in (("baseline", self.baseline), ("graft", self.grafted))]
+
     def rows(self) -> list[tuple[str, dict]]:
         """Summary rows: baseline and graft, each on the recurring and the held-out part."""
         from ..results.manifest import compute_totals
 
-        rows = []
-        for part, ids in (("recurring", set(self.recurring)), ("held-out", set(self.held_out))):
-            for label, result in (("baseline", self.baseline), ("graft", self.grafted)):
-                part_samples = [s.to_json() for s in result.samples if s.problem_id in ids]
-                rows.append((f"{label} · {part}", compute_totals(part_samples)))
-        return rows
+        return [(label, compute_totals(samples)) for label, samples in self._parts()]
+
+    def checks(self) -> dict:
+        """What each row of :meth:`rows` checked (:func:`graftbench.results.metrics.run_checks`), by its label."""
+        from ..results.metrics import run_checks
+
+        return {label: run_checks(samples) for label, samples in self._parts()}
 
 
 def split_recurring(problems: list[Problem]) -> tuple[list[Problem], list[Problem]]:

@@ -420,3 +420,42 @@ def paired_difference(graft_samples: list[dict], baseline_samples: list[dict], p
         "seed": seed,
         "bootstrap_resamples": resamples,
     }
+
+
+@dataclass(frozen=True)
+class RunChecks:
+    """What a run checked beside its answers, from its samples: the ``--certify`` certificates, one per problem
+    whose graft was recomputed (``certified`` problems, ``equal`` of them byte-identical to the fresh recompute),
+    the seconds they took (``certify_s``; ``None`` when a certified sample records no time, as manifests written
+    before ``certify_s`` do), each fallback as ``(problem_id, reason)`` with the reason its samples record, and the
+    wall seconds of the run: the samples' ``wall_s`` (routing, restore or prefill, decode) plus ``certify_s``."""
+
+    certified: int
+    equal: int
+    certify_s: float | None
+    fallbacks: tuple[tuple[str, str], ...]
+    solve_s: float
+
+    @property
+    def wall_s(self) -> float:
+        """Seconds solving plus seconds certifying (those recorded)."""
+        return self.solve_s + (self.certify_s or 0.0)
+
+
+def run_checks(samples: list[dict]) -> RunChecks:
+    """:class:`RunChecks` of a run's sample dicts (a manifest's ``samples``). The N samples of one problem share its
+    graft, certificate and fallback: each is counted once per problem (its first sample). Raises ``KeyError`` /
+    ``TypeError`` for a sample lacking ``problem_id`` or ``wall_s``, or holding a wrong type."""
+    first: dict[str, dict] = {}
+    for s in samples:
+        first.setdefault(s["problem_id"], s)
+    certified = [s for s in first.values() if s.get("certified") is not None]
+    times = [s.get("certify_s") for s in certified]
+    recorded = all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in times)
+    return RunChecks(
+        certified=len(certified),
+        equal=sum(1 for s in certified if s["certified"] is True),
+        certify_s=_r(total(times)) if recorded else None,
+        fallbacks=tuple((str(pid), str(s["fallback"])) for pid, s in first.items() if s.get("fallback")),
+        solve_s=_r(total(s["wall_s"] for s in samples)),
+    )
