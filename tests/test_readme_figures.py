@@ -76,6 +76,26 @@ def test_the_readmes_ttft_figures_are_the_benchmark_files(model):
             in README)
 
 
+def test_the_readmes_ttft_ratios_stand_beside_the_real_query_and_sha256():
+    """Each 1-token headline ratio is shown with the real AIME query's (XXH3-128, as the graft reads by default) and
+    with SHA-256 integrity, all from the same benchmark rows; the page cache was warm (the file says so), and the
+    README says so rather than claiming a cold read."""
+    real, sha = [], []
+    for model in ("smollm2-135m", "gemma3-270m"):
+        row = next(r for r in json.loads((RESULTS / f"bench-{model}.json").read_text())["ttft"] if r["tokens"] == 8192)
+        assert row["file_read"].startswith("page cache warm") and all(row["logits_equal"].values())
+        prefill_s = row["prefill"]["ttft_query_real_s"]["median"]
+        graft_s = row["graft"]["query_real/xxh3_128"]["total_s"]["median"]
+        assert abs(prefill_s / graft_s - row["ttft_ratio"]["query_real"]) < 1e-9
+        real.append(f"{prefill_s:.2f} s against {1000 * graft_s:.1f} ms, **{row['ttft_ratio']['query_real']:.1f}×**")
+        sha.append(f"{prefill_s / row['graft']['query_real/sha256']['total_s']['median']:.1f}×")
+        tokens = row["query_tokens"]["query_real"]
+        assert f"{tokens} and" in README or f"and {tokens} tokens" in README
+    assert f"{real[0]}; {real[1]}; the same with SHA-256 integrity: {sha[0]} and {sha[1]}" in README
+    assert "**44.6×**" in README and "**58.6×**" in README
+    assert "from a warm page cache: a cold read is not measured" in README
+
+
 def test_the_readmes_aime2025_arms_are_all_zero():
     arms = sorted(MANIFESTS.glob("aime2025-*.json"))
     assert len(arms) == 9
@@ -115,6 +135,26 @@ def test_the_readmes_llama_cpp_certificates_are_the_files_it_links():
     assert "`gemma3-270m` 44/50, not certified" in README
 
 
+def _points(c: dict) -> str:
+    return f"{100 * c['mean_difference']:+.1f} points [{100 * c['ci95'][0]:+.1f}, {100 * c['ci95'][1]:+.1f}]"
+
+
+@pytest.mark.parametrize("baseline, graft", [
+    ("aime2024-smollm2-135m-baseline", "aime2024-smollm2-135m-recurring"),
+    ("aime2024-qwen2.5-coder-0.5b-baseline", "aime2024-qwen2.5-coder-0.5b-recurring"),
+    ("transfer-smollm2-135m-baseline", "transfer-smollm2-135m-graft"),
+    ("transfer-qwen2.5-coder-0.5b-program-baseline", "transfer-qwen2.5-coder-0.5b-program-graft"),
+])
+def test_the_readmes_paired_differences_are_the_reports(baseline, graft):
+    """The README's paired graft − baseline figures are what `graftbench report` computes on the linked manifests
+    (Newcombe's interval: one sample per problem)."""
+    from graftbench.report.compare import build_report
+
+    (comparison,) = build_report([MANIFESTS / f"{baseline}.json", MANIFESTS / f"{graft}.json"]).comparisons
+    assert comparison["ci95_method"] == "newcombe" and comparison["ci95"][0] < comparison["ci95"][1]
+    assert _points(comparison).replace("-", "−") in README
+
+
 def test_the_readmes_method_transfer_figures_are_the_manifests_under_the_preregistered_test():
     from graftbench.report.compare import build_report
     from graftbench.report.prompt_arm import prompt_arm_rows
@@ -134,4 +174,10 @@ def test_the_readmes_method_transfer_figures_are_the_manifests_under_the_preregi
     assert f"**{cell(kept)}**".replace("-", "−") in README and cell(overall).replace("-", "−") in README
     prompt = prompt_arm_rows(report.runs)[0]
     assert f"{prompt['logits_equal']} of {prompt['samples']} samples" in README
+    # the samples of one problem share their first context: the count holds each context once per sample
+    first_steps = {s["logits_sha256"] for s in json.loads(paths[2].read_text())["samples"]}
+    samples_per_problem = prompt["samples"] // len(first_steps)
+    assert len(first_steps) * samples_per_problem == prompt["samples"]
+    assert (f"{prompt['logits_equal']} of {prompt['samples']} samples ({len(first_steps)} contexts, each counted once "
+            f"for each of its {samples_per_problem} samples)") in README
     assert f"{prompt['prompt_ttft_s']:.2f} s against {prompt['graft_ttft_s']:.2f} s grafted" in README
