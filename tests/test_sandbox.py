@@ -43,33 +43,44 @@ def run(source: str, limits: SandboxLimits = LIMITS, **kwargs) -> sandbox.Progra
     return sandbox.run_program(textwrap.dedent(source), limits, **kwargs)
 
 
-def sandbox_user_processes() -> list[int]:
-    """Live (not zombie) processes of the sandbox's user anywhere on the machine."""
+def sandbox_user_processes(owner: int | None = None) -> list[int]:
+    """Live (not zombie) processes of the sandbox's user in a run cgroup of graftbench process ``owner`` (this
+    process by default), wherever they are on the machine: a program cannot leave its run's cgroup, and a run whose
+    processes outlive it keeps its cgroup, so nothing left behind is missed, while a concurrent graftbench's programs
+    (another test session's, a replay's) are not counted."""
     uid = bwrap.ids()[0]
+    marker = f"/{cgroup.GROUP}/run-{owner or os.getpid()}-"
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
             status = Path(f"/proc/{name}/status").read_text()
+            groups = Path(f"/proc/{name}/cgroup").read_text()
         except OSError:
             continue
         uids = re.search(r"^Uid:\s+(\d+)", status, re.MULTILINE)
         state = re.search(r"^State:\s+(\w)", status, re.MULTILINE)
-        if uids and int(uids.group(1)) == uid and state and state.group(1) != "Z":
+        if uids and int(uids.group(1)) == uid and state and state.group(1) != "Z" and marker in groups:
             found.append(int(name))
     return found
 
 
+def wait_until_gone(owner: int | None = None, wait_s: float = 2.0) -> list[int]:
+    """The processes of ``owner``'s runs still there after up to ``wait_s`` seconds."""
+    deadline = time.monotonic() + wait_s
+    while sandbox_user_processes(owner) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return sandbox_user_processes(owner)
+
+
 @pytest.fixture(autouse=True)
 def no_leftovers():
-    """Every test starts and ends with no process of the sandbox's user (a fork bomb left nothing behind)."""
+    """Every test starts and ends with no process of the sandbox's user from this process's runs (a fork bomb
+    left nothing behind)."""
     assert sandbox_user_processes() == []
     yield
-    deadline = time.monotonic() + 2
-    while sandbox_user_processes() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert sandbox_user_processes() == []
+    assert wait_until_gone() == []
 
 
 def test_a_program_prints_its_answer_and_imports_sympy():
@@ -356,13 +367,15 @@ def test_the_sandbox_dies_with_graftbench(tmp_path):
                             env={**os.environ, "TMPDIR": str(tmp_path)})
     try:
         deadline = time.monotonic() + 30
-        while not sandbox_user_processes() and time.monotonic() < deadline:
+        while not sandbox_user_processes(host.pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert sandbox_user_processes(), "the program never started"
+        assert sandbox_user_processes(host.pid), "the program never started"
     finally:
         host.send_signal(signal.SIGKILL)
         host.wait()
-    # the no_leftovers fixture waits up to 2 s for the namespace to go
+    started = time.monotonic()
+    left = wait_until_gone(host.pid, wait_s=10.0)
+    assert left == [], f"still there {time.monotonic() - started:.1f} s after graftbench was killed"
 
 
 def test_limits_must_be_positive():
