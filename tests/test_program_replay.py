@@ -23,9 +23,12 @@ from tests.prereqs import need
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = REFERENCE_MANIFESTS / "transfer-qwen2.5-coder-0.5b-program-baseline.json"
 LOG = ROOT / "results" / "program-replays.jsonl"
-# Replayed programs whose outcome may differ from the record, by (manifest file name, sample): each ends within a
-# few tenths of a second of the CPU-time limit, so a run may end on either side of it (why, in the comment).
-DECLARED: dict[tuple[str, str], str] = {}
+# Replayed programs whose outcome may differ from the record, by (manifest file name, sample), with why.
+_NEAR_THE_LIMIT = ("print(47**7658112 % 569) takes about the CPU limit of 10 s: recorded once as finishing (262, "
+                   "correct) and twice as timeout, so one run of it differs from one record or from two")
+DECLARED: dict[tuple[str, str], str] = {
+    (f"methods-qwen2.5-coder-1.5b-llama-f16-program-{arm}.json", "fermat-11#3"): _NEAR_THE_LIMIT
+    for arm in ("graft", "other-family", "prompt")}
 
 
 @pytest.mark.slow
