@@ -99,6 +99,8 @@ class EvalSettings:
     ``example_as``: how a routed example reaches the model: ``graft`` (its KV restored at its own positions) or
     ``prompt`` (the control arm: the same artifact's token ids prefilled as plain prompt text with the pinned chunk
     schedule, then the same query; its first logits equal the graft's byte for byte where the graft is exact).
+    ``assume_kind``: graft an artifact that records no kind of CPU as if this machine had written it
+    (:mod:`graftbench.store.writers`); without it such an artifact is refused like one of another pin.
 
     Raises ``ValueError`` for an unknown layout, ``graft_from`` or ``example_as`` (``prompt`` also needs ``graft``), several greedy samples, a malformed shard, or a
     shard with a run-wide ``token_budget``.
@@ -123,6 +125,7 @@ class EvalSettings:
     sandbox: SandboxLimits = field(default_factory=SandboxLimits)
     shard: str | None = None
     example_as: str = "graft"
+    assume_kind: bool = False
 
     def __post_init__(self):
         if self.example_as not in EXAMPLE_AS_CHOICES:
@@ -160,10 +163,12 @@ class EvalSettings:
         """The settings a run folder and its manifest record. In ``text`` mode ``mode`` and ``sandbox`` are left
         out, so text runs record exactly what they did before program mode (a settings dict without ``mode`` is
         text mode); a program-mode run records them and its layout (``program_layout``). ``example_as`` is
-        recorded only when it is ``prompt`` (a settings dict without it grafted)."""
+        recorded only when it is ``prompt`` (a settings dict without it grafted), ``assume_kind`` only when set."""
         record = _with_mode(asdict(self))
         if record["example_as"] == "graft":
             record.pop("example_as")
+        if not record["assume_kind"]:
+            record.pop("assume_kind")
         return record
 
 
@@ -229,6 +234,7 @@ class BenchSettings:
     head_to_head_repeats: int = 10  # pairs of graft and llama.cpp state load, alternating (bench/head_to_head.py)
     bit_flips: int = 64
     smoke: bool = False
+    memory_probes: bool = True  # TTFT's graft-memory probes, each a fresh process that loads the model
 
     @classmethod
     def smoke_run(cls) -> "BenchSettings":

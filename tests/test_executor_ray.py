@@ -425,3 +425,62 @@ def test_a_worker_that_cannot_load_the_model_is_named(ray_cluster, problems, tmp
         run_eval_ray(problems, "builtin", "nomodel", SETTINGS, pin=WorkerPin("no-such-model", "float32", CHUNK,
                                                                            "native", 1),
                      options=ClusterOptions(workers=1), command="solve", runs_root=tmp_path)
+
+
+@pytest.mark.slow
+def test_eval_graft_strict_over_ray_with_a_store_of_another_thread_count_refuses_before_any_worker_starts(
+        one_thread_session, problems, tmp_path, monkeypatch):
+    """The store holds deposits of this model at 1 thread; the workers would run at 2: the driver's pre-flight
+    names the thread count and the option, and ``--strict`` exits 2 with no Ray cluster and no worker started."""
+    pytest.importorskip("ray")
+    from graftbench.eval.workflows import deposit_job
+    from graftbench.scale import ray_executor
+
+    store = tmp_path / "store"
+    with _one_thread():
+        deposit_job(one_thread_session, store, problems[:2], references=True)
+
+    def no_cluster(*args, **kwargs):
+        raise AssertionError("a Ray cluster was started: the pre-flight should have refused first")
+
+    monkeypatch.setattr(ray_executor, "_Cluster", no_cluster)
+    result = runner.invoke(app, ["eval", "--graft", "--strict", "--executor", "ray", "--workers", "2",
+                                 "--worker-threads", "2", "--store", str(store), "--problems", "builtin", "--limit",
+                                 str(N_PROBLEMS), "--max-new-tokens", str(TOKENS), "--chunk-size", str(CHUNK),
+                                 "--runs-dir", str(tmp_path / "runs")])
+    out = " ".join(result.output.split())
+    assert result.exit_code == 2, result.output
+    assert "--strict:" in out and "torch threads 1 (this run 2: pass --worker-threads 1)" in out, out
+    assert "nothing was run" in out and not (tmp_path / "runs" / "eval-smollm2-135m-builtin-graft" /
+                                             "samples.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_artifacts_of_another_kind_of_cpu_are_refused_by_each_worker_and_the_run_says_it_grafted_nothing(
+        ray_cluster, one_thread_session, problems, tmp_path):
+    from graftbench.eval.preflight import PreflightError
+    from graftbench.eval.workflows import deposit_job
+    from graftbench.scale.ray_executor import run_eval_ray
+    from tests.test_store_writers import OTHER_KIND, present_as_written_on
+
+    store = tmp_path / "store"
+    with _one_thread():
+        deposit_job(one_thread_session, store, problems[:2], references=True)
+    present_as_written_on(store, OTHER_KIND)
+    events = []
+    settings = EvalSettings(max_new_tokens=TOKENS, graft=True)
+    result = run_eval_ray(problems, "builtin", "other-kind", settings, pin=_pin(), options=ClusterOptions(workers=2),
+                          runs_root=tmp_path, store_root=store, on_event=events.append)
+    assert result.dispatch.started == 2 and result.dispatch.refused == []
+    refused = [s for s in result.samples if s.fallback]
+    assert [s.problem_id for s in refused] == [p.id for p in problems[:2]], [s.fallback for s in result.samples]
+    assert all(s.fallback.startswith("cpu: ") and "another kind of CPU" in s.fallback for s in refused)
+    assert all(s.mode == "baseline" for s in result.samples)
+    assert result.manifest["graft_use"]["none_grafted"] is True
+    assert any("none of which may be grafted on this kind of CPU" in line for line in events), events
+    with pytest.raises(PreflightError, match="none of which may be grafted on this kind of CPU"):
+        run_eval_ray(problems, "builtin", "other-kind-strict", EvalSettings(max_new_tokens=TOKENS, graft=True,
+                                                                            strict=True),
+                     pin=_pin(), options=ClusterOptions(workers=2), runs_root=tmp_path, store_root=store)
+    assert not (tmp_path / "other-kind-strict" / "samples.jsonl").exists() or \
+        (tmp_path / "other-kind-strict" / "samples.jsonl").read_text() == ""

@@ -19,6 +19,7 @@ from ..programs.sandbox import run_program
 from ..engine.session import Session
 from ..settings import SandboxLimits
 from ..store.folder import Store
+from ..store.writers import kind_refusal, this_kind
 from ..verify.answers import verify_answer
 
 QUERY_MARGIN = 64  # tokens kept free after an artifact for the query's answer decode
@@ -107,7 +108,7 @@ def _deposit_one(session: Session, store: Store, item: DepositItem, report: Depo
         report.deposited.append((problem.id, held, len(ids), False))
         return None
     data = session.build_artifact(ids, meta)
-    artifact_id, written = store.put_reporting(data)
+    artifact_id, written = store.put_reporting(data, session.config.to_dict())
     report.prefilled_keys.append(meta["problem_key"])
     report.deposited.append((problem.id, artifact_id, len(ids), written))
     return None
@@ -139,8 +140,14 @@ def stored_artifact(session: Session, store: Store, ids: list[int], meta: dict) 
     id, of the payload against its header; a torch KV artifact or a llama.cpp state alike), hold the same token ids at positions ``[0, n_tokens)`` and carry the
     same ``meta`` fields. The exactness contract says a prefill of the same ids under the same pin gives the same
     bytes, so such a deposit is taken as it is; ``deposit --recompute`` prefills anyway and checks it. A damaged
-    copy is not held: the deposit prefills and replaces it."""
-    for artifact_id in store.exact_ids(session.config.fingerprint, meta["problem_key"], len(ids)):
+    copy is not held: the deposit prefills and replaces it. Nor is one whose writers were all of another kind of
+    CPU, or that records none, under a pin not proven portable (:func:`graftbench.store.writers.kind_refusal`): the
+    same pin may compute other bytes here, so the deposit prefills (equal bytes keep the one copy and add this
+    machine's writer record)."""
+    here, fingerprint = this_kind(), session.config.fingerprint
+    for artifact_id in store.exact_ids(fingerprint, meta["problem_key"], len(ids)):
+        if kind_refusal(fingerprint, store.writer_kinds(artifact_id), here, assume_kind=False) is not None:
+            continue
         try:
             header = store.audit(artifact_id)
             token_ids = store.token_ids(artifact_id)

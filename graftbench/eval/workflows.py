@@ -11,10 +11,10 @@ from .dispatch import DispatchReport
 from .deposit import DepositItem, DepositReport, deposit_items, items_from_problems, items_from_samples
 from ..util.energy import EnergyMeter
 from .evaluate import evaluate
-from ..results.manifest import (ManifestError, build_manifest, check_manifest, load_manifest, verify_manifest,
-                                write_manifest)
+from ..results.manifest import (ManifestError, build_manifest, check_manifest, graft_use, load_manifest,
+                                verify_manifest, write_manifest)
 from ..problems.types import Problem, problem_set_sha256, problem_text_sha256
-from ..results.runs import RunDir
+from ..results.runs import PIN_RECORD, RunDir
 from ..results.samples import Sample
 from ..engine.session import Session
 from ..settings import EvalSettings, SandboxLimits
@@ -82,9 +82,11 @@ def samples_recorded(runs_root: str | Path, run_name: str, problems: list[Proble
 def run_record(command: str, config: dict, config_fingerprint: str, problems: list[Problem],
                settings: EvalSettings) -> dict:
     """What a run folder's ``run.json`` records, and what a resumed run must match (:meth:`RunDir.open`): the
-    command, the model's name, the pin's fingerprint, the whole problem set's SHA-256 and the settings. How the
-    run is executed (one process, or Ray workers) is not part of it: either can resume the other's run."""
-    return {**_run_identity(command, config["model"], problems, settings), "config_fingerprint": config_fingerprint}
+    command, the model's name, the pin's fingerprint, the whole problem set's SHA-256 and the settings; and the pin
+    itself (``config``, never compared: it names the fields of a fingerprint that differs, e.g. the thread count).
+    How the run is executed (one process, or Ray workers) is not part of it: either can resume the other's run."""
+    return {**_run_identity(command, config["model"], problems, settings), "config_fingerprint": config_fingerprint,
+            PIN_RECORD: config}
 
 
 def _run_identity(command: str, model: str, problems: list[Problem], settings: EvalSettings) -> dict:
@@ -106,9 +108,12 @@ def eval_manifest(*, run_name: str, command: str, config: dict, config_fingerpri
                   store_root: str | Path | None, extra: dict | None = None) -> dict:
     """The sealed manifest of a solve or eval run over ``problems`` (the whole set; the run's shard of it when
     ``settings.shard`` is given), its ``samples`` in problem order then sample index; ``store_root`` is recorded
-    when the run grafted (``None`` otherwise); ``extra`` adds sections. Raises ``ValueError`` as
-    :func:`graftbench.results.manifest.build_manifest` does."""
+    when the run grafted (``None`` otherwise); ``extra`` adds sections. A run with ``settings.graft`` also records
+    what it grafted (:func:`graftbench.results.manifest.graft_use`: ``none_grafted`` when nothing). Raises
+    ``ValueError`` as :func:`graftbench.results.manifest.build_manifest` does."""
     selected = select(problems, parse_shard(settings.shard))
+    if settings.graft:
+        extra = {**(extra or {}), "graft_use": graft_use(samples)}
     return build_manifest(
         run=run_name, command=command, config=config, config_fingerprint=config_fingerprint,
         settings=settings.to_dict(), problem_set=problem_set_entry(source, problems, selected, settings.shard),

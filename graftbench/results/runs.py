@@ -39,6 +39,23 @@ class RunError(ValueError):
     """A run name or run folder that cannot be used; the message names it and what is wrong."""
 
 
+# The key of run.json that records the run's pin beside its fingerprint: never compared itself (a run.json written
+# before it was recorded has none), it names the fields of a fingerprint that differs.
+PIN_RECORD = "config"
+
+
+def _pin_change(previous: dict, settings: dict) -> str:
+    """``config_fingerprint`` with the pin fields that differ between the recorded run and this one, where both
+    record their pin: ``config_fingerprint: threads 2 (this run 1)``."""
+    old, new = previous.get(PIN_RECORD), settings.get(PIN_RECORD)
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return "config_fingerprint"
+    fields = sorted(k for k in set(old) | set(new) if k != "model" and old.get(k) != new.get(k))
+    shown = lambda value: str(value)[:40]  # noqa: E731
+    return "config_fingerprint: " + (", ".join(f"{k} {shown(old.get(k))} (this run {shown(new.get(k))})"
+                                             for k in fields) or "the pin")
+
+
 def check_run_name(name: str) -> str:
     """Return ``name`` if it is a plain folder name (letters, digits, ``._-``, at most 128 characters).
 
@@ -141,10 +158,11 @@ class RunDir:
         except (ValueError, UnicodeDecodeError) as exc:
             raise RunError(f"{self.settings_path} is not valid JSON ({exc}); delete the run folder or pass "
                            "another --run name") from exc
-        keys = set(settings) if partial else set(previous) | set(settings)
+        keys = (set(settings) if partial else set(previous) | set(settings)) - {PIN_RECORD}
         changed = sorted(k for k in keys if previous.get(k) != settings.get(k))
         if changed:
-            raise RunError(f"run '{self.name}' exists with other settings ({', '.join(changed)}); "
+            named = [_pin_change(previous, settings) if k == "config_fingerprint" else k for k in changed]
+            raise RunError(f"run '{self.name}' exists with other settings ({', '.join(named)}); "
                            "pass another --run name or delete the folder")
 
     def _resume(self, settings: dict) -> list[dict]:

@@ -18,6 +18,14 @@ executor is not part of ``run.json``). At the end it writes the manifest with
 :func:`graftbench.eval.workflows.eval_manifest`: problems and samples in the set's order, as one process writes them,
 plus an ``executor`` section (workers started, refused and lost, and the workers' environments).
 
+A graft run is held to the single process's pre-flight (:mod:`graftbench.eval.preflight`), in the driver: before any
+worker starts, the store's recorded pins against the fields of the workers' pin the driver knows (:func:`known_pin`:
+threads, ``--isa``, chunk size, dtype, device); once the first worker has loaded the model, against its whole pin and
+its kind of CPU, before any problem is handed out. A store that holds nothing the workers can graft is a note (an
+``on_event`` line), or under ``--strict`` a :class:`graftbench.eval.preflight.PreflightError`. Each worker refuses an
+artifact written on another kind of CPU than its own (:func:`graftbench.eval.evaluate.check_kind`), as one process
+does.
+
 Ray is imported only here and only when a run asks for it (``pip install 'graftbench[ray]'``). Without
 ``address`` a local cluster is started for the run on the loopback interface (nothing listens on the network) and
 shut down at the end; a process already connected to Ray (``ray.is_initialized()``) keeps its connection.
@@ -58,6 +66,18 @@ class WorkerPin:
     isa: str
     threads: int
     device: str = "auto"
+
+
+def known_pin(pin: WorkerPin) -> dict:
+    """The fields of the pin (:meth:`graftbench.engine.pin.PinnedConfig.to_dict`) every worker loading ``pin`` will
+    have, known before any worker starts: the model, threads, ``isa`` and chunk size, and the dtype and device kind
+    where they are not ``auto`` (resolved on the worker's machine)."""
+    known = {"model": pin.model, "threads": pin.threads, "isa": pin.isa, "chunk_size": pin.chunk_size}
+    if pin.dtype != "auto":
+        known["dtype"] = pin.dtype
+    if pin.device != "auto":
+        known["device"] = pin.device.split(":")[0]
+    return known
 
 
 def worker_gpus(device: str) -> int:
@@ -290,8 +310,11 @@ def run_eval_ray(problems: list[Problem], source: str, run_name: str, settings: 
     model within ``options.ready_timeout_s`` seconds or with the run's pin, every worker is lost, a problem loses
     ``options.max_losses`` workers, or ``settings.token_budget`` is set (a run-wide budget is spent in problem
     order, which workers running at once do not have); :class:`graftbench.results.runs.RunError` and
-    :class:`graftbench.store.folder.StoreError` as :func:`~graftbench.eval.workflows.run_eval` does; and what a worker's
-    :func:`~graftbench.eval.evaluate.run_problem` raises (e.g. :class:`~graftbench.eval.evaluate.StrictFallbackError`).
+    :class:`graftbench.store.folder.StoreError` as :func:`~graftbench.eval.workflows.run_eval` does;
+    :class:`graftbench.eval.preflight.PreflightError` under ``settings.strict`` when the store holds nothing the
+    workers can graft (before any worker starts where the store's writer records tell, else before any problem is
+    handed out); and what a worker's :func:`~graftbench.eval.evaluate.run_problem` raises (e.g.
+    :class:`~graftbench.eval.evaluate.StrictFallbackError`).
     """
     if settings.token_budget is not None:
         raise DispatchError("a token budget for the whole run is spent in problem order and cannot be split over "
@@ -301,6 +324,8 @@ def run_eval_ray(problems: list[Problem], source: str, run_name: str, settings: 
     from ..results.samples import Sample
     from ..problems.shards import parse_shard, select
     from ..store.open import open_store
+    from ..eval.preflight import preflight
+    from ..store.writers import kind_of
     from ..eval.workflows import RunResult, eval_manifest, run_record
 
     event = on_event or (lambda _: None)
@@ -310,6 +335,9 @@ def run_eval_ray(problems: list[Problem], source: str, run_name: str, settings: 
     with run:
         run.lock()  # first: a run that another process holds is refused before anything else
         store = open_store(store_root, create=new_store) if settings.graft and store_root is not None else None
+        noted = preflight(store_root, known_pin(pin), None, None, settings, ray=True) if store is not None else []
+        for note in noted:
+            event(f"note: {note}")
         with _Cluster(options, event) as cluster:
             workers = _Workers(cluster.ray, pin, settings, _worker_path(store_root) if store is not None else None, hooks, report)
             try:
@@ -317,6 +345,11 @@ def run_eval_ray(problems: list[Problem], source: str, run_name: str, settings: 
                 for _ in range(count):
                     workers.start()
                 first, reference = _first_pin(workers, options, event)
+                if store is not None:  # the whole pin and a worker's kind of CPU, before a problem is handed out
+                    notes = preflight(store_root, reference["config"], reference["config_fingerprint"],
+                                      kind_of(reference["environment"]), settings, ray=True)
+                    for note in notes if not noted else []:
+                        event(f"note: {note}")
                 recorded = run.open(run_record(command, reference["config"], reference["config_fingerprint"],
                                                problems, settings))
                 ledger = Ledger([p.id for p in chosen], settings.samples, recorded, options.max_losses)

@@ -38,7 +38,7 @@ KV_DTYPES = ("float32", "bfloat16", "float16")  # the dtypes an artifact's keys 
 class ArtifactError(ValueError):
     """An artifact that is refused. ``artifact_id`` names it and ``check`` names the check that failed
     (``id``, ``missing``, ``read``, ``size``, ``hash``, ``format``, ``header``, ``tensors``, ``payload``,
-    ``config``, ``parent``)."""
+    ``config``, ``parent``, ``cpu``: written on another kind of CPU, :mod:`graftbench.store.writers`)."""
 
     def __init__(self, artifact_id: str, check: str, detail: str):
         self.artifact_id = artifact_id

@@ -3,9 +3,11 @@
 Layout on disk::
 
     <root>/artifacts/<id>.safetensors   written to a temporary file, fsynced, then renamed into place
-    <root>/index.sqlite                  one row per artifact, inserted after its file is in place, and the
+    <root>/writers/<id>.<digest>.json    who wrote it: the kind of CPU and the pin of each deposit of these
+                                         bytes (:mod:`graftbench.store.writers`), outside the artifact's bytes
+    <root>/index.sqlite                  one row per artifact, inserted after its file is in place, the
                                          router's MinHash band keys of its problem text
-                                         (:mod:`graftbench.store.minhash`)
+                                         (:mod:`graftbench.store.minhash`), and the writer records
 
 The file format and its checks are :mod:`graftbench.store.codec`'s; ids and paths are
 :mod:`graftbench.store.ids`'. An index row is derived from the header inside the bytes written, so the row and
@@ -58,6 +60,7 @@ from .ids import (
     id_of_path,
 )
 from .llama_state import audit_any, decode_state, parse_state
+from .writers import WRITERS_DIR, new_record
 from .reader import (INTEGRITY_METHODS, LayoutError, header_length, metadata_of, parse_table,
                      read_safetensors, xxh3_128_hex, xxh3_128_stream)
 from ..util.durable import (
@@ -80,6 +83,7 @@ from .index import (
     held_lock,
     index_error,
     insert_row,
+    insert_writer,
     is_damaged,
     rebuild_index,
     reindex_advice,
@@ -161,7 +165,9 @@ def clean_folder_store(root: str | Path) -> list[Path]:
 def _clean(root: Path) -> list[Path]:
     """The ``.tmp-*`` files of killed writers removed from ``root`` (the folder the user named, followed if it is a
     symlink) and its ``artifacts/`` folder (never followed: a symlinked ``artifacts/`` is left alone)."""
-    return clean_temporaries(artifacts_dir(root), follow=False) + clean_temporaries(root)
+    writers = root / WRITERS_DIR
+    return (clean_temporaries(artifacts_dir(root), follow=False) + clean_temporaries(root)
+            + (clean_temporaries(writers, follow=False) if writers.is_dir() and not writers.is_symlink() else []))
 
 
 def reindex_folder_store(root: str | Path) -> tuple[ReindexReport, list[Path]]:
@@ -180,7 +186,7 @@ def reindex_folder_store(root: str | Path) -> tuple[ReindexReport, list[Path]]:
         raise StoreError(f"{root} is not a graftbench store (no artifacts/ folder): nothing to reindex")
     with _write_lock(root):
         cleaned = _clean(root)
-        return rebuild_index(artifacts_dir(root), root / INDEX_NAME), cleaned
+        return rebuild_index(artifacts_dir(root), root / INDEX_NAME, root / WRITERS_DIR), cleaned
 
 
 def _write_lock(root: Path):
@@ -234,22 +240,25 @@ class Store(IndexedStore):
         """The file of an artifact id (checked to be 64 hex digits first: :class:`ArtifactError` ``id``)."""
         return artifact_path(self.root, check_artifact_id(artifact_id))
 
-    def put(self, data: bytes) -> str:
-        """Store artifact bytes: write the file atomically, then index it from the header inside ``data``;
-        returns the artifact id (SHA-256 of ``data``).
+    def put(self, data: bytes, pin: dict | None = None) -> str:
+        """Store artifact bytes: write the file atomically and its writer record (this machine's kind of CPU and
+        the deposit's pin ``pin``, :mod:`graftbench.store.writers`), then index both from the header inside
+        ``data`` and the record; returns the artifact id (SHA-256 of ``data``). The bytes must have been computed
+        on this machine: the record says so.
 
         Writing the same bytes twice keeps one copy (a damaged copy already there is replaced). Raises
         :class:`ArtifactError` (``format`` or ``header``) for bytes whose graftbench header cannot be read, before
         anything is written, :class:`graftbench.util.durable.StorageError` (e.g. disk full) with nothing new
         visible in the store or the index, and :class:`StoreError` for a damaged index or a read-only store.
         """
-        return self.put_reporting(data)[0]
+        return self.put_reporting(data, pin)[0]
 
-    def put_reporting(self, data: bytes) -> tuple[str, bool]:
+    def put_reporting(self, data: bytes, pin: dict | None = None) -> tuple[str, bool]:
         """:meth:`put`, returning ``(id, written)``: ``written`` is ``False`` when an intact copy was already
-        there (the index row is still inserted if it was missing)."""
+        there (the index row is still inserted if it was missing, and the writer record added if this machine's
+        kind or this pin had none)."""
         artifact_id = artifact_id_of(data)
-        return self._put(artifact_id, data, decode_header(artifact_id, data))
+        return self._put(artifact_id, data, decode_header(artifact_id, data), pin)
 
     def plant(self, data: bytes, index_header: dict) -> str:
         """For fault injection only: store ``data`` (any bytes) and index it with the fields of ``index_header``
@@ -258,20 +267,26 @@ class Store(IndexedStore):
         routed to and the read checks must refuse it. Returns the id; raises as :meth:`put`."""
         return self._put(artifact_id_of(data), data, index_header)[0]
 
-    def _put(self, artifact_id: str, data: bytes, header: dict) -> tuple[str, bool]:
+    def _put(self, artifact_id: str, data: bytes, header: dict, pin: dict | None = None) -> tuple[str, bool]:
         if self.readonly:
             raise StoreError(f"the store {self.root} was opened read-only")
         row = row_of(artifact_id, header, data)
+        record, writer = new_record(artifact_id, pin)
         target = self.path(artifact_id)
         with _write_lock(self.root):  # from the file write to the index row: see the module's docstring
             written = not self._holds(target, artifact_id)
             if written:
                 write_file_atomic(target, data, f"artifact {artifact_id[:16]} to {self.artifacts}",
                                   crash="deposit-before-rename")
+            record_path = self.root / WRITERS_DIR / writer[0]
+            if not record_path.is_file():  # a record is written once: the same name holds the same bytes
+                record_path.parent.mkdir(exist_ok=True)
+                write_file_atomic(record_path, record, f"the writer record of artifact {artifact_id[:16]}")
             crash_point("deposit-before-index")
             try:
                 with closing(self._connect()) as db, db:
                     insert_row(db, row)
+                    insert_writer(db, *writer)
             except sqlite3.Error as exc:
                 if written:
                     target.unlink(missing_ok=True)

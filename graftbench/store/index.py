@@ -24,9 +24,11 @@ from . import minhash
 from .codec import ArtifactError, decode_header
 from .ids import artifact_id_of, id_of_path
 from .reader import xxh3_128_hex
+from .writers import MAX_RECORD_BYTES, WRITERS_DIR, WriterRecordError, parse_record
 from ..util.durable import TEMP_PREFIX, fsync_dir, locked_temp
 from ..problems.types import family_of_id
 from ..util.safe_files import MAX_ARTIFACT_BYTES, UnsafeFileError, read_regular, regular_file_size
+from ..util.strict_json import loads_strict
 
 INDEX_NAME = "index.sqlite"
 ROUTE_CANDIDATES = 32  # most artifacts ranked per similarity lookup
@@ -52,8 +54,17 @@ CREATE TABLE IF NOT EXISTS bands (
     artifact INTEGER NOT NULL,
     PRIMARY KEY (key, artifact)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS writers (
+    name TEXT PRIMARY KEY,
+    id TEXT NOT NULL,
+    cpu TEXT NOT NULL,
+    pin TEXT
+);
+CREATE INDEX IF NOT EXISTS writers_by_id ON writers (id);
 """
-SCHEMA_VERSION = 3  # 1: no xxh3_128 column, no bands table; 2: no problem_id and family columns
+# 1: no xxh3_128 column, no bands table; 2: no problem_id and family columns; 3: no writers table (a store whose
+# artifacts record no kind of CPU, graftbench.store.writers)
+SCHEMA_VERSION = 4
 COLUMNS = ("id", "config_fingerprint", "problem_key", "problem_text", "answer", "n_tokens", "parent", "bytes",
            "source", "xxh3_128", "problem_id", "family")
 _INSERT = f"INSERT OR IGNORE INTO artifacts ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
@@ -153,6 +164,18 @@ def row_from_header(artifact_id: str, header: dict, size: int, xxh3: str | None)
     family = header.get("family") or (family_of_id(problem_id) if isinstance(problem_id, str) else None)
     return (artifact_id, fingerprint, header.get("problem_key"), header.get("problem_text"), header.get("answer"),
             n_tokens, header.get("parent"), size, header.get("source"), xxh3, problem_id, family)
+
+
+def insert_writer(db: sqlite3.Connection, name: str, artifact_id: str, cpu: str, pin: str | None) -> None:
+    """Index the writer record file ``name`` of ``artifact_id``: the CPU kind's and the pin's canonical JSON
+    (:func:`graftbench.store.writers.parse_record`)."""
+    db.execute("INSERT OR IGNORE INTO writers (name, id, cpu, pin) VALUES (?, ?, ?, ?)", (name, artifact_id, cpu, pin))
+
+
+def has_writers(db: sqlite3.Connection) -> bool:
+    """Whether the index has the ``writers`` table (an index of graftbench before writer records, opened read-only,
+    has not: its artifacts record no kind of CPU)."""
+    return db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='writers'").fetchone() is not None
 
 
 def insert_row(db: sqlite3.Connection, row: tuple) -> None:
@@ -255,10 +278,30 @@ def band_candidates(db: sqlite3.Connection, config_fingerprint: str, normalized_
     return [(artifact_id, text) for _, artifact_id, text in sorted(rows, key=lambda row: (-shared[row[0]], row[1]))]
 
 
-def rebuild_index(artifacts: Path, index_path: Path) -> ReindexReport:
+def read_writer_records(folder: Path) -> tuple[list[tuple[str, str, str, str | None]], list[tuple[str, str]]]:
+    """The writer records in ``folder`` (a store's ``writers/``: :mod:`graftbench.store.writers`) as
+    ``(name, artifact id, cpu, pin)`` index entries, and ``(writers/<name>, why it is skipped)`` for each file that
+    is not a readable record (left where it is). Nothing when the folder does not exist (a store from before
+    writer records)."""
+    records, skipped = [], []
+    try:
+        names = sorted(entry.name for entry in os.scandir(folder) if not entry.name.startswith(TEMP_PREFIX))
+    except (FileNotFoundError, NotADirectoryError):
+        return [], []
+    for name in names:
+        try:
+            data = read_regular(folder / name, max_bytes=MAX_RECORD_BYTES, within=folder, what="writer record")
+            records.append((name, *parse_record(name, data)))
+        except (OSError, WriterRecordError) as exc:
+            skipped.append((f"{WRITERS_DIR}/{name}", str(exc)))
+    return records, skipped
+
+
+def rebuild_index(artifacts: Path, index_path: Path, writers: Path | None = None) -> ReindexReport:
     """Rebuild the index at ``index_path`` from the artifact files in ``artifacts``: each file whose name is an
     artifact id, whose SHA-256 equals that id and whose graftbench header parses gets its row; every other file
-    is skipped and named (nothing is moved or deleted). The new index is written to a temporary file and renamed
+    is skipped and named (nothing is moved or deleted); the writer records in ``writers`` (when given) are indexed
+    the same way (:func:`read_writer_records`). The new index is written to a temporary file and renamed
     over the old one (:func:`write_index`), so readers see the old index or the new one. The caller holds the
     store's write lock.
 
@@ -266,15 +309,20 @@ def rebuild_index(artifacts: Path, index_path: Path) -> ReindexReport:
     be written; the old index is then left as it was.
     """
     names = sorted(entry.name for entry in os.scandir(artifacts))
-    return write_index(index_path, ((name, *_row_of_file(artifacts / name)) for name in names
-                                    if not name.startswith(TEMP_PREFIX)),
-                       temporaries=[name for name in names if name.startswith(TEMP_PREFIX)])
+    records, unreadable = read_writer_records(writers) if writers is not None else ([], [])
+    report = write_index(index_path, ((name, *_row_of_file(artifacts / name)) for name in names
+                                      if not name.startswith(TEMP_PREFIX)),
+                         temporaries=[name for name in names if name.startswith(TEMP_PREFIX)], writers=records)
+    report.skipped += unreadable
+    return report
 
 
 def write_index(index_path: Path, entries: Iterable[tuple[str, tuple | None, str]],
-                temporaries: list[str] | None = None) -> ReindexReport:
+                temporaries: list[str] | None = None,
+                writers: Iterable[tuple[str, str, str, str | None]] = ()) -> ReindexReport:
     """Write a new index at ``index_path`` from ``(name, row, reason)`` entries: a row is inserted, an entry
-    without one is reported as skipped with its reason. The index is written to a locked temporary file beside
+    without one is reported as skipped with its reason; ``writers`` are writer records' ``(name, artifact id,
+    cpu, pin)`` entries (:func:`insert_writer`). The index is written to a locked temporary file beside
     ``index_path``, fsynced and renamed over the old one. ``temporaries`` (names of writes in flight) go into the
     report as they are. Raises :class:`StoreError` when SQLite cannot write the new index and ``OSError`` when
     the file cannot be created; the old index is then left as it was."""
@@ -290,6 +338,8 @@ def write_index(index_path: Path, entries: Iterable[tuple[str, tuple | None, str
                 else:
                     insert_row(db, row)
                     report.indexed.append(row[0])
+            for writer in writers:
+                insert_writer(db, *writer)
             db.commit()
         os.fsync(fd)
         for suffix in ("-journal", "-wal", "-shm"):  # they belong to the old index, never to the new one
@@ -411,6 +461,54 @@ class IndexedStore:
         with self._index() as db:
             return db.execute("SELECT config_fingerprint, COUNT(*), MIN(id) FROM artifacts WHERE parent IS NULL "
                               "GROUP BY config_fingerprint ORDER BY config_fingerprint").fetchall()
+
+    def writer_kinds(self, artifact_id: str) -> list[dict]:
+        """The CPU kinds (:func:`graftbench.util.isa.environment` records) the writer records of ``artifact_id``
+        name, in the order of their canonical JSON; empty when none is recorded."""
+        with self._index() as db:
+            if not has_writers(db):
+                return []
+            return [loads_strict(cpu) for (cpu,) in db.execute(
+                "SELECT DISTINCT cpu FROM writers WHERE id = ? ORDER BY cpu", (artifact_id,))]
+
+    def kinds_by_id(self) -> dict[str, list[dict]]:
+        """For every artifact with a writer record: the CPU kinds recorded (as :meth:`writer_kinds`)."""
+        kinds: dict[str, list[dict]] = {}
+        with self._index() as db:
+            if not has_writers(db):
+                return {}
+            for artifact_id, cpu in db.execute("SELECT DISTINCT id, cpu FROM writers ORDER BY id, cpu"):
+                kinds.setdefault(artifact_id, []).append(loads_strict(cpu))
+        return kinds
+
+    def kinds_under(self, config_fingerprint: str) -> list[list[dict]]:
+        """For each top-level artifact under ``config_fingerprint``, by id: the CPU kinds its writer records name
+        (empty for one with none)."""
+        with self._index() as db:
+            ids = [r[0] for r in db.execute("SELECT id FROM artifacts WHERE config_fingerprint = ? AND parent IS NULL "
+                                            "ORDER BY id", (config_fingerprint,))]
+            kinds: dict[str, list[dict]] = {artifact_id: [] for artifact_id in ids}
+            if has_writers(db):
+                for artifact_id, cpu in db.execute(
+                        "SELECT DISTINCT w.id, w.cpu FROM writers w JOIN artifacts a ON a.id = w.id "
+                        "WHERE a.config_fingerprint = ? AND a.parent IS NULL ORDER BY w.id, w.cpu",
+                        (config_fingerprint,)):
+                    kinds[artifact_id].append(loads_strict(cpu))
+        return list(kinds.values())
+
+    def recorded_pins(self) -> dict[str, dict]:
+        """For each config fingerprint of a top-level artifact whose writer record holds its pin: that pin (a
+        :meth:`graftbench.engine.pin.PinnedConfig.to_dict`; the first in record order where several were
+        recorded). The pre-flight names the fields in which a run's pin differs from these."""
+        pins: dict[str, dict] = {}
+        with self._index() as db:
+            if not has_writers(db):
+                return {}
+            for fingerprint, pin in db.execute(
+                    "SELECT a.config_fingerprint, w.pin FROM writers w JOIN artifacts a ON a.id = w.id "
+                    "WHERE a.parent IS NULL AND w.pin IS NOT NULL ORDER BY w.name"):
+                pins.setdefault(fingerprint, loads_strict(pin))
+        return pins
 
     def rows(self) -> list[dict]:
         """Every index row as a dict (id, config_fingerprint, problem_key, answer, n_tokens, parent, bytes, source)."""

@@ -4,6 +4,7 @@ content-addressed artifact store, with a local index and a local read-through ca
 Under the URL (the folder store's layout, without its index)::
 
     <url>/artifacts/<id>.safetensors   one object per artifact, created with a put-if-absent
+    <url>/writers/<id>.<digest>.json   who wrote it (kind of CPU, pin: :mod:`graftbench.store.writers`), put-if-absent
     <url>/graftbench-store.json        written when a writer creates the store, so that a mistyped URL is refused
 
 On this machine, under the store cache (``$GRAFTBENCH_STORE_CACHE``, default ``$GRAFTBENCH_CACHE/store``)::
@@ -52,8 +53,9 @@ from .object_backend import BACKEND_ERRORS as _ERRORS
 from .object_backend import Objects
 from ..settings import cache_root
 from .folder import Store
-from .index import (INDEX_NAME, ReindexReport, StoreError, create_or_upgrade, held_lock, insert_row,
-                    is_damaged, row_from_header, row_of, write_index)
+from .index import (INDEX_NAME, ReindexReport, StoreError, create_or_upgrade, has_writers, held_lock, insert_row,
+                    insert_writer, is_damaged, row_from_header, row_of, write_index)
+from .writers import MAX_RECORD_BYTES, WRITERS_DIR, WriterRecordError, new_record, parse_record
 
 __all__ = ["CACHE_ENV", "ObjectStore", "clean_object_store", "require_object_store", "store_cache"]
 
@@ -227,7 +229,10 @@ class ObjectStore(Store):
             if before.get(aid) != size:
                 row, reason = self._header_row(aid, size)
                 rows.append(row) if row else self.skipped.append((f"{aid}{SUFFIX}", reason))
-        if not stale and not rows:
+        with self._index() as db:
+            known = {name for (name,) in db.execute("SELECT name FROM writers")} if has_writers(db) else set()
+        writers = self._writer_records(known)
+        if not stale and not rows and not writers:
             return
         with self._index(write=True) as db:
             for aid in stale:
@@ -235,6 +240,29 @@ class ObjectStore(Store):
                 db.execute("DELETE FROM artifacts WHERE id = ?", (aid,))
             for row in rows:
                 insert_row(db, row)
+            for writer in writers:
+                insert_writer(db, *writer)
+
+    def _writer_records(self, known: set[str], skipped: list | None = None) -> list[tuple]:
+        """The index entries of the writer record objects whose names are not in ``known`` (one read each); a
+        record that cannot be read is left out (and named in ``skipped`` when given). Raises :class:`StoreError`
+        when the records cannot be listed."""
+        try:
+            listing = self.objects.list(WRITERS_DIR)
+        except _ERRORS as exc:
+            raise _unreachable(self.url, exc) from exc
+        entries = []
+        for name, size in sorted(listing.items()):
+            if name in known or name.startswith(TEMP_PREFIX):
+                continue
+            try:
+                if size > MAX_RECORD_BYTES:
+                    raise WriterRecordError(f"{name}: {size} bytes, over the {MAX_RECORD_BYTES} a record may have")
+                entries.append((name, *parse_record(name, self.objects.get(f"{WRITERS_DIR}/{name}"))))
+            except (WriterRecordError, FileNotFoundError, *_ERRORS) as exc:
+                if skipped is not None:
+                    skipped.append((f"{WRITERS_DIR}/{name}", str(exc)))
+        return entries
 
     def reindex(self) -> ReindexReport:
         """Rebuild this machine's index of the store from its objects alone (each artifact object's header, one or
@@ -256,8 +284,11 @@ class ObjectStore(Store):
                 entries.append((name, None, "not an artifact file name (64 hex digits + .safetensors)"))
             else:
                 entries.append((name, *self._header_row(aid, size)))
+        unreadable: list[tuple[str, str]] = []
+        writers = self._writer_records(set(), unreadable)
         with self._index_lock():
-            report = write_index(self.index_path, entries, temporaries)
+            report = write_index(self.index_path, entries, temporaries, writers)
+        report.skipped += unreadable
         self.skipped = [(name, reason) for name, reason in report.skipped if id_of_path(name)]
         return report
 
@@ -271,7 +302,7 @@ class ObjectStore(Store):
     def _name(self, artifact_id: str) -> str:
         return f"{ARTIFACTS_DIR}/{check_artifact_id(artifact_id)}{SUFFIX}"
 
-    def _put(self, artifact_id: str, data: bytes, header: dict) -> tuple[str, bool]:
+    def _put(self, artifact_id: str, data: bytes, header: dict, pin: dict | None = None) -> tuple[str, bool]:
         """Create the object put-if-absent (an object already there with other bytes is replaced), keep a local
         copy, then index it here. Raises :class:`StoreError` for a read-only store,
         :class:`graftbench.util.durable.StorageError` when the object cannot be written (nothing partial is visible)."""
@@ -286,6 +317,11 @@ class ObjectStore(Store):
                 written = True
         except _ERRORS as exc:
             raise storage_error(exc, f"artifact {artifact_id[:16]} to {self.url}") from exc
+        record, writer = new_record(artifact_id, pin)
+        try:  # the same name always holds the same bytes: a record already there is this one
+            self.objects.put_if_absent(f"{WRITERS_DIR}/{writer[0]}", record)
+        except _ERRORS as exc:
+            raise storage_error(exc, f"the writer record of artifact {artifact_id[:16]} to {self.url}") from exc
         crash_point("deposit-before-index")
         try:
             write_file_atomic(self.path(artifact_id), data, f"the local copy of artifact {artifact_id[:16]}")
@@ -293,6 +329,7 @@ class ObjectStore(Store):
             pass  # the object is stored; a read will fetch it
         with self._index_lock(), self._index(write=True) as db:
             insert_row(db, row)
+            insert_writer(db, *writer)
         return artifact_id, written
 
     # ------------------------------------------------------------------------------------------ reads

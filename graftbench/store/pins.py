@@ -2,13 +2,14 @@
 
 An artifact is grafted only under the pin it was deposited under (its config fingerprint: weights, tokenizer,
 dtype, chunk size, threads, instruction-set pin, layout). A graft run whose pin the store holds nothing under would
-run every problem as the baseline; :func:`unusable_store_message` says so before it starts, naming the pins the store
-does hold. Reads the index and one artifact header per pin; imports no torch.
+run every problem as the baseline; the pre-flight (:mod:`graftbench.eval.preflight`) says so before it starts,
+naming the pins the store does hold and how each differs. Reads the index (with its writer records) and one artifact
+header per pin; imports no torch.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .codec import ArtifactError
 
@@ -17,13 +18,17 @@ SHORT_PIN = 12  # hex digits of a config fingerprint shown in tables and message
 
 @dataclass(frozen=True)
 class PinHolding:
-    """The top-level artifacts a store holds under one pin: its ``fingerprint``, how many (``artifacts``), and the
-    ``model`` and ``dtype`` one of their headers records (``?`` when that header cannot be read)."""
+    """The top-level artifacts a store holds under one pin: its ``fingerprint``, how many (``artifacts``), the
+    ``model`` and ``dtype`` one of their headers records (``?`` when that header cannot be read), and ``pin``: the
+    pin a writer record holds for it (:mod:`graftbench.store.writers`, ``recorded``), else the pin fields that
+    header carries (weights, tokenizer, dtype, chunk size, libraries; a llama.cpp state's engine fields)."""
 
     fingerprint: str
     artifacts: int
     model: str
     dtype: str
+    pin: dict = field(default_factory=dict)
+    recorded: bool = False
 
     @property
     def label(self) -> str:
@@ -31,31 +36,22 @@ class PinHolding:
         return f"{self.model} {self.dtype} (pin {self.fingerprint[:SHORT_PIN]})"
 
 
+# The header fields that are pin fields of the same name (graftbench.engine.graft.build_artifact,
+# graftbench.engine.llama_codec.pin_header): what a store without writer records tells of its pins.
+HEADER_PIN_FIELDS = ("model", "weights_sha256", "tokenizer_sha256", "dtype", "chunk_size", "libraries", "engine")
+
+
 def pins_held(store) -> list[PinHolding]:
     """Every pin ``store`` (a :class:`graftbench.store.folder.Store`) holds top-level artifacts under, by fingerprint.
     Raises :class:`graftbench.store.folder.StoreError` for a damaged index."""
     holdings = []
+    recorded = store.recorded_pins()
     for fingerprint, count, first_id in store.pin_counts():
         try:
             header = store.header(first_id)
             model, dtype = str(header.get("model", "?")), str(header.get("dtype", "?"))
         except ArtifactError:
-            model, dtype = "?", "?"
-        holdings.append(PinHolding(fingerprint, count, model, dtype))
+            header, model, dtype = {}, "?", "?"
+        pin = recorded.get(fingerprint) or {k: header[k] for k in HEADER_PIN_FIELDS if k in header}
+        holdings.append(PinHolding(fingerprint, count, model, dtype, pin, fingerprint in recorded))
     return holdings
-
-
-def unusable_store_message(store_root, holdings: list[PinHolding], model: str, dtype: str, fingerprint: str) -> str | None:
-    """``None`` when ``holdings`` (:func:`pins_held`) include the run's pin ``fingerprint``; otherwise one line
-    saying that the store at ``store_root`` holds nothing this run (``model``, ``dtype``) can graft, how many
-    artifacts it holds and under which models and pins."""
-    if any(h.fingerprint == fingerprint for h in holdings):
-        return None
-    this = f"{model} {dtype} (pin {fingerprint[:SHORT_PIN]})"
-    if not holdings:
-        return f"the store {store_root} holds no artifact: every problem runs as the baseline under {this}"
-    total = sum(h.artifacts for h in holdings)
-    held = "; ".join(f"{h.artifacts} under {h.label}" for h in holdings)
-    return (f"the store {store_root} holds {total} artifact(s), none under this run's {this}: {held}. An artifact "
-            "is grafted only under the pin it was deposited under (weights, dtype, chunk size, threads, --isa), "
-            "so every problem would run as the baseline; deposit under this pin, or run with the pin above")
