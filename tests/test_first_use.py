@@ -31,7 +31,9 @@ from graftbench.problems.types import ProblemSetError
 from graftbench.report.compare import build_report
 from graftbench.results.samples import Sample
 from graftbench.store.folder import Store
-from graftbench.store.pins import pins_held, unusable_store_message
+from graftbench.eval.preflight import store_notes
+from graftbench.settings import EvalSettings
+from graftbench.store.pins import pins_held
 from graftbench.cli.tables import SUMMARY_COLUMNS, report_tables, rounds_tables, samples_table, summary_table
 from graftbench.eval.workflows import open_graft_store
 from tests.conftest import REFERENCE_MANIFESTS
@@ -185,15 +187,17 @@ def test_store_ls_names_problem_model_and_pin_within_80_columns(other_pin_store)
 def test_a_store_without_this_pin_is_named_before_the_run_and_refused_under_strict(other_pin_store, capsys):
     holdings = pins_held(other_pin_store)
     assert [(h.artifacts, h.model, h.dtype) for h in holdings] == [(2, "gemma3-270m", "bfloat16")]
-    config = SimpleNamespace(model="smollm2-135m", dtype="float32", fingerprint="a" * 64)
-    message = unusable_store_message("gs", holdings, config.model, config.dtype, config.fingerprint)
-    assert "holds 2 artifact(s), none under this run's smollm2-135m float32 (pin aaaaaaaaaaaa)" in message
-    assert "2 under gemma3-270m bfloat16 (pin bbbbbbbbbbbb)" in message
-    assert unusable_store_message("gs", holdings, "gemma3-270m", "bfloat16", "b" * 64) is None
-    _check_store_pins(str(other_pin_store.root), config, strict=False)  # a note, and the run goes on
+    pin = {"model": "smollm2-135m", "dtype": "float32"}
+    config = SimpleNamespace(model="smollm2-135m", dtype="float32", fingerprint="a" * 64, to_dict=lambda: pin)
+    message, = store_notes(other_pin_store, "gs", pin, config.fingerprint, None)
+    assert "holds 2 artifact(s), none under this run's torch smollm2-135m float32 (pin aaaaaaaaaaaa)" in message
+    assert ("2 under torch gemma3-270m bfloat16 (pin bbbbbbbbbbbb), which differs in: dtype bfloat16 (this run "
+            "float32: pass --dtype bfloat16)") in message
+    assert store_notes(other_pin_store, "gs", {"model": "gemma3-270m", "dtype": "bfloat16"}, "b" * 64, None) == []
+    _check_store_pins(str(other_pin_store.root), config, EvalSettings(graft=True))  # a note, and the run goes on
     assert "note" in capsys.readouterr().out
     with pytest.raises(typer.Exit) as stopped:
-        _check_store_pins(str(other_pin_store.root), config, strict=True)
+        _check_store_pins(str(other_pin_store.root), config, EvalSettings(graft=True, strict=True))
     assert stopped.value.exit_code == 2
     out = " ".join(capsys.readouterr().out.split())
     assert "--strict:" in out and "pin bbbbbbbbbbbb" in out and "nothing was run" in out

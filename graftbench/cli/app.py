@@ -89,6 +89,7 @@ def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, ru
     dtype = run_dtype(dtype, isa) if cluster is None else worker_dtype(dtype)  # auto: per device
     from ..util.durable import StorageError
     from ..eval.evaluate import StrictFallbackError
+    from ..eval.preflight import PreflightError
     from ..programs.sandbox import SandboxError
     from ..eval.workflows import shard_size
     from ..results.runs import RunError
@@ -112,7 +113,7 @@ def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, ru
         return
     execute = _executor(cluster, model, dtype, chunk_size, isa)  # loads the model here, or leaves it to workers
     if settings.graft and cluster is None:  # the pin is known once the model is loaded: partial(run_eval, session)
-        _check_store_pins(store, execute.args[0].config, settings.strict)
+        _check_store_pins(store, execute.args[0].config, settings)  # over Ray: the driver's pre-flight
     try:
         with progress(command, shard_size(problem_list, settings) * settings.samples,
                       samples_recorded(runs_dir, name, problem_list, settings)) as advance:
@@ -120,7 +121,7 @@ def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, ru
                              store_root=store if settings.graft else None, on_sample=advance, new_store=new_store)
     except StoreError as exc:
         fail(str(exc) + (" or pass --new-store to start an empty one" if exc.missing else ""))
-    except DispatchError as exc:
+    except (DispatchError, PreflightError) as exc:
         fail(str(exc))
     except StorageError as exc:  # a full or read-only runs folder: the samples appended before it stay
         fail(f"{os_error_text(exc)}; the samples finished so far are kept in {Path(runs_dir) / name} and the same "
@@ -131,27 +132,36 @@ def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, ru
         fail(f"interrupted: the samples finished so far are kept in {Path(runs_dir) / name}; the same command "
              "resumes the run", 130)
     _print_run(result, result.manifest["energy"]["method"])
+    _print_graft_use(result.manifest)
     if result.certificate_mismatches:
         fail(f"certificate mismatch (graft logits differ from a fresh recompute): {result.certificate_mismatches}", 1)
 
 
-def _check_store_pins(store: str, config, strict: bool) -> None:
-    """Before a graft run starts: when the store holds no artifact under this run's pin, say so (how many it
-    holds, under which models and pins); under ``strict`` that is an error (exit 2)."""
+def _check_store_pins(store: str, config, settings: EvalSettings) -> None:
+    """Before a graft run starts (:func:`graftbench.eval.preflight.preflight`): when the store holds nothing this
+    run can graft (no artifact under its pin, or none written on this kind of CPU), say why; under ``--strict``
+    that is an error (exit 2)."""
+    from ..eval.preflight import PreflightError, preflight
     from ..store.index import StoreError
-    from ..store.open import open_store
-    from ..store.pins import pins_held, unusable_store_message
+    from ..store.writers import this_kind
 
     try:
-        holdings = pins_held(open_store(store, readonly=True))
-    except StoreError:
-        return  # a store not created yet (--new-store), or an index the run upgrades: it holds nothing to name
-    message = unusable_store_message(store, holdings, config.model, config.dtype, config.fingerprint)
-    if message is None:
-        return
-    if strict:
-        fail(f"--strict: {message}; nothing was run")
-    console.print(f"[yellow]note[/yellow]: {console_markup(message)}")
+        notes = preflight(store, config.to_dict(), config.fingerprint, this_kind(), settings)
+    except PreflightError as exc:
+        fail(str(exc))
+    except StoreError as exc:
+        fail(str(exc))
+    for note in notes:
+        console.print(f"[yellow]note[/yellow]: {console_markup(note)}")
+
+
+def _print_graft_use(manifest: dict) -> None:
+    """After a graft run: say so when it grafted no artifact at all (its manifest's ``graft_use``)."""
+    from ..results.manifest import graft_use_note
+
+    note = graft_use_note(manifest)
+    if note:
+        console.print(f"[yellow]note[/yellow]: {console_markup(note)}")
 
 
 def _report_finished(runs_dir, name, command, model, dtype, chunk_size, isa, problem_list, settings, store) -> bool:
@@ -210,7 +220,8 @@ def _executor(cluster: ClusterOptions | None, model, dtype, chunk_size, isa):
     except (IsaError, DispatchError) as exc:
         fail(str(exc))
     pin = WorkerPin(model, dtype, chunk_size, isa_name, cluster.threads, device_option())
-    return partial(run_eval_ray, pin=pin, options=cluster, on_event=console.print)
+    return partial(run_eval_ray, pin=pin, options=cluster,
+                   on_event=lambda line: console.print(console_markup(line)))  # store text is data
 
 
 def _refuse_uncertified(kernels: str, what: str) -> None:
@@ -272,11 +283,15 @@ def eval_(
                                    "(an empty store: every problem then runs as the baseline)"),
     certify: bool = typer.Option(False, "--certify", help="also hash a fresh chunked recompute; must be equal"),
     strict: bool = typer.Option(False, "--strict", help="a refused artifact is an error, not a fallback"),
+    assume_kind: bool = typer.Option(False, "--assume-kind", help="graft artifacts that record no kind of CPU "
+                                     "(deposited before graftbench kept writer records) as if this machine had "
+                                     "written them"),
     min_similarity: float = typer.Option(EVAL.min_similarity, "--min-similarity", min=0.0, max=1.0, help="confidence gate for non-exact routes (0-1)"),
     layout: str = LayoutOpt, graft_from: str = GraftFromOpt, example_as: str = ExampleAsOpt, **options,
 ) -> None:
     """Evaluate: the baseline, or with --graft an artifact restored at its own positions before the query."""
     _run_command("eval", options, store, new_store, graft=graft, certify=certify, strict=strict,
+                 assume_kind=assume_kind,
                  min_similarity=min_similarity, layout=layout, graft_from=graft_from,
                  example_as=example_as)
 
@@ -445,18 +460,22 @@ def _open_readonly(store: str):
 @store_app.command("ls")
 def store_ls(store: str = StoreOpt) -> None:
     """List the indexed artifacts: id, problem id, model, dtype and pin, answer key, tokens, source (and the parent
-    a chained artifact continues), with their count and size; read-only."""
+    a chained artifact continues), with their count and size, and the kinds of CPU that wrote them; read-only."""
     from ..store.index import StoreError
     from ..store.pins import pins_held
+    from ..store.writers import kind_lines
     from .tables import store_table
 
     try:
         opened = _open_readonly(store)
         pins = pins_held(opened)
         rows = opened.rows()
+        kinds = opened.kinds_by_id()
     except StoreError as exc:
         fail(str(exc))
     console.print(store_table(rows, store, {h.fingerprint: h for h in pins}))
+    for line in kind_lines(rows, kinds):
+        console.print(console_markup(line))
 
 
 @store_app.command("verify")

@@ -3,7 +3,9 @@
 ``solve`` is ``eval`` without ``--graft``. With a graft, the router picks one artifact; it is restored at its own
 positions and the query runs after it, in the layout the settings choose for the route (``answer``: the problem
 and the answer cue; ``solve``: the problem and the solution cue). A refused artifact is not an error: the problem
-falls back to the baseline prompt, recorded as ``fallback: <reason>``, unless ``strict``.
+falls back to the baseline prompt, recorded as ``fallback: <reason>``, unless ``strict``. An artifact written on
+another kind of CPU under a pin not proven portable (:mod:`graftbench.store.writers`) is refused before it is
+read, with the reason ``cpu``.
 
 A problem's N samples share its prompt or graft: it is prefilled or restored once and the samples are decoded as one
 batch (:func:`graftbench.engine.sampling.sample_decode`); greedy decoding (one sample) takes the argmax.
@@ -36,6 +38,7 @@ from ..programs.sandbox import run_program
 from ..engine.session import Session  # or a LlamaSession: the same operations on the llama.cpp engine
 from ..settings import EvalSettings, SandboxLimits
 from ..store.folder import Store
+from ..store.writers import kind_refusal, this_kind
 from ..verify.answers import answers_equivalent, verify_answer
 
 
@@ -75,8 +78,18 @@ def _query(session: Session, problem: Problem, route: Route, settings: EvalSetti
     return layout, program, query
 
 
+def check_kind(store: Store, artifact_id: str, fingerprint: str, assume_kind: bool) -> None:
+    """Refuse to graft ``artifact_id`` (of the pin ``fingerprint``) on this machine unless a writer of its bytes
+    was of this kind of CPU, its pin is proven portable, or it records no kind and ``assume_kind``
+    (:func:`graftbench.store.writers.kind_refusal`). Raises :class:`ArtifactError` (``cpu``) with the reason."""
+    refusal = kind_refusal(fingerprint, store.writer_kinds(artifact_id), this_kind(), assume_kind)
+    if refusal is not None:
+        raise ArtifactError(artifact_id, "cpu", refusal)
+
+
 def _grafted(session: Session, store: Store, problem: Problem, route: Route, budget: int,
              settings: EvalSettings, seeds: list[int] | None, started: float) -> Attempt:
+    check_kind(store, route.artifact_id, session.config.fingerprint, settings.assume_kind)
     layout, program, query = _query(session, problem, route, settings)
     prompt_layout = session.config.layout
     grafted = session.graft(store, route.artifact_id, room=len(query) + budget)

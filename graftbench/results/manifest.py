@@ -89,6 +89,33 @@ def compute_totals(samples: list[dict]) -> dict:
     }
 
 
+def graft_use(samples: list[dict]) -> dict:
+    """What a graft run's samples grafted (the ``graft_use`` section of a run with ``--graft``; manifests written
+    before it have none): ``grafted`` samples, ``baseline`` samples (no artifact routed, or one refused),
+    ``fallbacks`` by the refusal's check (``cpu``, ``config``, ``hash``: the word before the first ``:`` of each
+    sample's ``fallback``), and ``none_grafted``: true when the run grafted no artifact at all, which a run labelled
+    a graft run must say."""
+    grafted = sum(1 for s in samples if s.get("mode") == "graft")
+    reasons = Counter(str(s["fallback"]).split(":", 1)[0] for s in samples if s.get("fallback"))
+    return {"grafted": grafted, "baseline": len(samples) - grafted, "fallbacks": dict(sorted(reasons.items())),
+            "none_grafted": grafted == 0}
+
+
+def graft_use_note(manifest: dict) -> str | None:
+    """The line a graft run's summary prints when it grafted no artifact (its ``graft_use`` says
+    ``none_grafted``): how many samples ran as the baseline and the refusals by check; ``None`` otherwise (a run
+    that grafted, a run without ``--graft``, a manifest written before ``graft_use``)."""
+    use = manifest.get("graft_use")
+    if not isinstance(use, dict) or use.get("none_grafted") is not True:
+        return None
+    reasons = use.get("fallbacks") if isinstance(use.get("fallbacks"), dict) else {}
+    refused = ", ".join(f"{n} {check}" for check, n in reasons.items())
+    why = f"artifacts refused ({refused}: each sample's fallback says why)" if refused else \
+        "no artifact was routed to any problem (the store holds none under this pin, or none close enough)"
+    return (f"this graft run grafted no artifact: all {use.get('baseline')} sample(s) ran as the baseline; {why}. "
+            "Its manifest records it (graft_use.none_grafted)")
+
+
 def environment() -> dict:
     """Where the run happened: Python, OS, machine, CPU model and native capability (no host or user names)."""
     return {"python": platform.python_version(), "platform": platform.platform(), "machine": platform.machine(),
@@ -349,7 +376,8 @@ def _recorded_artifacts(samples: list[dict]) -> list[dict]:
 
 
 def _check_derived(manifest: dict, problems_list: list[dict], samples: list[dict]) -> list[str]:
-    """Values that can be re-derived from others: the config fingerprint, the artifact list, the problem count."""
+    """Values that can be re-derived from others: the config fingerprint, the artifact list, what a graft run
+    grafted (``graft_use``, where recorded), the problem count."""
     mismatches = []
     config = manifest.get("config")
     if isinstance(config, dict):
@@ -363,6 +391,14 @@ def _check_derived(manifest: dict, problems_list: list[dict], samples: list[dict
         artifacts = None
     if artifacts is not None and manifest.get("artifacts", []) != artifacts:
         mismatches.append("artifacts: the list differs from the artifacts the samples used")
+    if "graft_use" in manifest:
+        try:
+            use = graft_use(samples)
+        except (TypeError, AttributeError):
+            use = None
+        if manifest["graft_use"] != use:
+            mismatches.append(f"graft_use: recorded {str(manifest['graft_use'])[:120]}, recomputed from the samples "
+                              f"{str(use)[:120]}")
     problem_set = manifest.get("problem_set")
     if isinstance(problem_set, dict) and problem_set.get("n") != len(problems_list):
         mismatches.append(f"problem_set.n: recorded {problem_set.get('n')!r}, the manifest lists {len(problems_list)}")
