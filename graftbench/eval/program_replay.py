@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -30,8 +31,10 @@ COMMITTED = "results/*/manifests/*program*.json"  # every committed program-mode
 @dataclass(frozen=True)
 class Replayed:
     """One recorded program run again: its sample (``problem_id#sample_index``), the recorded and the new
-    ``stopped`` reason, the recorded and the new verdict (``extracted``, ``correct``), and the recorded and the
-    new wall seconds (``recorded_program_s``, ``program_s``: near a time limit, a run may end on either side)."""
+    ``stopped`` reason, the recorded and the new verdict (``extracted``, ``correct``), the recorded and the new
+    wall seconds (``recorded_program_s``, ``program_s``: near a time limit, a run may end on either side) and the
+    new run's CPU seconds (``cpu_s``: a run stopped at the wall time with little CPU time was starved by a busy
+    machine)."""
 
     sample: str
     recorded_stopped: str | None
@@ -40,6 +43,7 @@ class Replayed:
     verdict: tuple[str | None, bool]
     recorded_program_s: float | None = None
     program_s: float | None = None
+    cpu_s: float | None = None
 
     @property
     def same_verdict(self) -> bool:
@@ -78,20 +82,24 @@ def replay_programs(path: str | Path, runs: dict | None = None) -> list[Replayed
         replayed.append(Replayed(f"{sample.get('problem_id')}#{sample.get('sample_index', 0)}",
                                  sample.get("stopped"), result.stopped, (old.extracted, old.correct),
                                  (new.extracted, new.correct),
-                                 recorded_s if isinstance(recorded_s, (int, float)) else None, result.run_s))
+                                 recorded_s if isinstance(recorded_s, (int, float)) else None, result.run_s,
+                                 result.cpu_s))
     return replayed
 
 
 def log_record(path: str | Path, replayed: list[Replayed], ran: int) -> dict:
     """The log line of one manifest's replay: its path and seal, how many programs it holds, how many of them were
     run for it (``ran``; the others reused a run of the same text and limits), how many gave the same verdict and
-    the same stop reason, every difference, the isolation they ran in and this machine's CPU."""
+    the same stop reason, every difference, the isolation they ran in, this machine's CPU and its load average
+    (1, 5 and 15 minutes, from ``os.getloadavg``) when the line is written: a program stopped at the wall-time limit
+    on a busy machine may have finished on a quiet one."""
     manifest = load_manifest(path)
     return {"schema": LOG_SCHEMA, "manifest": str(path), "manifest_sha256": manifest.get("manifest_sha256"),
             "programs": len(replayed), "ran": ran, "same_verdict": sum(r.same_verdict for r in replayed),
             "same_stopped": sum(r.stopped == r.recorded_stopped for r in replayed),
             "differences": [asdict(r) for r in replayed if not r.same],
             "isolation": isolation().description, "replayed_on": isa.describe_cpu(isa.environment()),
+            "load_average": [round(value, 2) for value in os.getloadavg()], "cpus": os.cpu_count(),
             "replayed_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 

@@ -18,8 +18,9 @@ A build (:func:`build`, ``make program-env``, ``python -m graftbench.programs.en
 
 It goes into ``<sys.prefix>/graftbench-program-env/<key>/``: ``prefix/`` (bound inside the sandbox at the base
 interpreter's own path, where the interpreter's run path finds ``libpython``), ``etc/`` (bound at ``/etc``) and
-``environment.json`` (:class:`Environment`'s record, written last). ``key`` is a SHA-256 over every source file's
-destination, size and modification time, :data:`PACKAGES`, :data:`FORMAT` and ``/etc``'s text: a changed source
+``environment.json`` (:class:`Environment`'s record, written last). ``key`` is the first 32 hex digits of a SHA-256
+over every source file's destination, size, modification time and mode, :data:`PACKAGES`, :data:`FORMAT` and
+``/etc``'s text: a changed source
 (an upgraded package, a rebuilt interpreter) gives another key, so a stale build is never used; :func:`load` then
 refuses (:class:`ProgramEnvironmentError`) until it is rebuilt. The build records the SHA-256 of its own content
 (every file's path, mode and bytes) and the system library folders the interpreter and the packages' extension
@@ -298,7 +299,7 @@ def build() -> Environment:
         return load()
     work = root() / f".{build_key[:32]}.building-{os.getpid()}"
     if work.exists():
-        shutil.rmtree(work)
+        _remove(work)  # left by a build of this process id that was killed
     (work / "etc").mkdir(parents=True)
     _copy(found, work / "prefix", base)
     for name, text in etc_files().items():

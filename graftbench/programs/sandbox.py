@@ -56,6 +56,8 @@ class ProgramResult:
     characters of stderr. ``run_s``: wall seconds from the sandbox's start to its end (setup included).
     ``stopped``: ``None`` when the program exited 0, else one of :data:`STOPPED`. ``answer``: the last non-empty
     line it printed (stripped) when ``stopped`` is ``None``, else ``None``. ``isolation``: how it was contained.
+    ``cpu_s``: CPU seconds of all the run's processes (its cgroup's count; 0 for a program not started): beside
+    ``run_s``, it tells a program stopped at the wall time on a busy machine from one that used its CPU time.
     """
 
     exit_status: int
@@ -66,6 +68,7 @@ class ProgramResult:
     stopped: str | None
     answer: str | None
     isolation: str
+    cpu_s: float = 0.0
 
 
 def answer_line(stdout: str) -> str | None:
@@ -302,4 +305,4 @@ def _run(source: str, limits: SandboxLimits) -> ProgramResult:
     return ProgramResult(exit_status=KILLED if cut else status, stdout=stdout, stdout_sha256=sha256_text(stdout),
                          stderr_tail=stderr, run_s=round(run_s, 6), stopped=stopped,
                          answer=answer_line(stdout) if stopped is None else None,
-                         isolation=bwrap.describe(_environment()))
+                         isolation=bwrap.describe(_environment()), cpu_s=round(counters.cpu_s, 6))
