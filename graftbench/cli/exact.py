@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -24,6 +25,9 @@ def check_exact(
     write_expect: Optional[Path] = typer.Option(None, "--write-expect", help="write the manifest here as the expectation"),
     expect: Optional[Path] = typer.Option(None, "--expect", help="replay this expectation instead of measuring"),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="with --expect: replay only the first N pairs"),
+    pairs: Optional[str] = typer.Option(None, "--pairs", help="with --expect: replay pairs START:END only (0-based, "
+                                        "END excluded, as a Python slice: 3:20 is the 17 pairs after the first 3; "
+                                        "START: to the last)"),
     log: Optional[Path] = typer.Option(None, "--log", help="with --expect: append the outcome and both CPUs to this "
                                        "replay log (JSON lines, e.g. results/replays.jsonl)"),
     extend: Optional[Path] = typer.Option(None, "--extend", help="start from this expectation's pair records "
@@ -39,7 +43,10 @@ def check_exact(
     except ValueError as exc:
         fail(str(exc))
     if expect is not None:
-        return _replay(expect, limit, isa, log)
+        first, end = _pair_range(pairs, limit)
+        return _replay(expect, end, isa, log, first)
+    if pairs is not None:
+        fail("--pairs applies with --expect only")
     if engine != "torch":
         from .exact_llama import check_exact_llama
 
@@ -123,10 +130,27 @@ def _extension(expect: Path, expected: dict, session, problem_list, samples: int
     return session, records
 
 
-def _replay(expect: Path, limit, isa: str | None, log: Path | None) -> None:
+def _pair_range(pairs: str | None, limit: int | None) -> tuple[int, int | None]:
+    """``--pairs START:END`` (or ``--limit N``, the same as ``0:N``) as ``(first, end)``; fails naming the option
+    for a range that is not two whole numbers with START < END, or for both options at once."""
+    if pairs is None:
+        return 0, limit
+    if limit is not None:
+        fail("--pairs and --limit both choose the pairs replayed: give one")
+    match = re.fullmatch(r"(\d+):(\d*)", pairs.strip())
+    if not match or (match.group(2) and int(match.group(2)) <= int(match.group(1))):
+        fail(f"--pairs {pairs!r} is not START:END with whole numbers START < END (0-based, END excluded), or START:")
+    return int(match.group(1)), int(match.group(2)) if match.group(2) else None
+
+
+def _replay(expect: Path, limit, isa: str | None, log: Path | None, first: int = 0) -> None:
     expected = _load_expectation(expect)
     pin = expected["config"]
+    if first >= len(expected["pairs"]):
+        fail(f"--pairs starts at pair {first}, but {expect} holds {len(expected['pairs'])} pairs (0-based)")
     if pin.get("engine"):
+        if first:
+            fail("--pairs replays expectations of the torch engine; on llama.cpp use --limit")
         from .exact_llama import replay_llama_expectation
 
         return replay_llama_expectation(expect, expected, limit, log)
@@ -136,10 +160,13 @@ def _replay(expect: Path, limit, isa: str | None, log: Path | None) -> None:
 
     problem_list = load_problem_set(expected["problem_set"]["source"], None, "id", "problem", "answer", "solution")
     session = open_model(pin["model"], pin["dtype"], pin["chunk_size"], pin["threads"], architecture_only=True)
-    total = min(limit or len(expected["pairs"]), len(expected["pairs"]))
+    total = max(0, min(limit or len(expected["pairs"]), len(expected["pairs"])) - first)
     with progress("replay", total) as advance:
-        result, record = replay_and_log(session, expected, problem_list, limit, log,
-                                        on_pair=lambda r: advance(f"{r['id']} equal"))
+        try:
+            result, record = replay_and_log(session, expected, problem_list, limit, log,
+                                            on_pair=lambda r: advance(f"{r['id']} equal"), first=first)
+        except ValueError as exc:
+            fail(f"{expect}: {exc}")
     recorded, here = record["recorded_on"], record["replayed_on"]
     console.print(f"recorded on {describe_cpu(recorded)}, replayed on {describe_cpu(here)} under --isa "
                   f"{session.config.isa}")

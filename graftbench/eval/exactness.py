@@ -375,17 +375,21 @@ def extension_base(session: Session, expected: dict, problems: list[Problem],
 
 
 def replay(session: Session, expected: dict, problems: list[Problem], limit: int | None = None,
-           on_pair=None) -> Replay:
-    """Recompute the expectation's pairs (the first ``limit``) under this machine's pin, built with the pair layout
-    the expectation records; stop at the first hash that differs. A pin that differs makes the replay not
-    comparable and nothing is computed."""
+           on_pair=None, first: int = 0) -> Replay:
+    """Recompute the expectation's pairs (the first ``limit``; with ``first``, pairs ``first`` to ``limit`` − 1,
+    0-based) under this machine's pin, built with the pair layout the expectation records; stop at the first hash
+    that differs. A pin that differs makes the replay not comparable and nothing is computed. Raises
+    ``ValueError`` when ``first`` is not a pair of the expectation or ``limit`` is not past it."""
+    if not 0 <= first < len(expected["pairs"]) or (limit is not None and limit <= first):
+        raise ValueError(f"pairs {first}:{limit if limit is not None else ''} hold none of the expectation's "
+                         f"{len(expected['pairs'])} pairs (0-based, the end excluded)")
     differing = not_comparable(session, expected, problems)
     if differing:
         return Replay(0, 0, None, differing)
-    records = expected["pairs"][:limit] if limit else expected["pairs"]
+    records = expected["pairs"][first:limit] if limit else expected["pairs"][first:]
     layout = PairLayout(**expected["settings"]["pair_layout"]) if "pair_layout" in expected["settings"] else \
         PairLayout(deposit=expected["config"]["layout"]["deposit"], query=expected["config"]["layout"]["query"])
-    pairs = build_pairs(session, problems, expected["settings"]["samples"], layout)[: len(records)]
+    pairs = build_pairs(session, problems, expected["settings"]["samples"], layout)[first: first + len(records)]
     session = as_recorded(session, expected["config"]["layout"])
     compared = equal = 0
     for record, pair in zip(records, pairs):
@@ -405,16 +409,18 @@ def replay(session: Session, expected: dict, problems: list[Problem], limit: int
 
 
 def replay_and_log(session: Session, expected: dict, problems: list[Problem], limit: int | None = None,
-                   log=None, on_pair=None) -> tuple[Replay, dict]:
-    """:func:`replay`, then the replay record naming both CPUs (and GPUs, on a GPU)
-    (:func:`graftbench.results.exact_manifest.replay_record`), appended to the replay log ``log`` (a path) when given.
-    Returns ``(outcome, record)``."""
+                   log=None, on_pair=None, first: int = 0) -> tuple[Replay, dict]:
+    """:func:`replay` (pairs ``first`` to ``limit`` − 1), then the replay record naming both CPUs (and GPUs, on a
+    GPU) (:func:`graftbench.results.exact_manifest.replay_record`; ``first_pair`` added when ``first`` > 0),
+    appended to the replay log ``log`` (a path) when given. Returns ``(outcome, record)``."""
     from ..results.exact_manifest import append_replay_log, replay_record
 
-    result = replay(session, expected, problems, limit, on_pair)
+    result = replay(session, expected, problems, limit, on_pair, first)
     record = replay_record(expected, compared=result.compared, equal=result.equal,
                            first_difference=result.first_difference, pin_differences_found=result.pin_differences,
                            replayed_gpu=session.config.accelerator.get("gpu"))
+    if first:
+        record["first_pair"] = first
     if log is not None:
         append_replay_log(log, record)
     return result, record

@@ -1,0 +1,58 @@
+"""``check-exact --expect E --pairs START:END``: a replay of a range of an expectation's pairs (the GPU window
+replays pairs past the ones already replayed), and its refusals before any model loads."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from graftbench.cli.app import app
+from graftbench.eval.exactness import replay, replay_and_log, run_check_exact
+
+
+@pytest.fixture(scope="module")
+def three_pairs(session, aime2024):
+    return run_check_exact(session, aime2024, "aime2024", samples=3, with_controls=False, control_pairs=0)
+
+
+def test_a_range_replays_those_pairs_only_and_stops_at_a_changed_hash(session, aime2024, three_pairs, tmp_path):
+    seen = []
+    result = replay(session, three_pairs, aime2024, limit=3, on_pair=seen.append, first=1)
+    assert (result.compared, result.equal, result.passed) == (2, 2, True)
+    assert [r["id"] for r in seen] == [r["id"] for r in three_pairs["pairs"][1:3]]
+    tampered = copy.deepcopy(three_pairs)
+    tampered["pairs"][0]["graft_logits_sha256"] = "0" * 64  # outside the range: not looked at
+    record = tampered["pairs"][2]
+    record["graft_logits_sha256"] = ("0" if record["graft_logits_sha256"][0] != "0" else "1") + \
+        record["graft_logits_sha256"][1:]
+    result = replay(session, tampered, aime2024, first=1)
+    assert not result.passed and result.first_difference.startswith("pair-002: graft logits")
+    assert (result.compared, result.equal) == (2, 1)
+    log = tmp_path / "replays.jsonl"
+    outcome, logged = replay_and_log(session, three_pairs, aime2024, None, log, first=2)
+    assert (outcome.compared, outcome.equal) == (1, 1) and logged["first_pair"] == 2
+    assert json.loads(log.read_text().splitlines()[-1])["first_pair"] == 2
+    with pytest.raises(ValueError, match="pairs 3: hold none of the expectation's 3 pairs"):
+        replay(session, three_pairs, aime2024, first=3)
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--pairs", "5:3"], "--pairs '5:3' is not START:END with whole numbers START < END"),
+    (["--pairs", "a:b"], "--pairs 'a:b' is not START:END"),
+    (["--pairs", "1:2", "--limit", "2"], "--pairs and --limit both choose the pairs replayed: give one"),
+    (["--pairs", "99:"], "--pairs starts at pair 99, but"),
+])
+def test_a_bad_pair_range_is_refused_before_any_model_loads(arguments, message):
+    from tests.conftest import REFERENCE_MANIFESTS
+
+    result = CliRunner().invoke(app, ["check-exact", "--expect", str(REFERENCE_MANIFESTS / "exact-gemma3-270m.json"),
+                                      *arguments])
+    assert result.exit_code == 2 and message in " ".join(result.output.split()), result.output
+
+
+def test_a_pair_range_without_an_expectation_is_refused():
+    result = CliRunner().invoke(app, ["check-exact", "--model", "no-such-model", "--pairs", "1:2"])
+    assert result.exit_code == 2 and "--pairs applies with --expect only" in result.output
