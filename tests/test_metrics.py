@@ -415,6 +415,7 @@ def test_run_checks_count_a_problem_once_and_keep_each_fallback_reason():
     samples += [sample("p-2", True, certified=False, certify_s=1.0), sample("p-3", True, certified=True)]
     checks = run_checks(samples)
     assert (checks.certified, checks.equal) == (3, 2)  # one certificate per problem, its samples share it
+    assert checks.grafted == 0  # these samples are baseline samples: run_checks reads mode, not certified
     assert checks.fallbacks == (("p-1", "cpu: written on another kind of CPU"),)
     assert checks.certify_s is None and checks.wall_s == checks.solve_s == 10.0  # p-3 records no time
     assert run_checks(samples[:8]).certify_s == 2.0

@@ -208,16 +208,20 @@ def test_the_eval_summary_says_what_was_checked_and_counts_the_certification_in_
         "mod-0": {"certified": True, "certify_s": 2.5}, "mod-1": {"certified": True, "certify_s": 1.5},
         "mod-2": {"fallback": reason, "mode": "baseline"}})
     checks = run_checks(manifest["samples"])
-    lines = checks_lines(checks, grafted=True)
+    lines = checks_lines(checks)
     assert lines[0].startswith("certificates: 2 of 2 equal")
     assert f"  mod-2: {reason}" in lines  # the reason as the sample records it, whatever its check
     assert lines[-1] == "wall time: 7.0 s (3.0 s solving, 4.0 s certifying)"
     console = Console(width=80, record=True)
     console.print(summary_table([("graft", manifest["totals"])], "estimate", checks={"graft": checks}))
     assert manifest["totals"]["wall_s"] == 3.0 and " 7.0" in console.export_text()  # the column counts the audit
-    assert checks_lines(run_checks(_manifest("plain", "graft", [[True]])["samples"]), grafted=True) == [
+    assert checks_lines(run_checks(_manifest("plain", "graft", [[True]])["samples"])) == [
         "certificates: none (--certify recomputes each graft and compares its logits)"]
-    assert checks_lines(run_checks(_manifest("base", "baseline", [[True]])["samples"]), grafted=False) == []
+    assert checks_lines(run_checks(_manifest("base", "baseline", [[True]])["samples"])) == []
+    # a graft run (--certify or not) whose samples all ran as the baseline has no graft to certify
+    fallen = _manifest("fell", "graft", [[True]], fields={"mod-0": {"fallback": reason, "mode": "baseline"}})
+    assert checks_lines(run_checks(fallen["samples"]))[0] == "fallbacks: 1 problem(s) ran as the baseline, their " \
+        "artifact refused:"
 
 
 def test_n_samples_rounds_and_copy_controls(tmp_path):

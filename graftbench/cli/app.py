@@ -67,8 +67,7 @@ def _print_summary(name: str, manifest: dict) -> None:
 
     checks = run_checks(manifest["samples"])
     console.print(summary_table([(name, manifest["totals"])], manifest["energy"]["method"], checks={name: checks}))
-    settings = manifest.get("settings")
-    for line in checks_lines(checks, grafted=isinstance(settings, dict) and bool(settings.get("graft"))):
+    for line in checks_lines(checks):
         console.print(console_markup(line))
 
 
@@ -565,7 +564,7 @@ def run(
     console.print(summary_table(result.rows(), result.grafted.manifest["energy"]["method"],
                                 title=f"flywheel on {len(problem_list)} built-in problems ({model})", checks=checks))
     for label, part in checks.items():
-        for line in checks_lines(part, grafted=label.startswith("graft")):
+        for line in checks_lines(part):
             console.print(console_markup(f"{label}: {line}"))
     console.print(f"deposited {len(result.deposit.deposited)}, refused {len(result.deposit.refused)}")
     failed = False

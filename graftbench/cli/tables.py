@@ -76,18 +76,18 @@ def summary_table(rows: list[tuple[str, dict]], energy_method: str, title: str =
     return table
 
 
-def checks_lines(checks: "RunChecks", grafted: bool) -> list[str]:
+def checks_lines(checks: "RunChecks") -> list[str]:
     """What a run checked, as lines printed under its summary (plain text: print through
     :func:`graftbench.util.display_text.console_markup`): the certificates (``30 of 30 equal``, or that none was
-    asked for when the run ``grafted`` without ``--certify``), each fallback with the reason its samples record,
-    and the wall time with the solving and certifying seconds apart."""
+    asked for when the run grafted without ``--certify``), each fallback with the reason its samples record, and
+    the wall time with the solving and certifying seconds apart."""
     lines = []
     if checks.certified:
         differ = checks.certified - checks.equal
         lines.append(f"certificates: {checks.equal} of {checks.certified} equal (each certified problem's "
                      "first-step logits after the graft against a fresh chunked recompute, SHA-256)"
                      + (f"; {differ} differ" if differ else ""))
-    elif grafted:
+    elif checks.grafted:
         lines.append("certificates: none (--certify recomputes each graft and compares its logits)")
     if checks.fallbacks:
         lines.append(f"fallbacks: {len(checks.fallbacks)} problem(s) ran as the baseline, their artifact refused:")

@@ -326,15 +326,15 @@ RUN_COLUMNS = ("run", "model", "mode · layout", "problems", "samples / problem"
 
 
 def _checks_cells(run: RunEntry) -> list[str]:
-    """The certificates cell (``30 of 30 equal``; ``none (no --certify)`` for a graft run that asked for none; ``—``
-    for a baseline run) and the fallbacks cell (``0``, or the count with the checks that refused, ``2 (hash 2)``;
+    """The certificates cell (``30 of 30 equal``; ``none (no --certify)`` for a run that grafted and asked for none;
+    ``—`` for a run that grafted nothing) and the fallbacks cell (``0``, or the count with the checks that refused, ``2 (hash 2)``;
     :func:`_notes` gives each reason)."""
     checks = run_checks(run.manifest["samples"])
     if checks.certified:
         differ = checks.certified - checks.equal
         certificates = f"{checks.equal} of {checks.certified} equal" + (f", {differ} differ" if differ else "")
     else:
-        certificates = "none (no --certify)" if run.mode == "graft" else "—"
+        certificates = "none (no --certify)" if checks.grafted else "—"
     by_check: dict[str, int] = {}
     for _, reason in checks.fallbacks:
         check = reason.split(":", 1)[0]

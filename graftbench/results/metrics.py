@@ -424,12 +424,14 @@ def paired_difference(graft_samples: list[dict], baseline_samples: list[dict], p
 
 @dataclass(frozen=True)
 class RunChecks:
-    """What a run checked beside its answers, from its samples: the ``--certify`` certificates, one per problem
-    whose graft was recomputed (``certified`` problems, ``equal`` of them byte-identical to the fresh recompute),
+    """What a run checked beside its answers, from its samples: the problems that ``grafted`` an artifact, the
+    ``--certify`` certificates, one per problem whose graft was recomputed (``certified`` problems, ``equal`` of
+    them byte-identical to the fresh recompute),
     the seconds they took (``certify_s``; ``None`` when a certified sample records no time, as manifests written
     before ``certify_s`` do), each fallback as ``(problem_id, reason)`` with the reason its samples record, and the
     wall seconds of the run: the samples' ``wall_s`` (routing, restore or prefill, decode) plus ``certify_s``."""
 
+    grafted: int
     certified: int
     equal: int
     certify_s: float | None
@@ -453,6 +455,7 @@ def run_checks(samples: list[dict]) -> RunChecks:
     times = [s.get("certify_s") for s in certified]
     recorded = all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in times)
     return RunChecks(
+        grafted=sum(1 for s in first.values() if s.get("mode") == "graft"),
         certified=len(certified),
         equal=sum(1 for s in certified if s["certified"] is True),
         certify_s=_r(total(times)) if recorded else None,
