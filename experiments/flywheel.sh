@@ -20,6 +20,6 @@ $G flywheel --model "$MODEL" --dtype "$DTYPE" --mode "$MODE" --rounds 3 --per-fa
   --top-p 0.95 --seed 0 --max-new-tokens 256 --prefix "$PREFIX" --store "store-${PREFIX}"
 for run in runs/"${PREFIX}"-r*/; do
   name=$(basename "$run"); mkdir -p "$KIND/manifests" && cp "$run/manifest.json" "$KIND/manifests/${name}.json"
-  $G verify-manifest "$KIND/manifests/${name}.json" | tail -1
+  $G verify-manifest "$KIND/manifests/${name}.json" --store "store-${PREFIX}" --require-artifacts | tail -1
 done
 mkdir -p "$KIND/reports/${PREFIX}" && cp "runs/${PREFIX}-summary.json" "$KIND/reports/${PREFIX}/"  # not a manifest

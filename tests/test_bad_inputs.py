@@ -103,8 +103,10 @@ def test_verify_manifest_cli_tells_absent_from_different(graft_run, tmp_path):
     root, result = graft_run
     (tmp_path / "empty" / "artifacts").mkdir(parents=True)
     args = ["verify-manifest", str(result.run.manifest_path), "--store", str(tmp_path / "empty")]
-    ok = CliRunner().invoke(app, args)
-    assert ok.exit_code == 0 and "2 not checked (absent from the store)" in ok.output
+    unchecked = CliRunner().invoke(app, args)
+    assert unchecked.exit_code == 4 and "2 not checked (absent from the store)" in unchecked.output
+    accepted = CliRunner().invoke(app, args + ["--allow-unchecked-payloads"])
+    assert accepted.exit_code == 0 and "verified, except" in accepted.output
     required = CliRunner().invoke(app, args + ["--require-artifacts"])
     assert required.exit_code == 1 and "2 mismatch(es)" in required.output
 

@@ -220,9 +220,11 @@ def test_the_torch_free_audit_makes_the_checks_of_decode_artifact():
 
 
 def test_verify_manifest_and_store_commands_import_no_torch_for_grafted_and_program_manifests(other_pin_store, tmp_path):
-    for manifest in (GRAFTED, PROGRAM):
-        done = run_without_torch(tmp_path, "verify-manifest", str(manifest), "--store", str(other_pin_store.root))
-        assert done.returncode == 0 and f"ok {manifest}" in " ".join(done.stdout.split()), done.stdout + done.stderr
+    for manifest, last in ((GRAFTED, f"verified, except {GRAFTED}: 30 artifact payloads: 30 not checked"),
+                           (PROGRAM, f"ok {PROGRAM}")):  # that store holds none of the recurring run's artifacts
+        done = run_without_torch(tmp_path, "verify-manifest", str(manifest), "--store", str(other_pin_store.root),
+                                 "--allow-unchecked-payloads")
+        assert done.returncode == 0 and last in " ".join(done.stdout.split()), done.stdout + done.stderr
     for command in ("ls", "verify"):
         done = run_without_torch(tmp_path, "store", command, "--store", str(other_pin_store.root))
         assert done.returncode == 0, done.stdout + done.stderr

@@ -150,10 +150,14 @@ def test_an_out_path_that_is_or_runs_through_a_file_is_refused_before_the_tables
     assert (tmp_path / "taken").read_text() == "a file"
 
 
+SYNTHETIC = "synthetic-problems"  # a problem-set source that is neither generated nor a file under ../shared/data
+
+
 def _manifest(run: str, mode: str, table: list[list[bool]], round_: int | None = None,
               fields: dict[str, dict] | None = None) -> dict:
-    """A sealed run manifest that verifies (its problem set is not one graftbench can rebuild: not anchored);
-    ``fields`` adds fields to the samples of a problem id (``mod-0``, ``mod-1``, …)."""
+    """A sealed run manifest that verifies, of a problem set graftbench cannot rebuild (not anchored: a report
+    takes it only with ``allow_unanchored``); ``fields`` adds fields to the samples of a problem id (``mod-0``,
+    ``mod-1``, …)."""
     problems = [{"id": f"mod-{i}", "problem_sha256": f"{i:064x}", "key": "3"} for i in range(len(table))]
     samples = []
     for problem, row in zip(problems, table):
@@ -174,7 +178,7 @@ def _manifest(run: str, mode: str, table: list[list[bool]], round_: int | None =
                 **({"round": round_} if round_ else {})}
     config = {"model": "smollm2-135m", "dtype": "float32"}
     return build_manifest(run=run, command="eval", config=config, config_fingerprint=pin_fingerprint(config),
-                          settings=settings, problem_set={"source": "builtin", "n": len(problems)},
+                          settings=settings, problem_set={"source": SYNTHETIC, "n": len(problems)},
                           problems=problems, samples=samples, energy={"method": "estimate"}, store=None)
 
 
@@ -186,9 +190,9 @@ def test_the_report_shows_certificates_and_each_fallback_with_its_reason(tmp_pat
     for run, mode, extra in (("graft", "graft", fields), ("plain", "graft", None), ("base", "baseline", None)):
         paths.append(tmp_path / f"{run}.json")
         paths[-1].write_text(json.dumps(_manifest(run, mode, [[True], [True], [False]], fields=extra)))
-    result, text = invoke(*paths, "--out", tmp_path / "rep")
+    result, text = invoke(*paths, "--out", tmp_path / "rep", "--allow-unanchored")
     assert result.exit_code == 0, result.output
-    rows = {run.label: dict(zip(RUN_COLUMNS, run_row(run))) for run in build_report(paths).runs}
+    rows = {run.label: dict(zip(RUN_COLUMNS, run_row(run))) for run in build_report(paths, allow_unanchored=True).runs}
     assert (rows["graft"]["certificates"], rows["graft"]["fallbacks"]) == ("2 of 2 equal", "1 (hash 1)")
     assert (rows["plain"]["certificates"], rows["plain"]["fallbacks"]) == ("none (no --certify)", "0")
     assert rows["base"]["certificates"] == "—"
@@ -235,12 +239,13 @@ def test_n_samples_rounds_and_copy_controls(tmp_path):
                                                  [[False] * 4] * 3, round_)))
             paths.append(path)
     out = tmp_path / "rep"
-    result, text = invoke(*paths, "--out", out, "--format", "lm-eval", "--seed", "5", "--resamples", "500")
+    result, text = invoke(*paths, "--out", out, "--format", "lm-eval", "--seed", "5", "--resamples", "500",
+                          "--allow-unanchored")
     assert result.exit_code == 0, result.output
     markdown = (out / "report.md").read_text()
     assert "## Rounds" in markdown and "| 4 |" in markdown  # samples per problem
     assert_png(out / "rounds.png")
-    report = build_report(paths, seed=5, resamples=500)
+    report = build_report(paths, seed=5, resamples=500, allow_unanchored=True)
     graft = next(r for r in report.runs if r.label == "graft-r1")
     assert graft.summary["copy"]["copy_rate"] == round(8 / 12, 6)  # the incorrect samples copied the example
     assert graft.summary["copy"]["copy_baseline"] == 0.0  # the example's answer 5 is never the key 3
@@ -420,7 +425,7 @@ def test_runs_that_share_only_some_problems_are_compared_on_those(tmp_path):
     baseline.write_text(json.dumps(_manifest("baseline", "baseline", [[False], [True], [False], [False]])))
     # two more problems than the baseline: mod-4 and mod-5 are the graft's alone
     graft.write_text(json.dumps(_manifest("graft", "graft", [[True], [True], [True], [False], [True], [True]])))
-    (row,) = build_report([baseline, graft], seed=1, resamples=200).comparisons
+    (row,) = build_report([baseline, graft], seed=1, resamples=200, allow_unanchored=True).comparisons
     assert (row["problems"], row["graft_better"], row["baseline_better"]) == (4, 2, 0)
     assert row["mean_difference"] == 0.5  # (1 + 0 + 1 + 0) / 4 on the shared problems
 
@@ -442,6 +447,6 @@ def test_why_a_familys_copy_cells_are_empty_is_read_from_that_familys_routes(tmp
         run="graft", command="eval", config=made["config"], config_fingerprint=made["config_fingerprint"],
         settings=made["settings"], problem_set=made["problem_set"], problems=problems, samples=samples,
         energy=made["energy"], store=None)))
-    rows = {row[1]: dict(zip(FAMILY_COLUMNS, row)) for row in family_rows(build_report([path]))}
+    rows = {row[1]: dict(zip(FAMILY_COLUMNS, row)) for row in family_rows(build_report([path], allow_unanchored=True))}
     assert rows["own"]["copy rate"] == rows["own"]["copy baseline"] == "— (exact routes only)"
     assert rows["other"]["copy rate"] == "50.0% of 2"

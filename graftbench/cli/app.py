@@ -28,6 +28,7 @@ from ..eval.dispatch import EXECUTORS, RAY_EXTRA, ClusterOptions, DispatchError
 from .common import (ModeOpt, announce_sandbox, check_hub_model, device_option, engine_name, kernels_option, refuse_random,
                      run_dtype, worker_dtype)
 from ..settings import CERTIFIED_KERNELS
+from .common import AllowUncheckedPayloadsOpt, AllowUnanchoredOpt
 from .options import CLUSTER, CLUSTER_OPTIONS, FIELDS, OWN, RUN, SAMPLING, KernelsOpt, with_options
 from ..util.display_text import console_markup
 
@@ -388,45 +389,63 @@ def deposit(
 
 @app.command(name="verify-manifest")
 def verify_manifest_cmd(
-    path: Path = typer.Argument(..., help="manifest.json (run or exactness manifest) to re-check"),
-    store: Optional[str] = typer.Option(None, "--store", help="store to check artifact payloads against (the "
-                                        "store a manifest records is never read) [default: none, payloads not "
-                                        "checked]"),
+    path: Path = typer.Argument(..., help="manifest.json (run or exactness manifest), or a run folder (runs/NAME), "
+                                "to re-check"),
+    store: Optional[str] = typer.Option(None, "--store", help=escape(
+        "store to check artifact payloads against (the store a manifest records is never read) [default: none, "
+        "payloads not checked: exit 4 unless --allow-unchecked-payloads]")),
     require_artifacts: bool = typer.Option(False, "--require-artifacts",
                                            help="an artifact the store does not hold is a mismatch, not 'not checked'"),
+    allow_unanchored: bool = AllowUnanchoredOpt,
+    allow_unchecked_payloads: bool = AllowUncheckedPayloadsOpt,
     rescore: bool = typer.Option(False, "--rescore", help="also re-score every sample under the current verifier, "
                                  "as a separate report (a changed verdict there is a re-score, not a mismatch)"),
     problems: Optional[str] = typer.Option(None, "--problems", "-p", help=escape(
         "problem set to anchor the run to: its SHA-256, every key, every problem sampled as often as the settings "
-        "say ('builtin[:A-B]' or a local file) [default: the set the manifest records, when it is built-in or a "
-        "file under ../shared/data/]")),
+        "say ('builtin[:A-B]' or a local file) [default: the set the manifest records, when it is generated or a "
+        "file of its name is under ../shared/data/]")),
 ) -> None:
-    """Re-check a manifest without a model: hashes, every verdict, totals, artifact payloads, the problem set. Exit 0 only if all hold."""
-    from ..results.manifest import ManifestError, ManifestRefused
+    """Re-check a manifest without a model: hashes, every verdict, totals, artifact payloads, the problem set. Exit 0 ("ok") only if everything was checked and holds: 1 a mismatch, 2 not a manifest, 3 problem set not anchored, 4 artifact payloads not checked."""
+    from ..results.manifest import ManifestError, ManifestRefused, store_unreadable
     from ..results.anchor import ProblemSet
-    from ..results.check import check_manifest
+    from ..results.check import EXIT_MISMATCH, EXIT_OK, EXIT_UNANCHORED, manifest_file, verify_file
 
     if store and Path(store).is_file():
         fail(f"--store {store} is not a store: it is a file, not a folder; no artifact could be checked")
+    if store and (why := store_unreadable(store)) is not None:
+        fail(f"--store {store} cannot be read ({why}); no artifact payload could be checked")
     named = None
     if problems is not None:
         named = ProblemSet(tuple(load_problem_set(problems, None, "id", "problem", "answer", "solution")), problems,
                            True)
     try:
-        mismatches, notes = check_manifest(path, store, require_artifacts, named)
+        checked = verify_file(path, store, require_artifacts, named)
     except ManifestRefused as exc:
-        fail(str(exc), 1)
+        fail(str(exc), EXIT_MISMATCH)
     except ManifestError as exc:
         fail(str(exc))
-    for note in notes:
+    for note in checked.notes:
         console.print(console_markup(note))
     if rescore:
-        _print_rescore(path)
-    if mismatches:
-        for line in mismatches:
+        _print_rescore(manifest_file(path))
+    shown = console_markup(path)
+    if checked.mismatches:
+        for line in checked.mismatches:
             console.print(f"[red]mismatch[/red] {console_markup(line)}")
-        fail(f"{path}: {len(mismatches)} mismatch(es)", 1)
-    console.print(f"[green]ok[/green] {console_markup(path)}")
+        fail(f"{path}: {len(checked.mismatches)} mismatch(es)", EXIT_MISMATCH)
+    code = checked.exit_code(allow_unanchored, allow_unchecked_payloads)
+    if code != EXIT_OK:
+        gap = checked.unverified(allow_unanchored, allow_unchecked_payloads)[0]
+        remedy = ("name its problem set with --problems, or pass --allow-unanchored to accept that"
+                  if code == EXIT_UNANCHORED else
+                  "give their store with --store, or pass --allow-unchecked-payloads to accept that")
+        console.print(f"[yellow]not checked[/yellow] {shown}: {console_markup(gap)}; {remedy} (exit {code})")
+        raise typer.Exit(code)
+    accepted = checked.unverified()
+    if accepted:
+        console.print(f"[yellow]verified, except[/yellow] {shown}: {console_markup('; '.join(accepted))}")
+    else:
+        console.print(f"[green]ok[/green] {shown}")
 
 
 def _print_rescore(path: Path) -> None:

@@ -108,6 +108,13 @@ RunsOpt = typer.Option(DEFAULT_RUNS_DIR, "--runs-dir", envvar="GRAFTBENCH_RUNS_D
 StoreOpt = typer.Option(DEFAULT_STORE, "--store", envvar="GRAFTBENCH_STORE",
                         help="artifact store: a folder, or a URL (s3://bucket/prefix, file:///path, memory://name)")
 LimitOpt = typer.Option(None, "--limit", min=1, help="use only the first N problems")
+# What verify-manifest (and report, for the problem set) may be told to accept as not checked; without it, a
+# manifest whose problem set could not be anchored exits 3, one whose artifact payloads were not checked exits 4.
+AllowUnanchoredOpt = typer.Option(False, "--allow-unanchored", help="accept a run whose problem set could not be "
+                                  "anchored (a source graftbench cannot rebuild): say so and go on, instead of exit 3")
+AllowUncheckedPayloadsOpt = typer.Option(False, "--allow-unchecked-payloads", help="accept artifact payloads that "
+                                         "were not checked (no --store, or absent from it): say so and exit 0 "
+                                         "instead of 4")
 SamplesOpt = typer.Option(EVAL.samples, "--samples", min=1, max=1024,
                           help="samples per problem, decoded as one batch after one prefill or graft (N > 1 needs "
                                "--temperature above 0)")

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from .common import console, fail, name_list
+from .common import AllowUnanchoredOpt, console, fail, name_list
 from ..util.display_text import console_markup
 
 
@@ -40,17 +40,22 @@ def report(
     families: Optional[str] = typer.Option(None, "--families", help="families pooled into one more paired "
                                            "comparison, comma-separated (a pre-registered subset); each family's "
                                            "own comparison is always shown"),
+    allow_unanchored: bool = AllowUnanchoredOpt,
 ) -> None:
     """Compare runs from their manifests: accuracy with 95% intervals, pass@k, maj@N, tokens, energy, copy controls; writes markdown and plots."""
-    from ..report.compare import ReportError, build_report, check_out_dir, default_out_dir, fallback_lines
+    from ..report.compare import ReportError, UnanchoredRun, build_report, check_out_dir, default_out_dir
+    from ..report.compare import fallback_lines
+    from ..results.check import EXIT_UNANCHORED
     from ..report.write import write_report
     from .tables import report_tables
 
     try:
         built = build_report(paths, seed=seed, resamples=resamples, rounds=rounds,
-                             families=tuple(name_list(families)))
+                             families=tuple(name_list(families)), allow_unanchored=allow_unanchored)
         out_dir = out if out is not None else default_out_dir(name)
         check_out_dir(out_dir)
+    except UnanchoredRun as exc:
+        fail(str(exc), EXIT_UNANCHORED)
     except ReportError as exc:
         fail(str(exc))
     for run in built.runs:

@@ -16,7 +16,7 @@ import math
 import numbers
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -84,6 +84,23 @@ def generated_slice(source: str) -> list[Problem]:
         raise ProblemSetError(f"problem set {source!r}: the {name} families hold {most} distinct "
                               f"problems each, not {end}")
     return [p for p in make(end) if int(p.id.rsplit("-", 1)[1]) >= start]
+
+
+def generated_by_id(source: str, ids: Iterable[object]) -> dict[str, Problem]:
+    """The problems among ``ids`` that the generated set ``source`` names makes, by id: ``builtin`` or
+    ``methods`` (a slice such as ``builtin:2-4`` names its whole set). An id ``<family>-<k>`` with ``k`` below the
+    set's most per family is made as :func:`generated_slice` makes it (the first k problems of a family are the same
+    for any size), so a subset of the set (a flywheel round's) can be checked problem by problem. An id of no other
+    form, of no family of the set, or past its most is left out. Raises :class:`ProblemSetError` when ``source``
+    names no generated set."""
+    name = source.split(":", 1)[0]
+    if name not in _GENERATED:
+        raise ProblemSetError(f"problem set {source!r} is not a generated set ({', '.join(_GENERATED)})")
+    make, most = _GENERATED[name]
+    wanted = {i for i in ids if isinstance(i, str)}
+    indexes = [int(k) for i in wanted if (k := i.rsplit("-", 1)[-1]).isascii() and k.isdigit()]
+    size = max((k + 1 for k in indexes if k < most), default=0)
+    return {p.id: p for p in make(size) if p.id in wanted} if size else {}
 
 
 def _check_hub(source: str) -> None:

@@ -29,6 +29,12 @@ class ReportError(ValueError):
     the message names it."""
 
 
+class UnanchoredRun(ReportError):
+    """A run manifest that verifies but whose problem set could not be anchored
+    (:class:`graftbench.results.check.Verification`), given without ``allow_unanchored``; the message names it and
+    why."""
+
+
 @dataclass
 class RunEntry:
     """One run in a report: its label, where it was read from, its manifest, its
@@ -141,20 +147,26 @@ def _read(path: str | Path) -> tuple[Path, dict]:
     return source, manifest
 
 
-def _verified(path: str | Path, source: Path, manifest: dict) -> tuple[str, ...]:
-    """Check the manifest as ``verify-manifest`` does (:func:`graftbench.results.check.check_run_manifest`) and
-    return what could not be checked; raise :class:`ReportError` naming it when it does not verify."""
-    from ..results.check import check_run_manifest
+def _verified(path: str | Path, source: Path, manifest: dict, allow_unanchored: bool = False) -> tuple[str, ...]:
+    """Check the manifest as ``verify-manifest`` does (:func:`graftbench.results.check.verify_run`, no store) and
+    return what could not be checked (artifact payloads always; an unanchored problem set when
+    ``allow_unanchored``). Raises :class:`ReportError` naming it when it does not verify, and
+    :class:`UnanchoredRun` when its problem set could not be anchored and ``allow_unanchored`` is not set."""
+    from ..results.check import verify_run
 
     try:
-        mismatches, notes = check_run_manifest(manifest, source)
+        checked = verify_run(manifest, source)
+        mismatches = checked.mismatches
     except ManifestError as exc:
         raise ReportError(f"'{path}' does not verify: {exc}") from exc
     if mismatches:
         shown = "; ".join(mismatches[:3]) + (f"; and {len(mismatches) - 3} more" if len(mismatches) > 3 else "")
         raise ReportError(f"'{path}' does not verify ({len(mismatches)} mismatches; `graftbench verify-manifest "
                           f"{source}` lists them): {shown}")
-    return tuple(n for n in notes if "not anchored" in n or "not checked" in n)
+    if checked.unanchored is not None and not allow_unanchored:
+        raise UnanchoredRun(f"'{path}' is not anchored: {checked.unanchored}; name a run whose problem set "
+                            "graftbench can rebuild, or pass --allow-unanchored to report it anyway")
+    return tuple(checked.unverified())
 
 
 def _round_of(manifest: dict) -> int | None:
@@ -164,7 +176,7 @@ def _round_of(manifest: dict) -> int | None:
 
 
 def load_runs(paths: list[str | Path], seed: int = 0, resamples: int = RESAMPLES,
-              rounds: bool = False) -> list[RunEntry]:
+              rounds: bool = False, allow_unanchored: bool = False) -> list[RunEntry]:
     """Read and summarize each run (a run folder or a manifest path). With ``rounds`` the runs, in the order given,
     are rounds 1, 2, …; otherwise a run's round is its manifest's ``settings.round`` when recorded. Labels are the
     manifests' run names (a repeated name gets ``#2``, ``#3``, …).
@@ -173,11 +185,13 @@ def load_runs(paths: list[str | Path], seed: int = 0, resamples: int = RESAMPLES
     graftbench can rebuild it); what could not be checked is kept in :attr:`RunEntry.unverified`.
 
     Raises :class:`ReportError` naming a path that is not a run folder or run manifest, a manifest that does not
-    verify, or a manifest whose samples cannot be summarized (a missing field, a sample of an unlisted problem, an unknown verifier version)."""
+    verify, or a manifest whose samples cannot be summarized (a missing field, a sample of an unlisted problem, an unknown verifier version);
+    its subclass :class:`UnanchoredRun` for a run whose problem set could not be anchored, unless
+    ``allow_unanchored``."""
     entries, seen = [], {}
     for position, path in enumerate(paths, start=1):
         source, manifest = _read(path)
-        unverified = _verified(path, source, manifest)
+        unverified = _verified(path, source, manifest, allow_unanchored)
         try:
             summary = summarize(manifest["samples"], manifest["problems"], seed, resamples=resamples,
                                 verifier_version=recorded_verifier_version(manifest))
@@ -259,11 +273,12 @@ def graft_routes(samples: list, problem_ids: set[str]) -> dict[str, int]:
 
 
 def build_report(paths: list[str | Path], seed: int = 0, resamples: int = RESAMPLES, rounds: bool = False,
-                 families: tuple[str, ...] = ()) -> Report:
+                 families: tuple[str, ...] = (), allow_unanchored: bool = False) -> Report:
     """Load, summarize and compare the runs at ``paths`` (see :func:`load_runs`, :func:`compare_runs`), also per
     family and on the ``families`` pooled (:func:`compare_by_family`). Raises :class:`ReportError` as
-    :func:`load_runs` and :func:`compare_by_family` do."""
-    runs = load_runs(paths, seed, resamples, rounds)
+    :func:`load_runs` and :func:`compare_by_family` do (:class:`UnanchoredRun` for an unanchored run unless
+    ``allow_unanchored``)."""
+    runs = load_runs(paths, seed, resamples, rounds, allow_unanchored)
     return Report(runs, compare_runs(runs, seed, resamples), seed, resamples, prompt_arm_rows(runs),
                   compare_by_family(runs, seed, resamples, families))
 

@@ -40,11 +40,23 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the checkout: committed ru
 @dataclass(frozen=True)
 class ProblemSet:
     """A problem set to anchor a manifest to: its problems in file order and where they came from (a path, or a
-    built-in set's name), and whether the user named it (a different SHA-256 is then a mismatch, not a note)."""
+    generated set's name such as ``builtin:2-12``), and whether the user named it (a different SHA-256 is then a
+    mismatch, not "not anchored")."""
 
     problems: tuple[Problem, ...]
     label: str
     named: bool
+
+
+@dataclass(frozen=True)
+class Anchoring:
+    """What anchoring a manifest to a problem set found: ``mismatches`` (one line each), ``note`` (what it was
+    anchored to, or why not) and ``unanchored``: why no problem set could be checked against the manifest, or
+    ``None`` when one was (its mismatches then say whether the manifest matches it)."""
+
+    mismatches: tuple[str, ...]
+    note: str
+    unanchored: str | None = None
 
 
 def exactness_shape(manifest: dict) -> list[str]:
@@ -91,11 +103,13 @@ def _field_problems(manifest: dict, required: frozenset, allowed: frozenset, sch
 
 
 def resolve_recorded(manifest: dict, cwd: Path | None = None) -> tuple[ProblemSet | None, str]:
-    """The problem set a manifest records, when graftbench can rebuild it without being told: a built-in set
-    (``builtin``, ``builtin:N``, ``builtin:A-B``), or a regular file of at most :data:`MAX_PROBLEM_FILE_BYTES`
-    directly under ``../shared/data/`` (relative to ``cwd``; by default the working folder, then the checkout
-    graftbench runs from, where the recorded runs were made). Any other source (a
-    path elsewhere, a hub id, a URL) is data and is not opened. Returns ``(set, "")`` or ``(None, why)``."""
+    """The problem set a manifest records, when graftbench can rebuild it without being told: a generated set
+    (``builtin``, ``builtin:N``, ``builtin:A-B``, ``methods`` and its slices), or the file of the recorded path's
+    name directly under ``../shared/data/`` (relative to ``cwd``; by default the working folder, then the checkout
+    graftbench runs from), a regular file of at most :data:`MAX_PROBLEM_FILE_BYTES`. The recorded path itself is
+    data and is never opened (nor is a hub id or a URL): a manifest recorded with ``/elsewhere/aime2024.jsonl``
+    is looked up as ``../shared/data/aime2024.jsonl``, and anchors only if that file's SHA-256 is the recorded one.
+    Returns ``(set, "")`` or ``(None, why)``."""
     problem_set = manifest.get("problem_set")
     source = problem_set.get("source") if isinstance(problem_set, dict) else None
     if not isinstance(source, str) or not source:
@@ -105,23 +119,30 @@ def resolve_recorded(manifest: dict, cwd: Path | None = None) -> tuple[ProblemSe
     try:
         if is_generated(source):
             return ProblemSet(tuple(generated_slice(source)), source, False), ""
+        name = _file_name(source)
         path = next((found for base in ([cwd] if cwd else [Path.cwd(), PROJECT_ROOT])
-                     if (found := _data_file(source, base)) is not None), None)
+                     if name and (found := _data_file(name, base)) is not None), None)
         if path is None:
-            return None, (f"its source {source[:120]!r} is not a built-in set or a regular file under "
-                          f"{_DATA_FOLDER}/ here")
-        return ProblemSet(tuple(load_problems(str(path))), source, False), ""
+            return None, (f"its source {source[:120]!r} is not a generated set, and no regular file of its name is "
+                          f"in {_DATA_FOLDER}/ here")
+        return ProblemSet(tuple(load_problems(str(path))), str(_DATA_FOLDER / name), False), ""
     except (ProblemSetError, OSError) as exc:
         return None, f"its source {source[:120]!r} cannot be read ({str(exc)[:200]})"
 
 
-def _data_file(source: str, cwd: Path) -> Path | None:
-    """``cwd/source`` when ``source`` names a file directly in ``../shared/data/`` that is a regular file (not a
-    link, FIFO or device) of bounded size; else ``None``."""
-    recorded = PurePosixPath(source)
-    if recorded.parent != _DATA_FOLDER or recorded.name in ("", ".", ".."):
+def _file_name(source: str) -> str | None:
+    """The file name a recorded local path ends in (``aime2024.jsonl`` of ``/work/shared/data/aime2024.jsonl``);
+    ``None`` for a URL or a name that is no file's (``..``)."""
+    if "://" in source:
         return None
-    path = cwd / recorded
+    name = PurePosixPath(source.replace("\\", "/")).name
+    return name if name not in ("", ".", "..") else None
+
+
+def _data_file(name: str, cwd: Path) -> Path | None:
+    """``cwd/../shared/data/name`` when it is a regular file (not a link, FIFO or device) of bounded size; else
+    ``None``. ``name`` holds no path separator (:func:`_file_name`), so nothing outside that folder is reached."""
+    path = cwd / _DATA_FOLDER / name
     try:
         info = os.lstat(path)
     except OSError:
@@ -131,28 +152,85 @@ def _data_file(source: str, cwd: Path) -> Path | None:
     return path
 
 
-def anchor(manifest: dict, problem_set: ProblemSet) -> tuple[list[str], str]:
+def anchor_manifest(manifest: dict, problems: ProblemSet | None, exactness: bool = False) -> Anchoring:
+    """Anchor a loaded manifest to ``problems`` (a set the user named), or else to the set it records when
+    graftbench can rebuild it (:func:`resolve_recorded`): a run manifest by :func:`anchor`, an exactness manifest
+    (``exactness``), which lists pairs and no problems, by :func:`anchor_digest`."""
+    why = ""
+    if problems is None:
+        problems, why = resolve_recorded(manifest)
+    if problems is None:
+        return Anchoring((), f"problem set not anchored: {why}", why)
+    return anchor_digest(manifest, problems) if exactness else anchor(manifest, problems)
+
+
+def anchor(manifest: dict, problem_set: ProblemSet) -> Anchoring:
     """Check a run manifest against ``problem_set``: the recorded ``problem_set.sha256`` (of the whole set, of its
     first ``n`` problems when run with a limit, or of a shard's problems), every listed problem's id, text hash and
     key, every sample's key, and that each problem of the set has ``settings.samples`` samples (1 when not
-    recorded). Returns ``(mismatches, note)``. A set the user did not name whose SHA-256 differs from the recorded
-    one (a built-in name for a subset of it) leaves the manifest unanchored: a note, no mismatch."""
+    recorded). A run of another subset of a generated set (a flywheel round's problems, recorded as ``builtin``) is
+    anchored problem by problem: every problem it lists must be one the generator makes under that id
+    (:func:`graftbench.problems.loading.generated_by_id`), with its text hash and key, and ``problem_set.sha256``
+    that of those problems in the listed order. A set the user did not name that anchors none of these ways leaves
+    the manifest unanchored (``Anchoring.unanchored``); one the user named is then a mismatch."""
     recorded = manifest.get("problem_set") if isinstance(manifest.get("problem_set"), dict) else {}
     expected, why = _expected_problems(recorded, list(problem_set.problems))
+    label, mismatches = f"{problem_set.label} ({len(expected or [])} problems)", []
+    from ..problems.loading import is_generated
+
+    if expected is None and is_generated(problem_set.label):
+        expected, mismatches, described = _generated_subset(manifest, recorded, problem_set.label, why)
+        label, why = (described, why) if expected is not None else (label, described)
     if expected is None:
         if problem_set.named:
-            return [f"problem_set.sha256: {why}"], f"problem set {problem_set.label} does not match"
-        return [], f"problem set not anchored: {why}"
-    mismatches = _problem_mismatches(manifest, expected) + _sample_mismatches(manifest, expected)
-    return mismatches, f"problem set anchored to {problem_set.label} ({len(expected)} problems)"
+            return Anchoring((f"problem_set.sha256: {why}",), f"problem set {problem_set.label} does not match")
+        return Anchoring((), f"problem set not anchored: {why}", why)
+    mismatches += _problem_mismatches(manifest, expected) + _sample_mismatches(manifest, expected)
+    return Anchoring(tuple(mismatches), f"problem set anchored to {label}")
 
 
-def anchor_digest(manifest: dict, problem_set: ProblemSet) -> list[str]:
+def _generated_subset(manifest: dict, recorded: dict, source: str,
+                      why: str) -> tuple[list[Problem] | None, list[str], str]:
+    """The problems a run of a subset of the generated set ``source`` lists, each as the generator makes it under
+    its id: ``(problems, [a problem_set.sha256 mismatch], label)``, the label naming the slice (``builtin:2-4``)
+    when the problems are one; or ``(None, [], why)`` (``why`` extended) when a listed id is not one the generator
+    makes."""
+    from ..problems.loading import generated_by_id, generated_slice
+
+    ids = [p.get("id") for p in _listed(manifest)]
+    made = generated_by_id(source, ids)
+    missing = next((i for i in ids if not isinstance(i, str) or i not in made), None)
+    if not ids or missing is not None:
+        named = f"problem {str(missing)[:40]!r} is not one" if ids else "it lists no problem"
+        return None, [], f"{why}; and as a subset of {source}: {named} {source.split(':')[0]} generates"
+    expected = [made[i] for i in ids]
+    mismatches = [] if problem_set_sha256(expected) == recorded.get("sha256") else [
+        f"problem_set.sha256: recorded {str(recorded.get('sha256'))[:16]!r}, the {len(expected)} problems it lists "
+        f"as {source.split(':')[0]} makes them are {problem_set_sha256(expected)[:16]!r}"]
+    name = source.split(":")[0]
+    indexes = [int(i.rsplit("-", 1)[1]) for i in ids]
+    span = f"{name}:{min(indexes)}-{max(indexes) + 1}"
+    if [p.id for p in generated_slice(span)] == ids:
+        return expected, mismatches, f"{span} ({len(expected)} problems, by id)"
+    return expected, mismatches, f"{len(expected)} problems of {name}, by id"
+
+
+def anchor_digest(manifest: dict, problem_set: ProblemSet) -> Anchoring:
     """Only ``problem_set.sha256`` against ``problem_set`` (as :func:`anchor` reads it: the whole set, its first
-    ``n``, or a shard's): for an exactness manifest, which lists no samples. One mismatch line, or none."""
+    ``n``, or a shard's): for an exactness manifest, which lists no samples. A differing SHA-256 is a mismatch for a
+    set the user named and leaves the manifest unanchored for the set it records."""
     recorded = manifest.get("problem_set") if isinstance(manifest.get("problem_set"), dict) else {}
     expected, why = _expected_problems(recorded, list(problem_set.problems))
-    return [] if expected is not None else [f"problem_set.sha256: {why}"]
+    if expected is not None:
+        return Anchoring((), f"problem set anchored to {problem_set.label} ({len(expected)} problems, by SHA-256)")
+    if problem_set.named:
+        return Anchoring((f"problem_set.sha256: {why}",), f"problem set {problem_set.label} does not match")
+    return Anchoring((), f"problem set not anchored: {why}", why)
+
+
+def _listed(manifest: dict) -> list[dict]:
+    problems = manifest.get("problems")
+    return [p for p in problems if isinstance(p, dict)] if isinstance(problems, list) else []
 
 
 def _expected_problems(recorded: dict, problems: list[Problem]) -> tuple[list[Problem] | None, str]:
@@ -179,8 +257,7 @@ def _expected_problems(recorded: dict, problems: list[Problem]) -> tuple[list[Pr
 
 
 def _problem_mismatches(manifest: dict, expected: list[Problem]) -> list[str]:
-    listed = [p for p in manifest.get("problems", []) if isinstance(p, dict)] if isinstance(
-        manifest.get("problems"), list) else []
+    listed = _listed(manifest)
     if [p.get("id") for p in listed] != [p.id for p in expected]:
         return [f"problems: the manifest lists {len(listed)} problems, not the {len(expected)} of the problem set "
                 "in its order"]

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import platform
 from collections import Counter
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -431,12 +432,15 @@ def _check_totals(manifest: dict, samples: list[dict]) -> list[str]:
     ]
 
 
-def _check_artifacts(manifest: dict, store: str | Path | None, require: bool = False) -> tuple[list[str], str]:
-    """Artifact list and payloads. An artifact the store (a folder, or a URL such as ``s3://bucket/prefix``, read
-    from the objects themselves) holds is hashed (a different payload is a mismatch); one it does not hold, or no
-    store at all, or a URL store that cannot be reached, is counted as not checked, and is a mismatch only when
-    ``require``. A file the folder store holds under the artifact's name but that is refused (not a regular file, a
-    symlink leaving the store, over the size cap: :mod:`graftbench.util.safe_files`) is always a mismatch."""
+def _check_artifacts(manifest: dict, store: str | Path | None,
+                     require: bool = False) -> tuple[list[str], str, str | None]:
+    """Artifact list and payloads: ``(mismatches, note, unchecked)``. An artifact the store (a folder, or a URL
+    such as ``s3://bucket/prefix``, read from the objects themselves) holds is hashed (a different payload is a
+    mismatch); one it does not hold, or no store at all, or a URL store that cannot be reached, is counted as not
+    checked (``unchecked`` says how many and why; ``None`` when every listed payload was checked), and is a
+    mismatch only when ``require``. A file the folder store holds under the artifact's name but that is refused
+    (not a regular file, a symlink leaving the store, over the size cap: :mod:`graftbench.util.safe_files`) is
+    always a mismatch."""
     mismatches = []
     entries = manifest.get("artifacts", [])
     entries = [a for a in entries if isinstance(a, dict)] if isinstance(entries, list) else []
@@ -449,12 +453,14 @@ def _check_artifacts(manifest: dict, store: str | Path | None, require: bool = F
     mismatches += [f"artifacts: id {a[:40]!r} is not 64 lowercase hex digits (not looked up)" for a in bad]
     listed = {a: e for a, e in listed.items() if a not in bad}
     if not listed:
-        return mismatches, "no artifacts used"
+        return mismatches, "no artifacts used", None
     digest_of, absence = _payload_reader(store)
     if digest_of is None:
         if require:
             mismatches.append(f"artifacts: {len(listed)} required but {absence}")
-        return mismatches, f"{len(listed)} artifact payloads not checked ({absence})"
+            return mismatches, f"{len(listed)} artifact payloads not checked ({absence})", None
+        unchecked = f"{len(listed)} artifact payloads not checked ({absence})"
+        return mismatches, unchecked, unchecked
     unchecked = {"absent from the store": 0, "cannot be read": 0}
     checked = 0
     for artifact_id, entry in listed.items():
@@ -476,7 +482,9 @@ def _check_artifacts(manifest: dict, store: str | Path | None, require: bool = F
         if digest != entry.get("sha256") or entry.get("sha256") != artifact_id:
             mismatches.append(f"artifact {artifact_id[:16]}: payload SHA-256 differs from the manifest")
     note = f"{checked} artifact payloads checked against {store}"
-    return mismatches, note + "".join(f", {n} not checked ({reason})" for reason, n in unchecked.items() if n)
+    left = [f"{n} not checked ({reason})" for reason, n in unchecked.items() if n]
+    missed = None if require or not left else f"{len(listed)} artifact payloads: " + ", ".join(left)
+    return mismatches, note + "".join(f", {line}" for line in left), missed
 
 
 def _payload_reader(store: str | Path | None):
@@ -518,6 +526,18 @@ def _payload_reader(store: str | Path | None):
     return digest_of, None
 
 
+def store_unreadable(store: str | Path) -> str | None:
+    """Why ``store`` (a folder, or a URL such as ``s3://bucket/prefix``, as given with ``--store``) cannot be read
+    for artifact payloads (no such path, a folder that is not a store, a URL store that cannot be opened); ``None``
+    when it can. Only ``store`` is read (:func:`_payload_reader`)."""
+    from ..store.folder import is_store_url
+
+    if not is_store_url(store) and not os.path.lexists(store):
+        return f"{store}: no such folder"
+    digest_of, why = _payload_reader(store)
+    return None if digest_of is not None else why
+
+
 def _check_seal(manifest: dict) -> list[str]:
     """``manifest_sha256`` against the body's canonical bytes under its schema; a body that cannot be
     canonicalized (a value RFC 8785 cannot carry) is a mismatch too."""
@@ -551,6 +571,24 @@ def check_manifest(manifest: dict, store: str | Path | None = None,
                    require_artifacts: bool = False) -> tuple[list[str], list[str]]:
     """:func:`verify_manifest` on a manifest already loaded (:func:`load_manifest`), so that a caller who checks it
     and then uses it reads the file once. Returns ``(mismatches, notes)`` as :func:`verify_manifest` does."""
+    checked = check_body(manifest, store, require_artifacts)
+    return checked.mismatches, checked.notes
+
+
+@dataclass(frozen=True)
+class BodyCheck:
+    """What :func:`check_body` found: ``mismatches`` and ``notes`` as :func:`verify_manifest` returns them, and
+    ``unchecked_payloads``: how many artifact payloads were not checked and why (no store, absent from it), or
+    ``None`` when every payload the manifest lists was checked (or it lists none, or ``require_artifacts`` made
+    each one a mismatch)."""
+
+    mismatches: list[str]
+    notes: list[str]
+    unchecked_payloads: str | None
+
+
+def check_body(manifest: dict, store: str | Path | None = None, require_artifacts: bool = False) -> BodyCheck:
+    """:func:`check_manifest`, with what it could not check kept apart (:class:`BodyCheck`)."""
     mismatches, notes = _check_seal(manifest) + verifier_floor(manifest), []
     digest_problems, digest_note = _check_digests(manifest)
     mismatches += _check_structure(manifest) + digest_problems
@@ -566,9 +604,9 @@ def check_manifest(manifest: dict, store: str | Path | None = None,
         mismatches.extend(_check_sample(sample, known, version))
     mismatches += _check_totals(manifest, samples) + _check_derived(manifest, problems_list, samples)
     mismatches += _check_metrics(manifest, problems_list, samples)
-    artifact_problems, note = _check_artifacts(manifest, store or None, require_artifacts)
+    artifact_problems, note, unchecked = _check_artifacts(manifest, store or None, require_artifacts)
     mismatches.extend(artifact_problems)
     notes.append(f"{len(samples)} samples re-verified under verifier {version}; {note}")
     if digest_note:
         notes.append(digest_note)
-    return mismatches, notes
+    return BodyCheck(mismatches, notes, unchecked)
