@@ -218,13 +218,15 @@ bench-long-context: $(STAMP)
 clean:
 	rm -rf $(VENV)
 
-# The prepared GPU certificates (docs/gpu.md): experiments/gpu_certify.sh, plain bash so that a GPU host without
-# make runs it as it is. Its variables (GPU_PY, GPU_DEVICE, GPU_DTYPE, GPU_MODELS, GPU_TIMEOUTS, GPU_PAIRS, ...) pass
+# The prepared GPU window (docs/gpu.md): experiments/gpu_certify.sh, plain bash so that a GPU host without make runs
+# it as it is. Its variables (GPU_PY, GPU_DEVICE, GPU_DTYPE, GPU_BUDGET, GPU_CERTIFICATES, GPU_ARCHIVE, ...) pass
 # through from make's command line or the environment.
 GPU_CARRY := .gpu-carry
-GPU_VARIABLES := GPU_PY GPU_DEVICE GPU_DTYPE GPU_MODELS GPU_TIMEOUTS GPU_PAIRS GPU_CONTROL_PAIRS GPU_REPLAY \
-	GPU_REPLAY_TIMEOUT GPU_TTFT_MODEL GPU_TTFT_SIZES GPU_TTFT_TIMEOUT GPU_RUNS GPU_PROBLEMS GPU_PYTHONPATH GPU_CACHE \
-	GPU_OUT GPU_BENCH GPU_REPLAY_LOG GPU_DRY_RUN
+GPU_VARIABLES := GPU_PY GPU_DEVICE GPU_DTYPE GPU_BUDGET GPU_MIN_STEP GPU_CERTIFICATES GPU_TTFT_MODEL GPU_TTFT_SIZES \
+	GPU_TTFT_TIMEOUT GPU_ENERGY_MODEL GPU_ENERGY_TOKENS GPU_ENERGY_DECODE GPU_ENERGY_REPEATS GPU_ENERGY_TIMEOUT \
+	GPU_REPLAY_EXPECT GPU_REPLAY_PAIRS GPU_REPLAY_TIMEOUT GPU_COUNTS_MODEL GPU_COUNTS_TOKENS GPU_COUNTS_DECODE \
+	GPU_COUNTS_TIMEOUT GPU_RUNS GPU_PROBLEMS GPU_PYTHONPATH GPU_CACHE GPU_OUT GPU_BENCH GPU_REPLAY_LOG GPU_LOGS \
+	GPU_ARCHIVE GPU_CARRY GPU_DRY_RUN
 # exported only where set (make exports a listed variable that is not set as empty, and an empty GPU_CACHE means
 # graftbench's own cache, not the carry's)
 export $(foreach v,$(GPU_VARIABLES),$(if $(filter undefined,$(origin $(v))),,$(v)))
@@ -232,10 +234,11 @@ export $(foreach v,$(GPU_VARIABLES),$(if $(filter undefined,$(origin $(v))),,$(v
 gpu-certify:
 	bash experiments/gpu_certify.sh
 
-# What travels to the GPU host beside the tracked files (at most 64 MiB in all): the wheels graftbench imports
-# that the host lacks (xxhash, rfc8785) unpacked as a folder for PYTHONPATH, the bundled families' tokenizer files
-# (no weights) in the cache layout graftbench reads, and the problem set.
-GPU_WHEELS := xxhash==4.1.0 rfc8785==0.1.4
+# What travels to the GPU host beside the tracked files (at most 64 MiB in all), packed as one .gpu-carry.tar.xz
+# (the script unpacks it): the wheels graftbench imports that the host may lack (xxhash, rfc8785, and NVML's
+# nvidia-ml-py for the energy step) unpacked as a folder for PYTHONPATH, the bundled families' tokenizer files (no
+# weights) in the cache layout graftbench reads, and the problem set. Carry .gpu-carry.tar.xz alone.
+GPU_WHEELS := xxhash==4.1.0 rfc8785==0.1.4 nvidia-ml-py==13.615.71
 gpu-carry: $(STAMP)
 	rm -rf $(GPU_CARRY) && mkdir -p $(GPU_CARRY)/wheels $(GPU_CARRY)/site $(GPU_CARRY)/data
 	$(BIN)/pip download -q --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
@@ -244,4 +247,5 @@ gpu-carry: $(STAMP)
 	rm -rf $(GPU_CARRY)/wheels
 	$(BIN)/python -c 'from graftbench.bench.gpu_name import copy_tokenizers; copy_tokenizers("$(GPU_CARRY)/cache")'
 	cp ../shared/data/aime2024.jsonl $(GPU_CARRY)/data/
-	du -sh $(GPU_CARRY)
+	tar cJf $(GPU_CARRY).tar.xz $(GPU_CARRY)
+	du -sh $(GPU_CARRY) $(GPU_CARRY).tar.xz

@@ -361,6 +361,14 @@ def only_markdown(result: dict) -> str:
         return store_scale_markdown(result)
     if result["only"] == "head-to-head":
         return head_to_head_markdown(result)
+    if result["only"] == "energy":
+        from .energy import energy_markdown
+
+        return energy_markdown(result)
+    if result["only"] == "sample-counts":
+        from .sample_counts import sample_counts_markdown
+
+        return sample_counts_markdown(result)
     if result["only"] == "ttft":
         return "\n".join([f"# Time to first token: {result['environment'].get('model')}", "", *ttft_table(result),
                           *ttft_device_lines(result)])

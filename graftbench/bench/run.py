@@ -27,6 +27,8 @@ from .load import measure_load
 from .peer import measure_peer
 from .restore import measure_restore
 from .store_scale import measure_store_scale, vocabulary
+from .energy import MODELLED_RUNS, measure_energy, modelled_ratio, run_totals
+from .sample_counts import SAMPLE_COUNTS, measure_sample_counts
 from .ttft import measure_size
 from .workload import build_workload
 
@@ -145,10 +147,12 @@ def environment(session: Session) -> dict:
             "config_fingerprint": session.config.fingerprint, "chunk_size": session.config.chunk_size,
             "model": model_name(session.config.to_dict()), "dtype": session.config.dtype,
             **({"accelerator": session.config.accelerator} if session.config.accelerator else {}),
+            **({} if session.config.certified else {"kernels": session.config.kernels}),
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "graftbench_commit": checkout_commit()}
 
 
-SECTIONS = ("batched-samples", "head-to-head", "load-decode", "store-scale", "ttft")  # sections that run alone with ``--only``
+SECTIONS = ("batched-samples", "energy", "head-to-head", "load-decode", "sample-counts", "store-scale",
+            "ttft")  # sections that run alone with ``--only``
 
 
 def _load_and_decode(session: Session, model: str, settings: BenchSettings, workload, task, result: dict,
@@ -196,9 +200,10 @@ def run_bench(session: Session, model: str, problems: list[Problem], problems_so
         task(None, 0)
         result["targets"] = targets(result)
         return result
-    if only == "ttft":
+    if only in ("ttft", "energy", "sample-counts"):
         with tempfile.TemporaryDirectory(prefix="graftbench-bench-") as folder:
-            _ttft(session, model, settings, workload, Path(folder), task, result)
+            {"ttft": _ttft, "energy": _energy, "sample-counts": _sample_counts}[only](
+                session, model, settings, workload, Path(folder), task, result)
         task(None, 0)
         return result
     with tempfile.TemporaryDirectory(prefix="graftbench-bench-") as folder:
@@ -244,7 +249,30 @@ def _ttft(session: Session, model: str, settings: BenchSettings, workload, folde
     """Time to first token, graft against chunked prefill, at each of ``settings.sizes`` (the ``ttft`` section)."""
     step = task("TTFT: prefill against graft", len(settings.sizes) * (settings.repeats + 1))
     result["ttft"] = [measure_size(session, model, folder / "ttft", workload.context[:n], workload.query,
-                                   settings.repeats, settings.graft_repeats, step) for n in settings.sizes]
+                                   settings.repeats, settings.graft_repeats, step, settings.memory_probes)
+                      for n in settings.sizes]
+
+
+def _energy(session: Session, model: str, settings: BenchSettings, workload, folder: Path, task, result: dict) -> None:
+    """Joules per prefill token, decode token and graft at the largest of ``settings.sizes``, idle power
+    subtracted, and the recurring case's ratio modelled from the committed CPU runs (:mod:`.energy`)."""
+    task(f"energy at {max(settings.sizes):,} tokens", 1)
+    measured = measure_energy(session, folder / "energy", workload.context, workload.query, max(settings.sizes),
+                              settings.decode_tokens, settings.repeats)
+    result["energy_per_token"] = measured
+    runs = [path for path in MODELLED_RUNS if path.is_file()]
+    if len(runs) == len(MODELLED_RUNS):
+        result["energy_ratio"] = modelled_ratio(measured, *(run_totals(path) for path in runs))
+
+
+def _sample_counts(session: Session, model: str, settings: BenchSettings, workload, folder: Path, task,
+                   result: dict) -> None:
+    """Decode tokens/s for 1, 4 and 16 samples after one graft of the largest of ``settings.sizes``, under the
+    session's kernels (:mod:`.sample_counts`)."""
+    step = task("decode after one graft: 1, 4, 16 samples", len(SAMPLE_COUNTS))
+    result["sample_counts"] = measure_sample_counts(session, folder / "counts", workload.context, workload.query,
+                                                    workload.query_problem, max(settings.sizes),
+                                                    settings.decode_tokens, repeats=settings.repeats, on_step=step)
 
 
 def _main_sections(session: Session, model: str, problems: list[Problem], settings: BenchSettings, workload,

@@ -97,7 +97,7 @@ def ttft_meter(session: Session) -> EnergyMeter | None:
 
 
 def measure_size(session: Session, model: str, store_root: Path, ids: list[int], query: list[int], repeats: int,
-                 graft_repeats: int, on_step=lambda: None) -> dict:
+                 graft_repeats: int, on_step=lambda: None, memory_probes: bool = True) -> dict:
     """Every TTFT figure for one artifact size (``len(ids)`` tokens): prefill against graft, with a 1-token
     query and with ``query``; the graft with XXH3-128 and with SHA-256 integrity; memory; logits equality.
 
@@ -108,7 +108,9 @@ def measure_size(session: Session, model: str, store_root: Path, ids: list[int],
     On a GPU the row also holds ``energy`` (how the joules were measured), per query the prefill's
     ``energy_{name}_j`` and each graft's ``energy_j`` (joules per query, the prefill or the graft included).
 
-    ``on_step`` is called after each repetition (for a progress bar).
+    ``on_step`` is called after each repetition (for a progress bar). ``memory_probes`` false leaves out the two
+    fresh processes that measure a graft's memory (``graft_memory``, ``first_graft_with_kv_pool``): each loads the
+    model again, which on a GPU window costs more than the row itself.
     """
     store, meter = Store(store_root), ttft_meter(session)
     queries = {"query_1": query[:1], "query_real": query}
@@ -134,17 +136,20 @@ def measure_size(session: Session, model: str, store_root: Path, ids: list[int],
                for name in queries}
     logits_equal = {name: sides["prefill"] == sides["graft"] for name, sides in digests.items()}
     artifact_bytes = store.path(artifact_id).stat().st_size
-    memory = graft_memory(store_root, artifact_id, model, session.config.dtype, session.config.chunk_size,
-                          queries["query_1"])
-    pooled = graft_memory(store_root, artifact_id, model, session.config.dtype, session.config.chunk_size,
-                          queries["query_1"], pool_tokens=len(ids) + len(queries["query_1"]) + DECODE_ROOM)
+    memory = {}
+    if memory_probes:
+        probe = graft_memory(store_root, artifact_id, model, session.config.dtype, session.config.chunk_size,
+                             queries["query_1"])
+        pooled = graft_memory(store_root, artifact_id, model, session.config.dtype, session.config.chunk_size,
+                              queries["query_1"], pool_tokens=len(ids) + len(queries["query_1"]) + DECODE_ROOM)
+        memory = {"graft_memory": probe, "graft_memory_ratio": probe["increase_bytes"] / artifact_bytes,
+                  "first_graft_with_kv_pool": pooled}
     return {
         "tokens": len(ids), "query_tokens": {"query_1": 1, "query_real": len(query)},
         "artifact_bytes": artifact_bytes, "artifact_id": artifact_id,
         "prefill": prefill_fig, "graft": graft_fig, "ttft_ratio": ratio, "logits_equal": logits_equal,
         "logits_sha256": digests,
-        "graft_memory": memory, "graft_memory_ratio": memory["increase_bytes"] / artifact_bytes,
-        "first_graft_with_kv_pool": pooled,
+        **memory,
         "file_read": "page cache warm (artifact written by this run)",
         **({"energy": meter.describe()} if meter else {}),
     }

@@ -14,8 +14,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ..settings import BatchedSettings
 from .common import (BENCH, BENCH_OUT, DTYPE_NAMES, ChunkOpt, DeviceOpt, DtypeOpt, IsaOpt, ModelOpt, apply_isa, console,
                      fail, int_list, load_problem_set, model_label, name_list, open_model, progress_bar)
-from ..settings import BenchSettings
+from ..settings import CERTIFIED_KERNELS, BenchSettings
 from ..results.layout import dtype_marker
+from .common import kernels_option
+from .options import KernelsOpt
 
 BATCHED = BatchedSettings()
 
@@ -24,15 +26,17 @@ class BenchSection(str, Enum):
     """Sections of ``graftbench bench`` that run alone."""
 
     batched_samples = "batched-samples"
+    energy = "energy"
     head_to_head = "head-to-head"
     load_decode = "load-decode"
+    sample_counts = "sample-counts"
     store_scale = "store-scale"
     ttft = "ttft"
 
 
 def bench(
     model: str = ModelOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt, isa: Optional[str] = IsaOpt,
-    device: str = DeviceOpt,
+    device: str = DeviceOpt, kernels: str = KernelsOpt,
     problems: str = typer.Option("../shared/data/aime2024.jsonl", "--problems", "-p",
                                  help="problems with solutions: the text the artifacts are cut from"),
     sizes: str = typer.Option(",".join(map(str, BENCH.sizes)), "--sizes", help="artifact sizes in tokens, comma-separated"),
@@ -59,10 +63,17 @@ def bench(
                                                 "against llama.cpp's state load at the largest --sizes, one "
                                                 "repetition of each in turn: head-to-head-<model>.json and .md) "
                                                 "or ttft (graft against chunked prefill at --sizes: "
-                                                "ttft-<model>.json and .md) or store-scale (router "
+                                                "ttft-<model>.json and .md) or energy (joules per prefill token, "
+                                                "decode token and graft at the largest --sizes, idle power "
+                                                "subtracted: energy-<model>.json and .md) or sample-counts (decode "
+                                                "tokens/s of 1, 4 and 16 samples after one graft of the largest "
+                                                "--sizes under --kernels: sample-counts-<model>[-fast].json and "
+                                                ".md) or store-scale (router "
                                                 "lookups at --store-sizes artifacts, no model: store-scale.json "
                                                 "and .md)"),
     smoke: bool = typer.Option(False, "--smoke", help="tiny sizes, one repetition, no cold load or peer: checks it runs"),
+    memory_probes: bool = typer.Option(True, "--memory-probes/--no-memory-probes", help="TTFT rows: measure a "
+                                       "graft's memory in two fresh processes, each loading the model again"),
 ) -> None:
     """Measure graft against prefill (TTFT), restore throughput, decode, batched samples, model load, store scale and
     llama.cpp."""
@@ -72,7 +83,7 @@ def bench(
 
     settings = BenchSettings(sizes=sorted(int_list(sizes, "--sizes")), repeats=repeats, graft_repeats=graft_repeats,
                              decode_tokens=decode_tokens, store_sizes=int_list(store_sizes, "--store-sizes"),
-                             cold_load=cold_load, peer_python=peer_python)
+                             cold_load=cold_load, peer_python=peer_python, memory_probes=memory_probes)
     batched = BatchedSettings(samples=batch_samples, tokens=batch_tokens, artifact_tokens=batch_artifact_tokens,
                               repeats=repeats)
     if smoke:
@@ -106,7 +117,8 @@ def _stem(only: BenchSection | None, model: str, dtype: str, batched: BatchedSet
         return "store-scale" + ("-smoke" if smoke else "")
     other_size = (only == BenchSection.batched_samples and batched.artifact_tokens != BATCHED.artifact_tokens
                   and not smoke)
-    return (f"{only.value if only else 'bench'}-{model_label(model)}" + dtype_marker(dtype)
+    fast = "-fast" if only == BenchSection.sample_counts and kernels_option() != CERTIFIED_KERNELS else ""
+    return (f"{only.value if only else 'bench'}-{model_label(model)}" + dtype_marker(dtype) + fast
             + (f"-{batched.artifact_tokens}-tokens" if other_size else "") + ("-smoke" if smoke else ""))
 
 
