@@ -10,19 +10,24 @@ from __future__ import annotations
 
 import glob
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from graftbench.eval.program_replay import COMMITTED, LOG_SCHEMA, replay_programs
+from graftbench.eval import program_replay
+from graftbench.eval.program_replay import COMMITTED, LOG_SCHEMA, replay_programs, starved
 from graftbench.programs import sandbox
+from graftbench.programs.sandbox import ProgramResult
 from graftbench.results.manifest import load_manifest
+from graftbench.settings import SandboxLimits
 from tests.conftest import REFERENCE_MANIFESTS
 from tests.prereqs import need
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = REFERENCE_MANIFESTS / "transfer-qwen2.5-coder-0.5b-program-baseline.json"
 LOG = ROOT / "results" / "program-replays.jsonl"
+LIMITS_OF_BASELINE = SandboxLimits(**load_manifest(BASELINE)["settings"]["sandbox"])
 # Replayed programs whose outcome may differ from the record, by (manifest file name, sample), with why.
 _NEAR_THE_LIMIT = ("print(47**7658112 % 569) takes about the CPU limit of 10 s: recorded once as finishing (262, "
                    "correct) and twice as timeout, so one run of it differs from one record or from two")
@@ -39,6 +44,39 @@ def test_the_committed_program_baseline_replays_with_the_same_verdicts():
     assert [r.sample for r in replayed if not r.same_verdict] == []
     assert [r.sample for r in replayed if r.stopped != r.recorded_stopped] == []
     assert sum(r.verdict[1] for r in replayed) == 48
+
+
+def _result(stdout: str, stopped: str | None, run_s: float, cpu_s: float) -> ProgramResult:
+    return ProgramResult(exit_status=0 if stopped is None else -9, stdout=stdout, stdout_sha256="", stderr_tail="",
+                         run_s=run_s, stopped=stopped, answer=None, isolation="fake", cpu_s=cpu_s)
+
+
+def test_a_run_stopped_by_the_wall_clock_with_cpu_time_left_is_starved():
+    limits = SandboxLimits(cpu_s=10, wall_s=20)
+    assert starved(_result("", "timeout", 20.0, 4.9), limits)
+    assert not starved(_result("", "timeout", 10.3, 9.95), limits)  # it used its CPU time
+    assert not starved(_result("7\n", None, 20.0, 4.9), limits) and not starved(_result("", "crashed", 1, 0.1), limits)
+
+
+def test_a_starved_program_recorded_as_finishing_is_judged_on_a_run_with_more_wall_time(monkeypatch):
+    """On a busy machine every first run is cut by the wall clock after 4 s of CPU; a program recorded as finishing
+    runs again with 12 times cpu_s of wall time (its other limits unchanged) and is judged on that run, a program
+    recorded as stopping is not run again."""
+    recorded = {s["program"]: s for s in load_manifest(BASELINE)["samples"]}
+    calls = []
+
+    def busy_machine(program, limits):
+        calls.append(limits)
+        if limits.wall_s == 20:
+            return _result("", "timeout", 20.0, 4.0)
+        return _result(recorded[program]["stdout"], recorded[program]["stopped"], 30.0, 0.5)
+
+    monkeypatch.setattr(program_replay, "run_program", busy_machine)
+    replayed = replay_programs(BASELINE)
+    finishing = [r for r in replayed if r.recorded_stopped is None]
+    assert len(finishing) == 56 and all(r.same and r.starved_s == 20.0 for r in finishing)
+    assert all(r.starved_s is None and r.stopped == "timeout" for r in replayed if r.recorded_stopped is not None)
+    assert {(c.wall_s, replace(c, wall_s=20)) for c in calls} == {(20, LIMITS_OF_BASELINE), (120, LIMITS_OF_BASELINE)}
 
 
 def test_a_text_mode_manifest_is_not_replayed():
@@ -62,5 +100,6 @@ def test_every_committed_program_manifest_was_replayed_in_the_program_environmen
         differences = len(record["differences"])
         assert record["programs"] - record["same_verdict"] <= differences
         assert record["programs"] - record["same_stopped"] <= differences
+        assert all(entry["recorded_stopped"] is None for entry in record.get("starved", []))
         undeclared = [d["sample"] for d in record["differences"] if (Path(name).name, d["sample"]) not in DECLARED]
         assert undeclared == [], f"{name}: programs whose verdict or stop reason changed: {undeclared}"

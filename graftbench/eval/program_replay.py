@@ -6,6 +6,10 @@ program's outcome. No model; imports no torch.
 ``python -m graftbench.eval.program_replay``) replays many, running each distinct program text once per set of
 limits (a program recorded in several manifests, e.g. the flywheel's rounds, is judged against each record from the
 one run), and appends one line per manifest to a log (:data:`LOG_SCHEMA`).
+
+The CPU-time, memory and output limits are the manifest's own. So is the wall-time limit, except for a program
+recorded as finishing whose run here the wall clock stopped with CPU time left (:func:`starved`: a busy machine
+gave it less than a CPU): it runs once more with a longer wall time, and both runs are logged.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from ..results.manifest import load_manifest, recorded_verifier_version
@@ -25,6 +29,8 @@ from ..settings import SandboxLimits
 from ..util import isa
 
 LOG_SCHEMA = "graftbench.program-replay/1"
+STARVED_CPU_SHARE = 0.9  # a timeout with under this share of cpu_s used came from the wall clock on a busy machine
+STARVED_WALL_FACTOR = 12  # a starved run's second try has a wall-time limit of this many times cpu_s
 COMMITTED = "results/*/manifests/*program*.json"  # every committed program-mode manifest (a glob below the checkout)
 
 
@@ -33,8 +39,8 @@ class Replayed:
     """One recorded program run again: its sample (``problem_id#sample_index``), the recorded and the new
     ``stopped`` reason, the recorded and the new verdict (``extracted``, ``correct``), the recorded and the new
     wall seconds (``recorded_program_s``, ``program_s``: near a time limit, a run may end on either side) and the
-    new run's CPU seconds (``cpu_s``: a run stopped at the wall time with little CPU time was starved by a busy
-    machine)."""
+    new run's CPU seconds (``cpu_s``); ``starved_s``: the wall seconds of a first run :func:`starved` by a busy
+    machine (``None`` when there was none), after which the outcome compared is a run with more wall time."""
 
     sample: str
     recorded_stopped: str | None
@@ -44,6 +50,7 @@ class Replayed:
     recorded_program_s: float | None = None
     program_s: float | None = None
     cpu_s: float | None = None
+    starved_s: float | None = None
 
     @property
     def same_verdict(self) -> bool:
@@ -55,10 +62,20 @@ class Replayed:
         return self.same_verdict and self.stopped == self.recorded_stopped
 
 
+def starved(result: ProgramResult, limits: SandboxLimits) -> bool:
+    """Whether a run was stopped by the wall clock with CPU time left (under :data:`STARVED_CPU_SHARE` of
+    ``cpu_s`` used): on a busy machine a program gets less than a CPU, and the wall-time limit then measures the
+    machine, not the program."""
+    return result.stopped == "timeout" and result.cpu_s < STARVED_CPU_SHARE * limits.cpu_s
+
+
 def replay_programs(path: str | Path, runs: dict | None = None) -> list[Replayed]:
     """Run every recorded program of the manifest at ``path`` in the sandbox under the manifest's own sandbox
-    limits, and judge it under its recorded verifier version. ``runs``, when given, maps (program text, limits) to
-    a :class:`ProgramResult` already run, and receives the new ones. Raises ``ValueError`` for a manifest of no
+    limits, and judge it under its recorded verifier version. A program recorded as finishing whose run here was
+    :func:`starved` is run once more with the wall-time limit raised to :data:`STARVED_WALL_FACTOR` times
+    ``cpu_s`` (the CPU-time and every other limit unchanged), and judged on that run; its :class:`Replayed`
+    keeps the starved run's wall seconds (``starved_s``). ``runs``, when given, maps (program text, limits) to a
+    :class:`ProgramResult` already run, and receives the new ones. Raises ``ValueError`` for a manifest of no
     program (its settings record no ``sandbox`` limits), :class:`graftbench.results.manifest` errors for an
     unreadable manifest, and :class:`graftbench.programs.sandbox.SandboxError` when the sandbox cannot be built."""
     manifest = load_manifest(path)
@@ -66,16 +83,18 @@ def replay_programs(path: str | Path, runs: dict | None = None) -> list[Replayed
     if not isinstance(recorded_limits, dict):
         raise ValueError(f"{path}: not a program-mode manifest (its settings record no sandbox limits)")
     limits = SandboxLimits(**recorded_limits)
+    patient = replace(limits, wall_s=max(limits.wall_s, STARVED_WALL_FACTOR * limits.cpu_s))
     version = recorded_verifier_version(manifest)
     runs = {} if runs is None else runs
     replayed = []
     for sample in manifest["samples"]:
         if not isinstance(sample.get("program"), str):
             continue
-        run_key = (sample["program"], limits)
-        if run_key not in runs:
-            runs[run_key] = run_program(sample["program"], limits)
-        result: ProgramResult = runs[run_key]
+        result = _run_once(runs, sample["program"], limits)
+        starved_s = None
+        if sample.get("stopped") is None and starved(result, limits):
+            starved_s = result.run_s
+            result = _run_once(runs, sample["program"], patient)
         old = sample_verdict(sample, version)
         new = program_verdict(result.stdout, result.stopped, sample.get("key") or "", version)
         recorded_s = sample.get("program_s")
@@ -83,14 +102,22 @@ def replay_programs(path: str | Path, runs: dict | None = None) -> list[Replayed
                                  sample.get("stopped"), result.stopped, (old.extracted, old.correct),
                                  (new.extracted, new.correct),
                                  recorded_s if isinstance(recorded_s, (int, float)) else None, result.run_s,
-                                 result.cpu_s))
+                                 result.cpu_s, starved_s))
     return replayed
+
+
+def _run_once(runs: dict, program: str, limits: SandboxLimits) -> ProgramResult:
+    """The run of ``program`` under ``limits``: from ``runs`` when already there, else run now and kept."""
+    if (program, limits) not in runs:
+        runs[program, limits] = run_program(program, limits)
+    return runs[program, limits]
 
 
 def log_record(path: str | Path, replayed: list[Replayed], ran: int) -> dict:
     """The log line of one manifest's replay: its path and seal, how many programs it holds, how many of them were
     run for it (``ran``; the others reused a run of the same text and limits), how many gave the same verdict and
-    the same stop reason, every difference, the isolation they ran in, this machine's CPU and its load average
+    the same stop reason, every difference, every program whose first run was starved (judged on a run with more
+    wall time, :func:`replay_programs`), the isolation they ran in, this machine's CPU and its load average
     (1, 5 and 15 minutes, from ``os.getloadavg``) when the line is written: a program stopped at the wall-time limit
     on a busy machine may have finished on a quiet one."""
     manifest = load_manifest(path)
@@ -98,6 +125,7 @@ def log_record(path: str | Path, replayed: list[Replayed], ran: int) -> dict:
             "programs": len(replayed), "ran": ran, "same_verdict": sum(r.same_verdict for r in replayed),
             "same_stopped": sum(r.stopped == r.recorded_stopped for r in replayed),
             "differences": [asdict(r) for r in replayed if not r.same],
+            "starved": [asdict(r) for r in replayed if r.starved_s is not None],
             "isolation": isolation().description, "replayed_on": isa.describe_cpu(isa.environment()),
             "load_average": [round(value, 2) for value in os.getloadavg()], "cpus": os.cpu_count(),
             "replayed_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -136,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{record['same_stopped']} same stop reason ({record['ran']} run)")
         for difference in record["differences"]:
             print(f"  differs: {difference}")
+        for again in record["starved"]:
+            print(f"  starved on the wall clock, run again with more wall time: {again}")
     return 1 if any(record["differences"] for record in records) else 0
 
 
