@@ -361,10 +361,12 @@ def test_manifest_artifacts_are_checked_against_the_objects_of_a_url_store(s3, c
     manifest = {"artifacts": [{"id": i, "sha256": i} for i in ids],
                 "samples": [{"problem_id": f"p{n}", "artifact_id": i} for n, i in enumerate(ids)]}
     caches("verifier")  # another machine: its own cache, the objects read from the store
-    mismatches, note = _check_artifacts(manifest, s3.url)
+    mismatches, note, unchecked = _check_artifacts(manifest, s3.url)
     assert mismatches == [f"artifact {ids[1][:16]}: payload SHA-256 differs from the manifest"]
     assert note == f"2 artifact payloads checked against {s3.url}, 1 not checked (absent from the store)"
-    mismatches, _ = _check_artifacts(manifest, s3.url, require=True)
+    assert unchecked == "3 artifact payloads: 1 not checked (absent from the store)"  # verify-manifest: exit 4
+    mismatches, _, unchecked = _check_artifacts(manifest, s3.url, require=True)
+    assert unchecked is None  # required: absence is a mismatch, not "not checked"
     assert mismatches[1] == f"artifact {ids[2][:16]}: absent from store {s3.url}"
     unreadable = ObjectStore._get_object
 
@@ -374,14 +376,15 @@ def test_manifest_artifacts_are_checked_against_the_objects_of_a_url_store(s3, c
         return unreadable(self, artifact_id)
 
     monkeypatch.setattr(ObjectStore, "_get_object", read_fails_for_the_first)
-    mismatches, note = _check_artifacts(manifest, s3.url, require=True)
+    mismatches, note, _ = _check_artifacts(manifest, s3.url, require=True)
     assert note == (f"1 artifact payloads checked against {s3.url}, 1 not checked (absent from the store), "
                     "1 not checked (cannot be read)")
     assert mismatches[0].startswith(f"artifact {ids[0][:16]}: cannot be read from store {s3.url}: artifact")
     monkeypatch.undo()
     nowhere = s3.url.replace("/store", "/no-store")
-    mismatches, note = _check_artifacts(manifest, nowhere)
+    mismatches, note, unchecked = _check_artifacts(manifest, nowhere)
     assert mismatches == [] and note.startswith(f"3 artifact payloads not checked (store {nowhere} cannot be opened")
+    assert unchecked == note
 
 
 def test_reindex_rebuilds_the_index_from_the_objects_alone(s3, tmp_path, caches):

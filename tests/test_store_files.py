@@ -383,8 +383,9 @@ def test_read_only_commands_write_nothing_into_an_existing_store(filled):
 def test_verify_manifest_with_a_missing_store_creates_nothing(tmp_path):
     missing = tmp_path / "no-such-store"
     manifest = REFERENCE_MANIFESTS / "aime2024-smollm2-135m-recurring.json"
-    result = runner.invoke(app, ["verify-manifest", str(manifest), "--store", str(missing)])
-    assert "not checked" in result.output and not missing.exists()
+    result = runner.invoke(app, ["verify-manifest", str(manifest), "--store", str(missing)], env={"COLUMNS": "400"})
+    assert result.exit_code == 2 and f"{missing}: no such folder" in result.output
+    assert not missing.exists()
 
 
 def test_a_graft_eval_on_a_store_that_does_not_exist_is_refused_unless_asked(tmp_path):
