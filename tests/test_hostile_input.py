@@ -27,7 +27,7 @@ from graftbench.util.display_text import console_markup, markdown_text, plot_tex
 from graftbench.results.fingerprint import pin_fingerprint
 from graftbench.results.manifest import (compute_totals, load_manifest, run_metrics, seal_sha256, sealed_fields,
                                          verify_manifest, write_manifest)
-from graftbench.report.compare import build_report, markdown
+from graftbench.report.compare import RUN_COLUMNS, build_report, markdown
 from graftbench.util.safe_files import UnsafeFileError, read_regular, sha256_regular
 from graftbench.store.folder import Store
 
@@ -429,7 +429,7 @@ def test_report_md_cannot_be_broken_by_manifest_text(tmp_path):
         "# graftbench report", "## Runs", "## Per family", "## Notes"]
     runs_table = lines[lines.index("## Runs") + 2: lines.index("## Per family") - 1]
     assert len(runs_table) == 3  # header, rule, the one run: no forged row
-    assert {len(re.findall(UNESCAPED_PIPE, row)) for row in runs_table} == {16}  # 15 columns: no forged one
+    assert {len(re.findall(UNESCAPED_PIPE, row)) for row in runs_table} == {len(RUN_COLUMNS) + 1}  # no forged column
     assert "<script>" not in text and "<b>" not in text and "`code`" not in text
     assert not re.search(r"(?<!\\)\]\(", text)  # no link or image can close (markdown() here draws no plot)
     assert markdown_text(hostile["model"]) in runs_table[2] and markdown_text(hostile["run"]) in runs_table[2]
