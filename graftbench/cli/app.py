@@ -18,7 +18,7 @@ import typer
 from rich.markup import escape
 
 from . import bench, exact, flywheel, report
-from . import merge, route
+from . import merge, route, view
 from .common import (EVAL, FLYWHEEL, AnswerFieldOpt, ChunkOpt, DeviceOpt, DtypeOpt, EngineOpt, FlashAttnOpt, KvTypeOpt, ExampleAsOpt, GraftFromOpt, IdFieldOpt, IsaOpt,
                      LayoutOpt, LimitOpt, ModelOpt, ProblemFieldOpt, ProblemsOpt, RunsOpt, ShardOpt, SolutionFieldOpt,
                      StoreOpt, console, fail, load_problem_set, model_label, open_model, os_error_text, progress,
@@ -606,6 +606,7 @@ app.command(name="report")(report.report)
 app.command(name="route-quality")(route.route_quality)
 app.command(name="flywheel")(flywheel.flywheel)
 app.command(name="merge")(merge.merge)
+app.command(name="view")(view.view)
 
 
 if __name__ == "__main__":

@@ -419,13 +419,14 @@ def pinned_config(engine: LlamaCppEngine, spec: str, tokenizer_sha256: str, layo
     SHA-256, graftbench's tokenizer digest, ``dtype`` ``gguf`` (the weights as stored), threads, the chunk size,
     the prompt layout (default: graftbench's), library versions, the machine, and :meth:`LlamaCppEngine.pin_fields`
     as ``engine`` (so its fingerprint differs from every torch pin's)."""
-    from ..problems.prompts import PromptLayout
+    from ..problems.prompts import PromptLayout, reasoning_delimiters
     from .pin import PinnedConfig, library_versions
 
     return PinnedConfig(
         model=spec, weights_sha256=engine.weights_sha256, tokenizer_sha256=tokenizer_sha256, dtype="gguf",
         device="cpu", threads=engine.threads, attn_implementation=ENGINE_NAME, chunk_size=engine.chunk_size,
-        layout=layout or PromptLayout(), libraries=library_versions(PINNED_LIBRARIES), cpu_capability=system_info(),
+        layout=layout or PromptLayout(reasoning=reasoning_delimiters(spec)),
+        libraries=library_versions(PINNED_LIBRARIES), cpu_capability=system_info(),
         machine=platform.machine(), isa="native", cache_class=f"{ENGINE_NAME} {engine.kv_type}",
         engine=engine.pin_fields(),
     )

@@ -10,7 +10,7 @@ import platform
 from dataclasses import asdict, dataclass, field, fields
 from importlib import metadata
 
-from ..problems.prompts import PromptLayout
+from ..problems.prompts import PromptLayout, reasoning_delimiters
 from ..results.fingerprint import UNPINNED_FIELDS, pin_fingerprint
 from ..settings import CERTIFIED_KERNELS, DEFAULT_CHUNK_SIZE, KERNEL_CONFIGS
 from ..util.isa import current as current_isa
@@ -72,6 +72,10 @@ class PinnedConfig:
         for name in OMITTED_AT_DEFAULT:
             if pin[name] == _DEFAULTS[name]:
                 del pin[name]
+        if pin["layout"].get("reasoning"):
+            pin["layout"]["reasoning"] = list(pin["layout"]["reasoning"])
+        else:
+            del pin["layout"]["reasoning"]  # a model that does not think: the layout pinned before reasoning existed
         return pin
 
     @property
@@ -144,7 +148,7 @@ def build_config(loaded, chunk_size: int = DEFAULT_CHUNK_SIZE, layout: PromptLay
         threads=torch.get_num_threads(),
         attn_implementation=str(loaded.model.config._attn_implementation),
         chunk_size=chunk_size,
-        layout=layout or PromptLayout(),
+        layout=layout or PromptLayout(reasoning=reasoning_delimiters(loaded.spec)),
         libraries=library_versions(),
         cpu_capability=capability,
         machine=platform.machine(),

@@ -40,6 +40,7 @@ from ..settings import EvalSettings, SandboxLimits
 from ..store.folder import Store
 from ..store.writers import kind_refusal, this_kind
 from ..verify.answers import answers_equivalent, verify_answer
+from ..verify.reasoning import thinking_tokens
 
 
 class StrictFallbackError(RuntimeError):
@@ -196,7 +197,9 @@ def run_problem(session: Session, problem: Problem, settings: EvalSettings, budg
         example_id=attempt.example_id,
         example_answer=attempt.example_answer,
     )
-    return [_sample(shared, decoded, i, seeds, route, settings, attempt.program)
+    reasoning = session.config.layout.reasoning_pair
+    return [_sample(shared, decoded, i, seeds, route, settings, attempt.program, reasoning,
+                    _thinking(session, decoded, attempt.cue, reasoning))
             for i, decoded in enumerate(attempt.decoded)]
 
 
@@ -211,13 +214,26 @@ def program_fields(output: str, limits: SandboxLimits) -> dict:
                 stopped=result.stopped, isolation=result.isolation)
 
 
+def _thinking(session: Session, decoded: Decoded, cue: str, reasoning: tuple[str, str] | None) -> int | None:
+    """How many of ``decoded``'s tokens are reasoning (:func:`graftbench.verify.reasoning.thinking_tokens`), by
+    the session's tokenizer; ``None`` when the layout names no reasoning delimiters."""
+    if reasoning is None:
+        return None
+    eos = set(session.eos_ids)
+    ids = [t for t in decoded.token_ids if t not in eos]  # the text the verifier reads, decoded as the engine does
+    return thinking_tokens(ids, lambda prefix: session.tokenizer.decode(prefix, skip_special_tokens=True), cue,
+                           reasoning)
+
+
 def _sample(shared: dict, decoded: Decoded, index: int, seeds: list[int] | None, route: Route | None,
-            settings: EvalSettings, program: bool = False) -> Sample:
+            settings: EvalSettings, program: bool = False, reasoning: tuple[str, str] | None = None,
+            thinking: int | None = None) -> Sample:
     run = program_fields(decoded.text, settings.sandbox) if program else {}
     if program:
         verdict = program_verdict(run["stdout"], run["stopped"], shared["key"], settings.verifier_version)
     else:
-        verdict = verify_answer(decoded.text, shared["key"], cue=shared["cue"], version=settings.verifier_version)
+        verdict = verify_answer(decoded.text, shared["key"], cue=shared["cue"], version=settings.verifier_version,
+                                reasoning=reasoning)
     copied = None
     if shared["example_answer"] is not None and route is not None and route.kind != "exact":
         copied = verdict.extracted is not None and answers_equivalent(verdict.extracted, shared["example_answer"],
@@ -234,6 +250,7 @@ def _sample(shared: dict, decoded: Decoded, index: int, seeds: list[int] | None,
         sample_index=index,
         seed=seeds[index] if seeds else None,
         copied=copied,
+        thinking_tokens=thinking,
         **run,
     )
 

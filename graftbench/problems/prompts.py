@@ -25,6 +25,21 @@ SOLVE_QUERY_LAYOUT = "Problem: {problem}\n" + SOLUTION_CUE
 SOLVE_STOP = r"Final answer:[^\n]*\S[^\n]*\n|\nProblem:"
 QUERY_LAYOUTS = ("answer", "solve")
 
+# Reasoning delimiters: what a thinking model writes its reasoning between before it answers. The verifier reads the
+# answer only after them (graftbench.verify.reasoning, from verifier 4 on). A model whose name holds one of these
+# markers gets its delimiters in its layout (:func:`reasoning_delimiters`); the layout of any other model names
+# none, and its pin is the one it had before reasoning delimiters existed.
+THINK_TAGS = ("<think>", "</think>")
+REASONING_MODELS = (("qwen3", THINK_TAGS), ("qwq", THINK_TAGS), ("deepseek-r1", THINK_TAGS),
+                    ("r1-distill", THINK_TAGS), ("smollm3", THINK_TAGS), ("magistral", ("[THINK]", "[/THINK]")))
+
+
+def reasoning_delimiters(model: str) -> tuple[str, str] | tuple[()]:
+    """The ``(open, close)`` reasoning delimiters of the model named ``model`` (an alias, hub id or path), by the
+    first marker of :data:`REASONING_MODELS` its lower-cased name holds; ``()`` for a model that does not think."""
+    name = str(model).lower()
+    return next((pair for marker, pair in REASONING_MODELS if marker in name), ())
+
 # Program mode (graftbench.programs.mode): the layout of the first probe on qwen2.5-coder-0.5b (docs/program-mode.md).
 # The baseline's user message is the problem and the instruction, and the reply opens a ```python fence so the first
 # decoded token is code; after a graft a new problem's query mirrors a deposited program's text. The decode stops at
@@ -58,7 +73,10 @@ class PromptLayout:
 
     ``query``/``answer_cue``/``query_stop``: the ``answer`` layout (a recurring problem answers after the cue, up to
     a newline). ``solve_query``/``solve_stop``: the ``solve`` layout (a new problem is solved in full after the
-    grafted example; ``solve_stop`` is a regular expression on the decoded text).
+    grafted example; ``solve_stop`` is a regular expression on the decoded text). ``reasoning``: the model's
+    reasoning delimiters ``(open, close)`` (:func:`reasoning_delimiters`), ``()`` for a model that does not think;
+    an empty one is left out of the pin (:meth:`graftbench.engine.pin.PinnedConfig.to_dict`), so every pin recorded
+    before it existed stays. Raises ``ValueError`` for a ``reasoning`` that is not two non-empty strings.
     """
 
     solve_instruction: str = SOLVE_INSTRUCTION
@@ -68,6 +86,19 @@ class PromptLayout:
     query_stop: str = "\n"
     solve_query: str = SOLVE_QUERY_LAYOUT
     solve_stop: str = SOLVE_STOP
+    reasoning: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        pair = tuple(self.reasoning)  # a recorded layout read back from JSON holds a list
+        if pair and (len(pair) != 2 or not all(isinstance(d, str) and d for d in pair)):
+            raise ValueError(f"reasoning delimiters must be two non-empty strings (open, close), not {pair!r}")
+        object.__setattr__(self, "reasoning", pair)
+
+    @property
+    def reasoning_pair(self) -> tuple[str, str] | None:
+        """:attr:`reasoning` as the verifier takes it: ``(open, close)``, or ``None`` for a model that does not
+        think."""
+        return (self.reasoning[0], self.reasoning[1]) if self.reasoning else None
 
     def deposit_text(self, problem: str, answer: str, solution: str) -> str:
         """The text a verified solution is deposited as (its KV state is the artifact)."""

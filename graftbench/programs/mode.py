@@ -57,15 +57,17 @@ def program_verdict(stdout: str | None, stopped: str | None, key: str, version: 
     return verify_answer(line, key, cue=PROGRAM_ANSWER_CUE, version=version)
 
 
-def sample_verdict(sample: dict, version: int = VERIFIER_VERSION) -> Verdict:
+def sample_verdict(sample: dict, version: int = VERIFIER_VERSION,
+                   reasoning: tuple[str, str] | None = None) -> Verdict:
     """The verdict of a recorded sample (a :meth:`graftbench.results.samples.Sample.to_json` dict, possibly edited):
     from its recorded ``stdout`` and ``stopped`` when it holds any of :data:`PROGRAM_FIELDS` (a program-mode sample),
-    else from its ``output`` after its ``cue``; against its ``key``, under verifier ``version``. Never raises on
-    any content; raises ``ValueError`` only for an unknown ``version``."""
+    else from its ``output`` after its ``cue``, past the reasoning delimited by ``reasoning`` (the run's layout's;
+    verifier 4 on); against its ``key``, under verifier ``version``. Never raises on any content; raises
+    ``ValueError`` only for an unknown ``version`` or malformed ``reasoning``."""
     key = sample.get("key") if isinstance(sample.get("key"), str) else ""
     if any(name in sample for name in PROGRAM_FIELDS):
         stdout = sample.get("stdout")
         return program_verdict(stdout if isinstance(stdout, str) else None, sample.get("stopped"), key, version)
     output = sample.get("output")
     return verify_answer(output if isinstance(output, str) else "", key, cue=sample.get("cue") or "",
-                         version=version)
+                         version=version, reasoning=reasoning)

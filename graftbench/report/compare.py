@@ -98,6 +98,14 @@ class RunEntry:
         return str(energy.get("method", "?")) if isinstance(energy, dict) else "?"
 
     @property
+    def thinking_tokens(self) -> int | None:
+        """Of the run's decode tokens, those of a thinking model's reasoning (``totals.thinking_tokens``); ``None``
+        when the run records none (a model that does not think)."""
+        totals = self.manifest.get("totals")
+        value = totals.get("thinking_tokens") if isinstance(totals, dict) else None
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    @property
     def problem_hashes(self) -> dict[str, str]:
         return {p["id"]: p.get("problem_sha256") for p in self.manifest["problems"]}
 
@@ -506,6 +514,10 @@ def _notes(report: Report) -> list[str]:
         s = run.summary
         notes += [f"{run.label}: verified, except: {what}." for what in run.unverified]
         notes += [markdown_text(line) for line in fallback_lines(run)]
+        if run.thinking_tokens is not None:
+            notes.append(f"{markdown_text(run.label)}: {run.thinking_tokens:,} of its {s['decode_tokens']:,} decode "
+                         "tokens were reasoning (thinking tokens, counted apart; the verifier reads only the text "
+                         "after the reasoning).")
         if s["problems_without_samples"]:
             notes.append(f"{markdown_text(run.label)}: {s['problems_without_samples']} of {s['problems_listed']} listed problems have "
                          "no sample (not reached); they are left out of every figure.")
@@ -554,7 +566,7 @@ def summaries_json(report: Report) -> dict:
     the paired comparisons."""
     return {"seed": report.seed, "bootstrap_resamples": report.resamples,
             "runs": {r.label: {"path": str(r.path), "model": r.model, "mode": r.mode, "round": r.round,
-                               "summary": r.summary} for r in report.runs},
+                               "summary": r.summary, "thinking_tokens": r.thinking_tokens} for r in report.runs},
             "comparisons": report.comparisons, "family_comparisons": report.family_comparisons,
             "prompt_arms": report.prompt_arms}
 

@@ -65,12 +65,15 @@ def _round(value: float) -> float:
 def compute_totals(samples: list[dict]) -> dict:
     """Totals over samples: counts, accuracy, tokens (prefill, saved, decode), seconds, joules, grafts, fallbacks
     and certificates. ``decode_tokens_per_correct`` is ``None`` when nothing is correct. Seconds and joules are
-    summed correctly rounded (:func:`graftbench.util.float_sums.total`), then rounded to 6 decimals."""
+    summed correctly rounded (:func:`graftbench.util.float_sums.total`), then rounded to 6 decimals.
+    ``thinking_tokens`` (of the decode tokens, those of a thinking model's reasoning) is there only when a sample
+    records it, so the totals of every run of a model that does not think are what they were."""
     n = len(samples)
     correct = sum(1 for s in samples if s["correct"])
     decode = sum(s["decode_tokens"] for s in samples)
     certified = [s["certified"] for s in samples if s.get("certified") is not None]
-    return {
+    thinking = [s["thinking_tokens"] for s in samples if isinstance(s.get("thinking_tokens"), int)]
+    return {**({"thinking_tokens": sum(thinking)} if thinking else {}),
         "samples": n,
         "correct": correct,
         "accuracy": _round(correct / n) if n else 0.0,
@@ -133,6 +136,20 @@ def seal_sha256(obj, schema: str = SCHEMA) -> str:
     """SHA-256 of :func:`canonical_bytes` of ``obj``: ``manifest_sha256`` over a manifest's body, and (cut to 16
     hex digits) every digest of ``sealed_fields``."""
     return sha256_bytes(canonical_bytes(obj, schema))
+
+
+def recorded_reasoning(manifest: dict) -> tuple[str, str] | None:
+    """The reasoning delimiters the run's layout names (``config.layout.reasoning``, an ``(open, close)`` pair), or
+    ``None`` when it names none (a model that does not think, and every manifest written before they existed).
+    Raises ``ValueError`` for a recorded value that is not two non-empty strings."""
+    config = manifest.get("config")
+    layout = config.get("layout") if isinstance(config, dict) else None
+    pair = layout.get("reasoning") if isinstance(layout, dict) else None
+    if not pair:
+        return None
+    if not isinstance(pair, list) or len(pair) != 2 or not all(isinstance(d, str) and d for d in pair):
+        raise ValueError(f"config.layout.reasoning: {str(pair)[:80]!r} is not two non-empty strings")
+    return pair[0], pair[1]
 
 
 def recorded_verifier_version(manifest: dict) -> int:
@@ -276,7 +293,8 @@ def load_manifest(path: str | Path, schema: str | tuple[str, ...] = SCHEMAS) -> 
     return manifest
 
 
-def _check_sample(sample: dict, known: dict[str, dict], version: int) -> list[str]:
+def _check_sample(sample: dict, known: dict[str, dict], version: int,
+                  reasoning: tuple[str, str] | None = None) -> list[str]:
     sid = sample.get("problem_id")
     where = f"sample {_entry_id(sample, 'samples')}"
     mismatches = []
@@ -292,7 +310,7 @@ def _check_sample(sample: dict, known: dict[str, dict], version: int) -> list[st
         mismatches.append(f"{where}: output_sha256 does not match the stored output")
     if any(name in sample for name in PROGRAM_FIELDS):
         mismatches += _check_program(sample, where)
-    verdict = sample_verdict(sample, version)
+    verdict = sample_verdict(sample, version, reasoning)
     if verdict.extracted != sample.get("extracted"):
         mismatches.append(f"{where}: extracted recorded {sample.get('extracted')!r}, re-extracted {verdict.extracted!r}")
     if verdict.correct != sample.get("correct"):
@@ -600,8 +618,13 @@ def check_body(manifest: dict, store: str | Path | None = None, require_artifact
     except ValueError as exc:
         version = None
         mismatches.append(f"settings.verifier_version: {exc}; no verdict could be re-checked")
+    try:
+        reasoning = recorded_reasoning(manifest)
+    except ValueError as exc:
+        version = None
+        mismatches.append(f"{exc}; no verdict could be re-checked")
     for sample in samples if version is not None else []:
-        mismatches.extend(_check_sample(sample, known, version))
+        mismatches.extend(_check_sample(sample, known, version, reasoning))
     mismatches += _check_totals(manifest, samples) + _check_derived(manifest, problems_list, samples)
     mismatches += _check_metrics(manifest, problems_list, samples)
     artifact_problems, note, unchecked = _check_artifacts(manifest, store or None, require_artifacts)

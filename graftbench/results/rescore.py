@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .manifest import recorded_verifier_version
+from .manifest import recorded_reasoning, recorded_verifier_version
 from ..programs.mode import sample_verdict
 from ..verify.answers import VERIFIER_VERSION, check_version
 
@@ -50,16 +50,20 @@ def rescore_manifest(manifest: dict, version: int = VERIFIER_VERSION) -> Rescore
     :func:`graftbench.results.manifest.load_manifest`) from its stored output, cue and key under verifier ``version`` (a
     program-mode sample from its recorded stdout: :func:`graftbench.programs.mode.sample_verdict`).
 
-    Raises ``ValueError`` when ``version`` or the manifest's recorded ``settings.verifier_version`` is unknown.
+    A run whose layout names reasoning delimiters is re-scored past its reasoning (from verifier 4 on).
+
+    Raises ``ValueError`` when ``version`` or the manifest's recorded ``settings.verifier_version`` is unknown, or
+    its recorded reasoning delimiters are malformed.
     Samples that are not objects are skipped; ``verify-manifest`` reports them.
     """
     check_version(version)
     recorded = recorded_verifier_version(manifest)
+    reasoning = recorded_reasoning(manifest)
     samples = [s for s in manifest.get("samples", []) if isinstance(s, dict)] if isinstance(
         manifest.get("samples"), list) else []
     changes, correct = [], 0
     for sample in samples:
-        verdict = sample_verdict(sample, version)
+        verdict = sample_verdict(sample, version, reasoning)
         correct += verdict.correct
         if (verdict.extracted, verdict.correct) != (sample.get("extracted"), sample.get("correct")):
             changes.append(ScoreChange(str(sample.get("problem_id")), sample.get("extracted"),

@@ -13,6 +13,8 @@ from typing import Any
 
 from ..programs.mode import PROGRAM_FIELDS
 
+OPTIONAL_FIELDS = ("thinking_tokens",)  # fields a sample written before they existed does not hold
+
 
 @dataclass
 class Decoded:
@@ -79,6 +81,11 @@ class Sample:
     ``forbidden``); ``isolation`` how it was contained.
     ``extracted`` and ``correct`` then judge the last non-empty line of ``stdout``. All are ``None`` (and left out
     of :meth:`to_json`) for a sample that ran no program.
+
+    ``thinking_tokens`` is how many of the ``decode_tokens`` were the model's reasoning (up to and including its
+    closing delimiter; all of them when the output was cut inside it), for a run whose layout names reasoning
+    delimiters (:attr:`graftbench.problems.prompts.PromptLayout.reasoning`); ``None`` (and left out of
+    :meth:`to_json`) otherwise.
     """
 
     problem_id: str
@@ -120,6 +127,7 @@ class Sample:
     program_s: float | None = None
     stopped: str | None = None
     isolation: str | None = None
+    thinking_tokens: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON-ready dict written to ``samples.jsonl`` and the manifest. A sample that ran no program leaves
@@ -128,6 +136,8 @@ class Sample:
         if self.program is None:
             for name in PROGRAM_FIELDS:
                 del record[name]
+        if self.thinking_tokens is None:
+            del record["thinking_tokens"]  # a model that does not think: the sample as written before
         return record
 
     @classmethod
@@ -135,7 +145,8 @@ class Sample:
         """Read a sample back (:data:`PROGRAM_FIELDS` may be absent); raises ``ValueError`` naming the missing or
         unexpected fields."""
         names = {f.name for f in fields(cls)}
-        missing, extra = sorted(names - set(record) - set(PROGRAM_FIELDS)), sorted(set(record) - names)
+        missing = sorted(names - set(record) - set(PROGRAM_FIELDS) - set(OPTIONAL_FIELDS))
+        extra = sorted(set(record) - names)
         if missing or extra:
             raise ValueError(f"sample {record.get('problem_id')!r}: missing fields {missing}, unexpected {extra}")
         return cls(**record)

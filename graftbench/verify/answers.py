@@ -22,15 +22,17 @@ import re
 from dataclasses import dataclass
 from fractions import Fraction
 
-from .extraction import box_candidates, phrase_candidates
+from .extraction import box_candidates, match_brace, phrase_candidates
+from .reasoning import split_reasoning
 from .spelling import RATIO_RE
 from .normalization import INT_RE, MAX_DIGITS, as_plain_fraction, normalize
 
 __all__ = ["VERIFIER_VERSION", "VERIFIER_VERSIONS", "Verdict", "check_version", "extract_answer",
-           "answers_equivalent", "verify_answer"]
+           "answers_equivalent", "verify_answer", "answer_span", "REASONING_VERSION"]
 
-VERIFIER_VERSION = 3  # the rules new runs are scored under (see graftbench.verify.normalization.RULES_ADDED)
-VERIFIER_VERSIONS = (1, 2, 3)  # every version whose rules this graftbench still applies
+VERIFIER_VERSION = 4  # the rules new runs are scored under (see graftbench.verify.normalization.RULES_ADDED)
+VERIFIER_VERSIONS = (1, 2, 3, 4)  # every version whose rules this graftbench still applies
+REASONING_VERSION = 4  # from this version on, the answer is read only after the reasoning (verify/reasoning.py)
 
 # Limits that keep every call fast and sympy away from pathological input.
 _MAX_SYMPY_LEN = 200  # candidates longer than this never reach sympy
@@ -265,7 +267,20 @@ def answers_equivalent(extracted: str, key: str, version: int = VERIFIER_VERSION
         return False
 
 
-def verify_answer(output: str, key: str, cue: str = "", version: int = VERIFIER_VERSION) -> Verdict:
+def _answer_text(output: str, cue: str, version: int, reasoning) -> tuple[str, int]:
+    """``cue + output`` as the verifier reads it under ``version``, and where ``output`` starts in it: from verifier
+    :data:`REASONING_VERSION` on, only the text after the reasoning (:func:`graftbench.verify.reasoning.split_reasoning`
+    under the layout's ``reasoning`` delimiters), nothing when the output was cut while reasoning."""
+    text = (cue if isinstance(cue, str) else "") + (output if isinstance(output, str) else "")
+    start = len(text) - len(output) if isinstance(output, str) else len(text)
+    if version < REASONING_VERSION or not reasoning:
+        return text, start
+    split = split_reasoning(text, reasoning)
+    return split.answer_text(text), start - (len(text) if split.cut else split.answer_start)
+
+
+def verify_answer(output: str, key: str, cue: str = "", version: int = VERIFIER_VERSION,
+                  reasoning: tuple[str, str] | None = None) -> Verdict:
     """Verify ``cue + output`` against the answer ``key`` under the rules of verifier ``version``.
 
     ``cue`` is the answer cue that ended the prompt (e.g. ``"Final answer:"``, possibly
@@ -275,15 +290,46 @@ def verify_answer(output: str, key: str, cue: str = "", version: int = VERIFIER_
     :func:`answers_equivalent`. A manifest is re-checked under the version it records, so that a later rule
     never turns a recorded verdict into a mismatch.
 
+    ``reasoning`` is the ``(open, close)`` pair of the layout's reasoning delimiters (``None``: the model does not
+    think). From verifier 4 (:data:`REASONING_VERSION`) on, only the text after the last closing delimiter is read,
+    and an output with an opened block that never closes (cut while reasoning) has no answer; earlier versions read
+    the whole text, as they always did.
+
     Never raises on any text: returns ``Verdict(None, False)`` when no answer is found or on any error. Raises
-    ``ValueError`` only for an unknown ``version``.
+    ``ValueError`` only for an unknown ``version`` or malformed ``reasoning`` delimiters.
     """
     check_version(version)
+    if version >= REASONING_VERSION:
+        split_reasoning("", reasoning)  # refuses malformed delimiters before any text is read
     try:
-        text = (cue if isinstance(cue, str) else "") + (output if isinstance(output, str) else "")
+        text, _ = _answer_text(output, cue, version, reasoning)
         extracted = extract_answer(text, version)
         if extracted is None:
             return Verdict(None, False)
         return Verdict(extracted, answers_equivalent(extracted, key, version))
     except Exception:
         return Verdict(None, False)
+
+
+def answer_span(output: str, cue: str = "", version: int = VERIFIER_VERSION,
+                reasoning: tuple[str, str] | None = None) -> tuple[int, int] | None:
+    """Where in ``output`` the final answer :func:`verify_answer` takes stands, as ``(start, end)`` character
+    indices (``end`` exclusive), for a reader to mark it: the whole box (``\\boxed{...}``) or the marker phrase to the
+    end of its line, cut to ``output`` when the marker is in ``cue`` (``Final answer:`` then `` 204``). ``None``
+    when there is no answer, or when the part inside ``output`` is empty. Never raises on any text; raises
+    ``ValueError`` only as :func:`verify_answer` does."""
+    check_version(version)
+    try:
+        text, offset = _answer_text(output, cue, version, reasoning)
+        if not isinstance(output, str) or extract_answer(text, version) is None:
+            return None
+        candidates = box_candidates(text, version) + phrase_candidates(text, version)
+        position = max(candidates, key=lambda pc: pc[0])[0]
+        brace = text.find("{", position)
+        is_box = text.startswith("\\", position) and 0 <= brace - position <= 60 and match_brace(text, brace) > 0
+        line_end = text.find("\n", position)
+        end = match_brace(text, brace) + 1 if is_box else (line_end if line_end >= 0 else len(text))
+        start, end = max(position - offset, 0), end - offset
+        return (start, end) if 0 <= start < end <= len(output) else None
+    except Exception:
+        return None

@@ -51,6 +51,12 @@ RULES_ADDED = {
         "a LaTeX command's unbraced arguments are braced: `\\sqrt 16` is `\\sqrt{16}` (the whole number), `\\frac34` "
         "and `\\frac 3 4` are `\\frac{3}{4}` (one token each, as TeX reads them), `\\binom 5 2` is `\\binom{5}{2}`",
     ),
+    4: (
+        "an output's reasoning, between the reasoning delimiters its prompt layout names (`<think>` ... `</think>`), "
+        "is not read: the answer comes only from the text after the last closing delimiter, and an output cut "
+        "inside its reasoning (opened, never closed) has no answer; a layout that names no delimiters reads the "
+        "whole output, as version 3 did",
+    ),
 }
 
 _UNWRAP_CMD_RE = re.compile(
