@@ -75,8 +75,9 @@ def test_a_pin_difference_is_not_comparable_and_names_the_fields():
 
 
 def _committed_root(tmp_path: Path) -> tuple[Path, list[str]]:
-    """A results tree of three CPU expectations and one GPU certificate (copies of committed files)."""
-    names = ["exact-smollm2-135m.json", "exact-gemma3-270m.json", "exact-smollm2-135m-bf16.json"]
+    """A results tree of four CPU expectations and one GPU certificate (copies of committed files)."""
+    names = ["exact-smollm2-135m.json", "exact-gemma3-270m.json", "exact-smollm2-135m-bf16.json",
+             "exact-smollm2-135m-llama-f16.json"]
     folder = tmp_path / "results" / "amd-epyc-avx512" / "manifests"
     folder.mkdir(parents=True)
     for name in names:
@@ -98,6 +99,7 @@ def test_every_expectation_is_tried_each_completed_comparison_logged_and_the_exi
         "exact-gemma3-270m.json": (1, None),
         "exact-smollm2-135m-bf16.json": (1, (1, 0, "pair-000: artifact id 1 != 2")),
         "exact-smollm2-135m.json": (0, (5, 5, None)),
+        "exact-smollm2-135m-llama-f16.json": (1, (0, 0, None, ["engine.system_info"])),
     }
     ran = []
 
@@ -115,13 +117,15 @@ def test_every_expectation_is_tried_each_completed_comparison_logged_and_the_exi
     assert sorted(ran) == sorted((name, 5) for name in scripted)  # the crash did not stop the loop
     assert [(o.name.rsplit("/", 1)[1], o.verdict) for o in outcomes] == [
         ("exact-gemma3-270m.json", rc.FAILED), ("exact-smollm2-135m-bf16.json", rc.DIFFERS_UNPROVEN),
-        ("exact-smollm2-135m.json", rc.EQUAL)]
-    assert [(r["compared"], r["equal"]) for r in read_replay_log(log)] == [(1, 0), (5, 5)]  # completed ones only
+        ("exact-smollm2-135m-llama-f16.json", rc.NOT_COMPARABLE), ("exact-smollm2-135m.json", rc.EQUAL)]
+    # the completed comparisons and the pin found not comparable are logged; the crash logged nothing to keep
+    assert [(r["compared"], r["equal"], r["pin_differences"]) for r in read_replay_log(log)] == [
+        (1, 0, []), (0, 0, ["engine.system_info"]), (5, 5, [])]
     assert said[0] == ("results/amd-epyc-avx512/manifests/exact-gemma3-270m.json: failed: no replay record logged "
                        "(exit status 1): RuntimeError: boom")
     assert rc.exit_status(outcomes) == 1
-    assert rc.summary(outcomes) == ("1 failed; 1 differs on a kind of CPU not proven to reproduce; 1 equal. Failed: "
-                                    "results/amd-epyc-avx512/manifests/exact-gemma3-270m.json")
+    assert rc.summary(outcomes) == ("1 failed; 1 differs on a kind of CPU not proven to reproduce; 1 not comparable; "
+                                    "1 equal. Failed: results/amd-epyc-avx512/manifests/exact-gemma3-270m.json")
     assert rc.exit_status(outcomes[1:]) == 0  # an unproven difference is a finding, not a failure
     with pytest.raises(ValueError, match="not a committed CPU expectation"):
         rc.replay_committed(root, 5, log, only=[root / "results/nvidia-h200/manifests/exact-random-gemma3-12b-bf16.json"])

@@ -17,7 +17,7 @@ the record tells what happened:
   failure everywhere.
 
 :func:`replay_committed` (``make replay-exact``) replays every committed CPU expectation whose model and libraries
-are installed, appends each completed comparison (equal or not) to the replay log, and
+are installed, appends each completed comparison (equal or not) and each not-comparable pin to the replay log, and
 :func:`exit_status` is non-zero when any replay failed or differed where it should reproduce. The test suite
 judges its replays with the same :func:`judge`.
 """
@@ -67,8 +67,15 @@ class Outcome:
 
     @property
     def completed(self) -> bool:
-        """Whether a comparison ran to its end (equal or with a recorded difference): the outcomes a replay log keeps."""
+        """Whether a comparison ran to its end (equal or with a recorded difference)."""
         return self.verdict in (EQUAL, DIFFERS, DIFFERS_UNPROVEN)
+
+    @property
+    def kept(self) -> bool:
+        """Whether the replay log keeps this outcome's record: a completed comparison, or a pin found not comparable
+        (which says where the expectation could not be compared, and verifies no CPU:
+        :func:`graftbench.results.exact_manifest.verified_cpus` skips a record with pin differences)."""
+        return self.completed or self.verdict == NOT_COMPARABLE
 
 
 def pairs_asked(expected: dict, limit: int | None) -> int:
@@ -216,8 +223,9 @@ def _model_missing(spec: str) -> str | None:
 def replay_committed(root: Path, limit: int, log: Path, only: list[Path] | None = None,
                      say: Callable[[str], None] = print) -> list[Outcome]:
     """Replay ``limit`` pairs of every committed CPU expectation under ``root`` (or of the files ``only``) that
-    this machine can run, one at a time, each in a fresh process; append each completed comparison's record to the
-    replay log ``log`` as it completes, and say each outcome on one line. Returns the outcomes, those not run
+    this machine can run, one at a time, each in a fresh process; append the record of each completed comparison and
+    of each pin found not comparable (:attr:`Outcome.kept`) to the replay log ``log`` as it comes, and say each
+    outcome on one line. Returns the outcomes, those not run
     included (:data:`NOT_RUN`, with the reason).
 
     Raises:
@@ -244,7 +252,7 @@ def replay_committed(root: Path, limit: int, log: Path, only: list[Path] | None 
                 known = read_replay_log(log)
                 done, record = replay_once(root, path, limit, Path(work), env)
                 outcome = judge(name, expected, record, done.returncode, done.stdout + done.stderr, limit, known, here)
-                if outcome.completed:
+                if outcome.kept:
                     append_replay_log(log, outcome.record)
             say(f"{name}: {outcome.verdict}: {outcome.detail}")
             outcomes.append(outcome)
