@@ -129,8 +129,8 @@ LLAMA_PIN = {"model": "smollm2-135m", "weights_sha256": "a" * 64, "dtype": "gguf
 def test_a_torch_pin_difference_names_the_field_and_the_option_that_fixes_it():
     run = {**TORCH_PIN, "threads": 1, "libraries": {"torch": "2.12.0"}}
     assert pin_differences(TORCH_PIN, run, ray=True) == [
-        "torch threads 2 (this run 1: pass --worker-threads 2)",
-        "library versions (install the versions shown): torch 2.13.0 (this run 2.12.0)"]
+        "library versions (install the versions shown): torch 2.13.0 (this run 2.12.0)",
+        "torch threads 2 (this run 1: pass --worker-threads 2)"]
     assert pin_differences(TORCH_PIN, {**TORCH_PIN, "threads": 1}) == [
         "torch threads 2 (this run 1: set OMP_NUM_THREADS=2 in the environment)"]
     assert pin_differences(TORCH_PIN, {**TORCH_PIN, "chunk_size": 32}) == [
@@ -144,7 +144,8 @@ def test_a_llama_cpp_store_is_explained_in_llama_cpp_terms_and_another_engine_is
     other = {**LLAMA_PIN, "engine": {**LLAMA_PIN["engine"], "type_k": "f16", "type_v": "f16", "flash_attn": False}}
     assert pin_differences(LLAMA_PIN, other) == ["flash attention True (this run False: pass --flash-attn)",
                                                  "KV cache type q8_0 (this run f16: pass --kv-type q8_0)"]
-    assert pin_differences(LLAMA_PIN, {**LLAMA_PIN, "chunk_size": 32})[0].startswith("n_batch = n_ubatch 64 ")
+    assert pin_differences(LLAMA_PIN, {**LLAMA_PIN, "chunk_size": 32}) == [
+        "n_batch = n_ubatch (tokens per llama_decode call) 64 (this run 32: pass --chunk-size 64)"]
 
 
 def test_the_preflight_names_the_thread_count_before_the_model_loads_and_strict_refuses(tmp_path):
