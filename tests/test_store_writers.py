@@ -261,3 +261,19 @@ def test_eval_graft_strict_refuses_an_artifact_of_another_kind_with_a_clear_mess
     out = " ".join(result.output.split())
     assert "--strict:" in out and "none of which may be grafted on this kind of CPU" in out
     assert "Another Vendor CPU 9000" in out and "nothing was run" in out
+
+
+def test_a_store_on_object_storage_keeps_the_records_as_objects_that_another_machine_reads(tmp_path, monkeypatch):
+    from graftbench.store.object_store import CACHE_ENV
+    from graftbench.store.open import open_store, reindex_store
+
+    url = f"file://{tmp_path}/url-store"
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "depositor-cache"))
+    artifact_id = open_store(url).put(_artifact(), pin={"threads": 1})
+    assert [p.name.split(".")[0] for p in (tmp_path / "url-store" / WRITERS_DIR).iterdir()] == [artifact_id]
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "worker-cache"))  # another machine: an index from the objects alone
+    worker = open_store(url, readonly=True)
+    assert worker.writer_kinds(artifact_id) == [this_kind()]
+    assert worker.recorded_pins() == {"c" * 64: {"threads": 1}}
+    report, _ = reindex_store(url)
+    assert report.skipped == [] and open_store(url, readonly=True).writer_kinds(artifact_id) == [this_kind()]
