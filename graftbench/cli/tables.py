@@ -100,7 +100,8 @@ def checks_lines(checks: "RunChecks") -> list[str]:
 
 
 def samples_table(samples: list[Sample], limit: int = 40) -> Table:
-    """Per-sample view fitting 80 columns: id, route (``—`` for a baseline sample; ``(fallback)`` after the route
+    """Per-sample view fitting 80 columns: id (``id#i`` with the sample index when the run is sampled, so the
+    samples of one problem are told apart), route (``—`` for a baseline sample; ``(fallback)`` after the route
     whose artifact was refused: :func:`checks_lines` prints each reason in full under the summary), verdict,
     extracted answer against key, decode tokens and finish reason (and, for a program, why it stopped,
     ``program ok`` when it ended normally)."""
@@ -110,7 +111,8 @@ def samples_table(samples: list[Sample], limit: int = 40) -> Table:
     for s in samples[:limit]:
         finish = s.finish_reason if s.program is None else f"{s.finish_reason} · program {s.stopped or 'ok'}"
         route = s.route or "—"
-        _add_row(table, s.problem_id, f"{route} (fallback)" if s.fallback else route, "✓" if s.correct else "✗",
+        name = s.problem_id if s.seed is None and s.sample_index == 0 else s.sample_id
+        _add_row(table, name, f"{route} (fallback)" if s.fallback else route, "✓" if s.correct else "✗",
                       str(s.extracted)[:12], s.key, str(s.decode_tokens), finish)
     return table
 
