@@ -177,3 +177,18 @@ def test_the_report_counts_thinking_tokens_apart(tmp_path):
     run = RunEntry("think", tmp_path / "m.json", manifest, summarize(manifest["samples"], manifest["problems"]))
     assert run.thinking_tokens == 90
     assert "think: 90 of its 117 decode tokens were reasoning" in markdown(Report([run]))
+
+
+def test_eval_counts_a_decodes_thinking_tokens_with_the_sessions_tokenizer():
+    from types import SimpleNamespace
+
+    from graftbench.eval.evaluate import _thinking
+    from graftbench.results.samples import Decoded
+
+    text = AFTER
+    tokenizer = SimpleNamespace(decode=lambda ids, skip_special_tokens=True: "".join(text[i] for i in ids if i >= 0))
+    session = SimpleNamespace(eos_ids={-1}, tokenizer=tokenizer)
+    decoded = Decoded(token_ids=list(range(len(text))) + [-1], text=text, finish_reason="eos", first_token_s=0.1,
+                      decode_s=1.0)
+    assert _thinking(session, decoded, "", THINK) == text.index("</think>") + len("</think>")
+    assert _thinking(session, decoded, "", None) is None
