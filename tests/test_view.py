@@ -153,3 +153,8 @@ def test_the_page_holds_the_package_assets_verbatim():
     page = render_page({"runs": [], "problems": [], "examples": {}, "problem_file": False})
     assets = ROOT / "graftbench" / "report" / "view_page"
     assert (assets / "view.js").read_text() in page and (assets / "view.css").read_text() in page
+
+
+def test_a_store_that_cannot_be_opened_is_named(tmp_path):
+    with pytest.raises(ViewError, match="--store"):
+        write_view([RECURRING], tmp_path / "p.html", store=tmp_path / "no-store")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -219,3 +220,32 @@ def test_the_sentinel_check_has_teeth(browser, tmp_path):
     _open(browser, injected)
     assert browser.execute_script("return document.body.dataset.rendered") == "true"  # the page's own script ran
     _assert_no_script_ran(browser)
+
+
+def test_a_sampled_program_run_shows_pass_at_k_programs_and_pages(browser, tmp_path):
+    flywheel = [MANIFESTS / f"flywheel-qwen2.5-coder-0.5b-program-r1-{arm}.json" for arm in ("baseline", "graft")]
+    page, runs = write_view(flywheel, tmp_path / "program.html")
+    _open(browser, page)
+    headers = browser.find_elements("css selector", "#runs .run")
+    assert all("pass@k" in h.text and "avg@N" in h.text and "maj@N" in h.text for h in headers)
+    row = _rows(browser)[0]
+    verdicts = [td.text for td in row.find_elements("css selector", "td.verdict")]
+    assert len(verdicts) == 2 and all(re.fullmatch(r"(correct|wrong|no answer|mixed) [0-4]/4", v) for v in verdicts)
+    row.click()
+    samples = browser.find_elements("css selector", "#detail .run-output .sample")
+    assert len(samples) == 8  # 4 samples of the problem in each run
+    programs = browser.find_elements("css selector", "#detail .program")
+    assert len(programs) == 8 and "print" in programs[0].find_element("css selector", "pre").text
+    judged = browser.find_elements("css selector", "#detail .program pre.stdout mark.extracted")
+    assert judged  # the stdout line the verifier judged is marked
+    # Paging: 60 problems at 25 a page are three pages.
+    page, _ = write_view([MANIFESTS / "transfer-smollm2-135m-baseline.json"], tmp_path / "paged.html")
+    _open(browser, page)
+    from selenium.webdriver.support.ui import Select
+
+    Select(browser.find_element("id", "page-size")).select_by_value("25")
+    assert len(_rows(browser)) == 25 and "page 1 of 3" in browser.find_element("id", "count").text
+    browser.find_element("id", "page-next").click()
+    browser.find_element("id", "page-next").click()
+    assert len(_rows(browser)) == 10 and "page 3 of 3" in browser.find_element("id", "count").text
+    assert browser.find_element("id", "page-next").get_attribute("disabled") is not None
