@@ -8,8 +8,8 @@ limits (a program recorded in several manifests, e.g. the flywheel's rounds, is 
 one run), and appends one line per manifest to a log (:data:`LOG_SCHEMA`).
 
 The CPU-time, memory and output limits are the manifest's own. So is the wall-time limit, except for a program
-recorded as finishing whose run here the wall clock stopped with CPU time left (:func:`starved`: a busy machine
-gave it less than a CPU): it runs once more with a longer wall time, and both runs are logged.
+whose run here the wall clock stopped with CPU time left (:func:`starved`: a busy machine gave it less than a CPU):
+it runs once more with a longer wall time, and both runs are logged.
 """
 
 from __future__ import annotations
@@ -71,9 +71,10 @@ def starved(result: ProgramResult, limits: SandboxLimits) -> bool:
 
 def replay_programs(path: str | Path, runs: dict | None = None) -> list[Replayed]:
     """Run every recorded program of the manifest at ``path`` in the sandbox under the manifest's own sandbox
-    limits, and judge it under its recorded verifier version. A program recorded as finishing whose run here was
-    :func:`starved` is run once more with the wall-time limit raised to :data:`STARVED_WALL_FACTOR` times
-    ``cpu_s`` (the CPU-time and every other limit unchanged), and judged on that run; its :class:`Replayed`
+    limits, and judge it under its recorded verifier version. A program whose run here was :func:`starved` is run
+    once more with the wall-time limit raised to :data:`STARVED_WALL_FACTOR` times ``cpu_s`` (the CPU-time and
+    every other limit unchanged), and judged on that run (a starved ``timeout`` says nothing of whether the program
+    would have finished within its CPU time, whatever was recorded); its :class:`Replayed`
     keeps the starved run's wall seconds (``starved_s``). ``runs``, when given, maps (program text, limits) to a
     :class:`ProgramResult` already run, and receives the new ones. Raises ``ValueError`` for a manifest of no
     program (its settings record no ``sandbox`` limits), :class:`graftbench.results.manifest` errors for an
@@ -92,7 +93,7 @@ def replay_programs(path: str | Path, runs: dict | None = None) -> list[Replayed
             continue
         result = _run_once(runs, sample["program"], limits)
         starved_s = None
-        if sample.get("stopped") is None and starved(result, limits):
+        if starved(result, limits):
             starved_s = result.run_s
             result = _run_once(runs, sample["program"], patient)
         old = sample_verdict(sample, version)
