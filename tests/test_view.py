@@ -158,3 +158,32 @@ def test_the_page_holds_the_package_assets_verbatim():
 def test_a_store_that_cannot_be_opened_is_named(tmp_path):
     with pytest.raises(ViewError, match="--store"):
         write_view([RECURRING], tmp_path / "p.html", store=tmp_path / "no-store")
+
+
+def test_the_grafted_example_is_read_from_the_store_and_checked(tmp_path):
+    import torch
+
+    from graftbench.store.codec import encode_artifact
+    from graftbench.store.folder import Store
+    from graftbench.util.hashing import sha256_text
+
+    problems = _aime()
+    example = next(p for p in problems if p.id == "2024-I-2")
+    manifest = json.loads(RECURRING.read_text())
+    text = manifest["config"]["layout"]["deposit"].format(problem=example.problem, answer=example.answer,
+                                                          solution=example.solution)
+    layers = [(torch.zeros(1, 1, 3, 2), torch.zeros(1, 1, 3, 2))]
+    header = {"config_fingerprint": "c" * 64, "positions": [0, 3], "dtype": "float32", "kv_heads": 1, "head_dim": 2,
+              "layers": [{"kind": "full", "seen": 3, "kept": 3}], "parent": None, "problem_key": "k",
+              "problem_text": example.problem, "answer": example.answer, "source": "reference",
+              "problem_id": example.id, "text_sha256": sha256_text(text)}
+    artifact_id = Store(tmp_path / "store").put(encode_artifact(header, torch.arange(3), layers))
+    # The committed graft run, its sample of 2024-I-2 pointed at this artifact (its seal then fails; the example
+    # is looked up all the same, with the run's recorded deposit layout).
+    next(s for s in manifest["samples"] if s["problem_id"] == example.id)["artifact_id"] = artifact_id
+    path = tmp_path / "graft.json"
+    path.write_text(json.dumps(manifest))
+    data = view_data([read_run(path)], problems, tmp_path / "store")
+    shown = data["examples"][artifact_id]
+    assert (shown["problem_id"], shown["answer"], shown["source"]) == (example.id, example.answer, "reference")
+    assert shown["text"] == text and "equals the artifact's text_sha256" in shown["note"]
