@@ -3,8 +3,10 @@ the shape its declared schema promises, and the SHA-256 a results index records 
 verifier version a schema requires is :func:`graftbench.results.manifest.verifier_floor`). Imports no torch.
 
 A forger who re-seals a manifest with graftbench's own functions passes every self-consistency check; these
-checks re-derive from the problem file (keys, problem hashes, which problems and how many samples of each) and from
-the committed index, which the forger does not control.
+checks re-derive from the problem file or the generator (keys, problem hashes, which problems and how many samples
+of each; a subset of a generated set problem by problem, by id) and from the committed index, which the forger
+does not control. An exactness manifest, which lists pairs and no problems, is anchored by its problem set's
+SHA-256. What could not be anchored is said (:class:`Anchoring`), never passed over.
 """
 
 from __future__ import annotations
@@ -197,17 +199,17 @@ def _generated_subset(manifest: dict, recorded: dict, source: str,
     makes."""
     from ..problems.loading import generated_by_id, generated_slice
 
+    name = source.split(":")[0]
     ids = [p.get("id") for p in _listed(manifest)]
     made = generated_by_id(source, ids)
     missing = next((i for i in ids if not isinstance(i, str) or i not in made), None)
     if not ids or missing is not None:
         named = f"problem {str(missing)[:40]!r} is not one" if ids else "it lists no problem"
-        return None, [], f"{why}; and as a subset of {source}: {named} {source.split(':')[0]} generates"
+        return None, [], f"{why}; and as a subset of {source}: {named} {name} generates"
     expected = [made[i] for i in ids]
     mismatches = [] if problem_set_sha256(expected) == recorded.get("sha256") else [
         f"problem_set.sha256: recorded {str(recorded.get('sha256'))[:16]!r}, the {len(expected)} problems it lists "
-        f"as {source.split(':')[0]} makes them are {problem_set_sha256(expected)[:16]!r}"]
-    name = source.split(":")[0]
+        f"as {name} makes them are {problem_set_sha256(expected)[:16]!r}"]
     indexes = [int(i.rsplit("-", 1)[1]) for i in ids]
     span = f"{name}:{min(indexes)}-{max(indexes) + 1}"
     if [p.id for p in generated_slice(span)] == ids:
