@@ -233,11 +233,14 @@ def _header(run: ViewRun) -> dict:
 
 
 def _shown_path(path: Path) -> str:
-    """``path`` relative to the working folder when it lies under it (a page shows no more of the disk than that)."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except (ValueError, OSError):
-        return str(path)
+    """``path`` relative to the working folder, or else to graftbench's checkout, when it lies under one (a page shows
+    no more of the disk than that); as given otherwise."""
+    for root in (Path.cwd(), Path(__file__).resolve().parents[2]):
+        try:
+            return str(path.resolve().relative_to(root.resolve()))
+        except (ValueError, OSError):
+            continue
+    return str(path)
 
 
 def _verdict(sample: dict) -> str:
