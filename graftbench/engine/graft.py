@@ -178,6 +178,43 @@ def _restore_layer(layer, spec: dict, keys: torch.Tensor, values: torch.Tensor,
         layer.cumulative_length = spec["seen"]
 
 
+# Mantissa bits of the floating-point dtypes a cache holds, and the integer type of the same width to flip them in
+_MANTISSA_BITS = {torch.float32: (23, torch.int32), torch.bfloat16: (7, torch.int16), torch.float16: (10, torch.int16)}
+
+
+def flip_key_bit(cache, layer: int = 0, element: int = 0, bit: int | None = None) -> dict:
+    """Flip mantissa bit ``bit`` (0: the lowest; default: the highest, which moves the value by a quarter to a half of
+    itself) of one key value in a restored ``cache``: element ``element`` of KV
+    head 0 of layer ``layer``'s key of the last cached token, in a copy that replaces the layer's keys (the
+    artifact's tensors, which a restore adopts, are left as they were). The sensitivity control: one wrong bit of
+    one restored key must change the query's logits.
+
+    Returns where the flip was (``layer``, ``position``, ``element``, ``bit``, ``what``: the value before and
+    after). Raises ``ValueError`` for a bit outside the keys' mantissa or an element outside the head, ``TypeError``
+    for keys of another dtype or a cache layer of another class."""
+    target = cache.layers[layer]
+    kind = layer_kind(target)
+    keys = target.keys  # [batch, kv_heads, tokens, head_dim]
+    if keys.dtype not in _MANTISSA_BITS:
+        raise TypeError(f"keys of dtype {keys.dtype} have no known mantissa")
+    width, as_int = _MANTISSA_BITS[keys.dtype]
+    bit = width - 1 if bit is None else bit
+    if not 0 <= bit < width:
+        raise ValueError(f"bit {bit} is outside a {keys.dtype} mantissa ({width} bits)")
+    if not 0 <= element < keys.shape[-1]:
+        raise ValueError(f"element {element} is outside a head of {keys.shape[-1]}")
+    flipped = keys.clone()
+    raw = flipped.view(as_int)
+    raw[0, 0, -1, element] ^= 1 << bit
+    before, after = float(keys[0, 0, -1, element]), float(flipped[0, 0, -1, element])
+    if kind == "full" and isinstance(target, PreallocatedLayer):
+        target.adopt(flipped, target.values)  # no room: the query's first append moves both to a new buffer
+    else:
+        target.keys = flipped
+    return {"layer": layer, "position": int(cache.get_seq_length()) - 1, "element": element, "bit": bit,
+            "what": f"{keys.dtype} mantissa bit {bit}: {before!r} -> {after!r}"}
+
+
 def restore_chain(model, config: PinnedConfig, store: Store, artifact_id: str, integrity: str = "xxh3_128",
                   room: int = 0):
     """Read ``artifact_id`` and its ancestors from ``store`` (checked with ``integrity``, see

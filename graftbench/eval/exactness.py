@@ -12,7 +12,10 @@ Negative controls, which must differ to show that the check has teeth:
 - ``shift-k``: the artifact's keys computed at positions 0..n-1 and re-rotated by RoPE to k..k+n-1, against a
   fresh computation at k..k+n-1 (RoPE rotations compose exactly in real numbers, not in floating point);
 - ``naive-restore`` (models with sliding-window layers): kept keys and values copied back with ``update`` so the
-  layer forgets how many tokens it has seen.
+  layer forgets how many tokens it has seen;
+- ``key-bit-flip`` (the sensitivity control): the graft with one bit of one restored key flipped (:data:`KEY_BIT_FLIP`:
+  the highest mantissa bit of element 0 of KV head 0 of layer 0's key of the artifact's last token), which must
+  differ: the check sees one wrong value in the restored bytes.
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ SHORT_CAP = 768  # tokens: a short artifact is a problem with its solution, cut 
 LONG_MIN = 2000  # tokens: a long artifact joins problems with their solutions until it reaches this
 LONG_CAP = 2400
 LONG_PIECE = 1300  # tokens per problem in a long artifact, so that it always joins two or more
+# Where the key-bit-flip control flips one bit of the restored state, recorded in the manifest's settings
+KEY_BIT_FLIP = {"layer": 0, "kv_head": 0, "token": "the artifact's last", "element": 0,
+                "bit": "the highest mantissa bit (float32 22, bfloat16 6, float16 9)"}
 
 
 @dataclass(frozen=True)
@@ -213,6 +219,9 @@ def controls(session: Session, pair: Pair, fresh: torch.Tensor, artifact) -> dic
             layer.update(keys.to(device, copy=True), values.to(device, copy=True))
         naive = forward.prefill(model, cache, pair.query, chunk, all_logits=True)
         results["naive-restore"] = compare(fresh, naive)
+    cache = graft.restore(model, session.config, artifact)
+    graft.flip_key_bit(cache, layer=KEY_BIT_FLIP["layer"], element=KEY_BIT_FLIP["element"])
+    results["key-bit-flip"] = compare(fresh, forward.prefill(model, cache, pair.query, chunk, all_logits=True))
     return results
 
 
@@ -292,7 +301,7 @@ def run_check_exact(session: Session, problems: list[Problem], source: str, samp
         problem_set={"source": source, "sha256": problem_set_sha256(problems), "n": len(problems)},
         settings={"samples": samples, "controls": with_controls, "control_pairs": control_pairs if with_controls else 0,
                   "shifts": list(SHIFTS), "short_cap": SHORT_CAP, "long_min": LONG_MIN, "long_cap": LONG_CAP,
-                  "pair_layout": PAIR_LAYOUT.to_dict()},
+                  "pair_layout": PAIR_LAYOUT.to_dict(), **({"key_bit_flip": KEY_BIT_FLIP} if with_controls else {})},
         records=records,
     )
 
