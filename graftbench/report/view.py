@@ -48,8 +48,9 @@ class ViewError(ValueError):
 class ViewRun:
     """One run as the page shows it: its label, where it was read from, its manifest (``None`` for a run folder
     that has only ``samples.jsonl``), its samples and problems, and what ``verify-manifest`` found: ``status``
-    ``verified``, ``failed`` (``mismatches`` says what) or ``unsealed``; ``notes`` are its notes (a problem set
-    not anchored among them)."""
+    ``verified`` (everything checked), ``partial`` (no mismatch, but something not checked: a problem set not
+    anchored, artifact payloads not read; ``notes`` begins with those lines), ``failed`` (``mismatches`` says what)
+    or ``unsealed``; ``notes`` are its notes."""
 
     label: str
     source: Path
@@ -151,7 +152,7 @@ def read_run(path: str | Path) -> ViewRun:
     rebuild it, the results index); a manifest that fails is kept with ``status`` ``failed`` and its mismatches,
     so the page shows it as failed, never as a result. Raises :class:`ViewError` naming ``path`` when it is not a
     run folder or run manifest at all."""
-    from ..results.check import check_run_manifest
+    from ..results.check import verify_run
 
     path = Path(path)
     source, folder = _run_source(path)
@@ -167,11 +168,13 @@ def read_run(path: str | Path) -> ViewRun:
     problems = [p for p in manifest["problems"] if isinstance(p, dict) and isinstance(p.get("id"), str)]
     label = str(manifest.get("run") or source.parent.name)
     try:
-        mismatches, notes = check_run_manifest(manifest, source)
+        checked = verify_run(manifest, source)
     except ManifestError as exc:
-        mismatches, notes = [str(exc)], []
-    return ViewRun(label, source, manifest, samples, problems, "failed" if mismatches else "verified",
-                   list(mismatches), list(notes))
+        return ViewRun(label, source, manifest, samples, problems, "failed", [str(exc)], [])
+    gaps = checked.unverified()
+    status = "failed" if checked.mismatches else "partial" if gaps else "verified"
+    return ViewRun(label, source, manifest, samples, problems, status, list(checked.mismatches),
+                   gaps + [note for note in checked.notes if note not in gaps])
 
 
 def _config(run: ViewRun) -> dict:
@@ -212,7 +215,7 @@ def _header(run: ViewRun) -> dict:
         "energy_method": ((run.manifest or {}).get("energy") or {}).get("method"),
         "reasoning": list(_reasoning(run) or []), "metrics": None,
     }
-    if run.status == "verified":
+    if run.status in ("verified", "partial"):
         try:
             summary = summarize(run.samples, run.problems, verifier_version=recorded_verifier_version(run.manifest))
         except (ValueError, KeyError, TypeError) as exc:

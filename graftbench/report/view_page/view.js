@@ -86,6 +86,8 @@
       var card = el("div", {cls: "run status-" + run.status, data: {run: r}});
       card.appendChild(el("h2", {text: "Run " + (r + 1) + ": " + run.label}));
       var status = run.status === "verified" ? "verify-manifest: ok" :
+        run.status === "partial" ? "verify-manifest: no mismatch, but not everything was checked: " +
+          run.notes.slice(0, 2).join("; ") :
         run.status === "failed" ? "verify-manifest FAILED (" + run.mismatch_count + " mismatch" +
           (run.mismatch_count === 1 ? "" : "es") + "): not a result" : "not sealed: no manifest, nothing verified";
       card.appendChild(el("p", {cls: "status", text: status}));
