@@ -138,7 +138,7 @@ REPLAY_PAIRS ?= 5
 EXPECT ?=
 replay-exact: $(STAMP) $(LLAMA_STAMP)
 	$(BIN)/python -c 'import sys; from graftbench.eval.replay_committed import main; \
-	  sys.exit(main(".", $(REPLAY_PAIRS), "results/replays.jsonl", sys.argv[1:]))' $(EXPECT)
+	  sys.exit(main(".", int(sys.argv[1]), "results/replays.jsonl", sys.argv[2:]))' $(REPLAY_PAIRS) $(EXPECT)
 
 # Record the committed expectations of the bundled models under the portable pin (about 1.5 h on 2 cores), into
 # the folder of the kind of machine they were first recorded on (REFERENCE_KIND, graftbench/results/layout.py).
