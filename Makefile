@@ -56,8 +56,8 @@ sandbox-tools:
 program-env: $(STAMP)
 	$(BIN)/python -m graftbench.programs.environment
 
-# Re-run the programs of every committed program-mode manifest in today's sandbox (each distinct program once: about
-# 20 minutes on 2 cores) and append one line per manifest to results/program-replays.jsonl: commit that log
+# Re-run the programs of every committed program-mode manifest in today's sandbox (each distinct program once: 33
+# minutes on 2 busy cores) and append one line per manifest to results/program-replays.jsonl: commit that log
 # (tests/test_program_replay.py checks it covers every committed manifest with no undeclared difference).
 replay-programs: $(STAMP) sandbox-tools program-env
 	$(BIN)/python -m graftbench.eval.program_replay --log results/program-replays.jsonl \
