@@ -5,7 +5,8 @@ be built nothing runs. No model.
 Every containment test needs the full sandbox (bubblewrap, root, the cgroup v1 hierarchies, libseccomp, the program
 environment built). On a machine that lacks one, each is a named skip (``tests.prereqs.need``), or a failure where
 ``GRAFTBENCH_REQUIRE`` names the sandbox (``.ci/run``); the refusal itself (one line naming what is missing, nothing
-started) is checked everywhere by making the probe fail (:func:`test_without_a_facility_no_program_runs_and_the_refusal_names_it`).
+started) is checked everywhere by making the probe fail
+(:func:`test_without_a_facility_no_program_runs_and_the_refusal_names_it`).
 """
 
 from __future__ import annotations
@@ -626,7 +627,8 @@ def test_a_program_sees_only_the_program_environment(tmp_path):
     problem.write_text('{"id": "p1", "problem": "What is 6*7?", "answer": "42"}\n')
     env = sandbox._environment()
     site = Path(sys.prefix) / "lib" / "python{}.{}".format(*sys.version_info[:2]) / "site-packages"
-    reads = [str(problem), str(AIME2024), str(ROOT / "graftbench" / "__init__.py"), str(Path(sys.prefix) / "pyvenv.cfg"),
+    reads = [str(problem), str(AIME2024), str(ROOT / "graftbench" / "__init__.py"),
+             str(Path(sys.prefix) / "pyvenv.cfg"),
              str(site / "typer" / "__init__.py"), str(site / "torch" / "__init__.py"), "/etc/hostname", "/etc/shadow",
              "/usr/lib/python3/dist-packages", "/usr/bin/env"]
     result = run(f"""

@@ -44,7 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 # What programs may import beyond the standard library: sympy (exact arithmetic, number theory, solving), mpmath
-# (sympy's arbitrary-precision floats, which it imports), numpy (arrays). Committed program-mode runs import nothing else.
+# (sympy's arbitrary-precision floats, which it imports), numpy (arrays). Committed program-mode runs import nothing
+# else.
 PACKAGES = ("sympy", "mpmath", "numpy")
 FORMAT = 1  # what a build copies and how; a change gives every installation a new key
 FOLDER = "graftbench-program-env"  # below sys.prefix

@@ -3,8 +3,8 @@
 The program runs in a fresh interpreter (``python -I -B``: no environment variables read, no user site, no
 bytecode written) of the program environment (:mod:`graftbench.programs.environment`: its standard library, sympy,
 mpmath and numpy, and nothing of the installation graftbench runs in) with an empty environment, in its own folder,
-inside bubblewrap with a seccomp filter (:mod:`graftbench.programs.bwrap`, the one file configuring the containment) and in
-a cgroup of its own (:mod:`graftbench.programs.cgroup`: memory, processes and CPU per run), under
+inside bubblewrap with a seccomp filter (:mod:`graftbench.programs.bwrap`, the one file configuring the
+containment) and in a cgroup of its own (:mod:`graftbench.programs.cgroup`: memory, processes and CPU per run), under
 :class:`graftbench.settings.SandboxLimits`.
 
 The sandbox fails closed: there is one containment and no weaker level. When the machine cannot build it (no
@@ -128,8 +128,8 @@ def _probe() -> str:
 
 def isolation() -> Isolation:
     """The containment programs will run in, checked once per process (the tools, root, the cgroup hierarchies,
-    libseccomp, the program environment, then a tiny program that imports its packages and prints its user id). Raises :class:`SandboxError`,
-    naming what is missing and how to get it, when the sandbox cannot be built."""
+    libseccomp, the program environment, then a tiny program that imports its packages and prints its user id).
+    Raises :class:`SandboxError`, naming what is missing and how to get it, when the sandbox cannot be built."""
     why = _probe()
     if why:
         raise SandboxError("program mode needs the sandbox, which cannot be built here: " + " ".join(why.split()))
