@@ -50,7 +50,7 @@ def test_every_pair_is_byte_exact_at_every_query_position(small_manifest):
 
 def test_controls_have_teeth(small_manifest):
     controls = small_manifest["totals"]["controls"]
-    assert set(controls) == {"monolithic", "chunk-32", "shift-8", "shift-128", "shift-1024"}
+    assert set(controls) == {"monolithic", "chunk-32", "shift-8", "shift-128", "shift-1024", "key-bit-flip"}
     for name in ("monolithic", "shift-8", "shift-128", "shift-1024"):
         assert controls[name]["exact_pairs"] == 0 and controls[name]["max_abs_delta"] > 0, name
         assert controls[name]["max_abs_delta"] < 1e-2, name  # small float differences, not a broken graft

@@ -136,3 +136,132 @@ def test_every_torch_control_differs_on_a_real_text_pair_the_bit_flip_included(s
     assert {"monolithic", "key-bit-flip", "shift-8", "shift-128", "shift-1024"} <= set(results)
     for name in ("monolithic", "key-bit-flip", "shift-8", "shift-128", "shift-1024"):
         assert not results[name]["equal"] and results[name]["max_abs_delta"] > 0, name
+
+
+# ---- the llama.cpp engine ---------------------------------------------------------------------------------------
+
+LLAMA_ARTIFACT_TOKENS = 520  # with the query, past the 512 cells from which flash attention splits a decode step
+LLAMA_PINS = [("f16", False), ("f16", True), ("q8_0", True)]  # the KV cache types and flash attention certified
+
+
+def _llama_session(kv_type: str, flash_attn: bool):
+    """smollm2-135m on llama.cpp, or a named skip (a failure where GRAFTBENCH_REQUIRE requires llama.cpp) when
+    llama-cpp-python is not importable."""
+    from graftbench.engine.llama_session import open_llama_session
+
+    try:
+        import llama_cpp  # noqa: F401  (the engine imports it on first use)
+    except ImportError as exc:
+        need("llama.cpp", f"llama-cpp-python is not importable ({exc})")
+    return open_llama_session("smollm2-135m", chunk_size=64, threads=1, kv_type=kv_type, flash_attn=flash_attn,
+                              n_ctx=1024)
+
+
+@pytest.fixture(scope="module", params=LLAMA_PINS, ids=[f"{kv}-fa-{'on' if fa else 'off'}" for kv, fa in LLAMA_PINS])
+def llama_pair(request, aime2024):
+    """smollm2-135m on llama.cpp under one of the certified cache pins, and check-exact's first AIME 2024 pair cut
+    to ``LLAMA_ARTIFACT_TOKENS`` artifact tokens and 24 query tokens."""
+    from graftbench.eval.exactness import Pair, build_pairs
+    from graftbench.eval.exactness_llama import window_of
+
+    ls = _llama_session(*request.param)
+    pair = build_pairs(ls, aime2024, 1, window=window_of(ls))[0]
+    assert len(pair.artifact) > LLAMA_ARTIFACT_TOKENS
+    yield ls, Pair(pair.id, pair.kind, pair.problems, pair.artifact[:LLAMA_ARTIFACT_TOKENS], pair.query[:24])
+    ls.engine.close()
+
+
+@pytest.mark.model
+def test_each_control_the_llama_cpp_engine_claims_differs_on_real_text_and_the_others_are_reported(llama_pair):
+    from graftbench.eval.exactness_llama import check_pair, must_differ
+
+    ls, pair = llama_pair
+    record = check_pair(ls, pair, with_controls=True)
+    assert record["equal"] and record["graft_logits_sha256"] == record["fresh_logits_sha256"]
+    claimed = must_differ(ls.engine)
+    switched = ["kv-f16"] if ls.engine.kv_type != "f16" else \
+        ["flash-attn-off" if ls.engine.flash_attn else "flash-attn-on", "kv-q8_0"]
+    decode = ["threads-2-decode"] if ls.engine.kv_type == "f16" and ls.engine.flash_attn else []
+    assert sorted(claimed) == sorted([*switched, *decode, "shift-8", "shift-128", "shift-1024", "key-bit-flip"])
+    assert set(record["controls"]) == {*claimed, "chunk-32", "monolithic"}  # the measured ones are reported too
+    for name in claimed:
+        control = record["controls"][name]
+        assert not control["equal"] and control["max_abs_delta"] > 0, name
+
+
+@pytest.mark.model
+def test_one_flipped_key_bit_in_llama_cpps_state_changes_the_grafts_logits(llama_pair):
+    from graftbench.engine.llama_cpp import LlamaState
+    from graftbench.eval.exactness_llama import deposit_state, fresh_logits, graft_logits
+
+    ls, pair = llama_pair
+    state = deposit_state(ls, pair.artifact)
+    rows = parse_state(state.state)
+    n = len(pair.artifact)
+    assert len(rows) == 30 and all(r.positions == tuple(range(n)) for r in rows)  # smollm2: 30 layers, one cache
+    assert rows[0].row_bytes == {"f16": 3 * 64 * 2, "q8_0": 3 * 64 // 32 * 34}[ls.engine.kv_type]  # 3 KV heads × 64
+    flipped, where = flip_key_bit(state.state, position=n - 1)
+    assert where["what"] == {"f16": "f16 bit 9 (mantissa)", "q8_0": "q8_0 quant bit 6"}[ls.engine.kv_type]
+    assert sum(a != b for a, b in zip(state.state, flipped)) == 1
+    h = ls.engine.logits_sha256
+    fresh = h(fresh_logits(ls, pair.artifact, pair.query))
+    assert h(graft_logits(ls, state, pair.query)) == fresh
+    assert h(graft_logits(ls, LlamaState(flipped, state.token_ids, state.positions), pair.query)) != fresh
+
+
+# ---- what the tables and check-exact say about the controls ------------------------------------------------------
+
+
+def _manifest_with_controls(must_differ, equal_on):
+    """A sealed exactness manifest of two pairs whose controls ``a``, ``b`` and ``chunk-8`` came out byte-exact on
+    the pairs ``equal_on`` lists per control; ``must_differ`` is recorded in the settings when not ``None``."""
+    from graftbench.results.exact_manifest import build_exactness_manifest
+
+    def summary(equal):
+        return {"equal": equal, "max_abs_delta": 0.0 if equal else 0.5, "kl_mean": 0.0, "kl_p99": 0.0, "kl_max": 0.0,
+                "argmax_agreement": 1.0}
+
+    records = [{"id": f"pair-{i:03d}", "kind": "short", "problems": ["p"], "artifact_tokens": 10, "query_tokens": 2,
+                "tokens_sha256": str(i), "artifact_id": str(i), "graft_logits_sha256": "h", "fresh_logits_sha256": "h",
+                **summary(True), "controls": {name: summary(i in equal_on.get(name, ())) for name in ("a", "b", "chunk-8")}}
+               for i in range(2)]
+    settings = {"samples": 2, "controls": True, **({"must_differ": must_differ} if must_differ is not None else {})}
+    return build_exactness_manifest(config={"model": "m", "dtype": "float32"}, config_fingerprint="f",
+                                    problem_set={"source": "s", "sha256": "x", "n": 2}, settings=settings,
+                                    records=records)
+
+
+def test_a_control_claimed_to_differ_that_came_out_equal_is_named_and_the_table_says_each_claim():
+    from rich.console import Console
+
+    from graftbench.cli.tables import exactness_tables
+    from graftbench.eval.exactness import controls_without_teeth
+    from graftbench.results.exact_manifest import verify_exactness_manifest
+
+    manifest = _manifest_with_controls(["a", "b"], {"b": (1,), "chunk-8": (0, 1)})
+    assert verify_exactness_manifest(manifest) == []
+    assert controls_without_teeth(manifest) == ["b: byte-exact on 1 of 2 pairs"]  # chunk-8 is only measured
+    console = Console(width=200, record=True)
+    console.print(exactness_tables(manifest)[1])
+    rows = {line.split("│")[1].strip(): line for line in console.export_text().splitlines() if line.count("│") > 3}
+    assert "must differ" in rows["a"] and "must differ" in rows["b"] and "measured" in rows["chunk-8"]
+    older = _manifest_with_controls(None, {"b": (1,)})  # recorded before the claim was written: nothing claimed
+    assert controls_without_teeth(older) == []
+    console = Console(width=200, record=True)
+    console.print(exactness_tables(older)[1])
+    text = console.export_text()
+    assert "must differ" not in text and "—" in text
+
+
+def test_the_committed_exactness_manifests_still_verify_with_their_controls_as_recorded():
+    from graftbench.eval.exactness import controls_without_teeth
+    from graftbench.results.exact_manifest import verify_exactness_manifest
+
+    from .conftest import ROOT
+
+    paths = sorted((ROOT / "results").glob("*/manifests/exact-*.json"))
+    assert paths
+    for path in paths:
+        manifest = json.loads(path.read_text())
+        assert verify_exactness_manifest(manifest) == [], path
+        assert "must_differ" not in manifest["settings"] and controls_without_teeth(manifest) == [], path

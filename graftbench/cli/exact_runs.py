@@ -30,13 +30,18 @@ def open_run(runs_dir: str, model: str, session, problem_list):
 
 
 def report_manifest(manifest: dict, run, write_expect: Path | None, note: str = "") -> None:
-    """Print the exactness tables (and ``note``), write the manifest into the run folder and to ``write_expect``
-    when given, print the totals; exit with status 1 when a pair is not byte-exact."""
+    """Print the exactness tables (and ``note``), and each control claimed to differ that came out byte-exact on
+    some pair; write the manifest into the run folder and to ``write_expect`` when given, print the totals; exit
+    with status 1 when a pair is not byte-exact."""
+    from ..eval.exactness import controls_without_teeth
     from ..results.manifest import write_manifest
     from .tables import exactness_tables
 
     for table in exactness_tables(manifest):
         console.print(table)
+    for line in controls_without_teeth(manifest):
+        console.print(f"a control claimed to differ did not, {line}: on those pairs this check did not show that "
+                      "it sees that change", markup=False, highlight=False)
     if note:
         console.print(note)
     try:

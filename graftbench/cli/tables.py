@@ -134,11 +134,14 @@ def exactness_tables(manifest: dict) -> list[Table]:
                       f"{min(r['artifact_tokens'] for r in rows)}–{max(r['artifact_tokens'] for r in rows)}")
     tables = [pairs]
     if totals["controls"]:
-        ctl = Table(title=console_text("negative controls (must differ)"))
-        for name in ("control", "pairs", "byte-exact", "max |Δlogit|", "mean KL", "p99 KL", "argmax agree"):
+        # must_differ: the controls claimed to differ (manifests recorded before it was written have none: "—")
+        claimed = manifest.get("settings", {}).get("must_differ")
+        ctl = Table(title=console_text("negative controls"))
+        for name in ("control", "claim", "pairs", "byte-exact", "max |Δlogit|", "mean KL", "p99 KL", "argmax agree"):
             ctl.add_column(name, justify="right")
         for name, row in totals["controls"].items():
-            _add_row(ctl, name, str(row["pairs"]), str(row["exact_pairs"]), f"{row['max_abs_delta']:.3g}",
+            claim = "—" if claimed is None else "must differ" if name in claimed else "measured"
+            _add_row(ctl, name, claim, str(row["pairs"]), str(row["exact_pairs"]), f"{row['max_abs_delta']:.3g}",
                         f"{row['kl_mean']:.3g}", f"{row['kl_p99']:.3g}", f"{row['argmax_agreement']:.2%}")
         tables.append(ctl)
     return tables

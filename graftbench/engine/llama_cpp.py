@@ -106,6 +106,18 @@ class LlamaState:
     positions: tuple[int, int]
 
 
+@dataclass(frozen=True)
+class ContextVariant:
+    """Context parameters that differ from an engine's pin, for the negative controls: each field set replaces the
+    engine's (``n_ctx`` tokens, ``threads``, ``kv_type`` for keys and values alike, ``flash_attn``); ``None`` keeps
+    the engine's."""
+
+    n_ctx: int | None = None
+    threads: int | None = None
+    kv_type: str | None = None
+    flash_attn: bool | None = None
+
+
 @dataclass
 class LlamaCache:
     """One llama.cpp context with one sequence: ``token_ids`` hold the ids fed so far (their positions are
@@ -223,13 +235,26 @@ class LlamaCppEngine:
             n = lib.llama_tokenize(self.vocab, raw, len(raw), out, -n, add_special, True)
         return list(out[:n])
 
-    def new_cache(self, chunk_size: int | None = None) -> LlamaCache:
+    def new_cache(self, chunk_size: int | None = None, variant: ContextVariant | None = None) -> LlamaCache:
         """A fresh context (empty sequence) with ``n_batch`` = ``n_ubatch`` = ``chunk_size`` (default: the
-        engine's). A context of the engine's chunk size goes back to the engine's spare when its cache is closed
-        (:meth:`cleared_cache` reuses it). Raises :class:`LlamaCppError` when llama.cpp cannot make it."""
+        engine's). A context of the engine's own parameters goes back to the engine's spare when its cache is
+        closed (:meth:`cleared_cache` reuses it).
+
+        ``variant`` makes a context that differs from the pin in the fields it sets (flash attention, KV cache
+        type, threads, context size): the negative controls only, never a run. Raises ``ValueError`` for a variant
+        llama.cpp does not allow (a quantized cache without flash attention, a context smaller than the chunk) and
+        :class:`LlamaCppError` when llama.cpp cannot make it."""
         chunk = chunk_size or self.chunk_size
-        return LlamaCache(self._new_context(chunk), self.n_ctx, chunk,
-                          recycle=self._recycle if chunk == self.chunk_size else None)
+        own = variant is None or variant == ContextVariant()
+        params = self._context_params(variant or ContextVariant())
+        _check_options(params["n_ctx"], chunk, params["threads"], params["kv_type"], params["flash_attn"])
+        return LlamaCache(self._new_context(chunk, **params), params["n_ctx"], chunk,
+                          recycle=self._recycle if own and chunk == self.chunk_size else None)
+
+    def _context_params(self, variant: ContextVariant) -> dict:
+        """The engine's context parameters with ``variant``'s fields in place of those it sets."""
+        own = {"n_ctx": self.n_ctx, "threads": self.threads, "kv_type": self.kv_type, "flash_attn": self.flash_attn}
+        return {name: own[name] if getattr(variant, name) is None else getattr(variant, name) for name in own}
 
     def cleared_cache(self) -> LlamaCache:
         """An empty cache of the engine's chunk size for a restore: the spare context of a closed cache, its
@@ -254,41 +279,50 @@ class LlamaCppEngine:
         else:
             _lib().llama_free(ctx)
 
-    def _new_context(self, chunk: int):
+    def _new_context(self, chunk: int, n_ctx: int | None = None, threads: int | None = None,
+                     kv_type: str | None = None, flash_attn: bool | None = None):
+        """A llama.cpp context of ``chunk``-token batches; the other parameters default to the engine's."""
+        n_ctx, threads = n_ctx or self.n_ctx, threads or self.threads
+        kv_type = kv_type or self.kv_type
+        flash_attn = self.flash_attn if flash_attn is None else flash_attn
         lib = _lib()
         params = lib.llama_context_default_params()
-        params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = self.n_ctx, chunk, chunk, 1
-        params.n_threads = params.n_threads_batch = self.threads
-        params.flash_attn_type = (lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if self.flash_attn
+        params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = n_ctx, chunk, chunk, 1
+        params.n_threads = params.n_threads_batch = threads
+        params.flash_attn_type = (lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn
                                   else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED)
-        params.type_k = params.type_v = _ggml_type(self.kv_type)
+        params.type_k = params.type_v = _ggml_type(kv_type)
         params.swa_full, params.kv_unified, params.no_perf = True, False, True
         ctx = lib.llama_init_from_model(self.model, params)
         if not ctx:
-            raise LlamaCppError(f"llama.cpp could not make a context (n_ctx {self.n_ctx}, chunk {chunk}, "
-                                f"kv {self.kv_type}, flash attention {self.flash_attn})")
+            raise LlamaCppError(f"llama.cpp could not make a context (n_ctx {n_ctx}, chunk {chunk}, "
+                                f"kv {kv_type}, flash attention {flash_attn})")
         return ctx
 
     def prefill(self, cache: LlamaCache, ids: list[int], chunk_size: int | None = None,
-                all_logits: bool = False) -> np.ndarray:
+                all_logits: bool = False, logits_from: int = 0) -> np.ndarray:
         """Append ``ids`` at the cache's next positions, in ``llama_decode`` calls of ``chunk_size`` tokens (default:
         the cache's) from the segment's first token.
 
-        Returns float32 logits: the last position's ``[vocab]``, or with ``all_logits`` every position's
-        ``[len(ids), vocab]`` (then every token is an output of its batch). Raises ``ValueError`` for an empty
-        segment, a chunk larger than the cache's ``n_batch``, ids outside the vocabulary or a segment that does not
-        fit the context; :class:`LlamaCppError` when a decode fails.
+        Returns float32 logits: the last position's ``[vocab]``, or with ``all_logits`` those of every position
+        from ``logits_from`` (an index into ``ids``) on, ``[len(ids) - logits_from, vocab]`` (then each of those
+        tokens is an output of its batch, and no earlier one). Raises ``ValueError`` for an empty segment, a chunk
+        larger than the cache's ``n_batch``, ids outside the vocabulary, a segment that does not fit the context or
+        a ``logits_from`` outside ``ids``; :class:`LlamaCppError` when a decode fails.
         """
         chunk = chunk_size or cache.chunk_size
         self._check_segment(cache, ids, chunk)
+        if not 0 <= logits_from < len(ids):
+            raise ValueError(f"logits from token {logits_from} of a segment of {len(ids)}")
         pieces = []
         for start in range(0, len(ids), chunk):
             part = ids[start:start + chunk]
             last = start + chunk >= len(ids)
-            outputs = [True] * len(part) if all_logits else [False] * (len(part) - 1) + [last]
+            outputs = ([start + i >= logits_from for i in range(len(part))] if all_logits
+                       else [False] * (len(part) - 1) + [last])
             self._decode(cache, part, outputs)
-            if all_logits:
-                pieces.append(self._logits(cache, len(part)))
+            if any(outputs) and all_logits:
+                pieces.append(self._logits(cache, sum(outputs)))
         if all_logits:
             return np.concatenate(pieces)
         return self._last_logits(cache)

@@ -5,7 +5,8 @@ schedule, serialized, parsed back), grafted into a fresh cache at its own positi
 every query position are compared with a fresh computation (new cache, same artifact tokens, same chunk schedule,
 same query). The contract (docs/exactness.md) is SHA-256 equality of the raw logits bytes, hence KL 0 and argmax 100%.
 
-Negative controls, which must differ to show that the check has teeth:
+Negative controls, which show that the check has teeth (those of :data:`MUST_DIFFER` are claimed to differ on
+every pair and recorded as such in the manifest's settings; the others are reported as measured):
 
 - ``monolithic``: one forward over artifact + query (other matmul shapes);
 - ``chunk``: the artifact prefilled with another chunk size;
@@ -41,6 +42,9 @@ LONG_PIECE = 1300  # tokens per problem in a long artifact, so that it always jo
 # Where the key-bit-flip control flips one bit of the restored state, recorded in the manifest's settings
 KEY_BIT_FLIP = {"layer": 0, "kv_head": 0, "token": "the artifact's last", "element": 0,
                 "bit": "the highest mantissa bit (float32 22, bfloat16 6, float16 9)"}
+# The controls claimed to differ on every pair (recorded in the settings); the others are reported as measured:
+# another chunk schedule gives the same bytes on most pairs, a naive restore on an artifact inside the window
+MUST_DIFFER = sorted(["monolithic", *(f"shift-{k}" for k in SHIFTS), "key-bit-flip"])
 
 
 @dataclass(frozen=True)
@@ -242,6 +246,16 @@ def check_pair(session: Session, pair: Pair, with_controls: bool) -> dict:
     return record
 
 
+def controls_without_teeth(manifest: dict) -> list[str]:
+    """The controls an exactness manifest claims to differ (``settings.must_differ``) that came out byte-exact on
+    some pair, one line each (``NAME: byte-exact on N of M pairs``); empty when every claimed control differed on
+    every pair, or when the manifest claims none (one recorded before the claim was written)."""
+    claimed = manifest.get("settings", {}).get("must_differ") or []
+    controls = manifest.get("totals", {}).get("controls", {})
+    return [f"{name}: byte-exact on {controls[name]['exact_pairs']} of {controls[name]['pairs']} pairs"
+            for name in claimed if name in controls and controls[name]["exact_pairs"]]
+
+
 def summarize(results: list[dict]) -> dict:
     """Aggregate compare() results: all equal, max |Δlogit|, mean / p99 / max KL over all positions, argmax."""
     kls = torch.tensor([k for r in results for k in r["kl"]], dtype=torch.float64)
@@ -301,7 +315,8 @@ def run_check_exact(session: Session, problems: list[Problem], source: str, samp
         problem_set={"source": source, "sha256": problem_set_sha256(problems), "n": len(problems)},
         settings={"samples": samples, "controls": with_controls, "control_pairs": control_pairs if with_controls else 0,
                   "shifts": list(SHIFTS), "short_cap": SHORT_CAP, "long_min": LONG_MIN, "long_cap": LONG_CAP,
-                  "pair_layout": PAIR_LAYOUT.to_dict(), **({"key_bit_flip": KEY_BIT_FLIP} if with_controls else {})},
+                  "pair_layout": PAIR_LAYOUT.to_dict(),
+                  **({"must_differ": MUST_DIFFER, "key_bit_flip": KEY_BIT_FLIP} if with_controls else {})},
         records=records,
     )
 

@@ -8,12 +8,23 @@ same ids as the torch engine's pairs). Per pair:
 - graft: that state restored into another fresh context, then the query prefilled (every position an output);
 - fresh: a fresh context, the artifact then the query prefilled with the same batch boundaries.
 
-The certificate is SHA-256 equality of the query's float32 logits (every query position). Negative controls:
+The certificate is SHA-256 equality of the query's float32 logits (every query position). Negative controls, each
+against the fresh prefill unless said otherwise; those of :func:`must_differ` are claimed to differ (measured to on
+``smollm2-135m``, docs/llama-cpp.md), the others are reported as measured:
 
-- ``chunk-N``: the fresh prefill with another batch size (``n_batch`` = ``n_ubatch`` = N); llama.cpp's CPU kernels
-  may give the same bytes for every batch size, so its outcome is reported as measured, not required to differ;
+- ``chunk-N``: the fresh prefill with another batch size (``n_batch`` = ``n_ubatch`` = N); with flash attention off
+  llama.cpp's CPU kernels gave the same bytes for every batch size measured, so it is reported as measured;
+- ``monolithic``: artifact and query in one batch (``n_batch`` = ``n_ubatch`` = their length); reported as measured;
+- ``flash-attn-on`` / ``flash-attn-off`` (an f16 cache): the fresh prefill with flash attention switched;
+- ``kv-q8_0`` (an f16 cache; with flash attention, which a quantized cache needs) / ``kv-f16`` (a quantized cache):
+  the fresh prefill with another KV cache type;
+- ``threads-N-decode`` (an f16 cache with flash attention): one decode step after the artifact and the query (the
+  query's greedy next token, a one-token batch) at N threads against the same at the pin's threads: flash
+  attention's one-token path splits the cache across threads from 512 cells on;
 - ``shift-k``: the restored state moved k positions on (llama.cpp re-rotates the keys), against a fresh prefill
-  at positions k.., which RoPE's rounding makes differ.
+  at positions k.., which RoPE's rounding makes differ;
+- ``key-bit-flip`` (the sensitivity control): the graft of the deposited state with one bit of one key flipped in
+  its bytes (:data:`KEY_BIT_FLIP`, :func:`graftbench.engine.llama_state_layout.flip_key_bit`).
 
 The manifest is an exactness manifest (:mod:`graftbench.results.exact_manifest`) whose pin carries the engine's fields, so
 ``verify-manifest`` checks it as any other and its fingerprint is never a torch pin's.
@@ -24,8 +35,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..engine.llama_cpp import LlamaState
+from ..engine.llama_cpp import ContextVariant, LlamaCppEngine, LlamaState
 from ..engine.llama_session import LlamaSession
+from ..engine.llama_state_layout import flip_key_bit
 from .exactness import (PAIR_LAYOUT, SHIFTS, Pair, PairLayout, Replay, build_pairs, compare, measure_pairs,
                          summarize)
 from ..problems.types import Problem
@@ -33,11 +45,12 @@ from ..util.hashing import sha256_bytes
 
 
 def fresh_logits(ls: LlamaSession, artifact: list[int], query: list[int], chunk_size: int | None = None,
-                 shift: int = 0) -> np.ndarray:
+                 shift: int = 0, variant: ContextVariant | None = None) -> np.ndarray:
     """The query's logits ``[len(query), vocab]`` after the artifact, both prefilled in one fresh context with
-    batches of ``chunk_size`` tokens (default: the pin's), at positions starting at ``shift``."""
+    batches of ``chunk_size`` tokens (default: the pin's), at positions starting at ``shift``; ``variant``: a
+    context that differs from the pin (:class:`graftbench.engine.llama_cpp.ContextVariant`, the controls only)."""
     engine = ls.engine
-    cache = engine.new_cache(chunk_size)
+    cache = engine.new_cache(chunk_size, variant)
     try:
         cache.shift = shift
         engine.prefill(cache, artifact)
@@ -68,18 +81,89 @@ def graft_logits(ls: LlamaSession, state: LlamaState, query: list[int], shift: i
         cache.close()
 
 
+def monolithic_logits(ls: LlamaSession, artifact: list[int], query: list[int]) -> np.ndarray:
+    """The query's logits ``[len(query), vocab]`` with the artifact and the query prefilled in one batch of a fresh
+    context (``n_batch`` = ``n_ubatch`` = their length; only the query's positions are outputs)."""
+    engine = ls.engine
+    cache = engine.new_cache(len(artifact) + len(query))
+    try:
+        return engine.prefill(cache, artifact + query, all_logits=True, logits_from=len(artifact))
+    finally:
+        cache.close()
+
+
+def decode_step_logits(ls: LlamaSession, artifact: list[int], query: list[int], token: int,
+                       variant: ContextVariant | None = None) -> np.ndarray:
+    """The logits ``[1, vocab]`` of ``token`` decoded alone (a one-token batch) after the artifact and the query are
+    prefilled in a fresh context (``variant``: as :func:`fresh_logits`)."""
+    engine = ls.engine
+    cache = engine.new_cache(None, variant)
+    try:
+        engine.prefill(cache, artifact)
+        engine.prefill(cache, query)
+        return engine.decode_step(cache, token)[None]
+    finally:
+        cache.close()
+
+
+# Where key-bit-flip flips one bit of the deposited state, recorded in the manifest's settings
+KEY_BIT_FLIP = {"cache": "the first in the state (a sliding-window model's full-attention layers)", "layer": 0,
+                "token": "the artifact's last", "element": 0,
+                "bit": "the highest mantissa bit of an f16 key (9), or the highest magnitude bit of its quant "
+                       "(q8_0 6, q4_0 2)"}
+
+
+def variant_controls(engine: LlamaCppEngine) -> dict[str, ContextVariant]:
+    """The controls that rerun the fresh prefill in a context of another flash attention or KV cache type than
+    ``engine``'s pin, each with its :class:`graftbench.engine.llama_cpp.ContextVariant`."""
+    if engine.kv_type != "f16":
+        return {"kv-f16": ContextVariant(kv_type="f16")}
+    return {"flash-attn-off" if engine.flash_attn else "flash-attn-on": ContextVariant(flash_attn=not engine.flash_attn),
+            "kv-q8_0": ContextVariant(kv_type="q8_0", flash_attn=True)}
+
+
+def decode_threads(engine: LlamaCppEngine) -> int | None:
+    """The other thread count of the ``threads-N-decode`` control (1, or 2 for a one-thread pin), or ``None`` where
+    the control does not apply: flash attention's one-token path splits only an f16 (or f32) cache across threads."""
+    if engine.kv_type == "f16" and engine.flash_attn:
+        return 1 if engine.threads > 1 else 2
+    return None
+
+
+def must_differ(engine: LlamaCppEngine) -> list[str]:
+    """The controls claimed to differ under ``engine``'s pin (the others are reported as measured): the switched
+    flash attention and KV cache type, the other thread count's decode step where it applies, the shifts and the
+    key bit flip."""
+    threads = decode_threads(engine)
+    return sorted([*variant_controls(engine), *([f"threads-{threads}-decode"] if threads else []),
+                   *(f"shift-{k}" for k in SHIFTS), "key-bit-flip"])
+
+
 def _compare(reference: np.ndarray, other: np.ndarray) -> dict:
     return compare(torch.from_numpy(reference), torch.from_numpy(other))
 
 
 def controls(ls: LlamaSession, pair: Pair, fresh: np.ndarray, state: LlamaState) -> dict[str, dict]:
     """The negative controls of one pair (see the module docstring): ``{name: compare() result}``."""
-    chunk = ls.config.chunk_size
+    chunk, engine = ls.config.chunk_size, ls.engine
+    artifact, query = pair.artifact, pair.query
     other = chunk // 2 if chunk > 1 else 2
-    results = {f"chunk-{other}": _compare(fresh, fresh_logits(ls, pair.artifact, pair.query, other))}
+    results = {f"chunk-{other}": _compare(fresh, fresh_logits(ls, artifact, query, other)),
+               "monolithic": _compare(fresh, monolithic_logits(ls, artifact, query))}
+    for name, variant in variant_controls(engine).items():
+        results[name] = _compare(fresh, fresh_logits(ls, artifact, query, variant=variant))
+    threads = decode_threads(engine)
+    if threads:
+        token = int(np.argmax(fresh[-1]))
+        results[f"threads-{threads}-decode"] = _compare(
+            decode_step_logits(ls, artifact, query, token),
+            decode_step_logits(ls, artifact, query, token, ContextVariant(threads=threads)))
     for shift in SHIFTS:
-        results[f"shift-{shift}"] = _compare(fresh_logits(ls, pair.artifact, pair.query, shift=shift),
-                                             graft_logits(ls, state, pair.query, shift))
+        results[f"shift-{shift}"] = _compare(fresh_logits(ls, artifact, query, shift=shift),
+                                             graft_logits(ls, state, query, shift))
+    flipped, _ = flip_key_bit(state.state, position=len(artifact) - 1)
+    results["key-bit-flip"] = _compare(fresh, graft_logits(ls, LlamaState(flipped, state.token_ids, state.positions),
+                                                           query))
     return results
 
 
@@ -141,6 +225,7 @@ def certify_llama(ls: LlamaSession, problems: list[Problem], source: str, sample
         problem_set={"source": source, "sha256": problem_set_sha256(problems), "n": len(problems)},
         settings={"engine": ls.engine.name, "samples": samples, "controls": with_controls,
                   "control_pairs": control_pairs if with_controls else 0, "shifts": list(SHIFTS),
+                  **({"must_differ": must_differ(ls.engine), "key_bit_flip": KEY_BIT_FLIP} if with_controls else {}),
                   "pair_layout": PAIR_LAYOUT.to_dict(), "logits": "every query position, float32",
                   "tokenizer_agreement": tokenizer_agreement(ls, problems)},
         records=records,
