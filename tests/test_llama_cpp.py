@@ -215,7 +215,7 @@ def test_a_committed_llama_cpp_certificate_replays_here_or_is_declared_another_b
     - A crash, no record, or a pin that differs in any other field: a failure."""
     expected = json.loads((ROOT / name).read_text())
     need("llama.cpp", why_not_runnable(expected))
-    done, record = replay_once(ROOT, ROOT / name, 1, tmp_path / "replay", timeout_s=600)
+    done, record = replay_once(ROOT, ROOT / name, 1, tmp_path / "replay", timeout_s=1800)
     output = done.stdout + done.stderr
     outcome = judge(name, expected, record, done.returncode, output, 1, read_replay_log(ROOT / REPLAY_LOG),
                     isa.environment())
