@@ -221,10 +221,13 @@ def _manifest_with_controls(must_differ, equal_on):
         return {"equal": equal, "max_abs_delta": 0.0 if equal else 0.5, "kl_mean": 0.0, "kl_p99": 0.0, "kl_max": 0.0,
                 "argmax_agreement": 1.0}
 
-    records = [{"id": f"pair-{i:03d}", "kind": "short", "problems": ["p"], "artifact_tokens": 10, "query_tokens": 2,
+    def record(i):
+        return {"id": f"pair-{i:03d}", "kind": "short", "problems": ["p"], "artifact_tokens": 10, "query_tokens": 2,
                 "tokens_sha256": str(i), "artifact_id": str(i), "graft_logits_sha256": "h", "fresh_logits_sha256": "h",
-                **summary(True), "controls": {name: summary(i in equal_on.get(name, ())) for name in ("a", "b", "chunk-8")}}
-               for i in range(2)]
+                **summary(True),
+                "controls": {name: summary(i in equal_on.get(name, ())) for name in ("a", "b", "chunk-8")}}
+
+    records = [record(i) for i in range(2)]
     settings = {"samples": 2, "controls": True, **({"must_differ": must_differ} if must_differ is not None else {})}
     return build_exactness_manifest(config={"model": "m", "dtype": "float32"}, config_fingerprint="f",
                                     problem_set={"source": "s", "sha256": "x", "n": 2}, settings=settings,

@@ -11,7 +11,8 @@ writes two: its full-attention layers' cache, then its window's), all integers l
         u32 v_trans, u32 n_layer
         n_layer × (i32 k_type, u64 k_row_bytes, cell_count × k_row_bytes)       keys, one row per cell
         v_trans == 0: n_layer × (i32 v_type, u64 v_row_bytes, cell_count × v_row_bytes)
-        v_trans == 1: n_layer × (i32 v_type, u32 v_element_bytes, u32 n_embd_v, n_embd_v × cell_count × v_element_bytes)
+        v_trans == 1: n_layer × (i32 v_type, u32 v_element_bytes, u32 n_embd_v,
+                                 n_embd_v × cell_count × v_element_bytes)
 
 :func:`parse_state` reads it and accepts it only when it accounts for every byte, so another llama.cpp version whose
 layout differs is refused (``ValueError``) rather than misread. Imports no llama.cpp and no torch.

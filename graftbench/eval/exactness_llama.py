@@ -118,7 +118,8 @@ def variant_controls(engine: LlamaCppEngine) -> dict[str, ContextVariant]:
     ``engine``'s pin, each with its :class:`graftbench.engine.llama_cpp.ContextVariant`."""
     if engine.kv_type != "f16":
         return {"kv-f16": ContextVariant(kv_type="f16")}
-    return {"flash-attn-off" if engine.flash_attn else "flash-attn-on": ContextVariant(flash_attn=not engine.flash_attn),
+    switched = "flash-attn-off" if engine.flash_attn else "flash-attn-on"
+    return {switched: ContextVariant(flash_attn=not engine.flash_attn),
             "kv-q8_0": ContextVariant(kv_type="q8_0", flash_attn=True)}
 
 
