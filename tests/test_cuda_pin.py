@@ -16,7 +16,7 @@ from graftbench.engine.pin import OMITTED_AT_DEFAULT, PinnedConfig
 from graftbench.problems.prompts import PromptLayout
 from graftbench.results.fingerprint import pin_fingerprint
 from graftbench.results.layout import manifest_folders
-from tests.conftest import REFERENCE_MANIFESTS
+from tests.conftest import AIME2024, REFERENCE_MANIFESTS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -252,3 +252,33 @@ def test_check_exact_and_certify_refuse_the_fast_kernels_before_any_model_loads(
     assert result.exit_code == 2, result.output
     assert "runs only under --kernels certified: --kernels fast lets torch choose its kernels" in \
         " ".join(result.output.split())
+
+
+@pytest.mark.parametrize("arguments, kernels", [
+    (["bench", "--only", "ttft", "--kernels", "fast", "--problems", str(AIME2024)], "fast"),
+    (["solve", "--kernels", "fast"], "fast"),
+    (["deposit", "--problems", str(AIME2024), "--store", "store-test"], "certified"),
+    # takes no --kernels: certified, whatever ran before in this process
+    (["bench-long-context", "--problems", str(AIME2024)], "certified"),
+])
+def test_the_kernels_option_reaches_the_session_and_a_command_without_it_runs_certified(monkeypatch, arguments,
+                                                                                        kernels):
+    from typer.testing import CliRunner
+
+    from graftbench.cli.app import app
+    from graftbench.engine import session as session_module
+    from graftbench.engine.models import ModelError
+
+    opened = []
+
+    def stand_in(*args, **kwargs):
+        opened.append(kwargs.get("kernels"))
+        raise ModelError("stand-in: no model loaded")
+
+    monkeypatch.setattr(session_module, "open_session", stand_in)
+    runner = CliRunner()
+    runner.invoke(app, ["bench", "--only", "ttft", "--kernels", "fast", "--problems", str(AIME2024)])  # fast first
+    opened.clear()
+    result = runner.invoke(app, [*arguments, "--model", "smollm2-135m", "--device", "cpu"])
+    assert "stand-in: no model loaded" in result.output, result.output
+    assert opened == [kernels]

@@ -26,7 +26,7 @@ from .common import (EVAL, FLYWHEEL, AnswerFieldOpt, ChunkOpt, DeviceOpt, DtypeO
 from ..settings import EvalSettings
 from ..eval.dispatch import EXECUTORS, RAY_EXTRA, ClusterOptions, DispatchError
 from .common import (ModeOpt, announce_sandbox, check_hub_model, device_option, engine_name, kernels_option, refuse_random,
-                     run_dtype, worker_dtype)
+                     remember_kernels, run_dtype, worker_dtype)
 from ..settings import CERTIFIED_KERNELS
 from .common import AllowUncheckedPayloadsOpt, AllowUnanchoredOpt
 from .options import CLUSTER, CLUSTER_OPTIONS, FIELDS, OWN, RUN, SAMPLING, KernelsOpt, with_options
@@ -52,6 +52,7 @@ def _print_version(value: bool) -> None:
 def _main(show_version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
                                             help="print graftbench's version and exit")) -> None:
     """Verified-knowledge experiments: solve, deposit KV artifacts, graft them back, verify."""
+    remember_kernels(CERTIFIED_KERNELS)  # until this command's --kernels says otherwise (a command may not take it)
 
 
 def _print_cleaned(cleaned) -> None:

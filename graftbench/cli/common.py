@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..util.display_text import console_markup
-from ..settings import (CERTIFIED_KERNELS, DEFAULT_CHUNK_SIZE, DEFAULT_DTYPE, DEFAULT_MODEL, DEFAULT_RUNS_DIR, DEFAULT_STORE, DTYPE_NAMES,
+from ..settings import (CERTIFIED_KERNELS, KERNEL_CONFIGS, DEFAULT_CHUNK_SIZE, DEFAULT_DTYPE, DEFAULT_MODEL, DEFAULT_RUNS_DIR, DEFAULT_STORE, DTYPE_NAMES,
                         SAMPLED_TEMPERATURE, SAMPLED_TOP_P, BenchSettings, EvalSettings, FlywheelSettings)
 
 EVAL, BENCH, FLYWHEEL = EvalSettings(), BenchSettings(), FlywheelSettings()
@@ -55,13 +55,22 @@ def device_option() -> str:
     return _DEVICE["name"]
 
 
-def kernels_option() -> str:
-    """This invocation's ``--kernels`` (:data:`graftbench.cli.options.KernelsOpt`), read from the running command's
-    parameters; ``certified`` when the command takes no such option."""
-    import click
+_KERNELS = {"name": CERTIFIED_KERNELS}  # this invocation's --kernels (as --device: set by the option's callback)
 
-    context = click.get_current_context(silent=True)
-    return (context.params.get("kernels") if context is not None else None) or CERTIFIED_KERNELS
+
+def remember_kernels(value: str) -> str:
+    """The ``--kernels`` callback (:data:`graftbench.cli.options.KernelsOpt`): check ``value`` and keep it for
+    :func:`open_model`; the app's callback sets ``certified`` before every command, so a command without the option
+    runs certified."""
+    if value not in KERNEL_CONFIGS:
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(KERNEL_CONFIGS)}")
+    _KERNELS["name"] = value
+    return value
+
+
+def kernels_option() -> str:
+    """This invocation's ``--kernels`` (``certified`` when the command takes no such option)."""
+    return _KERNELS["name"]
 
 
 DeviceOpt = typer.Option("auto", "--device", envvar="GRAFTBENCH_DEVICE", callback=_remember_device,

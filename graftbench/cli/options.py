@@ -14,23 +14,17 @@ import typer
 from rich.markup import escape
 
 from ..eval.dispatch import RAY_EXTRA, ClusterOptions
-from ..settings import CERTIFIED_KERNELS, KERNEL_CONFIGS
+from ..settings import CERTIFIED_KERNELS
 from .common import (EVAL, AnswerFieldOpt, ChunkOpt, DeviceOpt, DtypeOpt, EngineOpt, FlashAttnOpt, KvTypeOpt, IdFieldOpt, IsaOpt, LimitOpt, ModelOpt, ModeOpt,
                      ProblemFieldOpt, ProblemsOpt, RunsOpt, SamplesOpt, SeedOpt, ShardOpt, SolutionFieldOpt,
-                     TemperatureOpt, TopPOpt)
+                     TemperatureOpt, TopPOpt, remember_kernels)
 
 CLUSTER = ClusterOptions()
 
 
-def _check_kernels(value: str) -> str:
-    if value not in KERNEL_CONFIGS:
-        raise typer.BadParameter(f"{value!r} is not one of {', '.join(KERNEL_CONFIGS)}")
-    return value
-
-
 # The kernel configuration, defined here once for every command that takes it (solve, eval, deposit, check-exact,
 # bench); :func:`graftbench.cli.common.kernels_option` reads it where the model is loaded.
-KernelsOpt = typer.Option(CERTIFIED_KERNELS, "--kernels", envvar="GRAFTBENCH_KERNELS", callback=_check_kernels,
+KernelsOpt = typer.Option(CERTIFIED_KERNELS, "--kernels", envvar="GRAFTBENCH_KERNELS", callback=remember_kernels,
                           help=escape(
     "certified: the kernels check-exact certifies (on CUDA deterministic algorithms and the math attention "
     "kernel); fast: torch's own choice (flash or memory-efficient attention on CUDA, no deterministic algorithms; "
