@@ -74,8 +74,9 @@ class PinnedConfig:
                 del pin[name]
         if pin["layout"].get("reasoning"):
             pin["layout"]["reasoning"] = list(pin["layout"]["reasoning"])
-        else:
-            del pin["layout"]["reasoning"]  # a model that does not think: the layout pinned before reasoning existed
+        else:  # a model that does not think: the layout pinned before reasoning existed (a layout recorded as a
+            # plain dict before then, as a replay adopts it, has no such key)
+            pin["layout"].pop("reasoning", None)
         return pin
 
     @property
