@@ -15,6 +15,7 @@ from graftbench.store import minhash
 from graftbench.store.codec import ArtifactError, encode_artifact
 from graftbench.store.reader import read_safetensors, xxh3_128_hex
 from graftbench.store.folder import Store
+from graftbench.store.index import SCHEMA_VERSION
 
 from .test_store import HEADER, VALID, _decode
 
@@ -102,7 +103,7 @@ def test_an_older_index_is_upgraded_and_its_artifacts_read_with_sha256(tmp_path)
     assert store.read(artifact_id).id == artifact_id and store.verify() == []
     assert store.candidates("f" * 64, text) == [(artifact_id, text)]
     with closing(sqlite3.connect(store.index_path)) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION  # upgraded to the current schema
 
 
 def _put_text(store: Store, text: str, fingerprint: str = "c" * 64) -> str:

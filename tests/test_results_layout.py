@@ -26,7 +26,8 @@ MANIFESTS = [p for folder in layout.manifest_folders(ROOT) for p in sorted(folde
 
 
 def test_the_results_root_holds_the_index_the_log_and_one_folder_per_kind():
-    assert {p.name for p in RESULTS.iterdir() if p.is_file()} == {"README.md", "SHA256SUMS", "replays.jsonl"}
+    assert {p.name for p in RESULTS.iterdir() if p.is_file()} == {"README.md", "SHA256SUMS", "replays.jsonl",
+                                                                          "program-replays.jsonl"}
     kinds = layout.kinds(ROOT)
     assert set(KINDS) <= set(kinds) and layout.REFERENCE_KIND in KINDS
     assert layout.manifest_folders(ROOT) == [RESULTS / kind / "manifests" for kind in kinds]
