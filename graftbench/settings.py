@@ -235,7 +235,6 @@ class BenchSettings:
     bit_flips: int = 64
     smoke: bool = False
     memory_probes: bool = True  # TTFT's graft-memory probes, each a fresh process that loads the model
-    memory_probes: bool = True  # TTFT's graft-memory probes, each a fresh process that loads the model
 
     @classmethod
     def smoke_run(cls) -> "BenchSettings":
