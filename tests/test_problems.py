@@ -890,3 +890,14 @@ def test_too_many_builtin_problems_is_a_one_line_error_before_any_model_loads(ar
     result = CliRunner().invoke(app, [*args, "--runs-dir", str(tmp_path)], terminal_width=200)
     assert result.exit_code == 2, result.output
     assert "117 distinct problems each" in result.output and "Traceback" not in result.output
+
+
+def test_a_recorded_source_never_carries_an_absolute_path_of_this_machine(tmp_path):
+    from graftbench.problems.sources import recorded_source
+
+    work = tmp_path / "work" / "main"
+    assert recorded_source(str(tmp_path / "work" / "shared" / "data" / "a.jsonl"), work) == \
+        "../shared/data/a.jsonl"
+    assert recorded_source("/elsewhere/private/b.jsonl", work) == "b.jsonl"  # outside: the file name alone
+    for given in ("builtin", "builtin:2-4", "methods", "data/c.jsonl", "../shared/data/a.jsonl", "org/dataset"):
+        assert recorded_source(given, work) == given

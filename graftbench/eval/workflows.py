@@ -19,6 +19,7 @@ from ..results.samples import Sample
 from ..engine.session import Session
 from ..settings import EvalSettings, SandboxLimits
 from ..problems.shards import parse_shard, select
+from ..problems.sources import recorded_source
 from ..store.folder import Store
 from ..store.open import open_store
 
@@ -50,7 +51,9 @@ def problem_set_entry(source: str, problems: list[Problem], selected: list[tuple
                       shard: str | None) -> dict:
     """The manifest's ``problem_set``: its source, SHA-256 and size. A shard's lists the problems it ran, and under
     ``shard`` the whole set's SHA-256 and size and each of its problems' position in the whole set, which
-    :func:`graftbench.scale.merge.merge_runs` checks and orders by."""
+    :func:`graftbench.scale.merge.merge_runs` checks and orders by. The source is recorded by
+    :func:`graftbench.problems.sources.recorded_source` (never an absolute path of this machine)."""
+    source = recorded_source(source)
     if shard is None:
         return {"source": source, "sha256": problem_set_sha256(problems), "n": len(problems)}
     shard_problems = [p for _, p in selected]

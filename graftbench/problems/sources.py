@@ -29,6 +29,7 @@ import contextlib
 import csv
 import io
 import json
+import os
 import re
 import tempfile
 from collections.abc import Iterator
@@ -68,6 +69,25 @@ class RawTable:
 def suffix_list() -> str:
     """The supported local file suffixes, comma-separated, for error messages."""
     return ", ".join(SUPPORTED_SUFFIXES)
+
+
+def recorded_source(source: str, cwd: Path | None = None) -> str:
+    """The problem-set source as a manifest records it: never an absolute path of the machine that ran.
+
+    A generated set's name, a hub id or a relative path is recorded as given. An absolute local path is recorded
+    relative to the working folder ``cwd`` (this process's when ``None``) when the file lies below that folder's
+    parent (``/work/shared/data/aime2024.jsonl`` from ``/work/main`` is ``../shared/data/aime2024.jsonl``), else by
+    its file name alone. Verifiers find a recorded file by its name and check it by SHA-256
+    (:mod:`graftbench.results.anchor`), so nothing about the recording machine's folders is needed."""
+    path = Path(source)
+    if not path.is_absolute():
+        return source
+    base = (cwd or Path.cwd()).resolve()
+    try:
+        path.relative_to(base.parent)
+    except ValueError:
+        return path.name
+    return os.path.relpath(path, base)
 
 
 def is_hub_id(source: str) -> bool:
