@@ -109,8 +109,8 @@ class Requests:
 @pytest.fixture(scope="module")
 def moto_server():
     """moto's S3 server on 127.0.0.1 (a free port), every request recorded."""
-    pytest.importorskip("s3fs")
-    server_module = pytest.importorskip("moto.server")
+    import s3fs  # noqa: F401  (a test dependency: missing, the test fails)
+    import moto.server as server_module  # a test dependency: missing, the test fails
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     server = server_module.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()

@@ -67,6 +67,19 @@ def test_a_missing_or_stale_environment_is_refused_with_how_to_build_it(fake):
     assert environment.build().record["key"] == environment.key(environment.sources()[1])  # rebuilt under a new key
 
 
+def test_a_library_outside_the_system_folders_refuses_the_build(tmp_path):
+    """The interpreter's libpython, seen as not part of the build (another base), lies in a folder of the host that
+    is no system library folder: the build refuses rather than binding that folder into the sandbox."""
+    interpreter = Path(sys.executable).resolve()
+    if shutil.which("ldd", path="/usr/bin:/bin") is None:
+        pytest.fail("ldd is not installed (libc-bin): the program environment cannot be built here either")
+    linked = subprocess.run(["ldd", str(interpreter)], capture_output=True, text=True, check=False).stdout
+    if "libpython" not in linked:
+        pytest.skip(f"{interpreter} is linked statically with libpython: nothing outside the system folders to load")
+    with pytest.raises(environment.ProgramEnvironmentError, match="not a system library folder"):
+        environment._libraries([interpreter], tmp_path / "prefix", tmp_path / "another-base")
+
+
 def test_the_real_sources_hold_the_standard_library_and_the_offered_packages_only():
     base, found = environment.sources()
     stdlib = "lib/python{}.{}/".format(*sys.version_info[:2])

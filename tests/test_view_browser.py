@@ -101,8 +101,7 @@ def _rows(driver) -> list:
 
 
 def _aime():
-    if not AIME2024.is_file():
-        pytest.skip(f"the AIME 2024 problem file is not at {AIME2024} (shared/data)")
+    assert AIME2024.is_file(), f"the AIME 2024 problem file is not at {AIME2024} (shared/data)"
     return load_problems(str(AIME2024))
 
 

@@ -220,12 +220,17 @@ def content_sha256(folder: Path) -> tuple[str, int, int]:
     return digest.hexdigest(), files, size
 
 
+# The only host folders a program's libraries may be bound from: the system's. A library that resolves anywhere
+# else (a virtual environment, a checkout, /etc) refuses the build rather than binding that folder into the sandbox.
+SYSTEM_LIBRARY_FOLDERS = ("/lib/", "/lib64/", "/usr/lib/", "/usr/lib64/", "/usr/local/lib/")
+
+
 def _libraries(files: list[Path], prefix: Path, base: Path) -> list[str]:
     """The system folders ``files`` (ELF binaries copied into the build's ``prefix``) load libraries from, read
     with ``ldd``: each library's real folder and the folder the loader names it by (``/lib64`` -> ``/usr/lib64``).
     A library in the build, or below ``base`` and copied into the build (``libpython`` through the interpreter's
-    run path), needs no bind. Raises :class:`ProgramEnvironmentError` for a library not found or one of ``base``
-    not copied."""
+    run path), needs no bind. Raises :class:`ProgramEnvironmentError` for a library not found, one of ``base``
+    not copied, or one in a folder outside :data:`SYSTEM_LIBRARY_FOLDERS`."""
     ldd = shutil.which("ldd", path="/usr/bin:/bin")
     if ldd is None:
         raise ProgramEnvironmentError("ldd is not installed: install libc-bin (`apt-get install libc-bin`)")
@@ -245,8 +250,13 @@ def _libraries(files: list[Path], prefix: Path, base: Path) -> list[str]:
                 if not (prefix / real.relative_to(base)).exists():
                     raise ProgramEnvironmentError(f"{path.name} loads {real}, which the build does not copy")
                 continue
-            folders.add(str(real.parent))
-            folders.add(os.path.realpath(os.path.dirname(target)))
+            named = os.path.realpath(os.path.dirname(target))
+            for folder in (str(real.parent), named):
+                if not (folder + "/").startswith(SYSTEM_LIBRARY_FOLDERS):
+                    raise ProgramEnvironmentError(
+                        f"{path.name} loads {real} from {folder}, which is not a system library folder "
+                        f"({', '.join(SYSTEM_LIBRARY_FOLDERS)}): the sandbox binds no other folder of the host")
+                folders.add(folder)
     return sorted(folders)
 
 

@@ -147,10 +147,11 @@ def _unsealed(path: Path, folder: Path) -> ViewRun:
 def read_run(path: str | Path) -> ViewRun:
     """One run to show: a run manifest, or a run folder (its ``manifest.json``, else its ``samples.jsonl``).
 
-    A manifest is re-checked as ``verify-manifest`` checks it (:func:`graftbench.results.check.check_run_manifest`:
+    A manifest is re-checked as ``verify-manifest`` checks it without a store (:func:`graftbench.results.check.verify_run`:
     hashes, verdicts under the recorded verifier version, totals, the problem set it records when graftbench can
     rebuild it, the results index); a manifest that fails is kept with ``status`` ``failed`` and its mismatches,
-    so the page shows it as failed, never as a result. Raises :class:`ViewError` naming ``path`` when it is not a
+    so the page shows it as failed, never as a result; one with something not checked (a graft run's artifact
+    payloads, which the page never reads; a problem set not anchored) is ``partial``, and says what. Raises :class:`ViewError` naming ``path`` when it is not a
     run folder or run manifest at all."""
     from ..results.check import verify_run
 

@@ -348,8 +348,9 @@ def run_eval_ray(problems: list[Problem], source: str, run_name: str, settings: 
                 if store is not None:  # the whole pin and a worker's kind of CPU, before a problem is handed out
                     notes = preflight(store_root, reference["config"], reference["config_fingerprint"],
                                       kind_of(reference["environment"]), settings, ray=True)
-                    for note in notes if not noted else []:
-                        event(f"note: {note}")
+                    for note in notes:
+                        if note not in noted:  # the first pass's notes were printed before the workers started
+                            event(f"note: {note}")
                 recorded = run.open(run_record(command, reference["config"], reference["config_fingerprint"],
                                                problems, settings))
                 ledger = Ledger([p.id for p in chosen], settings.samples, recorded, options.max_losses)
