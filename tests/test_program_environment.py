@@ -67,6 +67,15 @@ def test_a_missing_or_stale_environment_is_refused_with_how_to_build_it(fake):
     assert environment.build().record["key"] == environment.key(environment.sources()[1])  # rebuilt under a new key
 
 
+def test_a_build_whose_content_changed_is_refused(fake):
+    built = environment.build()
+    changed = built.path / "prefix" / "lib/python3.11/os.py"
+    os.chmod(changed, 0o644)
+    changed.write_text("# os, changed after the build\n")
+    with pytest.raises(environment.ProgramEnvironmentError, match="does not hold what its record states"):
+        environment.load()
+
+
 def test_a_library_outside_the_system_folders_refuses_the_build(tmp_path):
     """The interpreter's libpython, seen as not part of the build (another base), lies in a folder of the host that
     is no system library folder: the build refuses rather than binding that folder into the sandbox."""

@@ -342,8 +342,10 @@ def _remove(folder: Path) -> None:
 
 
 def load() -> Environment:
-    """The built program environment of this installation. Raises :class:`ProgramEnvironmentError` when it is not
-    built or stale (its sources changed since), naming how to build it."""
+    """The built program environment of this installation, its content hashed again (a few hundred MiB: about a
+    second) and checked against the SHA-256 its record states, so the isolation a run records names bytes that were
+    checked. Raises :class:`ProgramEnvironmentError` when it is not built, stale (its sources changed since), or its
+    content differs from its record, naming how to build it."""
     base, found = sources()
     build_key = key(found)
     folder = root() / build_key[:32]
@@ -355,6 +357,11 @@ def load() -> Environment:
         built = sorted(p.name for p in root().glob("*") if not p.name.startswith(".")) if root().is_dir() else []
         state = "is stale (its sources changed since it was built)" if built else "is not built"
         raise ProgramEnvironmentError(f"the program environment of {sys.prefix} {state}: {BUILD_HINT}")
+    digest, _, _ = content_sha256(folder)
+    if digest != record.get("sha256"):
+        raise ProgramEnvironmentError(f"the program environment at {folder} does not hold what its record states "
+                                      f"(content SHA-256 {digest[:16]}, recorded {str(record.get('sha256'))[:16]}): "
+                                      f"delete the folder, then {BUILD_HINT}")
     return Environment(path=folder, prefix=str(base), python=str(base / record["python"]), record=record)
 
 
