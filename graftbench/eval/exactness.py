@@ -31,7 +31,6 @@ from ..engine import forward, graft
 from ..store.codec import decode_artifact
 from ..store.ids import artifact_id_of
 from ..util.hashing import sha256_json
-from ..problems.sources import recorded_source
 from ..problems.types import Problem
 from ..engine.session import Session
 
@@ -313,7 +312,7 @@ def run_check_exact(session: Session, problems: list[Problem], source: str, samp
                             on_pair, done, on_reused)
     return build_exactness_manifest(
         config=session.config.to_dict(), config_fingerprint=session.config.fingerprint,
-        problem_set={"source": recorded_source(source), "sha256": problem_set_sha256(problems), "n": len(problems)},
+        problem_set={"source": source, "sha256": problem_set_sha256(problems), "n": len(problems)},
         settings={"samples": samples, "controls": with_controls, "control_pairs": control_pairs if with_controls else 0,
                   "shifts": list(SHIFTS), "short_cap": SHORT_CAP, "long_min": LONG_MIN, "long_cap": LONG_CAP,
                   "pair_layout": PAIR_LAYOUT.to_dict(),

@@ -40,7 +40,6 @@ from ..engine.llama_session import LlamaSession
 from ..engine.llama_state_layout import flip_key_bit
 from .exactness import (PAIR_LAYOUT, SHIFTS, Pair, PairLayout, Replay, build_pairs, compare, measure_pairs,
                          summarize)
-from ..problems.sources import recorded_source
 from ..problems.types import Problem
 from ..util.hashing import sha256_bytes
 
@@ -224,7 +223,7 @@ def certify_llama(ls: LlamaSession, problems: list[Problem], source: str, sample
                             on_pair, done, on_reused)
     return build_exactness_manifest(
         config=ls.config.to_dict(), config_fingerprint=ls.config.fingerprint,
-        problem_set={"source": recorded_source(source), "sha256": problem_set_sha256(problems), "n": len(problems)},
+        problem_set={"source": source, "sha256": problem_set_sha256(problems), "n": len(problems)},
         settings={"engine": ls.engine.name, "samples": samples, "controls": with_controls,
                   "control_pairs": control_pairs if with_controls else 0, "shifts": list(SHIFTS),
                   **({"must_differ": must_differ(ls.engine), "key_bit_flip": KEY_BIT_FLIP} if with_controls else {}),
