@@ -49,16 +49,7 @@ def configure(torch=None, kernels: str = CERTIFIED_KERNELS) -> None:
     # warn_only: an op without a deterministic kernel warns instead of ending a run that has a GPU for minutes;
     # check-exact's hashes are what show the bytes were reproduced
     torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cudnn.benchmark = False
-    torch.backends.cudnn.deterministic = True
-    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
-    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
-    for backend in SDPA_BACKENDS:
-        enable = getattr(torch.backends.cuda, f"enable_{backend}_sdp", None)
-        if enable is not None:
-            enable(backend == SDPA_BACKEND)
+    _set_backends(torch, certified=True)
 
 
 def configure_fast(torch, kernels: str = "fast") -> None:
@@ -69,16 +60,23 @@ def configure_fast(torch, kernels: str = "fast") -> None:
     if kernels != "fast":
         raise ValueError(f"kernels {kernels!r} is not one of {CERTIFIED_KERNELS}, fast")
     torch.use_deterministic_algorithms(False)
+    _set_backends(torch, certified=False)
+
+
+def _set_backends(torch, certified: bool) -> None:
+    """The backend flags both kernel choices set: TF32 off always; under ``certified`` cuDNN deterministic without
+    its autotuner, no reduced-precision reductions and only :data:`SDPA_BACKEND`; otherwise torch's defaults and
+    every SDPA backend."""
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cudnn.benchmark = True
-    torch.backends.cudnn.deterministic = False
-    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = True
-    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = True
+    torch.backends.cudnn.benchmark = not certified
+    torch.backends.cudnn.deterministic = certified
+    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = not certified
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = not certified
     for backend in SDPA_BACKENDS:
         enable = getattr(torch.backends.cuda, f"enable_{backend}_sdp", None)
         if enable is not None:
-            enable(True)
+            enable(backend == SDPA_BACKEND or not certified)
 
 
 def record(device: str, torch=None, nvml=None) -> dict:
