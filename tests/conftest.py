@@ -97,7 +97,7 @@ def hermetic_folders(tmp_path_factory, monkeypatch):
 @pytest.fixture(scope="session")
 def session():
     """The default model (smollm2-135m, float32) with its pinned config, loaded once."""
-    from graftbench.engine.session import open_session
+    from graftbench.engine.torch.session import open_session
 
     loaded = open_session(SESSION_MODEL, dtype="float32", chunk_size=64)
     replays = session_replays()

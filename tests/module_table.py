@@ -36,7 +36,10 @@ def _modules(stage: str) -> list[Path]:
     folder = PACKAGE / stage
     if not folder.is_dir():
         return [PACKAGE / f"{stage}.py"]
-    return [folder / "__init__.py"] + sorted(p for p in folder.glob("*.py") if p.name != "__init__.py")
+    modules = [folder / "__init__.py"] + sorted(p for p in folder.glob("*.py") if p.name != "__init__.py")
+    for sub in sorted(p for p in folder.iterdir() if (p / "__init__.py").is_file()):
+        modules += [sub / "__init__.py"] + sorted(p for p in sub.glob("*.py") if p.name != "__init__.py")
+    return modules
 
 
 def render() -> str:

@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers.integrations.sdpa_attention import repeat_kv
 
-from graftbench.engine.attention import ATTENTION, grouped_sdpa
+from graftbench.engine.torch.attention import ATTENTION, grouped_sdpa
 
 
 class _Module:

@@ -14,7 +14,7 @@ import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from graftbench.engine import graft
+from graftbench.engine.torch import graft
 from graftbench.store.codec import ArtifactError, check_artifact_id
 from graftbench.store.ids import artifact_id_of
 from graftbench.eval.deposit import deposit_items, items_from_problems

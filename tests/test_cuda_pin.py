@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from graftbench.engine import cuda_pin
+from graftbench.engine.torch import cuda_pin
 from graftbench.engine.pin import OMITTED_AT_DEFAULT, PinnedConfig
 from graftbench.problems.prompts import PromptLayout
 from graftbench.results.fingerprint import pin_fingerprint
@@ -143,7 +143,7 @@ def test_an_artifact_made_on_another_device_kind_is_refused():
 
     from graftbench.store.codec import ArtifactError, decode_artifact, encode_artifact
     from graftbench.store.ids import artifact_id_of
-    from graftbench.engine.graft import check_compatible
+    from graftbench.engine.torch.graft import check_compatible
 
     recorded = json.loads((REFERENCE_MANIFESTS / "exact-gemma3-270m.json").read_text())["config"]
     cpu = _pin_from(recorded)
@@ -209,7 +209,7 @@ def test_a_fast_pin_records_its_kernels_and_a_certified_one_leaves_the_field_out
 
 
 def test_an_artifact_deposited_under_the_fast_kernels_is_refused_by_a_certified_run_and_back():
-    from graftbench.engine.graft import check_compatible
+    from graftbench.engine.torch.graft import check_compatible
     from graftbench.store.codec import ArtifactError
 
     recorded = json.loads((REFERENCE_MANIFESTS / "exact-gemma3-270m.json").read_text())["config"]
@@ -222,13 +222,13 @@ def test_an_artifact_deposited_under_the_fast_kernels_is_refused_by_a_certified_
 
 def test_a_session_opened_with_the_fast_kernels_on_the_cpu_is_pinned_fast(monkeypatch):
     """On the CPU ``--kernels fast`` changes no setting; the session's pin says fast (another fingerprint)."""
-    from graftbench.engine import session as session_module
+    from graftbench.engine.torch import session as session_module
 
     loaded = SimpleNamespace(model=SimpleNamespace(parameters=lambda: iter([__import__("torch").zeros(1)]),
                                                    config=SimpleNamespace(_attn_implementation="graftbench_sdpa")),
                              spec="stand-in", weights_sha256="w", tokenizer_sha256="t", dtype="float32",
                              random_weights={})
-    from graftbench.engine.pin import build_config
+    from graftbench.engine.torch.pin_config import build_config
 
     fast, certified = build_config(loaded, kernels="fast"), build_config(loaded)
     assert fast.kernels == "fast" and certified.kernels == "certified"
@@ -266,7 +266,7 @@ def test_the_kernels_option_reaches_the_session_and_a_command_without_it_runs_ce
     from typer.testing import CliRunner
 
     from graftbench.cli.app import app
-    from graftbench.engine import session as session_module
+    from graftbench.engine.torch import session as session_module
     from graftbench.engine.models import ModelError
 
     opened = []

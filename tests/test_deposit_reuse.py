@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from graftbench.engine import graft
+from graftbench.engine.torch import graft
 from graftbench.eval.deposit import DepositItem, deposit_items, items_from_problems
 from graftbench.faults.catalogue import Lab, flip_bit, tiny_problem
 from graftbench.store.folder import Store

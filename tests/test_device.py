@@ -80,7 +80,7 @@ def _stand_in_loader(monkeypatch, calls: list[dict], gpus: int):
     """torch.cuda as a machine with ``gpus`` GPUs, and a loader that records its arguments instead of loading."""
     import torch
 
-    import graftbench.engine.session as session_module
+    import graftbench.engine.torch.session as session_module
     from graftbench.engine.models import ModelError
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)

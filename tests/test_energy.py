@@ -104,7 +104,7 @@ def test_a_session_names_the_device_its_weights_are_on():
 
     import torch
 
-    from graftbench.engine.session import Session
+    from graftbench.engine.torch.session import Session
 
     def on(device):
         return Session(SimpleNamespace(model=SimpleNamespace(device=device)), config=None, eos_ids=set())

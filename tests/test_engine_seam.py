@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import torch
 
-from graftbench.engine import forward, graft
+from graftbench.engine.torch import forward, graft
 from graftbench.engine.base import Engine
-from graftbench.engine.kv_cache import reserve
-from graftbench.engine.torch_engine import TorchEngine
+from graftbench.engine.torch.kv_cache import reserve
+from graftbench.engine.torch.engine import TorchEngine
 from graftbench.store.codec import decode_artifact
 from graftbench.store.ids import artifact_id_of
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from graftbench.engine import forward
+from graftbench.engine.torch import forward
 from graftbench.eval import exactness
 from graftbench.results import layout
 from graftbench.util import isa
@@ -227,7 +227,7 @@ def test_fifty_pairs_are_distinct_and_the_first_thirty_keep_their_tokens(session
 def test_pairs_come_from_check_exacts_own_layout_not_evals(session, aime2024):
     from dataclasses import replace
 
-    from graftbench.engine.session import Session
+    from graftbench.engine.torch.session import Session
 
     changed = Session(session.loaded, replace(session.config, layout=replace(session.config.layout, deposit="X {problem}",
                                                                              query="Y {problem}")), session.eos_ids)

@@ -14,8 +14,14 @@ import struct
 import numpy as np
 import pytest
 
-from graftbench.engine.llama_state_layout import (GGML_F16, GGML_Q8_0, SEQ_STATE_MAGIC, flip_key_bit, key_bit,
-                                                  parse_state)
+from graftbench.engine.llama_cpp.state_layout import (
+    GGML_F16,
+    GGML_Q8_0,
+    SEQ_STATE_MAGIC,
+    flip_key_bit,
+    key_bit,
+    parse_state,
+)
 
 from .conftest import AIME2024
 from .prereqs import need
@@ -106,7 +112,7 @@ def _short_pair(session, aime2024, artifact_tokens=200, query_tokens=24):
 
 
 def test_one_flipped_key_bit_in_a_restored_torch_cache_changes_the_logits_and_leaves_the_artifact(session, aime2024):
-    from graftbench.engine import forward, graft
+    from graftbench.engine.torch import forward, graft
     from graftbench.eval.exactness import _fresh, graft_pair
 
     pair = _short_pair(session, aime2024)
@@ -147,7 +153,7 @@ LLAMA_PINS = [("f16", False), ("f16", True), ("q8_0", True)]  # the KV cache typ
 def _llama_session(kv_type: str, flash_attn: bool):
     """smollm2-135m on llama.cpp, or a named skip (a failure where GRAFTBENCH_REQUIRE requires llama.cpp) when
     llama-cpp-python is not importable."""
-    from graftbench.engine.llama_session import open_llama_session
+    from graftbench.engine.llama_cpp.session import open_llama_session
 
     try:
         import llama_cpp  # noqa: F401  (the engine imports it on first use)
@@ -191,7 +197,7 @@ def test_each_control_the_llama_cpp_engine_claims_differs_on_real_text_and_the_o
 
 @pytest.mark.model
 def test_one_flipped_key_bit_in_llama_cpps_state_changes_the_grafts_logits(llama_pair):
-    from graftbench.engine.llama_cpp import LlamaState
+    from graftbench.engine.llama_cpp.engine import LlamaState
     from graftbench.eval.exactness_llama import deposit_state, fresh_logits, graft_logits
 
     ls, pair = llama_pair

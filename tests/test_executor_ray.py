@@ -165,7 +165,7 @@ class _Stop(Exception):
 def test_a_worker_loads_on_the_pins_device_in_its_default_dtype(monkeypatch):
     import torch
 
-    import graftbench.engine.session as session_module
+    import graftbench.engine.torch.session as session_module
     from graftbench.scale.ray_executor import ProblemWorker, WorkerPin
 
     calls = []
@@ -272,7 +272,7 @@ def _one_thread():
 @pytest.fixture(scope="module")
 def one_thread_session():
     """The default model under the workers' pin: float32, chunk 64, 1 thread."""
-    from graftbench.engine.session import open_session
+    from graftbench.engine.torch.session import open_session
 
     with _one_thread():
         return open_session("smollm2-135m", dtype="float32", chunk_size=CHUNK, threads=1)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from graftbench.engine import graft
+from graftbench.engine.torch import graft
 from graftbench.store import router
 from graftbench.store.codec import ArtifactError
 from graftbench.store.ids import artifact_id_of

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from graftbench.engine.random_weights import load_config_dict
+from graftbench.engine.torch.random_weights import load_config_dict
 from graftbench.results.exact_manifest import read_replay_log, replay_record, verify_exactness_manifest
 from graftbench.results.layout import REPLAY_LOG
 from graftbench.util.isa import describe_cpu

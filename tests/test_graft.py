@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 
-from graftbench.engine import forward, graft
+from graftbench.engine.torch import forward, graft
 from graftbench.store import router
 from graftbench.store.codec import ArtifactError
 from graftbench.store.folder import Store

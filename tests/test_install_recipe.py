@@ -84,7 +84,7 @@ def test_make_install_passes_the_constraints_to_every_pip_install_of_the_package
 GPU_HOST_LACKS = ("gguf", "accelerate", "bm25s", "cydifflib", "pyseccomp", "matplotlib", "latex2sympy2_extended",
                   "datasets", "ray", "hypothesis", "s3fs", "boto3", "PIL", "psutil")
 GPU_PATH_MODULES = ("graftbench.cli.app", "graftbench.cli.exact", "graftbench.cli.bench", "graftbench.eval.exactness",
-                    "graftbench.engine.session", "graftbench.engine.graft", "graftbench.engine.random_weights",
+                    "graftbench.engine.torch.session", "graftbench.engine.torch.graft", "graftbench.engine.torch.random_weights",
                     "graftbench.bench.run", "graftbench.bench.report", "graftbench.bench.gpu_name")
 
 

@@ -55,7 +55,7 @@ def test_a_mixed_environment_is_neither_pin(monkeypatch):
 def test_the_portable_pin_caps_every_library_in_a_fresh_process():
     code = (
         "import json, graftbench, torch\n"
-        "from graftbench.engine.pin import configure_torch\n"
+        "from graftbench.engine.torch.pin_config import configure_torch\n"
         "name = configure_torch()\n"
         "print(json.dumps([name, torch.backends.cpu.get_cpu_capability(), torch.backends.mkldnn.enabled]))\n"
     )

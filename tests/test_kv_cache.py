@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import DynamicCache
 
-from graftbench.engine import forward, graft
+from graftbench.engine.torch import forward, graft
 from graftbench.store.codec import decode_artifact
-from graftbench.engine.kv_cache import GROWTH_STEP, PreallocatedLayer, new_cache, reserve
+from graftbench.engine.torch.kv_cache import GROWTH_STEP, PreallocatedLayer, new_cache, reserve
 
 
 def _kv(batch: int, tokens: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -11,14 +11,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from graftbench.engine import kv_pool
-from graftbench.engine.session import open_session
+from graftbench.engine.torch import kv_pool
+from graftbench.engine.torch.session import open_session
 
 # Allocate and write 48 MiB as eight 6 MiB tensors (an 8,192-token smollm2 layer's keys are 6.3 MB) and print how
 # much resident memory grew, after reserving a pool of POOL bytes (0: none).
 _PROBE = """
 import json, sys, torch
-from graftbench.engine import kv_pool
+from graftbench.engine.torch import kv_pool
 from graftbench.bench.stats import rss_bytes
 report = kv_pool.reserve(int(sys.argv[1]))
 before = rss_bytes()

@@ -78,8 +78,8 @@ def test_llama_cpp_decodes_the_same_greedy_tokens_after_its_state_load_as_graftb
     llama.cpp's greedy sampler after ``llama_state_seq_load_file`` of a state saved from that graft."""
     from graftbench.bench.llama_engine import deposit_state
     from graftbench.bench.llama_raw import RawLlama
-    from graftbench.engine import llama_decode
-    from graftbench.engine.llama_session import open_llama_session
+    from graftbench.engine.llama_cpp import decode as llama_decode
+    from graftbench.engine.llama_cpp.session import open_llama_session
     from graftbench.problems.loading import load_problems
 
     session = open_llama_session("smollm2-135m", chunk_size=64, threads=1, n_ctx=512)
@@ -216,7 +216,7 @@ def test_the_docs_llama_speed_tables_are_the_committed_benchmark_files(caption, 
 def test_a_sliding_window_model_longer_than_its_window_gets_the_rows_it_can_and_says_why(monkeypatch):
     from graftbench.bench.engines import markdown, run_engine_bench
     from graftbench.bench.llama_engine import LlamaBenchSettings
-    from graftbench.engine.llama_cpp import LlamaCppEngine
+    from graftbench.engine.llama_cpp.engine import LlamaCppEngine
     from graftbench.problems.loading import load_problems
 
     original = LlamaCppEngine.__init__

@@ -1,4 +1,4 @@
-"""The llama.cpp engine (graftbench/engine/llama_cpp.py) and its certificate (graftbench/eval/exactness_llama.py).
+"""The llama.cpp engine (graftbench/engine/llama_cpp/engine.py) and its certificate (graftbench/eval/exactness_llama.py).
 
 The model tests run smollm2-135m on llama.cpp as built on this machine, with short AIME 2024 texts, one thread and
 a small chunk size (several batches per segment), and compare hashes measured here: nothing recorded on another
@@ -45,7 +45,7 @@ def _short_problems(path, count=4):
 @pytest.fixture(scope="module")
 def llama():
     """smollm2-135m on llama.cpp: f16 KV cache, flash attention off, one thread, chunks of ``CHUNK`` tokens."""
-    from graftbench.engine.llama_session import open_llama_session
+    from graftbench.engine.llama_cpp.session import open_llama_session
 
     return open_llama_session("smollm2-135m", chunk_size=CHUNK, threads=1, n_ctx=1024)
 
@@ -122,7 +122,7 @@ def test_a_restore_into_a_cache_that_holds_tokens_is_refused(llama, texts):
 @pytest.mark.model
 def test_another_batch_size_is_reported_as_measured_and_is_another_pin(llama, texts, tmp_path):
     from graftbench.eval.exactness import build_pairs
-    from graftbench.engine.llama_session import open_llama_session
+    from graftbench.engine.llama_cpp.session import open_llama_session
     from graftbench.eval.exactness_llama import check_pair, fresh_logits, window_of
     from graftbench.problems.loading import load_problems
 
@@ -221,7 +221,7 @@ def test_a_committed_llama_cpp_certificate_replays_here_or_is_declared_another_b
                     isa.environment())
     if outcome.verdict == NOT_COMPARABLE and set(record["pin_differences"]) <= BUILD_FIELDS:
         assert "not comparable" in output and "engine.system_info" in record["pin_differences"], output
-        from graftbench.engine.llama_cpp import system_info
+        from graftbench.engine.llama_cpp.engine import system_info
 
         pytest.skip(f"{name} not comparable on this llama.cpp build: the pin differs in "
                     f"{', '.join(record['pin_differences'])} (recorded system_info "
@@ -234,7 +234,7 @@ def test_a_committed_llama_cpp_certificate_replays_here_or_is_declared_another_b
 
 @pytest.mark.model
 def test_a_replay_under_another_kv_cache_type_is_not_comparable(llama, tmp_path):
-    from graftbench.engine.llama_session import open_llama_session
+    from graftbench.engine.llama_cpp.session import open_llama_session
     from graftbench.eval.exactness_llama import certify_llama, replay_llama
     from graftbench.problems.loading import load_problems
 
@@ -277,7 +277,7 @@ def test_a_pin_without_an_engine_field_keeps_the_committed_torch_fingerprints():
     ("q8_0", False, "needs flash attention on"),
 ])
 def test_a_bad_kv_cache_option_is_refused_before_the_model_loads(kv_type, flash_attn, message, tmp_path):
-    from graftbench.engine.llama_cpp import LlamaCppEngine
+    from graftbench.engine.llama_cpp.engine import LlamaCppEngine
 
     with pytest.raises(ValueError, match=message):
         LlamaCppEngine(str(tmp_path / "absent.gguf"), kv_type=kv_type, flash_attn=flash_attn)
@@ -293,7 +293,7 @@ def _query_after_artifact(llama, config, data, artifact, query):
     """``restore_or_prefill`` of the artifact ``data`` under ``config``, then the query: ``(refusal, the query's
     logits SHA-256)``; the cache must hold the artifact's tokens either way."""
     from graftbench.store.ids import artifact_id_of
-    from graftbench.engine.llama_codec import restore_or_prefill
+    from graftbench.engine.llama_cpp.codec import restore_or_prefill
 
     cache, refusal = restore_or_prefill(llama.engine, config, artifact_id_of(data), data, artifact)
     try:
@@ -306,7 +306,7 @@ def _query_after_artifact(llama, config, data, artifact, query):
 @pytest.mark.model
 def test_a_llama_state_artifact_round_trips_and_its_graft_equals_the_fresh_prefill(llama, texts):
     from graftbench.eval.exactness_llama import deposit_state, fresh_logits
-    from graftbench.engine.llama_codec import encode_llama_artifact
+    from graftbench.engine.llama_cpp.codec import encode_llama_artifact
 
     artifact, query = texts[0]
     state = deposit_state(llama, artifact)
@@ -322,7 +322,7 @@ def test_a_llama_state_artifact_that_is_corrupt_or_of_another_pin_is_refused_and
     from graftbench.eval.exactness_llama import deposit_state, fresh_logits
     from graftbench.store.codec import ArtifactError
     from graftbench.store.ids import artifact_id_of
-    from graftbench.engine.llama_codec import decode_llama_artifact, encode_llama_artifact
+    from graftbench.engine.llama_cpp.codec import decode_llama_artifact, encode_llama_artifact
 
     artifact, query = texts[1]
     data = encode_llama_artifact(llama.config, deposit_state(llama, artifact))
@@ -348,8 +348,8 @@ def test_a_llama_state_artifact_that_is_corrupt_or_of_another_pin_is_refused_and
 
 @pytest.mark.model
 def test_greedy_and_seeded_decoding_after_a_graft_give_the_fresh_prefills_tokens(llama, texts):
-    from graftbench.engine.llama_decode import decode, eos_ids_of
-    from graftbench.engine.sampling import SamplingSettings
+    from graftbench.engine.llama_cpp.decode import decode, eos_ids_of
+    from graftbench.engine.torch.sampling import SamplingSettings
     from graftbench.eval.exactness_llama import deposit_state
 
     artifact, query = texts[0]

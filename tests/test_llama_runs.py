@@ -1,4 +1,4 @@
-"""solve, deposit and eval on the llama.cpp engine (graftbench/engine/llama_session.py), and llama.cpp states in
+"""solve, deposit and eval on the llama.cpp engine (graftbench/engine/llama_cpp/session.py), and llama.cpp states in
 the store (graftbench/store/llama_state.py).
 
 The container tests make states from synthetic bytes (no llama.cpp needed); the run tests run smollm2-135m on
@@ -246,7 +246,7 @@ def test_a_torch_run_finds_no_artifact_of_its_pin_in_a_llama_cpp_store(llama_run
 
 @pytest.fixture(scope="module")
 def llama_session():
-    from graftbench.engine.llama_session import open_llama_session
+    from graftbench.engine.llama_cpp.session import open_llama_session
 
     return open_llama_session("smollm2-135m", chunk_size=64, threads=1, n_ctx=1024)
 
@@ -285,7 +285,7 @@ def test_a_graft_empties_its_context_beside_the_read_and_a_refused_one_hands_the
                                                                                              monkeypatch):
     import gc
 
-    from graftbench.engine.llama_cpp import LlamaCppError
+    from graftbench.engine.llama_cpp.engine import LlamaCppError
 
     gc.collect()  # a cache another test left open goes back now, not in the middle of this one
     store = Store(tmp_path / "store")
@@ -349,7 +349,7 @@ def test_a_state_longer_than_a_sliding_window_is_refused_and_one_within_it_graft
 
 @pytest.mark.model
 def test_seeded_samples_on_llama_cpp_repeat_and_each_starts_from_the_prompts_state(llama_session):
-    from graftbench.engine.sampling import SamplingSettings
+    from graftbench.engine.torch.sampling import SamplingSettings
 
     ids = llama_session.solve_prompt_ids("What is 12 times 13?")
     sampling = SamplingSettings(0.7, 0.95, 0)

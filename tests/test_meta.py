@@ -67,7 +67,7 @@ def test_the_cli_reference_page_equals_a_fresh_generation(tmp_path):
 
 def test_the_architecture_module_table_equals_a_fresh_generation():
     table = module_table.render()
-    assert "| settings | `graftbench/settings.py` |" in table and "`graftbench/engine/forward.py`" in table
+    assert "| settings | `graftbench/settings.py` |" in table and "`graftbench/engine/torch/forward.py`" in table
     assert module_table.committed() == table, \
         "ARCHITECTURE.md's module table is out of date: run `make architecture` and commit ARCHITECTURE.md"
 

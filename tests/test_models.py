@@ -8,8 +8,11 @@ import shutil
 import pytest
 import torch
 
-from graftbench.engine import forward, models
-from graftbench.engine.models import ModelError, cast_dir, dequantized_dir, load_model, resolve_model
+from graftbench.engine.torch import forward
+from graftbench.engine import models
+from graftbench.engine.models import ModelError, dequantized_dir, resolve_model
+from graftbench.engine.torch import loading
+from graftbench.engine.torch.loading import cast_dir, load_model
 
 
 def _logits_hash(loaded) -> str:
@@ -69,7 +72,7 @@ def test_a_cast_copy_that_cannot_be_written_only_warns(session, tmp_path, monkey
     def disk_full(model, folder):
         raise OSError("disk full")
 
-    monkeypatch.setattr(models, "_save_checkpoint", disk_full)
+    monkeypatch.setattr(loading, "_save_checkpoint", disk_full)
     with pytest.warns(UserWarning, match="disk full"):
         loaded = load_model("smollm2-135m", dtype="bfloat16")
     assert loaded.model.dtype == torch.bfloat16

@@ -8,7 +8,7 @@ import torch
 from typer.testing import CliRunner
 
 from graftbench.results.model_names import model_name
-from graftbench.engine import random_weights as rw
+from graftbench.engine.torch import random_weights as rw
 from graftbench.cli.app import app
 
 runner = CliRunner()
@@ -131,8 +131,8 @@ def test_a_results_index_row_of_a_random_model_shows_the_label_and_no_accuracy(t
 
 @pytest.mark.slow
 def test_gemma3_1b_at_full_dimensions_builds_and_prefills_in_bfloat16():
-    from graftbench.engine import forward as engine
-    from graftbench.engine.attention import ATTENTION
+    from graftbench.engine.torch import forward as engine
+    from graftbench.engine.torch.attention import ATTENTION
 
     model, sha = rw.build(rw.load_config_dict("gemma3-1b"), 0, torch.bfloat16, ATTENTION)
     assert sum(t.numel() for t in rw._untied(model).values()) == 999_885_952 and len(sha) == 64

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from graftbench.engine import graft
+from graftbench.engine.torch import graft
 from graftbench.store import router
 from graftbench.problems.types import Problem, normalize_problem_text, problem_key
 from graftbench.bench.route_quality import (measure_route_quality, plant_library, split_builtin, table_header,

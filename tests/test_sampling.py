@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from graftbench.problems.builtin import builtin_problems
 from graftbench.results.runs import RunDir
-from graftbench.engine.sampling import SamplingSettings, next_token
+from graftbench.engine.torch.sampling import SamplingSettings, next_token
 from graftbench.util.seeds import sample_seed
 from graftbench.settings import EvalSettings
 from graftbench.eval.workflows import run_eval
@@ -97,7 +97,7 @@ def test_a_resumed_sampled_run_draws_the_same_tokens(session, tmp_path):
 def test_the_nucleus_is_the_sorted_prefix_reaching_top_p(scale, top_p):
     """The top-k search with widening finds the same tokens as a full sort, also when the distribution is so flat
     that the nucleus holds thousands of tokens (scale 0.05 over 50,000)."""
-    from graftbench.engine.sampling import NUCLEUS_CANDIDATES, nucleus
+    from graftbench.engine.torch.sampling import NUCLEUS_CANDIDATES, nucleus
 
     logits = torch.randn(50_000, generator=torch.Generator().manual_seed(int(scale * 100))) * scale
     settings = SamplingSettings(temperature=0.7, top_p=top_p)
@@ -131,7 +131,7 @@ class OffHostLogits:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_the_draw_reads_cpu_float32_logits_whatever_device_computed_them(monkeypatch, dtype):
-    from graftbench.engine import sampling
+    from graftbench.engine.torch import sampling
 
     values = (torch.randn(5_000, generator=torch.Generator().manual_seed(3)) * 4).to(dtype)
     seen = []
@@ -152,7 +152,7 @@ def test_the_draw_reads_cpu_float32_logits_whatever_device_computed_them(monkeyp
 def test_on_the_cpu_the_host_copy_is_the_float32_the_draw_read_before(dtype):
     """Committed sampled runs keep their tokens: a CPU row read through host_float32 is bit for bit the
     ``logits.float()`` the draw read before it moved to the host (float32: the same tensor, no copy)."""
-    from graftbench.engine.sampling import host_float32
+    from graftbench.engine.torch.sampling import host_float32
 
     logits = (torch.randn(4, 1_000, generator=torch.Generator().manual_seed(5)) * 3).to(dtype)
     read = host_float32(logits)
@@ -167,7 +167,7 @@ def _fake_decode(monkeypatch, off_host: bool, n: int = 4, vocab: int = 300, budg
     CPU or as logits of another device (:class:`OffHostLogits`); the tokens of each sample."""
     from types import SimpleNamespace
 
-    from graftbench.engine import sampling
+    from graftbench.engine.torch import sampling
 
     def logits_after(tokens: list[int]) -> torch.Tensor:
         rows = [torch.randn(vocab, generator=torch.Generator().manual_seed(t)).to(torch.bfloat16) * 3

@@ -8,7 +8,7 @@ import torch
 
 from graftbench.bench.report import ttft_device_lines, ttft_table
 from graftbench.bench.ttft import deposit_tokens, graft_once, prefill_once
-from graftbench.engine import graft
+from graftbench.engine.torch import graft
 from graftbench.store.folder import Store
 
 IDS, QUERY = list(range(10, 50)), [60, 61]
@@ -31,7 +31,7 @@ class CountingMeter:
 
 @pytest.fixture(scope="module")
 def reduced():
-    from graftbench.engine.session import open_session
+    from graftbench.engine.torch.session import open_session
 
     return open_session("random:gemma3-reduced", dtype="float32", chunk_size=16)
 

@@ -1,5 +1,5 @@
 """Batched samples: after one restore of a grafted artifact, N samples decoded as one batch
-(:func:`graftbench.engine.sampling.sample_decode`) against the same N samples decoded one at a time, each after its own
+(:func:`graftbench.engine.torch.sampling.sample_decode`) against the same N samples decoded one at a time, each after its own
 restore, side by side in one process.
 
 Every row runs the full token budget (no EOS, no stop string), so both sides decode exactly ``samples × tokens``
@@ -13,10 +13,10 @@ import os
 import time
 from pathlib import Path
 
-from ..engine import forward, graft
-from ..engine.sampling import SamplingSettings, sample_decode
+from ..engine.torch import forward, graft
+from ..engine.torch.sampling import SamplingSettings, sample_decode
 from ..util.seeds import sample_seed
-from ..engine.session import Session
+from ..engine.torch.session import Session
 from ..store.folder import Store
 from ..settings import GOAL_DECODE_RATIO, BatchedSettings
 from .stats import PeakRSS, summary

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from ..engine import forward, graft
-from ..engine.session import Session
+from ..engine.torch import forward, graft
+from ..engine.torch.session import Session
 from .stats import summary, timed
 
 

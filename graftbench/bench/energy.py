@@ -21,8 +21,8 @@ from pathlib import Path
 
 import torch
 
-from ..engine import forward, graft
-from ..engine.session import Session
+from ..engine.torch import forward, graft
+from ..engine.torch.session import Session
 from ..store.folder import Store
 from ..util.energy import EnergyMeter
 from .memory import DECODE_ROOM

@@ -25,7 +25,7 @@ def parse_variants(text: str) -> list[str]:
     """The KV cache variants of ``--kv-types``: comma-separated, ``f16`` first (the state rows run on it), then any of
     ``f16+fa`` (f16 with flash attention on) and the quantized types (flash attention always on). Raises
     ``ValueError`` naming what was wrong."""
-    from ..engine.llama_cpp import KV_TYPES
+    from ..engine.llama_cpp.engine import KV_TYPES
 
     names = [k.strip() for k in text.split(",") if k.strip()]
     offered = ("f16", "f16+fa", *KV_TYPES[1:])
@@ -37,7 +37,7 @@ def parse_variants(text: str) -> list[str]:
 
 def llama_sessions(model: str, settings: LlamaBenchSettings, threads: int, variants: list[str]) -> list:
     """One llama.cpp session per KV cache variant (:func:`parse_variants`; ``f16`` first, flash attention off)."""
-    from ..engine.llama_session import open_llama_session
+    from ..engine.llama_cpp.session import open_llama_session
 
     sessions = []
     for name in variants:
@@ -53,7 +53,7 @@ def run_torch_rows(model: str, problems, settings: LlamaBenchSettings, sizes: tu
     """The torch engine's rows (float32, ``threads`` intra-op threads) at ``sizes`` (none: the decode row only)."""
     import torch
 
-    from ..engine.session import open_session
+    from ..engine.torch.session import open_session
     from . import torch_rows
 
     torch.set_num_threads(threads)
@@ -80,7 +80,7 @@ def run_engine_bench(model: str, problems, problems_source: str, settings: Llama
                      kv_types: list[str], torch_sizes: tuple[int, ...] | None, on_step=lambda name: None) -> dict:
     """Every row for ``model``: load, then the llama.cpp rows for each KV cache type, then (unless
     ``torch_sizes`` is ``None``) the torch engine's rows. Returns the result with its environment."""
-    from ..engine.llama_cpp import binding_version, system_info
+    from ..engine.llama_cpp.engine import binding_version, system_info
 
     load = load_row(model, threads, CHUNK, context_for(settings))
     on_step("load")

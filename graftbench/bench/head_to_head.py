@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ..engine.session import Session
+from ..engine.torch.session import Session
 from ..store.folder import Store
 from .peer import peer_command, peer_skip
 from .stats import summary

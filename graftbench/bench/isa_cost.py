@@ -23,9 +23,9 @@ from .history import write_json_and_markdown
 
 
 def _probe(model: str, dtype: str, prompt_tokens: int, decode_tokens: int, threads: int, problems: str) -> dict:
-    from ..engine import forward
+    from ..engine.torch import forward
     from ..problems.loading import load_problems
-    from ..engine.session import open_session
+    from ..engine.torch.session import open_session
 
     session = open_session(model, dtype=dtype, threads=threads)
     usable = [p for p in load_problems(problems) if p.solution]

@@ -32,8 +32,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..engine import llama_decode
-from ..engine.llama_session import LlamaSession
+from ..engine.llama_cpp import decode as llama_decode
+from ..engine.llama_cpp.session import LlamaSession
 from ..store.folder import Store
 from .llama_raw import RawLlama
 from .stats import summary, timed
@@ -236,7 +236,7 @@ def decode_after_graft_row(session: LlamaSession, raw: RawLlama, deposited: tupl
     adds after a graft) and graftbench on an empty cache (after ``prompt``); with the bound the bytes allow:
     empty-cache rate × W / (W + C) (module docstring). ``of_bound``: the measured rate over the bound (≥ 0.9 is the
     target); ``llama_cpp_of_bound`` the same for llama.cpp's own decode after its load."""
-    from ..engine.llama_cpp import bindings
+    from ..engine.llama_cpp.engine import bindings
 
     store, artifact_id, state_file = deposited
     _, ids, state = store.read_state(artifact_id)
@@ -260,8 +260,8 @@ def decode_after_graft_row(session: LlamaSession, raw: RawLlama, deposited: tupl
 def load_row(model: str, engine_threads: int, chunk: int, n_ctx: int) -> dict:
     """Seconds to load ``model``: a graftbench llama.cpp session against ``llama_model_load_from_file`` alone, one
     each, graftbench second (the page cache warm for both)."""
-    from ..engine.llama_cpp import bindings
-    from ..engine.llama_session import open_llama_session
+    from ..engine.llama_cpp.engine import bindings
+    from ..engine.llama_cpp.session import open_llama_session
 
     def theirs():
         lib = bindings()

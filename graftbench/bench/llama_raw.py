@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from ..engine.llama_cpp import SEQ, LlamaCache, LlamaCppEngine, LlamaCppError, bindings
+from ..engine.llama_cpp.engine import SEQ, LlamaCache, LlamaCppEngine, LlamaCppError, bindings
 
 
 class RawLlama:

@@ -19,7 +19,7 @@ def _probe(model: str, dtype: str) -> dict:
     import torch  # noqa: F401
     import transformers  # noqa: F401
 
-    from ..engine.models import load_model
+    from ..engine.torch.loading import load_model
     imported = time.perf_counter()
     loaded = load_model(model, dtype=dtype)
     return {"import_s": imported - started, "load_s": loaded.load_s, "from_cache": loaded.from_cache}

@@ -15,8 +15,8 @@ import shutil
 import time
 from pathlib import Path
 
-from ..engine import forward, graft
-from ..engine.session import Session
+from ..engine.torch import forward, graft
+from ..engine.torch.session import Session
 from ..store.folder import Store
 from .restore import evict
 from .memory import graft_memory

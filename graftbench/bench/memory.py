@@ -3,7 +3,7 @@ from earlier work in the benchmark's own process cannot hide the increase).
 
 The same probe times that graft (read, rebuild, query forward): the first graft of a process, whose memory is
 all freshly faulted in, against the benchmark's medians, taken in a process that has grafted before. With a KV pool
-(:mod:`graftbench.engine.kv_pool`, reserved when the session opens) the graft reads into resident pages instead; the
+(:mod:`graftbench.engine.torch.kv_pool`, reserved when the session opens) the graft reads into resident pages instead; the
 probe then reports the pool's size and the seconds it took at open.
 
 Run as ``python -m graftbench.bench.memory STORE ARTIFACT_ID MODEL DTYPE CHUNK_SIZE QUERY_IDS_JSON [POOL_TOKENS]``:
@@ -26,8 +26,8 @@ DECODE_ROOM = 128  # tokens of room a TTFT graft reads the artifact with beyond 
 
 def _probe(store_root: str, artifact_id: str, model: str, dtype: str, chunk_size: int, query: list[int],
            pool_tokens: int = 0) -> dict:
-    from ..engine import forward, graft
-    from ..engine.session import open_session
+    from ..engine.torch import forward, graft
+    from ..engine.torch.session import open_session
     from ..store.folder import Store
 
     session = open_session(model, dtype=dtype, chunk_size=chunk_size, kv_pool_tokens=pool_tokens)

@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 from ..util import isa
-from ..engine.session import Session
+from ..engine.torch.session import Session
 from .workload import Workload
 
 SCRIPT = Path(__file__).resolve().with_name("peer_llama.py")

@@ -11,9 +11,9 @@ from pathlib import Path
 import torch
 import xxhash
 
-from ..engine import graft
+from ..engine.torch import graft
 from ..store.codec import ArtifactError
-from ..engine.session import Session
+from ..engine.torch.session import Session
 from ..store.folder import Store
 from .stats import gb_per_s, summary, timed
 

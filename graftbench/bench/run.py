@@ -14,7 +14,7 @@ import torch
 from ..util import isa
 from ..util.checkout import checkout_commit
 from ..problems.types import Problem
-from ..engine.session import Session
+from ..engine.torch.session import Session
 from ..settings import BenchSettings
 from ..store.folder import Store
 from ..results.model_names import model_name

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..engine import forward, graft
-from ..engine.sampling import SamplingSettings, sample_decode
-from ..engine.session import Session
+from ..engine.torch import forward, graft
+from ..engine.torch.sampling import SamplingSettings, sample_decode
+from ..engine.torch.session import Session
 from ..store.folder import Store
 from ..util.seeds import sample_seed
 from .stats import summary

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..engine import forward
-from ..engine.session import Session
+from ..engine.torch import forward
+from ..engine.torch.session import Session
 from ..store.folder import Store
 from .decode import _decode_tok_per_s, measure_decode_after_graft
 from .stats import summary

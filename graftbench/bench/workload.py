@@ -6,7 +6,7 @@ import statistics
 from dataclasses import dataclass
 
 from ..problems.types import Problem
-from ..engine.session import Session
+from ..engine.torch.session import Session
 
 
 @dataclass(frozen=True)

@@ -234,7 +234,7 @@ def check_hub_model(model: str) -> None:
 
 def refuse_random(model: str) -> None:
     """Exit 2 when ``model`` is a random-weights model (``random:``): no accuracy is ever reported for one."""
-    from ..engine.random_weights import LABEL, is_random
+    from ..engine.torch.random_weights import LABEL, is_random
 
     if is_random(model):
         fail(f"model '{model}' has {LABEL}: no accuracy is reported for one; use check-exact or bench with it")
@@ -283,7 +283,7 @@ def open_model(model: str, dtype: str, chunk_size: int, threads: int | None = No
     apply_isa(isa)  # before torch is imported
     from ..engine.device import DeviceError, resolve
     from ..engine.models import ModelError
-    from ..engine.session import open_session
+    from ..engine.torch.session import open_session
 
     quiet_transformers()
     try:
@@ -300,12 +300,12 @@ def open_model(model: str, dtype: str, chunk_size: int, threads: int | None = No
 
 def open_llama(model: str, chunk_size: int, threads: int | None, kv_type: str, flash_attn: bool | None,
                n_ctx: int | None = None):
-    """The llama.cpp session of ``model`` (:func:`graftbench.engine.llama_session.open_llama_session`; flash
+    """The llama.cpp session of ``model`` (:func:`graftbench.engine.llama_cpp.session.open_llama_session`; flash
     attention on by default for a quantized KV cache); fails with the reason when the extra is missing, the model is
     not a GGUF file or an option is refused."""
     try:
-        from ..engine.llama_cpp import DEFAULT_N_CTX, LlamaCppError
-        from ..engine.llama_session import open_llama_session
+        from ..engine.llama_cpp.engine import DEFAULT_N_CTX, LlamaCppError
+        from ..engine.llama_cpp.session import open_llama_session
     except ImportError as exc:
         fail(f"--engine llama.cpp: {exc}")
     from ..engine.models import ModelError

@@ -2,7 +2,7 @@
 logits.
 
 graftbench's stages reach a model through these few operations. The torch engine
-(:class:`graftbench.engine.torch_engine.TorchEngine`) is the one implementation today; a second engine (llama.cpp)
+(:class:`graftbench.engine.torch.engine.TorchEngine`) is the one implementation today; a second engine (llama.cpp)
 or another device plugs in by implementing :class:`Engine`. Imports no torch.
 
 Positions: a cache holds the tokens ``0..n-1``; :meth:`Engine.prefill` and :meth:`Engine.decode_step` append at

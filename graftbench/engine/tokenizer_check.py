@@ -1,6 +1,6 @@
 """A record that a cached tokenizer folder was checked once, so that later loads skip re-serializing it.
 
-:func:`graftbench.engine.models.load_model` builds a cached GGUF model's tokenizer with the ``tokenizers`` library and
+:func:`graftbench.engine.torch.loading.load_model` builds a cached GGUF model's tokenizer with the ``tokenizers`` library and
 accepts it only when its serialized form hashes to the digest recorded when the folder was written (the tokenizer
 as its ``transformers`` class builds it). Serializing and hashing costs about 0.7 s a load for Gemma 3's 33 MB
 ``tokenizer.json`` (by hand on an Intel Xeon, 2026-12-03). That result is a function of the files read and of the

@@ -16,7 +16,7 @@ from ..problems.types import Problem, family, normalize_problem_text, problem_ke
 from ..programs.mode import program_verdict, solution_text
 from ..results.samples import Sample
 from ..programs.sandbox import run_program
-from ..engine.session import Session
+from ..engine.torch.session import Session
 from ..settings import SandboxLimits
 from ..store.folder import Store
 from ..store.writers import kind_refusal, this_kind

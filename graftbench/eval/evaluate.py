@@ -8,7 +8,7 @@ another kind of CPU under a pin not proven portable (:mod:`graftbench.store.writ
 read, with the reason ``cpu``.
 
 A problem's N samples share its prompt or graft: it is prefilled or restored once and the samples are decoded as one
-batch (:func:`graftbench.engine.sampling.sample_decode`); greedy decoding (one sample) takes the argmax.
+batch (:func:`graftbench.engine.torch.sampling.sample_decode`); greedy decoding (one sample) takes the argmax.
 
 In program mode (``settings.mode``) the baseline prompt and a new problem's query after a graft ask for a Python
 program (:mod:`graftbench.programs.mode`); each sample's program runs in the sandbox
@@ -32,10 +32,10 @@ from ..problems.prompts import PROGRAM_CLOSE
 from ..programs.mode import extract_program, program_verdict
 from ..results.runs import RunDir
 from ..results.samples import Attempt, Sample
-from ..engine.sampling import SamplingSettings
+from ..engine.torch.sampling import SamplingSettings
 from ..util.seeds import sample_seed
 from ..programs.sandbox import run_program
-from ..engine.session import Session  # or a LlamaSession: the same operations on the llama.cpp engine
+from ..engine.torch.session import Session  # or a LlamaSession: the same operations on the llama.cpp engine
 from ..settings import EvalSettings, SandboxLimits
 from ..store.folder import Store
 from ..store.writers import kind_refusal, this_kind

@@ -27,12 +27,12 @@ from dataclasses import dataclass, replace
 import torch
 from transformers.models.llama.modeling_llama import rotate_half
 
-from ..engine import forward, graft
+from ..engine.torch import forward, graft
 from ..store.codec import decode_artifact
 from ..store.ids import artifact_id_of
 from ..util.hashing import sha256_json
 from ..problems.types import Problem
-from ..engine.session import Session
+from ..engine.torch.session import Session
 
 SHIFTS = (8, 128, 1024)
 SHORT_CAP = 768  # tokens: a short artifact is a problem with its solution, cut here to bound the run's time

@@ -24,7 +24,7 @@ against the fresh prefill unless said otherwise; those of :func:`must_differ` ar
 - ``shift-k``: the restored state moved k positions on (llama.cpp re-rotates the keys), against a fresh prefill
   at positions k.., which RoPE's rounding makes differ;
 - ``key-bit-flip`` (the sensitivity control): the graft of the deposited state with one bit of one key flipped in
-  its bytes (:data:`KEY_BIT_FLIP`, :func:`graftbench.engine.llama_state_layout.flip_key_bit`).
+  its bytes (:data:`KEY_BIT_FLIP`, :func:`graftbench.engine.llama_cpp.state_layout.flip_key_bit`).
 
 The manifest is an exactness manifest (:mod:`graftbench.results.exact_manifest`) whose pin carries the engine's fields, so
 ``verify-manifest`` checks it as any other and its fingerprint is never a torch pin's.
@@ -35,9 +35,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..engine.llama_cpp import ContextVariant, LlamaCppEngine, LlamaState
-from ..engine.llama_session import LlamaSession
-from ..engine.llama_state_layout import flip_key_bit
+from ..engine.llama_cpp.engine import ContextVariant, LlamaCppEngine, LlamaState
+from ..engine.llama_cpp.session import LlamaSession
+from ..engine.llama_cpp.state_layout import flip_key_bit
 from .exactness import (PAIR_LAYOUT, SHIFTS, Pair, PairLayout, Replay, build_pairs, compare, measure_pairs,
                          summarize)
 from ..problems.types import Problem
@@ -48,7 +48,7 @@ def fresh_logits(ls: LlamaSession, artifact: list[int], query: list[int], chunk_
                  shift: int = 0, variant: ContextVariant | None = None) -> np.ndarray:
     """The query's logits ``[len(query), vocab]`` after the artifact, both prefilled in one fresh context with
     batches of ``chunk_size`` tokens (default: the pin's), at positions starting at ``shift``; ``variant``: a
-    context that differs from the pin (:class:`graftbench.engine.llama_cpp.ContextVariant`, the controls only)."""
+    context that differs from the pin (:class:`graftbench.engine.llama_cpp.engine.ContextVariant`, the controls only)."""
     engine = ls.engine
     cache = engine.new_cache(chunk_size, variant)
     try:
@@ -115,7 +115,7 @@ KEY_BIT_FLIP = {"cache": "the first in the state (a sliding-window model's full-
 
 def variant_controls(engine: LlamaCppEngine) -> dict[str, ContextVariant]:
     """The controls that rerun the fresh prefill in a context of another flash attention or KV cache type than
-    ``engine``'s pin, each with its :class:`graftbench.engine.llama_cpp.ContextVariant`."""
+    ``engine``'s pin, each with its :class:`graftbench.engine.llama_cpp.engine.ContextVariant`."""
     if engine.kv_type != "f16":
         return {"kv-f16": ContextVariant(kv_type="f16")}
     switched = "flash-attn-off" if engine.flash_attn else "flash-attn-on"

@@ -22,7 +22,7 @@ from .deposit import DepositItem, DepositReport, deposit_items, item_from_sample
 from ..results.metrics import paired_difference
 from ..problems.types import Problem
 from ..results.samples import Sample
-from ..engine.session import Session
+from ..engine.torch.session import Session
 from ..settings import EvalSettings, RoundsSettings
 from ..store.open import open_store
 from .workflows import RunResult, problem_entry, run_eval

@@ -16,7 +16,7 @@ from ..results.manifest import (ManifestError, build_manifest, check_manifest, g
 from ..problems.types import Problem, problem_set_sha256, problem_text_sha256
 from ..results.runs import PIN_RECORD, RunDir
 from ..results.samples import Sample
-from ..engine.session import Session
+from ..engine.torch.session import Session
 from ..settings import EvalSettings, SandboxLimits
 from ..problems.shards import parse_shard, select
 from ..problems.sources import recorded_source

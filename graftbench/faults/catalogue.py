@@ -25,7 +25,7 @@ import torch
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
-from ..engine import graft
+from ..engine.torch import graft
 from ..store.codec import HEADER_KEY, decode_header, payload_sha256
 from ..store.ids import artifact_id_of
 from ..eval.deposit import deposit_meta

@@ -41,7 +41,7 @@ print("DONE", flush=True)
 
 SESSION_CODE = """
 import sys
-from graftbench.engine.session import open_session
+from graftbench.engine.torch.session import open_session
 session = open_session(sys.argv[1], dtype=sys.argv[2], chunk_size=int(sys.argv[3]))
 print("READY", flush=True)
 """

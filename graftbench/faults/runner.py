@@ -402,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from rich.console import Console
 
-    from ..engine.session import open_session
+    from ..engine.torch.session import open_session
 
     started = time.perf_counter()
     session = open_session(args.model)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..engine import graft
+from ..engine.torch import graft
 from ..store.codec import ArtifactError
 from ..eval.deposit import DepositReport, deposit_items, items_from_problems
 from ..util.durable import StorageError

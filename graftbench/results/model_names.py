@@ -4,7 +4,7 @@ place that decides how such a model is named, so no table shows one without its 
 from __future__ import annotations
 
 LABEL = "random weights: architecture only"
-"""The label of a model whose weights were drawn at random (:mod:`graftbench.engine.random_weights`): evidence at an
+"""The label of a model whose weights were drawn at random (:mod:`graftbench.engine.torch.random_weights`): evidence at an
 architecture's dimensions, not a certificate for a released checkpoint, and never scored."""
 
 

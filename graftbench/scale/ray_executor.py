@@ -147,7 +147,7 @@ class ProblemWorker:
         apply(pin.isa)  # before torch is imported in this process
         from ..util.energy import EnergyMeter
         from ..engine.device import dtype_for, resolve
-        from ..engine.session import open_session
+        from ..engine.torch.session import open_session
         from ..store.open import open_store
 
         device = resolve(pin.device)

@@ -6,7 +6,7 @@ The file holds ``token_ids`` (int64 ``[n]``) and ``state`` (uint8 ``[bytes]``: l
 positions ``[0, n]`` and ``payload_sha256`` over the token ids' and the state's raw bytes. The id is the SHA-256 of
 the file's bytes (:func:`graftbench.store.ids.artifact_id_of`), as for a torch artifact, so the store indexes,
 routes, audits and serves both alike; whether a state may be restored under a run's pin is the engine's check
-(:mod:`graftbench.engine.llama_codec`).
+(:mod:`graftbench.engine.llama_cpp.codec`).
 
 Imports numpy and safetensors, no torch.
 """

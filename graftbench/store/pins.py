@@ -36,8 +36,8 @@ class PinHolding:
         return f"{self.model} {self.dtype} (pin {self.fingerprint[:SHORT_PIN]})"
 
 
-# The header fields that are pin fields of the same name (graftbench.engine.graft.build_artifact,
-# graftbench.engine.llama_codec.pin_header): what a store without writer records tells of its pins.
+# The header fields that are pin fields of the same name (graftbench.engine.torch.graft.build_artifact,
+# graftbench.engine.llama_cpp.codec.pin_header): what a store without writer records tells of its pins.
 HEADER_PIN_FIELDS = ("model", "weights_sha256", "tokenizer_sha256", "dtype", "chunk_size", "libraries", "engine")
 
 

@@ -27,8 +27,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import resources
 
-from ..store.tensor_hashing import tensors_sha256
-from ..results.model_names import LABEL
+from ...store.tensor_hashing import tensors_sha256
+from ...results.model_names import LABEL
 
 REDUCED_LABEL = LABEL + " (reduced dimensions, not a published model)"
 PREFIX = "random:"
@@ -159,7 +159,7 @@ def _fill(name: str, tensor, seed: int, std: float) -> None:
 def combine_digests(config_dict: dict, names: list[str], digests: list[str]) -> str:
     """The weights' fingerprint: SHA-256 of the canonical JSON of ``config_dict``, then for each name (in the order
     given: name order) its UTF-8 bytes and its tensor's SHA-256 (the hex digest's 32 raw bytes)."""
-    from ..util.hashing import canonical_json
+    from ...util.hashing import canonical_json
 
     digest = hashlib.sha256(canonical_json(config_dict).encode())
     for name, tensor_digest in zip(names, digests, strict=True):

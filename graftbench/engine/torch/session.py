@@ -7,20 +7,21 @@ from dataclasses import dataclass
 import torch
 
 from . import forward, graft
-from .base import Grafted
+from ..base import Grafted
 from .sampling import sample_decode
-from .pin import PinnedConfig, build_config, check_kernels, configure_torch
-from .prompt_ids import PromptIds
+from ..pin import PinnedConfig, check_kernels
+from .pin_config import build_config, configure_torch
+from ..prompt_ids import PromptIds
 from .kv_pool import NO_POOL, PoolReport, reserve_tokens
-from .models import LoadedModel, load_model
-from ..settings import CERTIFIED_KERNELS, DEFAULT_CHUNK_SIZE, DEFAULT_DTYPE, DEFAULT_MODEL
+from .loading import LoadedModel, load_model
+from ...settings import CERTIFIED_KERNELS, DEFAULT_CHUNK_SIZE, DEFAULT_DTYPE, DEFAULT_MODEL
 
 
 @dataclass
 class Session(PromptIds):
     """Everything a command needs to run the model on the torch engine: weights, tokenizer, EOS ids and the pinned
     config; the prompts' token ids (:class:`graftbench.engine.prompt_ids.PromptIds`) and the run-level operations
-    a solve, eval or deposit takes (the same names as :class:`graftbench.engine.llama_session.LlamaSession`'s)."""
+    a solve, eval or deposit takes (the same names as :class:`graftbench.engine.llama_cpp.session.LlamaSession`'s)."""
 
     loaded: LoadedModel
     config: PinnedConfig
@@ -56,30 +57,30 @@ class Session(PromptIds):
         return forward.prefill(self.model, cache, ids, self.config.chunk_size)
 
     def graft(self, store, artifact_id: str, room: int = 0) -> Grafted:
-        """:func:`graftbench.engine.graft.restore_chain`: ``artifact_id`` and its ancestors read from ``store`` and
+        """:func:`graftbench.engine.torch.graft.restore_chain`: ``artifact_id`` and its ancestors read from ``store`` and
         grafted root first, with ``room`` spare positions (tokens) read in after a root artifact. Raises
         :class:`graftbench.store.codec.ArtifactError` when a link is refused."""
         cache, chain = graft.restore_chain(self.model, self.config, store, artifact_id, room=room)
         return Grafted(cache, [link.header for link in chain], [link.token_ids.tolist() for link in chain])
 
     def prefill_chain(self, segments: list[list[int]], query: list[int]):
-        """:func:`graftbench.engine.graft.prefill_chain`: ``(cache, the query's last logits [1, vocab])``."""
+        """:func:`graftbench.engine.torch.graft.prefill_chain`: ``(cache, the query's last logits [1, vocab])``."""
         return graft.prefill_chain(self.model, self.config, segments, query)
 
     def recompute(self, segments: list[list[int]], query: list[int]) -> torch.Tensor:
-        """:func:`graftbench.engine.graft.fresh_recompute`: the query's last logits ``[1, vocab]`` from a fresh
+        """:func:`graftbench.engine.torch.graft.fresh_recompute`: the query's last logits ``[1, vocab]`` from a fresh
         cache (the independent reference a graft is certified against)."""
         return graft.fresh_recompute(self.model, self.config, segments, query)
 
     def logits_sha256(self, logits: torch.Tensor) -> str:
-        """:func:`graftbench.engine.forward.logits_sha256`: SHA-256 of the raw bytes in the logits' dtype."""
+        """:func:`graftbench.engine.torch.forward.logits_sha256`: SHA-256 of the raw bytes in the logits' dtype."""
         return forward.logits_sha256(logits)
 
     def decode(self, cache, logits: torch.Tensor, budget: int, sampling, seeds: list[int] | None, stop,
                started: float) -> tuple:
-        """Decode from ``logits`` on ``cache``: greedy (:func:`graftbench.engine.forward.greedy_decode`) when
-        ``seeds`` is ``None``, else the seeds' samples as one batch (:func:`graftbench.engine.sampling.sample_decode`
-        with ``sampling``). Returns one :class:`graftbench.engine.forward.Decoded` per sample."""
+        """Decode from ``logits`` on ``cache``: greedy (:func:`graftbench.engine.torch.forward.greedy_decode`) when
+        ``seeds`` is ``None``, else the seeds' samples as one batch (:func:`graftbench.engine.torch.sampling.sample_decode`
+        with ``sampling``). Returns one :class:`graftbench.engine.torch.forward.Decoded` per sample."""
         if seeds is None:
             return (forward.greedy_decode(self.model, self.tokenizer, cache, logits, budget, self.eos_ids,
                                           stop=stop, started=started),)
@@ -87,7 +88,7 @@ class Session(PromptIds):
                                    stop=stop, started=started))
 
     def build_artifact(self, ids: list[int], meta: dict) -> bytes:
-        """:func:`graftbench.engine.graft.build_artifact` of ``ids`` with the header fields ``meta``: its bytes."""
+        """:func:`graftbench.engine.torch.graft.build_artifact` of ``ids`` with the header fields ``meta``: its bytes."""
         return graft.build_artifact(self.model, self.config, ids, meta)[0]
 
 
@@ -97,11 +98,11 @@ def open_session(model: str = DEFAULT_MODEL, dtype: str = DEFAULT_DTYPE, chunk_s
     """Load ``model`` in ``dtype`` and pin the config. ``threads`` sets torch's intra-op thread count (part of the pin).
     The instruction-set pin is the one this process was started under (:func:`graftbench.util.isa.apply`).
     ``kv_pool_tokens`` > 0 faults in KV memory for that many tokens once, after the load
-    (:mod:`graftbench.engine.kv_pool`: a fresh process's first graft then reads into resident pages); the pool does not
+    (:mod:`graftbench.engine.torch.kv_pool`: a fresh process's first graft then reads into resident pages); the pool does not
     change any logits. ``device`` is a torch device string (``cpu``, ``cuda:N``;
     :func:`graftbench.engine.device.resolve`): on CUDA the CUDA pin's settings are made before the model loads
-    (:func:`graftbench.engine.cuda_pin.configure`) and recorded in the pin. ``kernels`` is the kernel configuration
-    (``certified`` or ``fast``: :func:`graftbench.engine.cuda_pin.configure`), recorded in the pin's ``kernels``
+    (:func:`graftbench.engine.torch.cuda_pin.configure`) and recorded in the pin. ``kernels`` is the kernel configuration
+    (``certified`` or ``fast``: :func:`graftbench.engine.torch.cuda_pin.configure`), recorded in the pin's ``kernels``
     field; on the CPU ``fast`` changes no setting (torch's CPU kernels are the certified run's) and marks the run
     uncertified.
 

@@ -1,5 +1,5 @@
 """A GGUF model on the llama.cpp engine, as solve, eval and deposit use it: the run-level operations of
-:class:`graftbench.engine.session.Session` (the torch engine's), on :class:`graftbench.engine.llama_cpp.LlamaCppEngine`.
+:class:`graftbench.engine.torch.session.Session` (the torch engine's), on :class:`graftbench.engine.llama_cpp.engine.LlamaCppEngine`.
 
 Invariants:
 
@@ -8,9 +8,9 @@ Invariants:
   token, so a graft (a state restored, then the query) and a fresh recompute (the example's ids, then the query)
   cut the same batches: what ``check-exact --engine llama.cpp`` certifies;
 - an artifact is a whole sequence (positions ``0..n``, no parent), written and read through the store like a torch
-  artifact and restored only under the pin it was written with (:func:`graftbench.engine.llama_codec.check_pin`);
+  artifact and restored only under the pin it was written with (:func:`graftbench.engine.llama_cpp.codec.check_pin`);
 - decoding is graftbench's own token choice on the float32 logits llama.cpp returns
-  (:mod:`graftbench.engine.llama_decode`); N samples of one problem decode one after another, each after its own
+  (:mod:`graftbench.engine.llama_cpp.decode`); N samples of one problem decode one after another, each after its own
   copy of the prompt's state (sample 0 on the prompt's context, the others on the state restored into a fresh one).
 
 Needs llama-cpp-python (the ``llama`` extra); imports no torch until a sampled token is drawn.
@@ -22,12 +22,12 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from . import llama_decode
-from .base import Grafted
-from .llama_codec import check_pin, encode_llama_artifact
-from .llama_cpp import DEFAULT_N_CTX, LlamaCache, LlamaCppEngine, LlamaState, pinned_config
-from .pin import PinnedConfig
-from .prompt_ids import PromptIds
+from . import decode as llama_decode
+from ..base import Grafted
+from .codec import check_pin, encode_llama_artifact
+from .engine import DEFAULT_N_CTX, LlamaCache, LlamaCppEngine, LlamaState, pinned_config
+from ..pin import PinnedConfig
+from ..prompt_ids import PromptIds
 
 
 @dataclass
@@ -59,7 +59,7 @@ class LlamaSession(PromptIds):
         """Read the state ``artifact_id`` from ``store`` (:meth:`graftbench.store.folder.Store.read_state`: size,
         the file's XXH3-128 indexed at deposit, layout and header checked; read into the session's buffer), check
         its pin, and restore it into an empty context. The empty context (a closed one with its memory cleared and
-        zeroed, else a fresh one: :meth:`graftbench.engine.llama_cpp.LlamaCppEngine.cleared_cache`) is made on a
+        zeroed, else a fresh one: :meth:`graftbench.engine.llama_cpp.engine.LlamaCppEngine.cleared_cache`) is made on a
         second thread while the file is read and hashed; nothing is restored before the hash and the pin check
         pass. ``room`` (tokens: the query and the decode budget) must fit after it.
 
@@ -69,8 +69,8 @@ class LlamaSession(PromptIds):
         :class:`graftbench.store.codec.ArtifactError` naming the refused check (``config`` for another pin, no
         room, or a state longer than a sliding-window model's window, ``read`` when llama.cpp refuses the state or
         cannot make a context); on any failure the empty context goes back to the engine."""
-        from ..store.codec import ArtifactError
-        from .llama_cpp import LlamaCppError
+        from ...store.codec import ArtifactError
+        from .engine import LlamaCppError
 
         timing = {} if timing is None else timing
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="graftbench-clear") as beside:
@@ -105,7 +105,7 @@ class LlamaSession(PromptIds):
 
     def _check_graft(self, artifact_id: str, header: dict, tokens: int, room: int) -> None:
         """The state's pin, the sliding window and the room after it. Raises ``ArtifactError`` (``config``)."""
-        from ..store.codec import ArtifactError
+        from ...store.codec import ArtifactError
 
         check_pin(artifact_id, header, self.config)
         window = self.engine.n_swa
@@ -139,10 +139,10 @@ class LlamaSession(PromptIds):
     def decode(self, cache: LlamaCache, logits, budget: int, sampling, seeds: list[int] | None, stop,
                started: float) -> tuple:
         """Decode from ``logits`` (the prompt's last, ``[vocab]``) on ``cache``: greedy when ``seeds`` is ``None``,
-        else one sample per seed with ``sampling`` (:class:`graftbench.engine.sampling.SamplingSettings`). The
+        else one sample per seed with ``sampling`` (:class:`graftbench.engine.torch.sampling.SamplingSettings`). The
         budget (tokens) is cut to the room left in the context. A sample after the first decodes on the prompt's
         state restored into a fresh context; its ``first_token_s`` counts the prompt's time, its restore and its
-        first token. Returns one :class:`graftbench.engine.forward.Decoded` per sample."""
+        first token. Returns one :class:`graftbench.engine.torch.forward.Decoded` per sample."""
         budget = max(0, min(budget, cache.n_ctx - cache.n_past))
         if seeds is None:
             return (llama_decode.decode(self.engine, self.tokenizer, cache, logits, budget, self.eos_ids, stop,
@@ -161,7 +161,7 @@ class LlamaSession(PromptIds):
 
     def build_artifact(self, ids: list[int], meta: dict) -> bytes:
         """Prefill ``ids`` in a fresh context with the pinned chunk schedule, capture the sequence state and encode
-        it as an artifact with the header fields ``meta`` (:func:`graftbench.engine.llama_codec.encode_llama_artifact`)."""
+        it as an artifact with the header fields ``meta`` (:func:`graftbench.engine.llama_cpp.codec.encode_llama_artifact`)."""
         cache = self.engine.new_cache()
         try:
             self.engine.prefill(cache, ids)
@@ -176,9 +176,9 @@ def open_llama_session(spec: str, chunk_size: int = 256, threads: int | None = N
     """Load the GGUF model ``spec`` (alias or ``.gguf`` path) on llama.cpp with graftbench's tokenizer and pin it.
 
     Raises :class:`graftbench.engine.models.ModelError` for a spec that is not a GGUF model, ``ValueError`` for a bad
-    engine option and :class:`graftbench.engine.llama_cpp.LlamaCppError` when llama.cpp cannot load it.
+    engine option and :class:`graftbench.engine.llama_cpp.engine.LlamaCppError` when llama.cpp cannot load it.
     """
-    from .models import load_gguf_tokenizer
+    from ..models import load_gguf_tokenizer
 
     resolved, tokenizer, digest = load_gguf_tokenizer(spec)
     engine = LlamaCppEngine(resolved.path, n_ctx=n_ctx, chunk_size=chunk_size, threads=threads, kv_type=kv_type,

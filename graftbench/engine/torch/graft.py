@@ -14,9 +14,9 @@ from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
 from . import forward
 from .kv_cache import PreallocatedLayer
-from ..store.codec import Artifact, ArtifactError, encode_artifact
-from .pin import PinnedConfig
-from ..store.folder import Store
+from ...store.codec import Artifact, ArtifactError, encode_artifact
+from ..pin import PinnedConfig
+from ...store.folder import Store
 
 # Header fields that must equal the current pinned config for an artifact to be grafted.
 PINNED_HEADER_FIELDS = ("config_fingerprint", "weights_sha256", "tokenizer_sha256", "dtype", "chunk_size")

@@ -193,7 +193,7 @@ class LlamaCppEngine:
     def weights_sha256(self) -> str:
         """SHA-256 of the GGUF file (computed once when not given)."""
         if not self._weights_sha256:
-            from ..util.hashing import sha256_file
+            from ...util.hashing import sha256_file
 
             self._weights_sha256 = sha256_file(self.gguf_path)
         return self._weights_sha256
@@ -263,7 +263,7 @@ class LlamaCppEngine:
         costs about as much as restoring a state into it; zeroing one is a pass over its whole KV buffer (20 ms of
         the 69 ms llama.cpp takes to clear and load an 8,192-token state of ``smollm2-135m`` on the Intel Xeon:
         ``llama_cpp_clear_s`` in its bench-llama results), which is why
-        :meth:`graftbench.engine.llama_session.LlamaSession.graft` runs it beside the file's read. Raises
+        :meth:`graftbench.engine.llama_cpp.session.LlamaSession.graft` runs it beside the file's read. Raises
         :class:`LlamaCppError` as :meth:`new_cache`."""
         if not self._spare:
             return self.new_cache()
@@ -453,8 +453,8 @@ def pinned_config(engine: LlamaCppEngine, spec: str, tokenizer_sha256: str, layo
     SHA-256, graftbench's tokenizer digest, ``dtype`` ``gguf`` (the weights as stored), threads, the chunk size,
     the prompt layout (default: graftbench's), library versions, the machine, and :meth:`LlamaCppEngine.pin_fields`
     as ``engine`` (so its fingerprint differs from every torch pin's)."""
-    from ..problems.prompts import PromptLayout, reasoning_delimiters
-    from .pin import PinnedConfig, library_versions
+    from ...problems.prompts import PromptLayout, reasoning_delimiters
+    from ..pin import PinnedConfig, library_versions
 
     return PinnedConfig(
         model=spec, weights_sha256=engine.weights_sha256, tokenizer_sha256=tokenizer_sha256, dtype="gguf",

@@ -1,8 +1,8 @@
 """Decoding on the llama.cpp engine's logits: greedy (argmax), or graftbench's seeded nucleus sampling.
 
-The token choice is graftbench's own, made on the float32 logits llama.cpp returns (:mod:`graftbench.engine.sampling`
+The token choice is graftbench's own, made on the float32 logits llama.cpp returns (:mod:`graftbench.engine.torch.sampling`
 for a sampled token), never llama.cpp's sampler; the stops and the result are those of the torch engine's decode
-(:class:`graftbench.engine.forward.Decoded`).
+(:class:`graftbench.engine.torch.forward.Decoded`).
 """
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ import re
 
 import numpy as np
 
-from .forward import Decoded, run_decode
-from .llama_cpp import LlamaCache, LlamaCppEngine
+from ..torch.forward import Decoded, run_decode
+from .engine import LlamaCache, LlamaCppEngine
 
 
 def eos_ids_of(engine: LlamaCppEngine, tokenizer) -> set[int]:
     """Token ids that end a generation: the tokenizer's EOS, the GGUF's EOS and end-of-turn tokens, and
     ``<|im_end|>`` where the vocabulary has it."""
-    from .llama_cpp import _lib
+    from .engine import _lib
 
     lib, ids = _lib(), set()
     for token in (lib.llama_vocab_eos(engine.vocab), lib.llama_vocab_eot(engine.vocab)):
@@ -37,7 +37,7 @@ def _chooser(settings, seed: int | None):
         return lambda logits: int(np.argmax(logits))
     import torch
 
-    from .sampling import next_token
+    from ..torch.sampling import next_token
 
     generator = torch.Generator().manual_seed(int(seed or 0))
     return lambda logits: next_token(torch.from_numpy(logits), settings, generator)
@@ -47,7 +47,7 @@ def decode(engine: LlamaCppEngine, tokenizer, cache: LlamaCache, first_logits: n
            eos_ids: set[int], stop: str | re.Pattern | None = None, settings=None, seed: int | None = None,
            started: float | None = None) -> Decoded:
     """Decode from ``first_logits`` (``[vocab]``, the logits after the prompt) one token at a time on ``cache``:
-    greedy when ``settings`` is ``None``, else drawn with :class:`graftbench.engine.sampling.SamplingSettings`
+    greedy when ``settings`` is ``None``, else drawn with :class:`graftbench.engine.torch.sampling.SamplingSettings`
     from a generator seeded with ``seed``. Stops at an EOS token (``eos``), when ``stop`` is reached (``stop``), or
     after ``max_new_tokens`` tokens (``budget``); ``started`` is the ``perf_counter`` time the problem started.
     Raises ``ValueError`` when the tokens would not fit the cache's context."""

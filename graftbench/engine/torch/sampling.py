@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..results.samples import Decoded
+from ...results.samples import Decoded
 from .forward import forward_batch, stop_reached
 from .kv_cache import reserve
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..util.allocator import MMAP_THRESHOLD_MAX, keep_freed_memory
+from ...util.allocator import MMAP_THRESHOLD_MAX, keep_freed_memory
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ import os
 import re
 from importlib import metadata
 
-from ..settings import CERTIFIED_KERNELS
+from ...settings import CERTIFIED_KERNELS
 
 WORKSPACE_CONFIG = ":4096:8"  # cuBLAS's documented setting for deterministic results with one stream
 SDPA_BACKEND = "math"  # the one backend that takes every mask, dtype, head size and grouped KV heads

@@ -10,9 +10,9 @@ fingerprint, the GGUF file's and tokenizer's SHA-256, the chunk size and the eng
 
 from __future__ import annotations
 
-from .llama_cpp import LlamaState
-from ..store.codec import ArtifactError
-from ..store.llama_state import decode_state, encode_state
+from .engine import LlamaState
+from ...store.codec import ArtifactError
+from ...store.llama_state import decode_state, encode_state
 
 
 def pin_header(config) -> dict:

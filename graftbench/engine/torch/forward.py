@@ -1,6 +1,6 @@
 """Prefill in a fixed chunk schedule, greedy decode under a budget, and logits hashing.
 
-Every forward here runs under ``torch.inference_mode`` on graftbench's KV cache (:mod:`graftbench.engine.kv_cache`:
+Every forward here runs under ``torch.inference_mode`` on graftbench's KV cache (:mod:`graftbench.engine.torch.kv_cache`:
 preallocated full-attention layers, ``transformers``' sliding-window layers). The chunk schedule
 is the one thing besides the weights that fixes the matmul shapes, so it is explicit: a segment of n tokens is
 prefilled in forwards of ``chunk_size`` tokens from the segment's own first token (boundaries restart at each
@@ -17,8 +17,8 @@ import time
 import torch
 from transformers import DynamicCache
 
-from ..results.samples import Decoded
-from ..store.tensor_hashing import tensors_sha256
+from ...results.samples import Decoded
+from ...store.tensor_hashing import tensors_sha256
 from .kv_cache import new_cache, reserve
 
 __all__ = ["new_cache", "reserve", "chunk_bounds", "forward", "forward_batch", "prefill", "greedy_decode",
