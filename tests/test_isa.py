@@ -68,3 +68,50 @@ def test_the_portable_pin_caps_every_library_in_a_fresh_process():
 def test_an_unknown_isa_on_the_command_line_is_named():
     result = CliRunner().invoke(app, ["solve", "--isa", "avx9", "--limit", "1"])
     assert result.exit_code == 2 and "unknown instruction-set pin 'avx9'" in result.output
+
+
+def test_the_cross_vendor_candidate_sets_mkls_compatible_branch_and_fixed_threads(monkeypatch):
+    caps = isa.CAPS["portable"]
+    assert caps["MKL_CBWR"] == "COMPATIBLE" and caps["MKL_DYNAMIC"] == "FALSE"
+    assert caps["ATEN_CPU_CAPABILITY"] == "avx2" and caps["ONEDNN_MAX_CPU_ISA"] == "AVX2"
+    assert isa.REQUIRED_FLAGS["portable"] == ("avx2", "fma") and not isa.supported("portable", {"avx"})
+    for name in isa.CAP_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in caps.items():
+        monkeypatch.setenv(name, value)
+    assert isa.current() == "portable"
+    monkeypatch.setenv("MKL_CBWR", "AVX2,STRICT")  # avx2's branch with portable's other caps is neither pin
+    with pytest.raises(isa.IsaError, match="neither pin"):
+        isa.current()
+
+
+def test_the_cross_vendor_candidate_is_applied_before_torch_in_a_fresh_process():
+    if not isa.supported("portable"):
+        pytest.fail(f"every CI CPU has AVX2 and FMA; this one ({isa.native_capability()}) does not")
+    code = (
+        "import json, os, graftbench, torch\n"
+        "from graftbench.engine.torch.pin_config import configure_torch\n"
+        "name = configure_torch()\n"
+        "print(json.dumps([name, torch.backends.cpu.get_cpu_capability(), torch.backends.mkldnn.enabled,"
+        " os.environ['MKL_CBWR'], os.environ['MKL_DYNAMIC']]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in isa.CAP_VARIABLES}
+    done = subprocess.run([sys.executable, "-c", code], env={**env, "GRAFTBENCH_ISA": "portable"},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == ["portable", "AVX2", False, "COMPATIBLE", "FALSE"]
+
+
+def test_committed_pins_keep_their_fingerprints_with_the_new_pin_offered():
+    from pathlib import Path
+
+    from graftbench.results.fingerprint import pin_fingerprint
+
+    root = Path(__file__).resolve().parents[1] / "results"
+    checked = 0
+    for name in ("amd-epyc-avx512/manifests/exact-smollm2-135m.json", "intel-xeon-amx/manifests/exact-smollm2-135m.json",
+                 "amd-epyc-avx512/manifests/exact-qwen2.5-coder-0.5b-llama-f16.json"):
+        manifest = json.loads((root / name).read_text())
+        assert pin_fingerprint(manifest["config"]) == manifest["config_fingerprint"], name
+        checked += 1
+    assert checked == 3

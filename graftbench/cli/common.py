@@ -35,8 +35,9 @@ ProblemsOpt = typer.Option("builtin", "--problems", "-p", help="'builtin', a loc
 DtypeOpt = typer.Option("auto", "--dtype", help="auto (float32 on the CPU, bfloat16 on CUDA), "
                         + " or ".join(DTYPE_NAMES) + "; part of the pinned config")
 ChunkOpt = typer.Option(DEFAULT_CHUNK_SIZE, "--chunk-size", min=1, help="prefill chunk size in tokens (part of the pinned config)")
-IsaOpt = typer.Option(None, "--isa", help="instruction-set pin: native (fastest) or avx2 (the portable pin: the same "
-                      "bytes on AVX-512 and AVX2 CPUs); part of the pinned config [default: native, or $GRAFTBENCH_ISA]")
+IsaOpt = typer.Option(None, "--isa", help="instruction-set pin: native (fastest), avx2 (the same bytes on AVX-512 and "
+                      "AVX2 CPUs of one vendor) or portable (avx2 with MKL's COMPATIBLE branch: the candidate across "
+                      "vendors); part of the pinned config [default: native, or $GRAFTBENCH_ISA]")
 _DEVICE = {"name": "auto"}  # the --device of this invocation (set by the option's callback, read by open_model)
 
 

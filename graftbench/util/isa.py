@@ -13,10 +13,12 @@ torch's CPU math picks code by instruction set in three places, and each has a d
   (``torch.backends.mkldnn.enabled = False``) and bfloat16 products take ATen's own kernels on every CPU.
 
 ``native`` leaves all of them alone (fastest, numbers tied to this CPU's instruction set). ``avx2`` caps every
-library at AVX2, meant as the portable pin: the same bytes on an AVX-512 machine and on an AVX2 machine. Measured,
+library at AVX2, first meant as the portable pin: the same bytes on an AVX-512 machine and on an AVX2 machine. Measured,
 it is not portable across CPU vendors: expectations recorded under it on an AMD EPYC gave other bytes on an Intel
 Xeon (float32 and bfloat16, ``results/replays.jsonl``), so an expectation is trusted only on the kind of CPU
-(:func:`same_cpu_kind`) it was recorded or replayed on.
+(:func:`same_cpu_kind`) it was recorded or replayed on. ``portable`` is the candidate across vendors: ATen at AVX2,
+MKL's ``COMPATIBLE`` branch (SSE2, no approximate reciprocals) with its dynamic threading off, oneDNN capped and
+unused; it is proven portable only by a logged replay on a CPU of the other vendor (docs/portable-pin.md).
 The library variables are read when the libraries load, so the pin is applied through the environment before
 torch is imported (:func:`apply`); a process that already imported torch under another pin is refused.
 
@@ -30,7 +32,7 @@ import sys
 from pathlib import Path
 
 ENV_VAR = "GRAFTBENCH_ISA"
-ISAS = ("native", "avx2")
+ISAS = ("native", "avx2", "portable")
 CAPS: dict[str, dict[str, str]] = {
     "native": {},
     "avx2": {
@@ -39,10 +41,19 @@ CAPS: dict[str, dict[str, str]] = {
         "MKL_CBWR": "AVX2,STRICT",
         "ONEDNN_MAX_CPU_ISA": "AVX2",
     },
+    # The candidate across vendors: MKL's COMPATIBLE branch is one SSE2 code path without the approximate reciprocal
+    # instructions (rcpps, rsqrtps), the only branch besides AUTO that oneMKL supports on non-Intel CPUs (oneMKL
+    # developer guide, "Specifying Code Branches"); MKL_DYNAMIC=FALSE keeps MKL at the pin's thread count.
+    "portable": {
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "MKL_CBWR": "COMPATIBLE",
+        "MKL_DYNAMIC": "FALSE",
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+    },
 }
 CAP_VARIABLES = tuple(sorted({name for caps in CAPS.values() for name in caps}))
 # The CPU flags each pin needs (Linux /proc/cpuinfo names); AVX2 kernels are compiled with FMA.
-REQUIRED_FLAGS = {"native": (), "avx2": ("avx2", "fma")}
+REQUIRED_FLAGS = {"native": (), "avx2": ("avx2", "fma"), "portable": ("avx2", "fma")}
 # Flags beyond the native capability that the math libraries dispatch on (bfloat16 and float16 arithmetic, VNNI dot
 # products, AMX tiles). Not part of the pin: they tell apart two CPUs of one capability, which may still compute
 # other bytes under one pin (an AMD EPYC and an Intel Xeon with AMX did, float32 included: results/replays.jsonl).
