@@ -195,9 +195,34 @@ def _load_cached_tokenizer(folder: Path) -> tuple[object, str]:
     return tokenizer, tokenizer_sha256(tokenizer)
 
 
+def gguf_weights_sha256(resolved: ResolvedModel) -> str:
+    """The SHA-256 of the GGUF file ``resolved`` points to: an alias's pinned one, else the file hashed. Raises
+    :class:`ModelError` naming the file when it cannot be read."""
+    if resolved.sha256:
+        return resolved.sha256
+    try:
+        return sha256_file(resolved.path)
+    except OSError as exc:
+        raise ModelError(f"model file '{resolved.spec}' cannot be read: {exc.strerror or exc}") from None
+
+
+def check_gguf(gguf_path: Path) -> None:
+    """:func:`graftbench.engine.gguf_file.check_gguf_file` as a :class:`ModelError`: a file that is empty, unreadable,
+    not a GGUF file, of a damaged header or truncated is refused naming it and what is wrong."""
+    from .gguf_file import GGUFFileError, check_gguf_file
+
+    try:
+        check_gguf_file(gguf_path)
+    except GGUFFileError as exc:
+        raise ModelError(str(exc)) from None
+
+
 def _write_dequantized(gguf_path: Path, target: Path) -> None:
+    """De-quantize the GGUF file ``gguf_path`` to float32 into the cache folder ``target``, with its tokenizer.
+    Raises :class:`ModelError` for a damaged file (:func:`check_gguf`), before ``transformers`` reads it."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    check_gguf(gguf_path)
     folder, name = str(gguf_path.parent), gguf_path.name
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
@@ -251,12 +276,13 @@ def load_gguf_tokenizer(spec: str) -> tuple[ResolvedModel, object, str]:
     from the de-quantized cache (:func:`dequantized_dir`), which is written first when it does not exist yet (the
     one-time de-quantization :func:`load_model` also does). Returns ``(resolved, tokenizer, digest)``.
 
-    Raises :class:`ModelError` for a spec that is not a GGUF file or cannot be resolved.
+    Raises :class:`ModelError` for a spec that is not a GGUF file or cannot be resolved, and for a file that cannot
+    be read or is damaged (:func:`check_gguf`).
     """
     resolved = resolve_model(spec)
     if resolved.kind != "gguf":
         raise ModelError(f"model '{spec}' is not a GGUF file; the llama.cpp engine reads an alias or a .gguf path")
-    weights_sha = resolved.sha256 or sha256_file(resolved.path)
+    weights_sha = gguf_weights_sha256(resolved)
     resolved = ResolvedModel(resolved.spec, resolved.kind, resolved.path, weights_sha)
     folder = dequantized_dir(weights_sha)
     if not (folder / "model.safetensors").is_file():

@@ -12,7 +12,6 @@ from pathlib import Path
 import torch
 
 from ...store.tensor_hashing import tensors_sha256
-from ...util.hashing import sha256_file
 from ...util.hub_access import OFFLINE_HINT, one_line
 from ...settings import DEFAULT_DTYPE, DEFAULT_MODEL, cache_root
 from ..models import (
@@ -26,6 +25,7 @@ from ..models import (
     _write_dequantized,
     dequantized_dir,
     family_tokenizer,
+    gguf_weights_sha256,
     resolve_model,
     tokenizer_sha256,
 )
@@ -88,8 +88,9 @@ def load_model(spec: str = DEFAULT_MODEL, dtype: str = DEFAULT_DTYPE, device: st
     loaded on the CPU and then moved to ``device``. ``random:<name>[@seed]`` builds a random-weights model
     (:func:`load_random`).
 
-    Raises :class:`ModelError` for an unknown dtype, a spec that cannot be resolved, or a hub id that cannot
-    be reached (the message says to pass a local folder or ``.gguf`` file instead).
+    Raises :class:`ModelError` for an unknown dtype, a spec that cannot be resolved, a GGUF file that cannot be
+    read or is damaged (:func:`graftbench.engine.models.check_gguf`: the message names the file and what is wrong),
+    or a hub id that cannot be reached (the message says to pass a local folder or ``.gguf`` file instead).
     """
     if dtype not in DTYPES:
         raise ModelError(f"dtype '{dtype}' is not supported; choose one of {', '.join(DTYPES)}")
@@ -105,7 +106,7 @@ def load_model(spec: str = DEFAULT_MODEL, dtype: str = DEFAULT_DTYPE, device: st
     resolved = resolve_model(spec)
     from_cache = False
     if resolved.kind == "gguf":
-        weights_sha = resolved.sha256 or sha256_file(resolved.path)
+        weights_sha = gguf_weights_sha256(resolved)
         folder = dequantized_dir(weights_sha)
         from_cache = (folder / "model.safetensors").is_file()
         if not from_cache:
