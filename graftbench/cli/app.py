@@ -172,8 +172,8 @@ def _report_finished(runs_dir, name, command, model, dtype, chunk_size, isa, pro
     from ..results.finished import Request, finished_run
     from ..util.isa import ENV_VAR
 
-    if engine_name() == "llama.cpp":  # the pin of a llama.cpp run: the GGUF's weights as stored, its build's ISA
-        dtype, isa = "gguf", "native"
+    if engine_name() == "llama.cpp":  # the pin of a llama.cpp run: the GGUF's weights as stored, its build
+        dtype, isa = "gguf", os.environ.get("GRAFTBENCH_LLAMA_BUILD") or "native"
     request = Request(command, model, dtype, chunk_size, isa or os.environ.get(ENV_VAR) or "native", settings)
     done = finished_run(runs_dir, name, request, problem_list, store if settings.graft else None)
     if done is None:

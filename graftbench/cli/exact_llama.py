@@ -53,6 +53,7 @@ def replay_llama_expectation(expect: Path, expected: dict, limit: int | None, lo
                     engine["n_ctx"])
     total = min(limit or len(expected["pairs"]), len(expected["pairs"]))
     with progress("replay llama.cpp", total) as advance:
+    adopt_build(expect, engine)
         result = replay_llama(ls, expected, problem_list, limit, on_pair=lambda r: advance(f"{r['id']} equal"))
     if log is not None:
         append_replay_log(log, replay_record(expected, compared=result.compared, equal=result.equal,
@@ -63,3 +64,14 @@ def replay_llama_expectation(expect: Path, expected: dict, limit: int | None, lo
     console.print(f"{result.compared} compared, {result.equal} equal")
     if not result.passed:
         fail(f"replay of {expect} failed at {result.first_difference}", 1)
+
+
+def adopt_build(expect: Path, engine: dict) -> None:
+    """Load the llama.cpp build the expectation's pin names (``build``: ``portable``; none: ``native``), as
+    ``check-exact --expect`` adopts a torch expectation's ``--isa``; fails naming the expectation when it cannot."""
+    from ..engine.llama_cpp.portable_build import LlamaBuildError, select
+
+    try:
+        select(str(engine.get("build", "native")))
+    except LlamaBuildError as exc:
+        fail(f"{expect}: {exc}")

@@ -60,7 +60,13 @@ TERMS: Mapping[str, Mapping[str, Term]] = MappingProxyType({
         "weights_sha256": Term("GGUF file (SHA-256)", "--model {model}"),
         "threads": Term("llama.cpp threads", "OMP_NUM_THREADS={value} in the environment"),
         "chunk_size": Term("n_batch = n_ubatch (tokens per llama_decode call)", "--chunk-size {value}"),
-        "cpu_capability": Term("llama.cpp build's CPU features (its system info)"),
+        "isa": Term("llama.cpp build (native: compiled for its CPU; portable: one fixed instruction set)",
+                    "GRAFTBENCH_LLAMA_BUILD={value} in the environment"),
+        "cpu_capability": Term("llama.cpp build's CPU features (its system info, or the portable build's instruction "
+                               "sets)"),
+        "engine.build_cmake_args": Term("portable build's CMake options (rebuild with make llama-portable)"),
+        "engine.build_library_sha256": Term("portable build's libraries (SHA-256; rebuild with make llama-portable)"),
+        "engine.build_compiler": Term("portable build's compiler"),
         "engine.llama_cpp_python": Term("llama-cpp-python version (the llama.cpp build)"),
         "engine.n_ctx": Term("context size (tokens)"),
         "engine.flash_attn": Term("flash attention", "--flash-attn / --no-flash-attn"),
@@ -110,7 +116,7 @@ def _difference(term: Term, field: str, held, run, model: str, ray: bool) -> str
         inner = ", ".join(f"{k} {shown(held.get(k))} (this run {shown(run.get(k))})" for k in names)
         return f"{term.words}: {inner}"
     option = _option(term, field, held, model, ray)
-    fix = f": pass {option}" if option and not option.startswith("OMP_") else f": set {option}" if option else ""
+    fix = f": pass {option}" if option and not option.startswith(("OMP_", "GRAFTBENCH_")) else f": set {option}" if option else ""
     return f"{term.words} {shown(held)} (this run {shown(run)}{fix})"
 
 

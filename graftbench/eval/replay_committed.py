@@ -281,3 +281,10 @@ def main(root: str, limit: int, log: str, only: list[str] | None = None) -> int:
     outcomes = replay_committed(Path(root), limit, Path(log), [Path(p) for p in only or []] or None)
     print(summary(outcomes))
     return exit_status(outcomes)
+        if pin["engine"].get("build") == "portable":  # a build of its own folder, made by `make llama-portable`
+            from ..engine.llama_cpp.portable_build import LlamaBuildError, identity
+
+            try:
+                identity()
+            except LlamaBuildError as exc:
+                return str(exc)

@@ -32,6 +32,8 @@ from importlib import metadata
 
 import numpy as np
 
+from . import portable_build
+
 ENGINE_NAME = "llama.cpp"
 KV_TYPES = ("f16", "q8_0", "q4_0")  # the KV cache types offered (K and V alike)
 DEFAULT_N_CTX = 8192  # tokens: the default context of a cache
@@ -51,8 +53,14 @@ def _lib():
     """The llama_cpp bindings module, imported on first use with llama.cpp's own log limited to its errors (on
     stderr; the binding's own logger maps ggml's current levels one off and prints warnings).
 
-    Raises ``ImportError`` naming the extra to install when llama-cpp-python is absent."""
+    The build loaded is the one :func:`graftbench.engine.llama_cpp.portable_build.select` picks (``native`` unless
+    ``GRAFTBENCH_LLAMA_BUILD`` says ``portable``), chosen at the first import.
+
+    Raises ``ImportError`` naming the extra to install when llama-cpp-python is absent, and :class:`LlamaCppError`
+    when the build asked for cannot be loaded (the message says why and how to build it)."""
     global _LOG_CALLBACK
+    if "llama_cpp.llama_cpp" not in sys.modules:
+        _select_build()
     try:
         import llama_cpp
     except ImportError as exc:
@@ -65,6 +73,14 @@ def _lib():
         _LOG_CALLBACK = llama_cpp.llama_log_callback(errors_only)
         llama_cpp.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
     return llama_cpp
+
+
+def _select_build() -> str:
+    """:func:`graftbench.engine.llama_cpp.portable_build.select`, its refusal raised as :class:`LlamaCppError`."""
+    try:
+        return portable_build.select()
+    except portable_build.LlamaBuildError as exc:
+        raise LlamaCppError(str(exc)) from exc
 
 
 def _ggml_type(kv_type: str) -> int:
@@ -162,7 +178,8 @@ class LlamaCppEngine:
     of this model (used by :meth:`tokenize`); ``weights_sha256`` the GGUF file's SHA-256 when already known.
 
     Raises ``ValueError`` for a bad argument (the message names it), ``FileNotFoundError`` for a missing file and
-    :class:`LlamaCppError` when llama.cpp cannot load the model.
+    :class:`LlamaCppError` when llama.cpp cannot load the model or the build asked for (``GRAFTBENCH_LLAMA_BUILD``,
+    :mod:`graftbench.engine.llama_cpp.portable_build`) cannot be loaded.
     """
 
     name = ENGINE_NAME
@@ -178,6 +195,8 @@ class LlamaCppEngine:
         self.kv_type, self.flash_attn, self.extra_buffers = kv_type, flash_attn, extra_buffers
         self.tokenizer, self._weights_sha256 = tokenizer, weights_sha256
         self._spare: list = []  # at most one closed context of the engine's chunk size, kept for a restore
+        self.build = _select_build()
+        self.build_identity = portable_build.identity() if self.build == "portable" else {}  # checked by the select
         lib = _lib()
         lib.llama_backend_init()
         params = lib.llama_model_default_params()
@@ -203,11 +222,16 @@ class LlamaCppEngine:
         are the pin's own fields, see :func:`pinned_config`): the engine's name, the binding's version (which fixes
         the vendored llama.cpp code), llama.cpp's system info (the CPU features of the build), batch and micro-batch
         sizes (tokens), context size (tokens), flash attention, the KV cache types, weight repacking and the
-        sliding-window cache mode."""
+        sliding-window cache mode. On the portable build (:mod:`graftbench.engine.llama_cpp.portable_build`) the
+        build's identity (``build``, ``build_cmake_args``, ``build_library_sha256``, ``build_compiler``) stands in
+        place of the system info; the native build's fields are unchanged."""
+        built = ({"system_info": system_info()} if not self.build_identity else
+                 {f"build_{k}" if k != "build" else k: v for k, v in self.build_identity.items()
+                  if k != "llama_cpp_python"})
         return {
             "engine": ENGINE_NAME,
             "llama_cpp_python": binding_version(),
-            "system_info": system_info(),
+            **built,
             "n_batch": self.chunk_size,
             "n_ubatch": self.chunk_size,
             "n_ctx": self.n_ctx,
@@ -448,11 +472,20 @@ def _check_options(n_ctx: int, chunk_size: int, threads: int | None, kv_type: st
 PINNED_LIBRARIES = ("llama-cpp-python", "numpy", "tokenizers", "transformers")  # the last two make the token ids
 
 
+def build_capability(engine: LlamaCppEngine) -> str:
+    """The pin's ``cpu_capability`` of ``engine``'s build: the native build's :func:`system_info` (the CPU features it
+    was compiled for and found), the portable build's fixed instruction sets (``portable: SSE42 AVX AVX2 ...``)."""
+    if not engine.build_identity:
+        return system_info()
+    return "portable: " + " ".join(portable_build.instruction_sets(engine.build_identity["cmake_args"]))
+
+
 def pinned_config(engine: LlamaCppEngine, spec: str, tokenizer_sha256: str, layout=None):
     """The :class:`graftbench.engine.pin.PinnedConfig` of runs on ``engine`` for the model ``spec``: the GGUF file's
     SHA-256, graftbench's tokenizer digest, ``dtype`` ``gguf`` (the weights as stored), threads, the chunk size,
-    the prompt layout (default: graftbench's), library versions, the machine, and :meth:`LlamaCppEngine.pin_fields`
-    as ``engine`` (so its fingerprint differs from every torch pin's)."""
+    the prompt layout (default: graftbench's), library versions, the machine, the build (``isa``: ``native`` or
+    ``portable``; :func:`build_capability`), and :meth:`LlamaCppEngine.pin_fields` as ``engine`` (so its
+    fingerprint differs from every torch pin's)."""
     from ...problems.prompts import PromptLayout, reasoning_delimiters
     from ..pin import PinnedConfig, library_versions
 
@@ -460,7 +493,7 @@ def pinned_config(engine: LlamaCppEngine, spec: str, tokenizer_sha256: str, layo
         model=spec, weights_sha256=engine.weights_sha256, tokenizer_sha256=tokenizer_sha256, dtype="gguf",
         device="cpu", threads=engine.threads, attn_implementation=ENGINE_NAME, chunk_size=engine.chunk_size,
         layout=layout or PromptLayout(reasoning=reasoning_delimiters(spec)),
-        libraries=library_versions(PINNED_LIBRARIES), cpu_capability=system_info(),
-        machine=platform.machine(), isa="native", cache_class=f"{ENGINE_NAME} {engine.kv_type}",
+        libraries=library_versions(PINNED_LIBRARIES), cpu_capability=build_capability(engine),
+        machine=platform.machine(), isa=engine.build, cache_class=f"{ENGINE_NAME} {engine.kv_type}",
         engine=engine.pin_fields(),
     )
