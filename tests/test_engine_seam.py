@@ -1,60 +1,109 @@
-"""The engine seam (graftbench/engine/base.py): the torch engine through it computes the logits bytes the direct
-calls compute, for a fresh prefill, a decode step and a graft."""
+"""The engine seam (graftbench/engine/base.py, graftbench/engine/registry.py): engines are found by name, lazily and
+without loading a model library; a missing capability is refused naming the engine and the capability; an engine
+registered from outside the package is found; the torch session is the seam's session and computes through it the
+bytes the direct calls compute."""
 
 from __future__ import annotations
 
-import torch
+import subprocess
+import sys
 
-from graftbench.engine.torch import forward, graft
-from graftbench.engine.base import Engine
-from graftbench.engine.torch.kv_cache import reserve
-from graftbench.engine.torch.engine import TorchEngine
-from graftbench.store.codec import decode_artifact
-from graftbench.store.ids import artifact_id_of
+import pytest
+
+from graftbench.engine import base, registry
+
+
+def test_the_built_in_engines_are_found_by_name_without_importing_torch_or_llama_cpp():
+    code = ("import sys; from graftbench.engine import registry; "
+            "factories = [registry.get(n) for n in ('torch', 'llama.cpp')]; "
+            "print([f.name for f in factories], 'torch' in sys.modules, 'llama_cpp' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['torch', 'llama.cpp'] False False"
+
+
+def test_each_built_in_engine_is_a_factory_with_known_capabilities():
+    for name in ("torch", "llama.cpp"):
+        factory = registry.get(name)
+        assert isinstance(factory, base.EngineFactory) and factory.name == name
+        assert factory.capabilities <= set(base.CAPABILITIES), factory.capabilities - set(base.CAPABILITIES)
+
+
+def test_an_unknown_engine_is_refused_naming_the_known_ones():
+    with pytest.raises(registry.UnknownEngineError, match="'no-such-engine' is not one of torch, llama.cpp"):
+        registry.get("no-such-engine")
+
+
+def test_a_missing_capability_is_refused_naming_engine_and_capability():
+    llama = registry.get("llama.cpp")
+    with pytest.raises(base.CapabilityError) as caught:
+        base.require(llama, base.RAY, "--executor ray")
+    assert caught.value.engine == "llama.cpp" and caught.value.capability == base.RAY
+    assert "engine 'llama.cpp' does not support Ray workers" in str(caught.value)
+    base.require(registry.get("torch"), base.RAY)  # declared: no error
+
+
+class _Outside:
+    """An engine defined outside the package (what an entry point would name)."""
+
+    name = "outside"
+    capabilities = frozenset({base.SAMPLE_BATCH})
+    options = frozenset()
+    pinned_dtype = "own"
+
+    def open(self, options):
+        raise base.EngineOpenError(f"{options.model}: the outside engine opens nothing")
+
+    def loading_text(self, options):
+        return f"loading {options.model} outside"
+
+    def replay_options(self, pin):
+        return {"model": pin["model"]}
+
+
+def test_an_engine_registered_from_outside_is_found_and_forgotten():
+    registry.register("outside", _Outside)  # a zero-argument callable returning the factory
+    try:
+        assert "outside" in registry.engine_names()
+        assert registry.get("outside").pinned_dtype == "own"
+        with pytest.raises(base.EngineOpenError, match="m.bin: the outside engine opens nothing"):
+            registry.open_engine("outside", base.EngineOptions(model="m.bin"))
+        with pytest.raises(base.CapabilityError, match="'outside' does not support Ray"):
+            base.require(registry.get("outside"), base.RAY)
+    finally:
+        registry.unregister("outside")
+    assert "outside" not in registry.engine_names()
+
+
+def test_an_entry_point_target_that_names_nothing_is_refused_naming_it():
+    table = registry.Registry({}, group="graftbench.no-such-group")
+    table.register("broken", "graftbench.engine.base:NO_SUCH_FACTORY")
+    with pytest.raises(base.EngineOpenError, match="'broken'.*NO_SUCH_FACTORY"):
+        table.get("broken")
+
 
 DEPOSIT = "Problem: What is 6 times 7?\nFinal answer: 42\nSolution: 6 times 7 is 42.\nFinal answer: 42\n\n"
 QUERY = "Problem: What is 6 times 7?\nFinal answer:"
 
 
-def test_the_torch_engine_is_the_seam_and_adds_no_pin_field(session):
-    engine = TorchEngine(session)
-    assert isinstance(engine, Engine)
-    assert engine.name == "torch" and engine.pin_fields() == {}
-    assert engine.tokenize(QUERY) == session.tokenizer(QUERY, add_special_tokens=False).input_ids
+@pytest.mark.model
+def test_the_torch_session_is_the_seam_session(session):
+    assert isinstance(session, base.EngineSession)
+    assert session.engine_name == "torch" and session.capabilities == registry.get("torch").capabilities
+    assert isinstance(session.exactness(), base.ExactnessChecks)
 
 
-def test_a_fresh_prefill_and_a_decode_step_through_the_seam_hash_as_the_direct_path(session):
-    engine, model, chunk = TorchEngine(session), session.model, session.config.chunk_size
-    ids = engine.tokenize(DEPOSIT + QUERY)
-    direct_cache = forward.new_cache(model)
-    direct = forward.prefill(model, direct_cache, ids, chunk)
-    seam_cache = engine.new_cache()
-    seam = engine.prefill(seam_cache, ids, chunk)
-    assert seam.shape == (model.config.vocab_size,)
-    assert engine.logits_sha256(seam) == forward.logits_sha256(direct)
-    token = int(torch.argmax(seam))
-    reserve(direct_cache, direct_cache.get_seq_length() + 1)
-    step_direct = forward.forward(model, direct_cache, [token])
-    step_seam = engine.decode_step(seam_cache, token)
-    assert engine.logits_sha256(step_seam) == forward.logits_sha256(step_direct)
-    every = engine.prefill(engine.new_cache(), ids, chunk, all_logits=True)
-    every_direct = forward.prefill(model, forward.new_cache(model), ids, chunk, all_logits=True)
-    assert every.shape == (len(ids), model.config.vocab_size)
-    assert engine.logits_sha256(every) == forward.logits_sha256(every_direct)
+@pytest.mark.model
+def test_a_graft_through_the_seam_hashes_as_a_fresh_recompute(session):
+    from graftbench.engine.torch import forward, graft
 
-
-def test_a_graft_through_the_seam_hashes_as_the_direct_path(session):
-    engine, model, config = TorchEngine(session), session.model, session.config
-    deposit, query = session.tokenizer(DEPOSIT).input_ids, engine.tokenize(QUERY)
-    data, header = graft.build_artifact(model, config, deposit, {})
-    direct_cache = graft.restore(model, config, decode_artifact(artifact_id_of(data), data))
-    direct = forward.prefill(model, direct_cache, query, config.chunk_size)
-    seam_cache = engine.restore(decode_artifact(artifact_id_of(data), data))
-    specs, tensors = engine.capture(seam_cache, 0)
-    assert specs == header["layers"] and len(tensors) == len(specs)
-    seam = engine.prefill(seam_cache, query, config.chunk_size)
-    assert engine.logits_sha256(seam) == forward.logits_sha256(direct)
-    fresh_cache = engine.new_cache()
-    engine.prefill(fresh_cache, deposit, config.chunk_size)
-    fresh = engine.prefill(fresh_cache, query, config.chunk_size)
-    assert engine.logits_sha256(fresh) == forward.logits_sha256(graft.fresh_recompute(model, config, [deposit], query))
+    deposit, query = session.tokenizer(DEPOSIT).input_ids, session.query_ids("What is 6 times 7?")
+    checks = session.exactness()
+    deposited = checks.deposit(deposit)
+    grafted = checks.graft_logits(deposited, query)
+    fresh = checks.fresh_logits(deposit, query)
+    assert grafted.shape == (len(query), session.model.config.vocab_size)
+    assert session.logits_sha256(grafted) == session.logits_sha256(fresh)
+    direct = graft.fresh_recompute(session.model, session.config, [deposit], query, all_logits=True)
+    assert session.logits_sha256(fresh) == forward.logits_sha256(direct)
+    _, chained = session.prefill_chain([deposit], query)
+    assert session.logits_sha256(session.recompute([deposit], query)) == session.logits_sha256(chained)

@@ -21,11 +21,13 @@ from __future__ import annotations
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from . import decode as llama_decode
 from ..base import Grafted
 from .codec import check_pin, encode_llama_artifact
 from .engine import DEFAULT_N_CTX, LlamaCache, LlamaCppEngine, LlamaState, pinned_config
+from . import CAPABILITIES, NAME
 from ..pin import PinnedConfig
 from ..prompt_ids import PromptIds
 
@@ -39,6 +41,8 @@ class LlamaSession(PromptIds):
     config: PinnedConfig
     eos_ids: set[int] = field(default_factory=set)
     read_buffer: bytearray = field(default_factory=bytearray, repr=False)  # a graft's file is read into it
+    engine_name: ClassVar[str] = NAME
+    capabilities: ClassVar[frozenset[str]] = CAPABILITIES
 
     @property
     def context_window(self) -> int:
@@ -169,6 +173,19 @@ class LlamaSession(PromptIds):
         finally:
             cache.close()
         return encode_llama_artifact(self.config, state, meta)
+
+    def exactness(self):
+        """check-exact's deposit, graft, fresh prefill and controls on this session
+        (:class:`graftbench.engine.llama_cpp.exactness.LlamaExactness`)."""
+        from .exactness import LlamaExactness
+
+        return LlamaExactness(self)
+
+    def describe(self, model: str) -> str:
+        """The line naming the loaded model: the llama.cpp build, KV cache type, flash attention, threads, pin."""
+        return (f"model {model} on llama.cpp {self.config.engine['llama_cpp_python']} · KV {self.engine.kv_type} · "
+                f"flash attention {'on' if self.engine.flash_attn else 'off'} · {self.engine.threads} threads · "
+                f"config {self.config.fingerprint[:12]}")
 
 
 def open_llama_session(spec: str, chunk_size: int = 256, threads: int | None = None, kv_type: str = "f16",

@@ -19,23 +19,13 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
 
 import torch
 
 from ...results.samples import Decoded
+from ..base import SamplingSettings  # the draw's settings, the same for every engine
 from .forward import forward_batch, stop_reached
 from .kv_cache import reserve
-
-
-@dataclass(frozen=True)
-class SamplingSettings:
-    """``temperature`` > 0 (1.0 leaves the logits as they are), ``top_p`` in (0, 1] (1.0 keeps every token),
-    ``seed`` the run's seed (any integer)."""
-
-    temperature: float = 0.7
-    top_p: float = 0.95
-    seed: int = 0
 
 
 NUCLEUS_CANDIDATES = 256  # most likely tokens looked at first; the nucleus rarely needs more at top-p 0.95

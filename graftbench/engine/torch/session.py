@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from . import forward, graft
 from ..base import Grafted
+from . import CAPABILITIES, NAME
 from .sampling import sample_decode
 from ..pin import PinnedConfig, check_kernels
 from .pin_config import build_config, configure_torch
@@ -27,6 +29,8 @@ class Session(PromptIds):
     config: PinnedConfig
     eos_ids: set[int]
     kv_pool: PoolReport = NO_POOL
+    engine_name: ClassVar[str] = NAME
+    capabilities: ClassVar[frozenset[str]] = CAPABILITIES
 
     @property
     def model(self):
@@ -90,6 +94,25 @@ class Session(PromptIds):
     def build_artifact(self, ids: list[int], meta: dict) -> bytes:
         """:func:`graftbench.engine.torch.graft.build_artifact` of ``ids`` with the header fields ``meta``: its bytes."""
         return graft.build_artifact(self.model, self.config, ids, meta)[0]
+
+    def exactness(self):
+        """check-exact's deposit, graft, fresh recompute and controls on this session
+        (:class:`graftbench.engine.torch.exactness.TorchExactness`)."""
+        from .exactness import TorchExactness
+
+        return TorchExactness(self)
+
+    def describe(self, model: str) -> str:
+        """The line naming the loaded model: how it was loaded, the device, the pins, and for a random-weights model
+        its label."""
+        loaded, config = self.loaded, self.config
+        how = ("random weights drawn" if config.random_weights else
+               "cached weights" if loaded.from_cache else "de-quantized GGUF")
+        where = config.accelerator.get("gpu", config.device) if config.accelerator else config.device
+        label = f" · {config.random_weights['label']}" if config.random_weights else ""
+        kernels = "" if config.certified else f" · kernels {config.kernels} (uncertified)"
+        return (f"model {model}: {how} in {loaded.load_s:.2f} s on {where} · isa {config.isa} "
+                f"({config.cpu_capability}) · config {config.fingerprint[:12]}{kernels}{label}")
 
 
 def open_session(model: str = DEFAULT_MODEL, dtype: str = DEFAULT_DTYPE, chunk_size: int = DEFAULT_CHUNK_SIZE,

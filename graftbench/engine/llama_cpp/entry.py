@@ -1,0 +1,53 @@
+"""The llama.cpp engine as the registry opens it (:class:`graftbench.engine.base.EngineFactory`): its capabilities,
+the options it takes and how it loads a GGUF file; importing this module imports neither llama.cpp nor torch."""
+
+from __future__ import annotations
+
+from . import CAPABILITIES, NAME
+from ..base import EngineOpenError, EngineOptions, EngineSession
+
+
+class LlamaCppEngineFactory:
+    """The llama.cpp engine: a GGUF file run by llama.cpp with its weights as stored
+    (:func:`graftbench.engine.llama_cpp.session.open_llama_session`; needs the ``llama`` extra)."""
+
+    name = NAME
+    capabilities = CAPABILITIES
+    options = frozenset({"threads", "kv_type", "flash_attn", "n_ctx"})
+    pinned_dtype = "gguf"  # the weights as the file stores them
+
+    def open(self, options: EngineOptions) -> EngineSession:
+        """Load the GGUF file ``options.model`` with ``options.kv_type`` and flash attention (default: on for a
+        quantized KV cache) and pin it. Raises :class:`graftbench.engine.models.ModelError` for a model that is not
+        a GGUF file, ``ValueError`` for a bad option and :class:`graftbench.engine.base.EngineOpenError` when the
+        extra is missing, the file is absent or llama.cpp cannot load it."""
+        try:
+            from .engine import DEFAULT_N_CTX, LlamaCppError
+            from .session import open_llama_session
+        except ImportError as exc:
+            raise EngineOpenError(f"--engine llama.cpp: {exc}") from exc
+        try:
+            return open_llama_session(options.model, chunk_size=options.chunk_size, threads=options.threads,
+                                      kv_type=options.kv_type, flash_attn=flash_attn_of(options),
+                                      n_ctx=options.n_ctx or DEFAULT_N_CTX)
+        except (FileNotFoundError, LlamaCppError) as exc:
+            raise EngineOpenError(str(exc)) from exc
+
+    def loading_text(self, options: EngineOptions) -> str:
+        """``loading MODEL on llama.cpp (KV TYPE)``."""
+        return f"loading {options.model} on llama.cpp (KV {options.kv_type})"
+
+    def replay_options(self, pin: dict) -> dict:
+        """The :class:`graftbench.engine.base.EngineOptions` fields that reopen llama.cpp under ``pin`` (its
+        ``engine`` dict holds the KV type, flash attention and context size)."""
+        engine = pin["engine"]
+        return {"model": pin["model"], "chunk_size": pin["chunk_size"], "threads": pin["threads"],
+                "kv_type": engine["type_k"], "flash_attn": engine["flash_attn"], "n_ctx": engine["n_ctx"]}
+
+
+def flash_attn_of(options: EngineOptions) -> bool:
+    """Flash attention as asked, else on for a quantized KV cache (which needs it) and off for f16."""
+    return options.flash_attn if options.flash_attn is not None else options.kv_type != "f16"
+
+
+ENGINE = LlamaCppEngineFactory()

@@ -1,0 +1,43 @@
+"""The torch engine as the registry opens it (:class:`graftbench.engine.base.EngineFactory`): its capabilities, the
+options it takes and how it loads a model; importing this module imports no torch (the instruction-set pin comes
+first)."""
+
+from __future__ import annotations
+
+from . import CAPABILITIES, NAME
+from ..base import EngineOptions, EngineSession
+
+
+class TorchEngineFactory:
+    """The torch engine: a ``transformers`` model on the CPU or CUDA (:func:`graftbench.engine.torch.session.open_session`)."""
+
+    name = NAME
+    capabilities = CAPABILITIES
+    options = frozenset({"dtype", "threads", "device", "kernels", "isa"})
+    pinned_dtype = None  # --dtype chooses it
+
+    def open(self, options: EngineOptions) -> EngineSession:
+        """Load ``options.model`` on ``options.device`` (resolved: :func:`graftbench.engine.device.resolve`) in
+        ``options.dtype`` (``auto``: the device's default) and pin the config. Raises
+        :class:`graftbench.engine.models.ModelError`, :class:`graftbench.engine.device.DeviceError` or ``ValueError``
+        naming what is wrong."""
+        from ..device import dtype_for, resolve
+        from .session import open_session
+
+        device = resolve(options.device)
+        return open_session(options.model, dtype=dtype_for(options.dtype, device), chunk_size=options.chunk_size,
+                            threads=options.threads, device=device, kernels=options.kernels)
+
+    def loading_text(self, options: EngineOptions) -> str:
+        """``loading MODEL (DTYPE) on DEVICE``."""
+        from ..device import resolve
+
+        return f"loading {options.model} ({options.dtype}) on {resolve(options.device)}"
+
+    def replay_options(self, pin: dict) -> dict:
+        """The :class:`graftbench.engine.base.EngineOptions` fields that reopen the torch engine under ``pin``."""
+        return {"model": pin["model"], "dtype": pin["dtype"], "chunk_size": pin["chunk_size"],
+                "threads": pin["threads"]}
+
+
+ENGINE = TorchEngineFactory()
