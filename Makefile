@@ -152,12 +152,16 @@ results-index: $(STAMP)
 # each completed comparison (equal or not) with this machine's CPU to results/replays.jsonl: commit that log. Every
 # file is tried; the exit status is non-zero at the end if a replay crashed or differed on a kind of CPU the
 # expectation is known to reproduce on (graftbench/eval/replay_committed.py). EXPECT="FILE ...": those files only.
-# A GPU's certificates (config.device cuda) replay on their GPU.
+# A GPU's certificates (config.device cuda) replay on their GPU. REPLAY_ACROSS_CPU_KINDS=1: a llama.cpp certificate
+# whose pin differs from this build's in detected CPU features alone is compared anyway (check-exact
+# --across-cpu-kinds), logged as a comparison on another kind of CPU, never as a replay on the recorded kind.
 REPLAY_PAIRS ?= 5
 EXPECT ?=
+REPLAY_ACROSS_CPU_KINDS ?=
 replay-exact: $(STAMP) $(LLAMA_STAMP)
 	$(BIN)/python -c 'import sys; from graftbench.eval.replay_committed import main; \
-	  sys.exit(main(".", int(sys.argv[1]), "results/replays.jsonl", sys.argv[2:]))' $(REPLAY_PAIRS) $(EXPECT)
+	  sys.exit(main(".", int(sys.argv[1]), "results/replays.jsonl", sys.argv[3:], across_cpu_kinds=sys.argv[2] == "1"))' \
+	  $(REPLAY_PAIRS) "$(REPLAY_ACROSS_CPU_KINDS)" $(EXPECT)
 
 # Record the committed expectations of the bundled models under the portable pin (about 1.5 h on 2 cores), into
 # the folder of the kind of machine they were first recorded on (REFERENCE_KIND, graftbench/results/layout.py).

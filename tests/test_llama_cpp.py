@@ -1,4 +1,4 @@
-"""The llama.cpp engine (graftbench/engine/llama_cpp/engine.py) and its certificate (graftbench/eval/exactness_llama.py).
+"""The llama.cpp engine (graftbench/engine/llama_cpp/engine.py) and its certificate (graftbench/engine/llama_cpp/exactness.py through graftbench/eval/exactness.py).
 
 The model tests run smollm2-135m on llama.cpp as built on this machine, with short AIME 2024 texts, one thread and
 a small chunk size (several batches per segment), and compare hashes measured here: nothing recorded on another
@@ -18,11 +18,12 @@ from typer.testing import CliRunner
 
 from graftbench.cli.app import app
 from graftbench.engine.pin import PinnedConfig
-from graftbench.eval.replay_committed import (DIFFERS_UNPROVEN, EQUAL, NOT_COMPARABLE, judge, replay_once,
-                                              why_not_runnable)
+from graftbench.eval.replay_committed import (CPU_FEATURE_FIELDS, DIFFERS_ACROSS, DIFFERS_UNPROVEN, EQUAL,
+                                              EQUAL_ACROSS, INSTRUCTION_SET_FEATURES, NOT_COMPARABLE, judge,
+                                              replay_once, system_info_terms, why_not_runnable)
 from graftbench.problems.prompts import PromptLayout
 from graftbench.results.fingerprint import pin_fingerprint
-from graftbench.results.exact_manifest import read_replay_log, verify_exactness_manifest
+from graftbench.results.exact_manifest import read_replay_log, verified_cpus, verify_exactness_manifest
 from graftbench.results.layout import REPLAY_LOG
 from graftbench.util import isa
 
@@ -65,7 +66,7 @@ def texts(llama):
 
 @pytest.mark.model
 def test_a_graft_through_llama_cpp_gives_the_fresh_prefills_logits_byte_for_byte(llama, texts):
-    from graftbench.eval.exactness_llama import deposit_state, fresh_logits, graft_logits
+    from graftbench.engine.llama_cpp.exactness import deposit_state, fresh_logits, graft_logits
 
     hashes = []
     for artifact, query in texts:
@@ -81,7 +82,7 @@ def test_a_graft_through_llama_cpp_gives_the_fresh_prefills_logits_byte_for_byte
 
 @pytest.mark.model
 def test_a_restore_into_a_closed_context_cleared_gives_the_fresh_prefills_logits(llama, texts):
-    from graftbench.eval.exactness_llama import deposit_state, fresh_logits
+    from graftbench.engine.llama_cpp.exactness import deposit_state, fresh_logits
 
     engine = llama.engine
     for artifact, query in texts:
@@ -104,7 +105,7 @@ def test_a_restore_into_a_closed_context_cleared_gives_the_fresh_prefills_logits
 
 @pytest.mark.model
 def test_a_restore_into_a_cache_that_holds_tokens_is_refused(llama, texts):
-    from graftbench.eval.exactness_llama import deposit_state
+    from graftbench.engine.llama_cpp.exactness import deposit_state
 
     artifact, _ = texts[0]
     state = deposit_state(llama, artifact)
@@ -123,7 +124,8 @@ def test_a_restore_into_a_cache_that_holds_tokens_is_refused(llama, texts):
 def test_another_batch_size_is_reported_as_measured_and_is_another_pin(llama, texts, tmp_path):
     from graftbench.eval.exactness import build_pairs
     from graftbench.engine.llama_cpp.session import open_llama_session
-    from graftbench.eval.exactness_llama import check_pair, fresh_logits, window_of
+    from graftbench.engine.llama_cpp.exactness import fresh_logits, window_of
+    from graftbench.eval.exactness import check_pair
     from graftbench.problems.loading import load_problems
 
     problems = load_problems(str(_short_problems(tmp_path / "short.jsonl")))
@@ -142,11 +144,11 @@ def test_another_batch_size_is_reported_as_measured_and_is_another_pin(llama, te
 @pytest.mark.model
 @pytest.mark.slow
 def test_a_llama_cpp_certificate_replays_in_a_second_process(llama, tmp_path):
-    from graftbench.eval.exactness_llama import certify_llama
+    from graftbench.eval.exactness import run_check_exact
     from graftbench.problems.loading import load_problems
 
     source = str(_short_problems(tmp_path / "short.jsonl"))
-    manifest = certify_llama(llama, load_problems(source), source, 2, with_controls=False, control_pairs=0)
+    manifest = run_check_exact(llama, load_problems(source), source, 2, with_controls=False, control_pairs=0)
     assert manifest["totals"]["pairs"] == 2 and manifest["totals"]["exact_pairs"] == 2
     assert verify_exactness_manifest(manifest) == []
     path = tmp_path / "exact-llama.json"
@@ -233,17 +235,61 @@ def test_a_committed_llama_cpp_certificate_replays_here_or_is_declared_another_b
 
 
 @pytest.mark.model
+@pytest.mark.slow
+def test_across_cpu_kinds_compares_a_certificate_of_other_cpu_features_and_proves_no_kind(tmp_path):
+    """``check-exact --expect --across-cpu-kinds`` on a committed certificate's first pair, in a second process,
+    judged from its record. Which branch runs depends on this machine's llama.cpp build, and each is checked:
+
+    - the recorded build: the option changes nothing (an ordinary replay, equal, its record without
+      ``across_cpu_kinds``);
+    - a build that differs in detected CPU features alone: the pair is compared, the record names the differing
+      fields and this build's features against the recorded ones, the verdict is a comparison on another kind of
+      CPU (equal or not), and the record verifies no CPU;
+    - another llama.cpp (a version or build switch): still not comparable, a named skip as in the replay above."""
+    from graftbench.engine.llama_cpp.engine import system_info
+
+    name = "results/amd-epyc-avx512/manifests/exact-smollm2-135m-llama-f16.json"
+    expected = json.loads((ROOT / name).read_text())
+    need("llama.cpp", why_not_runnable(expected))
+    done, record = replay_once(ROOT, ROOT / name, 1, tmp_path / "replay", timeout_s=1800, across_cpu_kinds=True)
+    output = done.stdout + done.stderr
+    outcome = judge(name, expected, record, done.returncode, output, 1, read_replay_log(ROOT / REPLAY_LOG),
+                    isa.environment())
+    recorded, here = (system_info_terms(info) for info in (expected["config"]["engine"]["system_info"], system_info()))
+    if outcome.verdict == NOT_COMPARABLE:
+        beyond = set(record["pin_differences"]) - set(CPU_FEATURE_FIELDS)
+        switches = {k for k in recorded.keys() | here.keys() if recorded.get(k) != here.get(k)} - INSTRUCTION_SET_FEATURES
+        assert "across_cpu_kinds" not in record and (beyond or switches), output
+        pytest.skip(f"{name}: this llama.cpp differs from the recorded one in more than CPU features (the pin differs "
+                    f"in {', '.join(record['pin_differences'])}): nothing compared")
+    if recorded == here:  # the recorded build: the option changes nothing
+        assert "across_cpu_kinds" not in record and "another kind of CPU" not in output, output
+        if outcome.verdict == DIFFERS_UNPROVEN:
+            pytest.xfail(outcome.detail)
+        assert outcome.verdict == EQUAL, f"{outcome.verdict}: {outcome.detail}\n{output}"
+        return
+    assert outcome.verdict in (EQUAL_ACROSS, DIFFERS_ACROSS), f"{outcome.verdict}: {outcome.detail}\n{output}"
+    assert record["compared"] == 1 and set(record["pin_differences"]) <= set(CPU_FEATURE_FIELDS)
+    assert record["across_cpu_kinds"] == {
+        "recorded_only": sorted(f"{k} = {v}" for k, v in recorded.items() if here.get(k) != v),
+        "replayed_only": sorted(f"{k} = {v}" for k, v in here.items() if recorded.get(k) != v)}
+    assert verified_cpus(expected, [record]) == verified_cpus(expected, [])  # it proves no kind of CPU
+    if outcome.verdict == EQUAL_ACROSS:
+        assert "1 compared, 1 equal on another kind of CPU (not a replay on the recorded kind)" in output
+
+
+@pytest.mark.model
 def test_a_replay_under_another_kv_cache_type_is_not_comparable(llama, tmp_path):
     from graftbench.engine.llama_cpp.session import open_llama_session
-    from graftbench.eval.exactness_llama import certify_llama, replay_llama
+    from graftbench.eval.exactness import replay, run_check_exact
     from graftbench.problems.loading import load_problems
 
     source = str(_short_problems(tmp_path / "short.jsonl", count=2))
     problems = load_problems(source)
-    manifest = certify_llama(llama, problems, source, 1, with_controls=False, control_pairs=0)
+    manifest = run_check_exact(llama, problems, source, 1, with_controls=False, control_pairs=0)
     quantized = open_llama_session("smollm2-135m", chunk_size=CHUNK, threads=1, n_ctx=1024, kv_type="q8_0",
                                    flash_attn=True)
-    result = replay_llama(quantized, manifest, problems)
+    result = replay(quantized, manifest, problems)
     assert result.compared == 0 and not result.passed
     assert {"engine.type_k", "engine.type_v", "engine.flash_attn", "cache_class"} <= set(result.pin_differences)
 
@@ -305,7 +351,7 @@ def _query_after_artifact(llama, config, data, artifact, query):
 
 @pytest.mark.model
 def test_a_llama_state_artifact_round_trips_and_its_graft_equals_the_fresh_prefill(llama, texts):
-    from graftbench.eval.exactness_llama import deposit_state, fresh_logits
+    from graftbench.engine.llama_cpp.exactness import deposit_state, fresh_logits
     from graftbench.engine.llama_cpp.codec import encode_llama_artifact
 
     artifact, query = texts[0]
@@ -319,7 +365,7 @@ def test_a_llama_state_artifact_round_trips_and_its_graft_equals_the_fresh_prefi
 
 @pytest.mark.model
 def test_a_llama_state_artifact_that_is_corrupt_or_of_another_pin_is_refused_and_prefilled(llama, texts):
-    from graftbench.eval.exactness_llama import deposit_state, fresh_logits
+    from graftbench.engine.llama_cpp.exactness import deposit_state, fresh_logits
     from graftbench.store.codec import ArtifactError
     from graftbench.store.ids import artifact_id_of
     from graftbench.engine.llama_cpp.codec import decode_llama_artifact, encode_llama_artifact
@@ -350,7 +396,7 @@ def test_a_llama_state_artifact_that_is_corrupt_or_of_another_pin_is_refused_and
 def test_greedy_and_seeded_decoding_after_a_graft_give_the_fresh_prefills_tokens(llama, texts):
     from graftbench.engine.llama_cpp.decode import decode, eos_ids_of
     from graftbench.engine.torch.sampling import SamplingSettings
-    from graftbench.eval.exactness_llama import deposit_state
+    from graftbench.engine.llama_cpp.exactness import deposit_state
 
     artifact, query = texts[0]
     state, engine, eos = deposit_state(llama, artifact), llama.engine, eos_ids_of(llama.engine, llama.tokenizer)

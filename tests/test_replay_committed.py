@@ -11,9 +11,13 @@ from pathlib import Path
 import pytest
 
 from graftbench.eval import replay_committed as rc
-from graftbench.results.exact_manifest import read_replay_log
+from graftbench.results.exact_manifest import known_to_reproduce, pin_differences, read_replay_log, verified_cpus
 from graftbench.util import isa
 from graftbench.util.hashing import sha256_json
+
+from typer.testing import CliRunner
+
+from graftbench.cli.app import app
 
 from .conftest import REFERENCE_MANIFESTS, ROOT
 
@@ -103,7 +107,8 @@ def test_every_expectation_is_tried_each_completed_comparison_logged_and_the_exi
     }
     ran = []
 
-    def stand_in(root_, path, limit, work, env=None):
+    def stand_in(root_, path, limit, work, env=None, across_cpu_kinds=False):
+        assert not across_cpu_kinds  # not asked for
         ran.append((path.name, limit))
         code, counts = scripted[path.name]
         record = None
@@ -158,3 +163,111 @@ def test_replay_exact_runs_the_loop_over_every_file():
     makefile = (ROOT / "Makefile").read_text()
     recipe = makefile[makefile.index("\nreplay-exact:"):].split("\n\n", 1)[0]
     assert "graftbench.eval.replay_committed import main" in recipe and "|| exit 1" not in recipe
+
+
+LLAMA_CERTIFICATE = REFERENCE_MANIFESTS / "exact-smollm2-135m-llama-f16.json"
+
+
+def _pin_with_system_info(pin: dict, change) -> dict:
+    """``pin`` (a llama.cpp certificate's) with ``change`` applied to its system_info, in both fields that hold it."""
+    info = change(pin["engine"]["system_info"])
+    return {**pin, "cpu_capability": info, "engine": {**pin["engine"], "system_info": info}}
+
+
+def test_a_pin_that_differs_in_cpu_features_alone_is_told_from_any_other_difference():
+    recorded = json.loads(LLAMA_CERTIFICATE.read_text())["config"]
+    assert "AVX_VNNI = 1 | " in recorded["engine"]["system_info"]
+    no_vnni = _pin_with_system_info(recorded, lambda info: info.replace("AVX_VNNI = 1 | ", ""))
+    assert rc.cpu_feature_difference(recorded, no_vnni) == {
+        "fields": ["cpu_capability", "engine.system_info"], "recorded_only": ["AVX_VNNI = 1"], "replayed_only": []}
+    amx = _pin_with_system_info(recorded, lambda info: info.replace("AVX_VNNI = 1", "AMX_INT8 = 1"))
+    assert rc.cpu_feature_difference(recorded, amx)["replayed_only"] == ["AMX_INT8 = 1"]
+    assert rc.cpu_feature_difference(recorded, recorded) is None  # equal pins: an ordinary replay
+    not_these = {  # each another code path, not CPU features alone: stays not comparable
+        "a build switch": _pin_with_system_info(recorded, lambda info: info.replace("OPENMP = 1 | ", "")),
+        "another llama.cpp": {**no_vnni, "engine": {**no_vnni["engine"], "llama_cpp_python": "0.3.35"}},
+        "another cache": {**no_vnni, "engine": {**no_vnni["engine"], "type_k": "q8_0"}},
+        "another thread count": {**no_vnni, "threads": 2},
+        "not a system_info": _pin_with_system_info(recorded, lambda info: "AVX2 = 1"),
+    }
+    for why, here in not_these.items():
+        assert rc.cpu_feature_difference(recorded, here) is None, why
+    one_field = {**recorded, "cpu_capability": no_vnni["cpu_capability"]}  # the engine's system_info equal
+    assert rc.cpu_feature_difference(recorded, one_field)["fields"] == ["cpu_capability"]
+
+
+def test_adopting_the_cpu_features_changes_those_fields_only_and_keeps_the_pairs():
+    expected = json.loads(LLAMA_CERTIFICATE.read_text())
+    here = _pin_with_system_info(expected["config"], lambda info: info.replace("AVX_VNNI = 1 | ", ""))
+    adopted, difference = rc.adopt_cpu_features(expected, here)
+    assert pin_differences(adopted["config"], here) == []
+    assert pin_differences(expected["config"], adopted["config"]) == difference["fields"]
+    assert adopted["pairs"] == expected["pairs"] and adopted["manifest_sha256"] == expected["manifest_sha256"]
+    assert "AVX_VNNI = 1" in expected["config"]["engine"]["system_info"]  # the expectation itself is untouched
+    assert rc.adopt_cpu_features(expected, {**here, "threads": 2}) is None
+    assert rc.describe_features(difference) == "AVX_VNNI = 1 recorded, not here"
+
+
+def _across(compared: int, equal: int, difference: str | None = None,
+            pins=("cpu_capability", "engine.system_info")) -> dict:
+    return {**_record(compared, equal, difference, list(pins)),
+            "across_cpu_kinds": {"recorded_only": ["AVX_VNNI = 1"], "replayed_only": []}}
+
+
+def test_a_comparison_across_cpu_kinds_is_logged_never_failed_and_never_proves_the_recorded_kind():
+    equal = _judge(_across(5, 5), 0, AMD)
+    assert (equal.verdict, equal.failed, equal.completed, equal.kept) == (rc.EQUAL_ACROSS, False, True, True)
+    assert "AVX_VNNI = 1 recorded, not here" in equal.detail and "pin differs in cpu_capability" in equal.detail
+    # a difference is a finding, even where the expectation is known to reproduce (here: the recorded kind)
+    differs = _judge(_across(2, 1, "pair-001: state 1 != 2"), 1, AMD)
+    assert (differs.verdict, differs.failed, differs.completed) == (rc.DIFFERS_ACROSS, False, True)
+    assert rc.exit_status([equal, differs]) == 0
+    # counts or exit status that contradict the record, or a pin that differs in more than CPU features: failed
+    assert _judge(_across(3, 3), 0).verdict == rc.FAILED
+    assert _judge(_across(5, 5), 1).verdict == rc.FAILED
+    assert _judge(_across(2, 1, "pair-001: state"), 0).verdict == rc.FAILED
+    assert _judge(_across(5, 5, pins=("cpu_capability", "threads")), 0).verdict == rc.FAILED
+    assert _judge(_across(5, 5, pins=()), 0).verdict == rc.FAILED
+    # an equal comparison across kinds verifies no CPU: the replayed kind stays unproven
+    record = {**_across(5, 5), "replayed_on": XEON}
+    assert verified_cpus(EXPECTED, [record]) == [AMD]
+    assert not known_to_reproduce(EXPECTED, [record], XEON)
+    assert rc.summary([equal, differs]) == "1 equal on another kind of CPU; 1 differs on another kind of CPU"
+
+
+def test_replay_exact_asked_across_cpu_kinds_passes_the_option_to_llama_cpp_certificates_alone(tmp_path, monkeypatch):
+    root, names = _committed_root(tmp_path)
+    monkeypatch.setattr(rc, "why_not_runnable", lambda expected: None)
+    asked = {}
+
+    def stand_in(root_, path, limit, work, env=None, across_cpu_kinds=False):
+        asked[path.name] = across_cpu_kinds
+        sha = json.loads(path.read_text())["manifest_sha256"]
+        record = {**(_across(5, 5) if across_cpu_kinds else _record(5, 5)), "expectation_sha256": sha}
+        return subprocess.CompletedProcess([], 0, "", ""), record
+
+    monkeypatch.setattr(rc, "replay_once", stand_in)
+    log = tmp_path / "replays.jsonl"
+    outcomes = rc.replay_committed(root, 5, log, say=lambda line: None, across_cpu_kinds=True)
+    assert asked == {"exact-gemma3-270m.json": False, "exact-smollm2-135m-bf16.json": False,
+                     "exact-smollm2-135m.json": False, "exact-smollm2-135m-llama-f16.json": True}
+    assert {o.name.rsplit("/", 1)[1]: o.verdict for o in outcomes}["exact-smollm2-135m-llama-f16.json"] \
+        == rc.EQUAL_ACROSS
+    assert [("across_cpu_kinds" in r) for r in read_replay_log(log)] == [False, False, True, False]
+    assert rc.replay_arguments(Path("e.json"), 5, Path("l.jsonl"), True)[-1] == "--across-cpu-kinds"
+    assert "--across-cpu-kinds" not in rc.replay_arguments(Path("e.json"), 5, Path("l.jsonl"))
+
+
+def test_across_cpu_kinds_is_refused_without_expect_and_for_a_torch_expectation():
+    runner = CliRunner()
+    alone = runner.invoke(app, ["check-exact", "--across-cpu-kinds"])
+    assert alone.exit_code != 0 and "--across-cpu-kinds applies with --expect only" in alone.output
+    torch = runner.invoke(app, ["check-exact", "--expect", str(REFERENCE_MANIFESTS / "exact-smollm2-135m.json"),
+                                "--across-cpu-kinds"])
+    assert torch.exit_code != 0 and "--across-cpu-kinds applies to llama.cpp expectations" in torch.output
+
+
+def test_replay_exact_passes_replay_across_cpu_kinds_through():
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = makefile[makefile.index("\nreplay-exact:"):].split("\n\n", 1)[0]
+    assert '"$(REPLAY_ACROSS_CPU_KINDS)"' in recipe and 'across_cpu_kinds=sys.argv[2] == "1"' in recipe

@@ -30,6 +30,10 @@ def check_exact(
                                         "START: to the last)"),
     log: Optional[Path] = typer.Option(None, "--log", help="with --expect: append the outcome and both CPUs to this "
                                        "replay log (JSON lines, e.g. results/replays.jsonl)"),
+    across_cpu_kinds: bool = typer.Option(False, "--across-cpu-kinds", help="with --expect of a llama.cpp "
+                                          "expectation: compare the pairs even where this llama.cpp build differs "
+                                          "from the recorded one in detected CPU features alone; logged as a "
+                                          "comparison on another kind of CPU, never as a replay on the recorded one"),
     extend: Optional[Path] = typer.Option(None, "--extend", help="start from this expectation's pair records "
                                           "(same pin and problem set) and measure only the pairs it lacks"),
     runs_dir: str = RunsOpt,
@@ -44,9 +48,9 @@ def check_exact(
         fail(str(exc))
     if expect is not None:
         first, end = _pair_range(pairs, limit)
-        return _replay(expect, end, isa, log, first)
-    if pairs is not None:
-        fail("--pairs applies with --expect only")
+        return _replay(expect, end, isa, log, first, across_cpu_kinds)
+    if pairs is not None or across_cpu_kinds:
+        fail(f"{'--pairs' if pairs is not None else '--across-cpu-kinds'} applies with --expect only")
     if engine != "torch":
         from .exact_llama import check_exact_llama
 
@@ -143,7 +147,8 @@ def _pair_range(pairs: str | None, limit: int | None) -> tuple[int, int | None]:
     return int(match.group(1)), int(match.group(2)) if match.group(2) else None
 
 
-def _replay(expect: Path, limit, isa: str | None, log: Path | None, first: int = 0) -> None:
+def _replay(expect: Path, limit, isa: str | None, log: Path | None, first: int = 0,
+            across_cpu_kinds: bool = False) -> None:
     expected = _load_expectation(expect)
     pin = expected["config"]
     if first >= len(expected["pairs"]):
@@ -153,7 +158,10 @@ def _replay(expect: Path, limit, isa: str | None, log: Path | None, first: int =
             fail("--pairs replays expectations of the torch engine; on llama.cpp use --limit")
         from .exact_llama import replay_llama_expectation
 
-        return replay_llama_expectation(expect, expected, limit, log)
+        return replay_llama_expectation(expect, expected, limit, log, across_cpu_kinds)
+    if across_cpu_kinds:
+        fail("--across-cpu-kinds applies to llama.cpp expectations: a torch expectation pinned to --isa avx2 is "
+             "compared on any CPU with AVX2 already, and one pinned to native kernels runs on its kind alone")
     apply_isa(isa or pin.get("isa", "native"))
     from ..eval.exactness import replay_and_log
     from ..util.isa import describe_cpu

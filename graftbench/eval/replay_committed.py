@@ -16,6 +16,17 @@ the record tells what happened:
   expectation or of fewer pairs than asked with no difference, or an exit status that contradicts the record: a
   failure everywhere.
 
+Asked to (``check-exact --expect FILE --across-cpu-kinds``, ``make replay-exact REPLAY_ACROSS_CPU_KINDS=1``), a
+llama.cpp expectation whose pin differs from this machine's only in the CPU features llama.cpp detected
+(:func:`cpu_feature_difference`: ``cpu_capability`` and ``engine.system_info``, and in those only instruction-set
+terms such as ``AVX_VNNI``) is compared anyway. Its record keeps those fields in ``pin_differences`` and names the
+features in ``across_cpu_kinds``, so it never verifies a CPU
+(:func:`graftbench.results.exact_manifest.verified_cpus` skips a record with pin differences):
+
+- :data:`EQUAL_ACROSS`: every pair asked for compared, all equal, on another kind of CPU: logged, not a replay on
+  the recorded kind;
+- :data:`DIFFERS_ACROSS`: a completed comparison that found a difference there: logged, never a failure.
+
 :func:`replay_committed` (``make replay-exact``) replays every committed CPU expectation whose model and libraries
 are installed, appends each completed comparison (equal or not) and each not-comparable pin to the replay log, and
 :func:`exit_status` is non-zero when any replay failed or differed where it should reproduce. The test suite
@@ -44,7 +55,17 @@ DIFFERS_UNPROVEN = "differs on a kind of CPU not proven to reproduce"
 NOT_COMPARABLE = "not comparable"
 FAILED = "failed"
 NOT_RUN = "not run here"
+EQUAL_ACROSS = "equal on another kind of CPU"
+DIFFERS_ACROSS = "differs on another kind of CPU"
 FAILING = frozenset({DIFFERS, FAILED})  # the verdicts that make replay-exact (and a test) fail
+# The pin fields that hold llama.cpp's system_info (the CPU features its CPU backend was built for and detected).
+CPU_FEATURE_FIELDS = ("cpu_capability", "engine.system_info")
+# The instruction-set terms of llama.cpp's system_info (ggml-cpu's ggml_backend_cpu_get_features); its other terms
+# (LLAMAFILE, OPENMP, REPACK, KLEIDIAI, ...) are build switches, another code path: never tolerated.
+INSTRUCTION_SET_FEATURES = frozenset({
+    "SSE3", "SSSE3", "AVX", "AVX_VNNI", "AVX2", "F16C", "FMA", "BMI2", "AVX512", "AVX512_VBMI", "AVX512_VNNI",
+    "AVX512_BF16", "AMX_INT8", "NEON", "ARM_FMA", "FP16_VA", "MATMUL_INT8", "SVE", "DOTPROD", "SVE_CNT", "SME",
+    "RISCV_V", "VSX", "WASM_SIMD", "VXE", "NNPA"})
 REPLAY_TIMEOUT_S = 6 * 3600  # the longest committed replay (qwen2.5-coder-1.5b, bfloat16, 5 pairs, 1 thread) takes
 # well under an hour on the machines it was recorded on; a replay past this is hung, and judged FAILED
 
@@ -67,8 +88,9 @@ class Outcome:
 
     @property
     def completed(self) -> bool:
-        """Whether a comparison ran to its end (equal or with a recorded difference)."""
-        return self.verdict in (EQUAL, DIFFERS, DIFFERS_UNPROVEN)
+        """Whether a comparison ran to its end (equal or with a recorded difference), on the recorded pin or, asked
+        to, across CPU kinds."""
+        return self.verdict in (EQUAL, DIFFERS, DIFFERS_UNPROVEN, EQUAL_ACROSS, DIFFERS_ACROSS)
 
     @property
     def kept(self) -> bool:
@@ -98,6 +120,8 @@ def judge(name: str, expected: dict, record: dict | None, returncode: int, outpu
         return Outcome(name, FAILED, f"the logged record is of expectation {str(record.get('expectation_sha256'))[:16]},"
                                      f" not {str(expected.get('manifest_sha256'))[:16]}", record)
     compared, equal, difference = record.get("compared"), record.get("equal"), record.get("first_difference")
+    if record.get("across_cpu_kinds") is not None:
+        return _judge_across(name, expected, record, returncode, last_line, limit, here)
     if record.get("pin_differences"):
         fields = ", ".join(record["pin_differences"])
         if returncode != 1 or compared:
@@ -120,11 +144,108 @@ def judge(name: str, expected: dict, record: dict | None, returncode: int, outpu
     return Outcome(name, DIFFERS_UNPROVEN, detail, record)
 
 
-def replay_arguments(expectation: Path, limit: int, log: Path) -> list[str]:
+def _judge_across(name: str, expected: dict, record: dict, returncode: int, last_line: str, limit: int | None,
+                  here: dict) -> Outcome:
+    """The verdict on a record of a comparison across CPU kinds (``across_cpu_kinds`` set): :data:`EQUAL_ACROSS`,
+    :data:`DIFFERS_ACROSS`, or :data:`FAILED` when its pin differences are not CPU features alone, or its counts or
+    exit status contradict it."""
+    compared, equal, difference = record.get("compared"), record.get("equal"), record.get("first_difference")
+    fields = record.get("pin_differences") or []
+    if not fields or not set(fields) <= set(CPU_FEATURE_FIELDS):
+        return Outcome(name, FAILED, f"a record compared across CPU kinds whose pin differs in "
+                                     f"{', '.join(fields) or 'nothing'}, not in CPU features alone", record)
+    features = record["across_cpu_kinds"]
+    cpus = (f"pin differs in {', '.join(fields)}: {describe_features(features)}; recorded on "
+            f"{isa.describe_cpu(expected.get('environment', {}))}, compared on {isa.describe_cpu(here)}")
+    asked = pairs_asked(expected, limit)
+    if difference is None:
+        if (compared, equal, returncode) != (asked, asked, 0):
+            return Outcome(name, FAILED, f"{compared} compared, {equal} equal of {asked} asked across CPU kinds, no "
+                                         f"difference recorded, exit status {returncode}: {last_line}", record)
+        return Outcome(name, EQUAL_ACROSS, f"{compared} compared, {equal} equal ({cpus})", record)
+    if returncode != 1 or not isinstance(compared, int) or not 0 < compared <= asked or equal != compared - 1:
+        return Outcome(name, FAILED, f"a difference recorded across CPU kinds ({difference}) with {compared} "
+                                     f"compared, {equal} equal and exit status {returncode}: {last_line}", record)
+    return Outcome(name, DIFFERS_ACROSS, f"{compared} compared, {equal} equal, first difference {difference} ({cpus})",
+                   record)
+
+
+def system_info_terms(text: str) -> dict[str, str] | None:
+    """llama.cpp's system_info (``CPU : SSE3 = 1 | AVX = 1 | ... |``) as ``{term: value}``; ``None`` when ``text``
+    is not one CPU backend's list of ``NAME = VALUE`` terms."""
+    if not isinstance(text, str) or not text.startswith("CPU :"):
+        return None
+    terms = {}
+    for piece in text.removeprefix("CPU :").split("|"):
+        if not piece.strip():
+            continue
+        term, sep, value = (part.strip() for part in piece.partition("="))
+        if not sep or not term or not value or term in terms:
+            return None
+        terms[term] = value
+    return terms
+
+
+def cpu_feature_difference(recorded: dict, here: dict) -> dict | None:
+    """How the config pin ``here`` (this machine's llama.cpp session's) differs from the expectation's pin
+    ``recorded`` when it differs in the CPU features llama.cpp detected alone: ``{"fields": the differing
+    :data:`CPU_FEATURE_FIELDS`, "recorded_only": [terms], "replayed_only": [terms]}`` (terms as ``NAME = VALUE``).
+    ``None`` when the pins are equal, or differ in any other field (the llama.cpp version, a build switch such as
+    ``OPENMP``, the model, the cache, ...), or a system_info is not one (:func:`system_info_terms`)."""
+    from ..results.exact_manifest import pin_differences
+
+    fields = pin_differences(recorded, here)
+    if not fields or not set(fields) <= set(CPU_FEATURE_FIELDS):
+        return None
+    recorded_only, replayed_only = set(), set()
+    for field in fields:
+        before, after = (system_info_terms(_field(pin, field)) for pin in (recorded, here))
+        if before is None or after is None:
+            return None
+        recorded_only |= {f"{k} = {v}" for k, v in before.items() if after.get(k) != v}
+        replayed_only |= {f"{k} = {v}" for k, v in after.items() if before.get(k) != v}
+    if any(term.split(" = ")[0] not in INSTRUCTION_SET_FEATURES for term in recorded_only | replayed_only):
+        return None
+    return {"fields": fields, "recorded_only": sorted(recorded_only), "replayed_only": sorted(replayed_only)}
+
+
+def _field(pin: dict, dotted: str):
+    for part in dotted.split("."):
+        pin = pin.get(part) if isinstance(pin, dict) else None
+    return pin
+
+
+def adopt_cpu_features(expected: dict, here: dict) -> tuple[dict, dict] | None:
+    """For ``check-exact --expect --across-cpu-kinds``: when the pin ``here`` differs from ``expected``'s only in CPU
+    features (:func:`cpu_feature_difference`), the expectation to compare the pairs against (``expected`` with
+    this machine's values in those fields, its pair hashes unchanged) and the difference; else ``None`` (equal pins
+    replay as ever; any other difference stays not comparable)."""
+    difference = cpu_feature_difference(expected["config"], here)
+    if difference is None:
+        return None
+    config = {**expected["config"], "engine": dict(expected["config"].get("engine") or {})}
+    for field in difference["fields"]:
+        *parents, last = field.split(".")
+        target = config
+        for part in parents:
+            target = target[part]
+        target[last] = _field(here, field)
+    return {**expected, "config": config}, difference
+
+
+def describe_features(difference: dict) -> str:
+    """One phrase naming the CPU features of a :func:`cpu_feature_difference` (or a record's ``across_cpu_kinds``)."""
+    parts = [f"{', '.join(difference[key])} {where}" for key, where in
+             (("recorded_only", "recorded, not here"), ("replayed_only", "here, not recorded")) if difference.get(key)]
+    return "; ".join(parts) or "no feature named"
+
+
+def replay_arguments(expectation: Path, limit: int, log: Path, across_cpu_kinds: bool = False) -> list[str]:
     """The arguments after the Python executable that replay ``expectation`` (``limit`` pairs) in a fresh process
-    and log its one record to ``log``."""
+    and log its one record to ``log``; ``across_cpu_kinds``: compare its pairs where the pin differs in CPU features
+    alone (``--across-cpu-kinds``)."""
     return ["-m", "graftbench.cli.app", "check-exact", "--expect", str(expectation), "--limit", str(limit),
-            "--log", str(log)]
+            "--log", str(log), *(["--across-cpu-kinds"] if across_cpu_kinds else [])]
 
 
 def logged_record(log: Path) -> dict | None:
@@ -141,17 +262,19 @@ def logged_record(log: Path) -> dict | None:
 
 
 def replay_once(root: Path, expectation: Path, limit: int, work: Path, env: dict[str, str] | None = None,
-                timeout_s: float = REPLAY_TIMEOUT_S) -> tuple[subprocess.CompletedProcess, dict | None]:
+                timeout_s: float = REPLAY_TIMEOUT_S, across_cpu_kinds: bool = False,
+                ) -> tuple[subprocess.CompletedProcess, dict | None]:
     """Replay ``expectation`` (``limit`` pairs) in a fresh process run in ``root`` with environment ``env`` (this
     process's when ``None``), logging to a new file under ``work``; returns the finished process (stdout and stderr
     as text) and the record it logged (``None`` if none). A replay past ``timeout_s`` seconds is killed, and its
-    process returned with exit status -9 (its record, if it wrote one, still read)."""
+    process returned with exit status -9 (its record, if it wrote one, still read). ``across_cpu_kinds``: as
+    :func:`replay_arguments`."""
     work.mkdir(parents=True, exist_ok=True)
     handle, log_name = tempfile.mkstemp(prefix="replay-", suffix=".jsonl", dir=work)
     os.close(handle)
     log = Path(log_name)
     log.unlink()  # the replay creates it; an empty file left would read as "no record"
-    command = [sys.executable, *replay_arguments(expectation, limit, log)]
+    command = [sys.executable, *replay_arguments(expectation, limit, log, across_cpu_kinds)]
     try:
         done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired as exc:
@@ -186,6 +309,13 @@ def why_not_runnable(expected: dict) -> str | None:
     if model_missing:
         return model_missing
     if pin.get("engine"):
+        if pin["engine"].get("build") == "portable":  # a build of its own folder, made by `make llama-portable`
+            from ..engine.llama_cpp.portable_build import LlamaBuildError, identity
+
+            try:
+                identity()
+            except LlamaBuildError as exc:
+                return str(exc)
         return None  # an engine that records its build in its pin: the replay compares it (not comparable if another)
     pin_isa, here = pin.get("isa", "native"), isa.native_capability()
     if not isa.supported(pin_isa):
@@ -221,12 +351,13 @@ def _model_missing(spec: str) -> str | None:
 
 
 def replay_committed(root: Path, limit: int, log: Path, only: list[Path] | None = None,
-                     say: Callable[[str], None] = print) -> list[Outcome]:
+                     say: Callable[[str], None] = print, across_cpu_kinds: bool = False) -> list[Outcome]:
     """Replay ``limit`` pairs of every committed CPU expectation under ``root`` (or of the files ``only``) that
     this machine can run, one at a time, each in a fresh process; append the record of each completed comparison and
     of each pin found not comparable (:attr:`Outcome.kept`) to the replay log ``log`` as it comes, and say each
     outcome on one line. Returns the outcomes, those not run
-    included (:data:`NOT_RUN`, with the reason).
+    included (:data:`NOT_RUN`, with the reason). ``across_cpu_kinds``: the llama.cpp expectations are replayed with
+    ``--across-cpu-kinds`` (:data:`EQUAL_ACROSS`, :data:`DIFFERS_ACROSS`); the torch ones as ever.
 
     Raises:
         ValueError: a file of ``only`` is not a committed CPU expectation, or the replay log cannot be read.
@@ -250,7 +381,8 @@ def replay_committed(root: Path, limit: int, log: Path, only: list[Path] | None 
                 outcome = Outcome(name, NOT_RUN, reason)
             else:
                 known = read_replay_log(log)
-                done, record = replay_once(root, path, limit, Path(work), env)
+                across = across_cpu_kinds and bool(expected["config"].get("engine"))
+                done, record = replay_once(root, path, limit, Path(work), env, across_cpu_kinds=across)
                 outcome = judge(name, expected, record, done.returncode, done.stdout + done.stderr, limit, known, here)
                 if outcome.kept:
                     append_replay_log(log, outcome.record)
@@ -271,20 +403,14 @@ def summary(outcomes: list[Outcome]) -> str:
 
 def exit_status(outcomes: list[Outcome]) -> int:
     """1 when any replay failed (:data:`FAILED`) or differed where it should reproduce (:data:`DIFFERS`), else 0:
-    a difference on a kind of CPU not proven to reproduce, a pin that is not comparable and an expectation this
-    machine cannot run are reported, not failures."""
+    a difference on a kind of CPU not proven to reproduce or across CPU kinds, a pin that is not comparable and an
+    expectation this machine cannot run are reported, not failures."""
     return 1 if any(outcome.failed for outcome in outcomes) else 0
 
 
-def main(root: str, limit: int, log: str, only: list[str] | None = None) -> int:
+def main(root: str, limit: int, log: str, only: list[str] | None = None, across_cpu_kinds: bool = False) -> int:
     """``make replay-exact``: :func:`replay_committed`, then the :func:`summary` line; returns :func:`exit_status`."""
-    outcomes = replay_committed(Path(root), limit, Path(log), [Path(p) for p in only or []] or None)
+    outcomes = replay_committed(Path(root), limit, Path(log), [Path(p) for p in only or []] or None,
+                                across_cpu_kinds=across_cpu_kinds)
     print(summary(outcomes))
     return exit_status(outcomes)
-        if pin["engine"].get("build") == "portable":  # a build of its own folder, made by `make llama-portable`
-            from ..engine.llama_cpp.portable_build import LlamaBuildError, identity
-
-            try:
-                identity()
-            except LlamaBuildError as exc:
-                return str(exc)

@@ -131,10 +131,15 @@ REPLAY_SCHEMA = "graftbench.replay/1"
 
 
 def replay_record(expected: dict, *, compared: int, equal: int, first_difference: str | None,
-                  pin_differences_found: list[str], replayed_gpu: str | None = None) -> dict:
+                  pin_differences_found: list[str], replayed_gpu: str | None = None,
+                  across_cpu_kinds: dict | None = None) -> dict:
     """One line of a replay log: which expectation (by its ``manifest_sha256``) was replayed where, under which
     pin, and with what outcome. ``recorded_on`` and ``replayed_on`` name the CPUs (model and native capability)
-    and, for a run on a GPU, the GPU (``gpu``: the recorded pin's ``accelerator.gpu``, and ``replayed_gpu``)."""
+    and, for a run on a GPU, the GPU (``gpu``: the recorded pin's ``accelerator.gpu``, and ``replayed_gpu``).
+    ``across_cpu_kinds`` (``{"recorded_only": [...], "replayed_only": [...]}``, the CPU features that differ; only
+    when given): the pairs were compared although the pin differs in ``pin_differences_found``, CPU features alone
+    (``check-exact --across-cpu-kinds``, :mod:`graftbench.eval.replay_committed`), so the record verifies no CPU
+    (:func:`verified_cpus`)."""
     recorded = expected.get("environment", {})
     recorded_gpu = (expected["config"].get("accelerator") or {}).get("gpu")
     return {
@@ -151,6 +156,7 @@ def replay_record(expected: dict, *, compared: int, equal: int, first_difference
         "equal": equal,
         "first_difference": first_difference,
         "pin_differences": pin_differences_found,
+        **({"across_cpu_kinds": across_cpu_kinds} if across_cpu_kinds is not None else {}),
     }
 
 
