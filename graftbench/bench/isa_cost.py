@@ -113,5 +113,8 @@ def write_outputs(result: dict, out: Path, stem: str) -> list[Path]:
 
 
 if __name__ == "__main__":
+    from ..util.allocator import set_allocator_for_grafts
+
+    set_allocator_for_grafts()  # as the command line that starts this probe
     model, dtype, prompt, decode, threads, problems = sys.argv[1:7]
     print(json.dumps(_probe(model, dtype, int(prompt), int(decode), int(threads), problems)))

@@ -51,4 +51,7 @@ def measure_load(model: str, dtype: str, cold: bool, warm_repeats: int = 2) -> d
 
 
 if __name__ == "__main__":
+    from ..util.allocator import set_allocator_for_grafts
+
+    set_allocator_for_grafts()  # as the command line that starts this probe
     print(json.dumps(_probe(sys.argv[1], sys.argv[2])))

@@ -58,6 +58,9 @@ def graft_memory(store_root, artifact_id: str, model: str, dtype: str, chunk_siz
 
 
 if __name__ == "__main__":
+    from ..util.allocator import set_allocator_for_grafts
+
+    set_allocator_for_grafts()  # as the command line that starts this probe
     root, artifact, name, dtype_name, chunk, query_json = sys.argv[1:7]
     pool = int(sys.argv[7]) if len(sys.argv) > 7 else 0
     print(json.dumps(_probe(root, artifact, name, dtype_name, int(chunk), json.loads(query_json), pool)))
