@@ -42,7 +42,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, NamedTuple
 
-from ..engine.registry import DEFAULT_ENGINE
 from ..eval.dispatch import RAY_EXTRA, ClusterOptions, DispatchError, DispatchReport, Ledger
 from ..problems.types import Problem
 from ..settings import EvalSettings
@@ -57,10 +56,9 @@ LOCAL_OBJECT_STORE_BYTES = 256 << 20  # a local cluster's object store: samples 
 class WorkerPin:
     """What each worker loads: ``model`` (alias, path or hub id, as for one process), ``dtype`` (``auto``: float32
     on the CPU, bfloat16 on CUDA, resolved by the worker), ``chunk_size`` (tokens), ``isa`` (``native`` or ``avx2``,
-    :mod:`graftbench.util.isa`), torch ``threads``, ``device`` (``--device``: ``auto`` resolved on the worker's
-    machine; ``cuda`` reserves one GPU per worker, :func:`worker_gpus`) and ``engine`` (a name in
-    :mod:`graftbench.engine.registry` whose engine declares :data:`graftbench.engine.base.RAY`). Together with the
-    worker's machine and libraries they make its :class:`graftbench.engine.pin.PinnedConfig`."""
+    :mod:`graftbench.util.isa`), torch ``threads`` and ``device`` (``--device``: ``auto`` resolved on the worker's
+    machine; ``cuda`` reserves one GPU per worker, :func:`worker_gpus`). Together with the worker's machine and
+    libraries they make its :class:`graftbench.engine.pin.PinnedConfig`."""
 
     model: str
     dtype: str
@@ -68,7 +66,6 @@ class WorkerPin:
     isa: str
     threads: int
     device: str = "auto"
-    engine: str = DEFAULT_ENGINE
 
 
 def known_pin(pin: WorkerPin) -> dict:
@@ -138,8 +135,7 @@ class ProblemWorker:
     grafts, and :func:`graftbench.eval.evaluate.run_problem` for each problem handed to it. ``cwd``: the driver's
     working folder, entered when this machine has it (so relative model and store paths mean the same). Raises
     :class:`graftbench.util.isa.IsaError`, :class:`graftbench.engine.device.DeviceError` (a CUDA device the worker's
-    machine lacks), :class:`graftbench.engine.base.CapabilityError` (an engine without Ray workers),
-    :class:`graftbench.engine.models.ModelError` or
+    machine lacks), :class:`graftbench.engine.models.ModelError` or
     :class:`graftbench.store.folder.StoreError` when it cannot start (the driver reports it as refused)."""
 
     def __init__(self, pin: WorkerPin, settings: EvalSettings, store_root: str | None, cwd: str | None,
@@ -152,16 +148,13 @@ class ProblemWorker:
         apply(pin.isa)  # before torch is imported in this process
         set_allocator_for_grafts()  # as the command line does in the driver
         from ..util.energy import EnergyMeter
-        from ..engine.base import RAY, EngineOptions, require
-        from ..engine.device import resolve
-        from ..engine.registry import get
+        from ..engine.device import dtype_for, resolve
+        from ..engine.torch.session import open_session
         from ..store.open import open_store
 
-        factory = get(pin.engine)
-        require(factory, RAY, "a Ray worker")
         device = resolve(pin.device)
-        self.session = factory.open(EngineOptions(model=pin.model, dtype=pin.dtype, chunk_size=pin.chunk_size,
-                                                  threads=faults.threads or pin.threads, device=device))
+        self.session = open_session(pin.model, dtype=dtype_for(pin.dtype, device), chunk_size=pin.chunk_size,
+                                    threads=faults.threads or pin.threads, device=device)
         self.settings = settings
         self.store = open_store(store_root, readonly=True) if settings.graft and store_root is not None else None
         self.meter = EnergyMeter(device=device)
@@ -305,13 +298,11 @@ def _cause(exc: BaseException) -> BaseException:
 def run_eval_ray(problems: list[Problem], source: str, run_name: str, settings: EvalSettings, *, pin: WorkerPin,
                  options: ClusterOptions = ClusterOptions(), command: str = "eval", runs_root: str | Path = "runs",
                  store_root: str | Path | None = None, on_sample: Callable | None = None, new_store: bool = False,
-                 on_event: Callable[[str], None] | None = None, hooks: DriverHooks = DriverHooks(),
-                 command_options: dict | None = None):
+                 on_event: Callable[[str], None] | None = None, hooks: DriverHooks = DriverHooks()):
     """:func:`graftbench.eval.workflows.run_eval` over Ray workers: open (or resume) ``runs/<run_name>`` holding its
     lock, run every problem not yet recorded (of ``settings.shard`` only, when given) on the workers, append each
     sample as it arrives (``on_sample`` is called with each :class:`~graftbench.results.samples.Sample`), write the
-    manifest and release the lock; ``on_event`` receives one line per cluster event (started, worker refused or lost);
-    ``command_options`` as :func:`~graftbench.eval.workflows.run_eval` records them.
+    manifest and release the lock; ``on_event`` receives one line per cluster event (started, worker refused or lost).
 
     Returns a :class:`~graftbench.eval.workflows.RunResult` whose ``dispatch`` is the
     :class:`~graftbench.eval.dispatch.DispatchReport`. For greedy decoding its samples equal a single-process run's
@@ -337,7 +328,7 @@ def run_eval_ray(problems: list[Problem], source: str, run_name: str, settings: 
     from ..store.open import open_store
     from ..eval.preflight import preflight
     from ..store.writers import kind_of
-    from ..eval.workflows import RunResult, eval_manifest, options_section, run_record
+    from ..eval.workflows import RunResult, eval_manifest, run_record
 
     event = on_event or (lambda _: None)
     run = RunDir(runs_root, run_name)
@@ -377,7 +368,7 @@ def run_eval_ray(problems: list[Problem], source: str, run_name: str, settings: 
             run_name=run_name, command=command, config=reference["config"],
             config_fingerprint=reference["config_fingerprint"], settings=settings, source=source, problems=problems,
             samples=samples, energy=reference["energy"], store_root=store_root if store is not None else None,
-            extra={"executor": executor, **(options_section(command_options) or {})})
+            extra={"executor": executor})
         write_manifest(manifest, run.manifest_path)
     return RunResult(run, [Sample.from_json(s) for s in samples], manifest,
                      run.cleaned + (store.cleaned if store is not None else []), dispatch=report)
