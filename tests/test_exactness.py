@@ -119,9 +119,11 @@ def test_rotate_cache_handles_a_model_whose_config_lists_layer_types_but_has_one
     assert config.layer_types == ["full_attention", "full_attention"]  # listed, though Qwen2's RoPE has one base
     keys = torch.randn(1, 2, 5, 8)
     cache = SimpleNamespace(layers=[SimpleNamespace(keys=keys.clone()) for _ in range(2)])
-    exactness.rotate_cache(SimpleNamespace(model=model), cache, 0)
+    from graftbench.engine.torch.exactness import rotate_cache
+
+    rotate_cache(SimpleNamespace(model=model), cache, 0)
     assert all(torch.allclose(layer.keys, keys, atol=1e-6) for layer in cache.layers)  # shift 0: unchanged
-    exactness.rotate_cache(SimpleNamespace(model=model), cache, 8)
+    rotate_cache(SimpleNamespace(model=model), cache, 8)
     for layer in cache.layers:
         assert not torch.allclose(layer.keys, keys)
         assert torch.allclose(layer.keys.norm(dim=-1), keys.norm(dim=-1), atol=1e-5)  # a rotation keeps norms

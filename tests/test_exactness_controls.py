@@ -113,11 +113,12 @@ def _short_pair(session, aime2024, artifact_tokens=200, query_tokens=24):
 
 def test_one_flipped_key_bit_in_a_restored_torch_cache_changes_the_logits_and_leaves_the_artifact(session, aime2024):
     from graftbench.engine.torch import forward, graft
-    from graftbench.eval.exactness import _fresh, graft_pair
+    from graftbench.eval.exactness import graft_pair
 
     pair = _short_pair(session, aime2024)
-    _, grafted, artifact = graft_pair(session, pair)
-    fresh = forward.logits_sha256(_fresh(session, pair.artifact, pair.query))
+    _, grafted, deposited = graft_pair(session, pair)
+    artifact = deposited.payload
+    fresh = forward.logits_sha256(session.exactness().fresh_logits(pair.artifact, pair.query))
     assert forward.logits_sha256(grafted) == fresh
     keys_before = artifact.layers[0][0].clone()
     cache = graft.restore(session.model, session.config, artifact)
@@ -134,11 +135,11 @@ def test_one_flipped_key_bit_in_a_restored_torch_cache_changes_the_logits_and_le
 
 
 def test_every_torch_control_differs_on_a_real_text_pair_the_bit_flip_included(session, aime2024):
-    from graftbench.eval.exactness import _fresh, controls, graft_pair
+    from graftbench.eval.exactness import controls, graft_pair
 
     pair = _short_pair(session, aime2024)
-    _, _, artifact = graft_pair(session, pair)
-    results = controls(session, pair, _fresh(session, pair.artifact, pair.query), artifact)
+    _, _, deposited = graft_pair(session, pair)
+    results = controls(session, pair, session.exactness().fresh_logits(pair.artifact, pair.query), deposited)
     assert {"monolithic", "key-bit-flip", "shift-8", "shift-128", "shift-1024"} <= set(results)
     for name in ("monolithic", "key-bit-flip", "shift-8", "shift-128", "shift-1024"):
         assert not results[name]["equal"] and results[name]["max_abs_delta"] > 0, name
@@ -168,7 +169,7 @@ def llama_pair(request, aime2024):
     """smollm2-135m on llama.cpp under one of the certified cache pins, and check-exact's first AIME 2024 pair cut
     to ``LLAMA_ARTIFACT_TOKENS`` artifact tokens and 24 query tokens."""
     from graftbench.eval.exactness import Pair, build_pairs
-    from graftbench.eval.exactness_llama import window_of
+    from graftbench.engine.llama_cpp.exactness import window_of
 
     ls = _llama_session(*request.param)
     pair = build_pairs(ls, aime2024, 1, window=window_of(ls))[0]
@@ -179,7 +180,8 @@ def llama_pair(request, aime2024):
 
 @pytest.mark.model
 def test_each_control_the_llama_cpp_engine_claims_differs_on_real_text_and_the_others_are_reported(llama_pair):
-    from graftbench.eval.exactness_llama import check_pair, must_differ
+    from graftbench.engine.llama_cpp.exactness import must_differ
+    from graftbench.eval.exactness import check_pair
 
     ls, pair = llama_pair
     record = check_pair(ls, pair, with_controls=True)
@@ -198,7 +200,7 @@ def test_each_control_the_llama_cpp_engine_claims_differs_on_real_text_and_the_o
 @pytest.mark.model
 def test_one_flipped_key_bit_in_llama_cpps_state_changes_the_grafts_logits(llama_pair):
     from graftbench.engine.llama_cpp.engine import LlamaState
-    from graftbench.eval.exactness_llama import deposit_state, fresh_logits, graft_logits
+    from graftbench.engine.llama_cpp.exactness import deposit_state, fresh_logits, graft_logits
 
     ls, pair = llama_pair
     state = deposit_state(ls, pair.artifact)

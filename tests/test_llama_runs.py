@@ -367,14 +367,14 @@ def test_seeded_samples_on_llama_cpp_repeat_and_each_starts_from_the_prompts_sta
 def test_ray_workers_refuse_the_llama_cpp_engine_before_any_model_loads():
     result = CliRunner().invoke(app, ["solve", "--engine", "llama.cpp", "--executor", "ray", "--limit", "1"])
     assert result.exit_code == 2
-    assert "--executor ray runs the torch engine only" in result.output
+    assert "engine 'llama.cpp' does not support Ray workers (--executor ray)" in result.output
 
 
 def test_an_instruction_set_pin_is_refused_on_the_llama_cpp_engine(tmp_path):
     result = CliRunner().invoke(app, ["solve", *LLAMA, "--isa", "avx2", "--limit", "1", "--runs-dir",
                                       str(tmp_path)])
     assert result.exit_code == 2
-    assert "--isa applies to the torch engine only" in result.output
+    assert "--engine llama.cpp runs as its build was compiled" in result.output
 
 
 def test_an_unknown_engine_on_solve_is_refused_naming_the_option(tmp_path):

@@ -238,7 +238,8 @@ def test_report_refuses_an_unanchored_run_unless_allowed_and_says_which_parts_it
     graft = MANIFESTS / "transfer-smollm2-135m-graft.json"
     report = build_report([AIME2025, MANIFESTS / "flywheel-smollm2-135m-r1-graft.json", graft], resamples=100)
     assert [run.unverified for run in report.runs] == [
-        (), (), ("12 artifact payloads not checked (no store given with --store)",)]
+        (), (), (f"12 artifact payloads not checked (report reads no store; `graftbench verify-manifest {graft} "
+                 "--store STORE` checks them against the store they were grafted from)",)]
     moved = _forged(AIME2025, tmp_path, lambda m: m["problem_set"].update(source="elsewhere.jsonl"))
     why = ("its source 'elsewhere.jsonl' is not a generated set, and no regular file of its name is in "
            "../shared/data/ here")
@@ -302,10 +303,20 @@ def test_a_llama_cpp_certificate_commits_each_deposit_by_its_state_hash_and_one_
         check_manifest(_sealed_exactness(tmp_path, manifest))
 
 
-def test_an_exactness_manifest_of_an_engine_graftbench_does_not_know_is_refused(tmp_path):
+def test_an_exactness_manifest_whose_engine_section_names_no_engine_is_refused(tmp_path):
+    manifest = json.loads((MANIFESTS / "exact-smollm2-135m-llama-f16.json").read_text(encoding="utf-8"))
+    manifest["config"]["engine"] = "vllm"
+    with pytest.raises(ManifestRefused, match="config.engine: 'vllm' is not an engine section"):
+        check_manifest(_sealed_exactness(tmp_path, manifest))
+
+
+def test_an_exactness_manifest_of_another_engine_commits_its_deposits_by_their_state_hash(tmp_path):
+    """results/ knows artifact kinds, not engines: a pin whose engine section names an engine outside the package
+    (one registered through graftbench.engine.registry) is checked as any engine state's certificate."""
     manifest = json.loads((MANIFESTS / "exact-smollm2-135m-llama-f16.json").read_text(encoding="utf-8"))
     manifest["config"]["engine"]["engine"] = "vllm"
-    with pytest.raises(ManifestRefused, match="config.engine: 'vllm' is not an engine graftbench knows"):
+    del manifest["pairs"][0]["state_sha256"]
+    with pytest.raises(ManifestRefused, match=r"are not vllm pair records with .*state_sha256"):
         check_manifest(_sealed_exactness(tmp_path, manifest))
 
 

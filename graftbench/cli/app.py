@@ -19,13 +19,15 @@ from rich.markup import escape
 
 from . import bench, exact, flywheel, report
 from . import merge, route, view
+from ..engine.base import RAY
 from .common import (EVAL, FLYWHEEL, AnswerFieldOpt, ChunkOpt, DeviceOpt, DtypeOpt, EngineOpt, FlashAttnOpt, KvTypeOpt, ExampleAsOpt, GraftFromOpt, IdFieldOpt, IsaOpt,
                      LayoutOpt, LimitOpt, ModelOpt, ProblemFieldOpt, ProblemsOpt, RunsOpt, ShardOpt, SolutionFieldOpt,
                      StoreOpt, console, fail, load_problem_set, model_label, open_model, os_error_text, progress,
                      shard_problems, stage_progress)
 from ..settings import EvalSettings
 from ..eval.dispatch import EXECUTORS, RAY_EXTRA, ClusterOptions, DispatchError
-from .common import (ModeOpt, announce_sandbox, check_hub_model, device_option, engine_name, kernels_option, refuse_random,
+from .common import (ModeOpt, announce_sandbox, check_hub_model, device_option, engine_factory, engine_name, kernels_option,
+                     require_capability, refuse_random,
                      remember_kernels, run_dtype, worker_dtype)
 from ..settings import CERTIFIED_KERNELS
 from .common import AllowUncheckedPayloadsOpt, AllowUnanchoredOpt
@@ -172,8 +174,8 @@ def _report_finished(runs_dir, name, command, model, dtype, chunk_size, isa, pro
     from ..results.finished import Request, finished_run
     from ..util.isa import ENV_VAR
 
-    if engine_name() == "llama.cpp":  # the pin of a llama.cpp run: the GGUF's weights as stored, its build
-        dtype, isa = "gguf", os.environ.get("GRAFTBENCH_LLAMA_BUILD") or "native"
+    fixed = engine_factory().fixed_pin()  # what every run of the engine pins (llama.cpp: its dtype and build)
+    dtype, isa = fixed.get("dtype", dtype), fixed.get("isa", isa)
     request = Request(command, model, dtype, chunk_size, isa or os.environ.get(ENV_VAR) or "native", settings)
     done = finished_run(runs_dir, name, request, problem_list, store if settings.graft else None)
     if done is None:
@@ -220,7 +222,7 @@ def _executor(cluster: ClusterOptions | None, model, dtype, chunk_size, isa):
         worker_gpus(device_option())  # cuda:N is refused before Ray starts
     except (IsaError, DispatchError) as exc:
         fail(str(exc))
-    pin = WorkerPin(model, dtype, chunk_size, isa_name, cluster.threads, device_option())
+    pin = WorkerPin(model, dtype, chunk_size, isa_name, cluster.threads, device_option(), engine_name())
     return partial(run_eval_ray, pin=pin, options=cluster,
                    on_event=lambda line: console.print(console_markup(line)))  # store text is data
 
@@ -245,8 +247,7 @@ def _cluster(executor: str, workers: int | None, threads: int, address: str | No
         if workers is not None or address is not None or problem_timeout != CLUSTER.problem_timeout_s:
             fail("--workers, --address and --problem-timeout apply to --executor ray")
         return None
-    if engine_name() != "torch":
-        fail(f"--executor ray runs the torch engine only; run --engine {engine_name()} with --executor process")
+    require_capability(RAY, "--executor ray")
     from importlib.util import find_spec
 
     if find_spec("ray") is None:

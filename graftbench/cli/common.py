@@ -10,6 +10,7 @@ import errno
 import os
 import re
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -17,6 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..util.display_text import console_markup
+from ..engine.registry import DEFAULT_ENGINE
 from ..settings import (CERTIFIED_KERNELS, KERNEL_CONFIGS, DEFAULT_CHUNK_SIZE, DEFAULT_DTYPE, DEFAULT_MODEL, DEFAULT_RUNS_DIR, DEFAULT_STORE, DTYPE_NAMES,
                         SAMPLED_TEMPERATURE, SAMPLED_TOP_P, BenchSettings, EvalSettings, FlywheelSettings)
 
@@ -77,8 +79,7 @@ def kernels_option() -> str:
 DeviceOpt = typer.Option("auto", "--device", envvar="GRAFTBENCH_DEVICE", callback=_remember_device,
                          help="auto (CUDA when torch sees a GPU, else the CPU), cpu, cuda or cuda:N; on CUDA the "
                               "CUDA pin is set and recorded (docs/gpu.md)")
-ENGINES = ("torch", "llama.cpp")
-_ENGINE = {"name": "torch", "kv_type": "f16", "flash_attn": None}  # this invocation's engine options (as --device)
+_ENGINE = {"name": None, "kv_type": "f16", "flash_attn": None}  # this invocation's engine options (as --device)
 
 
 def _remember(key: str, check=None):
@@ -91,8 +92,10 @@ def _remember(key: str, check=None):
 
 
 def _check_engine(value: str) -> None:
-    if value not in ENGINES:
-        raise typer.BadParameter(f"{value!r} is not one of {', '.join(ENGINES)}")
+    from ..engine.registry import engine_names
+
+    if value not in engine_names():
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(engine_names())}")
 
 
 def _check_kv_type(value: str) -> None:
@@ -100,7 +103,7 @@ def _check_kv_type(value: str) -> None:
         raise typer.BadParameter(f"{value!r} is not one of f16, q8_0, q4_0")
 
 
-EngineOpt = typer.Option("torch", "--engine", callback=_remember("name", _check_engine), help=(
+EngineOpt = typer.Option(DEFAULT_ENGINE, "--engine", callback=_remember("name", _check_engine), help=(
     "torch, or llama.cpp (the GGUF file run by llama.cpp with its weights as stored: needs the llama extra; "
     "--dtype and --isa do not apply; docs/llama-cpp.md)"))
 KvTypeOpt = typer.Option("f16", "--kv-type", callback=_remember("kv_type", _check_kv_type),
@@ -110,8 +113,31 @@ FlashAttnOpt = typer.Option(None, "--flash-attn/--no-flash-attn", callback=_reme
 
 
 def engine_name() -> str:
-    """The ``--engine`` of this invocation (``torch`` when the command has no such option)."""
-    return _ENGINE["name"]
+    """The ``--engine`` of this invocation (the default engine when the command has no such option)."""
+    return _ENGINE["name"] or DEFAULT_ENGINE
+
+
+def engine_factory(name: str | None = None):
+    """The engine ``name`` (default: this invocation's ``--engine``) from :mod:`graftbench.engine.registry`; fails
+    with one line naming it when it is unknown or cannot be imported (a missing extra)."""
+    from ..engine.base import EngineOpenError
+    from ..engine.registry import UnknownEngineError, get
+
+    try:
+        return get(name or engine_name())
+    except (UnknownEngineError, EngineOpenError) as exc:
+        fail(str(exc))
+
+
+def require_capability(capability: str, what: str, name: str | None = None) -> None:
+    """Exit 2 naming the engine and the capability when the engine ``name`` (default: this invocation's) lacks
+    ``capability`` (:func:`graftbench.engine.base.require`), before any model loads."""
+    from ..engine.base import CapabilityError, require
+
+    try:
+        require(engine_factory(name), capability, what)
+    except CapabilityError as exc:
+        fail(str(exc))
 
 
 RunsOpt = typer.Option(DEFAULT_RUNS_DIR, "--runs-dir", envvar="GRAFTBENCH_RUNS_DIR", help="folder holding one folder per run")
@@ -235,7 +261,7 @@ def check_hub_model(model: str) -> None:
 
 def refuse_random(model: str) -> None:
     """Exit 2 when ``model`` is a random-weights model (``random:``): no accuracy is ever reported for one."""
-    from ..engine.torch.random_weights import LABEL, is_random
+    from ..results.model_names import LABEL, is_random
 
     if is_random(model):
         fail(f"model '{model}' has {LABEL}: no accuracy is reported for one; use check-exact or bench with it")
@@ -244,13 +270,14 @@ def refuse_random(model: str) -> None:
 def run_dtype(dtype: str, isa: str | None = None) -> str:
     """``--dtype`` as this invocation runs it: ``auto`` is float32 on the CPU and bfloat16 on CUDA for this
     invocation's ``--device`` (:func:`graftbench.engine.device.dtype_for`); another name is returned as given.
-    ``--device auto`` asks torch whether it sees a GPU, so the instruction-set pin ``isa`` is applied first. On
-    ``--engine llama.cpp`` it is ``gguf``: the weights as the file stores them. Exits 2 for a device that cannot be
-    resolved."""
+    ``--device auto`` asks torch whether it sees a GPU, so the instruction-set pin ``isa`` is applied first. On an
+    engine whose runs all pin one dtype (llama.cpp: ``gguf``, the weights as the file stores them) it is that one.
+    Exits 2 for a device that cannot be resolved."""
     from ..engine.device import AUTO_DTYPE, DeviceError, dtype_for
 
-    if engine_name() == "llama.cpp":
-        return "gguf"
+    pinned = engine_factory().pinned_dtype
+    if pinned:
+        return pinned
     if dtype == AUTO_DTYPE and _DEVICE["name"] == "auto":
         apply_isa(isa)  # before torch is imported
     try:
@@ -269,72 +296,55 @@ def worker_dtype(dtype: str) -> str:
 
 
 def open_model(model: str, dtype: str, chunk_size: int, threads: int | None = None, isa: str | None = None,
-               architecture_only: bool = False):
-    """Load ``model`` on this invocation's ``--device`` in ``dtype`` (``auto``: :func:`run_dtype`) and pin the
-    config (on ``--engine llama.cpp``: the GGUF file on llama.cpp, :func:`open_llama`, whose dtype is the file's);
-    fail with one line when it cannot be loaded. A random-weights model (``random:``) is refused unless
-    ``architecture_only`` (the commands that report no accuracy: ``check-exact``, ``bench``)."""
+               architecture_only: bool = False, engine: str | None = None, **pinned):
+    """Load ``model`` on the engine ``engine`` (default: this invocation's ``--engine``, from
+    :mod:`graftbench.engine.registry`) with this invocation's ``--device``, ``--kernels``, ``--kv-type`` and
+    ``--flash-attn``, in ``dtype`` (``auto``: :func:`run_dtype`), and pin the config; ``pinned``: other
+    :class:`graftbench.engine.base.EngineOptions` fields that replace the invocation's (a replay's recorded pin).
+    An engine that takes ``--isa`` runs under this process's instruction-set pin, applied first (before torch is
+    imported), and may load a hub id (checked first: :func:`check_hub_model`). Fails with one line when the engine
+    does not take ``--isa`` and it was given, or the model cannot be loaded. A random-weights model (``random:``) is
+    refused unless ``architecture_only`` (the commands that report no accuracy: ``check-exact``, ``bench``)."""
+    from ..engine.base import EngineOpenError, EngineOptions
+    from ..engine.device import DeviceError
+    from ..engine.models import ModelError
+
     if not architecture_only:
         refuse_random(model)
-    if engine_name() == "llama.cpp":
-        if isa is not None:
-            fail("--isa applies to the torch engine only (a llama.cpp build is pinned by its CPU features)")
-        return open_llama(model, chunk_size, threads, _ENGINE["kv_type"], _ENGINE["flash_attn"])
-    check_hub_model(model)
-    apply_isa(isa)  # before torch is imported
-    from ..engine.device import DeviceError, resolve
-    from ..engine.models import ModelError
-    from ..engine.torch.session import open_session
-
-    quiet_transformers()
+    factory = engine_factory(engine)
+    takes_isa = "isa" in factory.options
+    if isa is not None and not takes_isa:
+        fail(f"--isa applies to engines run under this process's instruction-set pin; --engine {factory.name} "
+             "runs as its build was compiled (its pin records the build's CPU features)")
+    if takes_isa:
+        check_hub_model(model)
+        apply_isa(isa)  # before torch is imported
+        quiet_transformers()
     try:
-        device = resolve(_DEVICE["name"])
-        dtype = run_dtype(dtype, isa)
-        with console.status(f"loading {model} ({dtype}) on {device}"):
-            session = open_session(model, dtype=dtype, chunk_size=chunk_size, threads=threads, device=device,
-                                   kernels=kernels_option())
-    except (ModelError, DeviceError, ValueError) as exc:
+        options = EngineOptions(model=model, dtype=dtype if factory.pinned_dtype else run_dtype(dtype, isa),
+                                chunk_size=chunk_size, threads=threads, device=_DEVICE["name"],
+                                kernels=kernels_option(), kv_type=_ENGINE["kv_type"],
+                                flash_attn=_ENGINE["flash_attn"])
+        options = replace(options, **pinned) if pinned else options
+        with console.status(factory.loading_text(options)):
+            session = factory.open(options)
+    except (ModelError, DeviceError, EngineOpenError, ValueError) as exc:
         fail(str(exc))
-    console.print(model_line(model, session), markup=False, highlight=False)
+    console.print(session.describe(model), markup=False, highlight=False)
     return session
 
 
 def open_llama(model: str, chunk_size: int, threads: int | None, kv_type: str, flash_attn: bool | None,
                n_ctx: int | None = None):
-    """The llama.cpp session of ``model`` (:func:`graftbench.engine.llama_cpp.session.open_llama_session`; flash
-    attention on by default for a quantized KV cache); fails with the reason when the extra is missing, the model is
-    not a GGUF file or an option is refused."""
-    try:
-        from ..engine.llama_cpp.engine import DEFAULT_N_CTX, LlamaCppError
-        from ..engine.llama_cpp.session import open_llama_session
-    except ImportError as exc:
-        fail(f"--engine llama.cpp: {exc}")
-    from ..engine.models import ModelError
+    """:func:`open_model` on the llama.cpp engine with these engine options (kept for :mod:`graftbench.cli.exact_llama`
+    until check-exact's two paths are one)."""
+    from ..engine.llama_cpp.entry import NAME
 
-    attn = flash_attn if flash_attn is not None else kv_type != "f16"
-    try:
-        with console.status(f"loading {model} on llama.cpp (KV {kv_type})"):
-            session = open_llama_session(model, chunk_size=chunk_size, threads=threads, kv_type=kv_type,
-                                         flash_attn=attn, n_ctx=n_ctx or DEFAULT_N_CTX)
-    except (ModelError, ValueError, FileNotFoundError, LlamaCppError) as exc:
-        fail(str(exc))
-    console.print(f"model {model} on llama.cpp {session.config.engine['llama_cpp_python']} · KV {kv_type} · flash "
-                  f"attention {'on' if attn else 'off'} · {session.engine.threads} threads · config "
-                  f"{session.config.fingerprint[:12]}", markup=False, highlight=False)
-    return session
+    return open_model(model, "auto", chunk_size, threads, architecture_only=True, engine=NAME, kv_type=kv_type,
+                      flash_attn=flash_attn, n_ctx=n_ctx)
 
 
-def model_line(model: str, session) -> str:
-    """The line naming the loaded model: how it was loaded, the device, the pins, and for a random-weights model
-    its label."""
-    loaded, config = session.loaded, session.config
-    how = ("random weights drawn" if config.random_weights else
-           "cached weights" if loaded.from_cache else "de-quantized GGUF")
-    where = config.accelerator.get("gpu", config.device) if config.accelerator else config.device
-    label = f" · {config.random_weights['label']}" if config.random_weights else ""
-    kernels = "" if config.certified else f" · kernels {config.kernels} (uncertified)"
-    return (f"model {model}: {how} in {loaded.load_s:.2f} s on {where} · isa {config.isa} "
-            f"({config.cpu_capability}) · config {config.fingerprint[:12]}{kernels}{label}")
+ENGINES = ("torch", "llama.cpp")  # kept for graftbench.cli.exact_llama (the registry's engine_names() is the list)
 
 
 def load_problem_set(source: str, limit, id_field, problem_field, answer_field, solution_field):

@@ -221,6 +221,11 @@ class EngineFactory(Protocol):
     def loading_text(self, options: EngineOptions) -> str:
         """What a command shows while the model loads."""
 
+    def fixed_pin(self) -> dict:
+        """The pin fields every run of this engine in this process has whatever its options (llama.cpp: ``dtype``
+        ``gguf`` and ``isa`` its build's name), ``{}`` for none: what a finished run is matched against before any
+        model loads."""
+
     def replay_options(self, pin: dict) -> dict:
         """The :class:`EngineOptions` fields (a dict) that reopen the engine under the recorded pin ``pin`` (an
         expectation's ``config``); the command's own options fill the rest."""

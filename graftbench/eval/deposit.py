@@ -16,7 +16,7 @@ from ..problems.types import Problem, family, normalize_problem_text, problem_ke
 from ..programs.mode import program_verdict, solution_text
 from ..results.samples import Sample
 from ..programs.sandbox import run_program
-from ..engine.torch.session import Session
+from ..engine.base import EngineSession
 from ..settings import SandboxLimits
 from ..store.folder import Store
 from ..store.writers import kind_refusal, this_kind
@@ -76,7 +76,7 @@ def item_from_sample(problem: Problem, sample: Sample, source: str) -> DepositIt
     return DepositItem(problem, sample.output, source)
 
 
-def deposit_meta(session: Session, problem: Problem, ids: list[int], source: str) -> dict:
+def deposit_meta(session: EngineSession, problem: Problem, ids: list[int], source: str) -> dict:
     """The header fields a deposit writes besides the pin: the problem's id, family, routing key and normalized
     text, text SHA-256, answer key, the solution's source, and the SHA-256 of the deposit text (its ``ids``
     decoded). They make the artifact routable and name the example a grafted sample saw."""
@@ -92,7 +92,7 @@ def deposit_meta(session: Session, problem: Problem, ids: list[int], source: str
     }
 
 
-def _deposit_one(session: Session, store: Store, item: DepositItem, report: DepositReport,
+def _deposit_one(session: EngineSession, store: Store, item: DepositItem, report: DepositReport,
                  recompute: bool) -> str | None:
     """Deposit one verified item into ``report`` (prefilled, or reused when the store holds it and not
     ``recompute``); returns why it is refused when its deposit text does not fit the context window."""
@@ -131,7 +131,7 @@ def _refusal(item: DepositItem, mode: str, limits: SandboxLimits) -> str | None:
     return f"its program {what}: does not verify against key {problem.answer!r}"
 
 
-def stored_artifact(session: Session, store: Store, ids: list[int], meta: dict) -> str | None:
+def stored_artifact(session: EngineSession, store: Store, ids: list[int], meta: dict) -> str | None:
     """The id of an intact artifact in ``store`` that a deposit of token ids ``ids`` (shape ``[n_tokens]``) with
     header fields ``meta`` (:func:`deposit_meta`) would write again, or ``None``.
 
@@ -159,7 +159,7 @@ def stored_artifact(session: Session, store: Store, ids: list[int], meta: dict) 
     return None
 
 
-def deposit_items(session: Session, store: Store, items: list[DepositItem],
+def deposit_items(session: EngineSession, store: Store, items: list[DepositItem],
             on_item: Callable[[DepositItem], None] | None = None, mode: str = "text",
             limits: SandboxLimits = SandboxLimits(), recompute: bool = False) -> DepositReport:
     """Re-verify each item's final answer against its key, then prefill its deposit text with the pinned chunk

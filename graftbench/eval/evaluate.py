@@ -8,7 +8,7 @@ another kind of CPU under a pin not proven portable (:mod:`graftbench.store.writ
 read, with the reason ``cpu``.
 
 A problem's N samples share its prompt or graft: it is prefilled or restored once and the samples are decoded as one
-batch (:func:`graftbench.engine.torch.sampling.sample_decode`); greedy decoding (one sample) takes the argmax.
+batch where the engine can (torch: :func:`graftbench.engine.torch.sampling.sample_decode`); greedy decoding (one sample) takes the argmax.
 
 In program mode (``settings.mode``) the baseline prompt and a new problem's query after a graft ask for a Python
 program (:mod:`graftbench.programs.mode`); each sample's program runs in the sandbox
@@ -32,10 +32,9 @@ from ..problems.prompts import PROGRAM_CLOSE
 from ..programs.mode import extract_program, program_verdict
 from ..results.runs import RunDir
 from ..results.samples import Attempt, Sample
-from ..engine.torch.sampling import SamplingSettings
+from ..engine.base import EngineSession, SamplingSettings
 from ..util.seeds import sample_seed
 from ..programs.sandbox import run_program
-from ..engine.torch.session import Session  # or a LlamaSession: the same operations on the llama.cpp engine
 from ..settings import EvalSettings, SandboxLimits
 from ..store.folder import Store
 from ..store.writers import kind_refusal, this_kind
@@ -54,13 +53,13 @@ def sample_seeds(settings: EvalSettings, problem_id: str) -> list[int] | None:
     return [sample_seed(settings.seed, problem_id, i) for i in range(settings.samples)]
 
 
-def _decode(session: Session, cache, logits, budget: int, settings: EvalSettings, seeds: list[int] | None,
+def _decode(session: EngineSession, cache, logits, budget: int, settings: EvalSettings, seeds: list[int] | None,
             stop, started: float) -> tuple[Decoded, ...]:
     sampling = SamplingSettings(settings.temperature, settings.top_p, settings.seed) if seeds is not None else None
     return session.decode(cache, logits, budget, sampling, seeds, stop, started)
 
 
-def _baseline(session: Session, problem: Problem, budget: int, settings: EvalSettings, seeds: list[int] | None,
+def _baseline(session: EngineSession, problem: Problem, budget: int, settings: EvalSettings, seeds: list[int] | None,
               started: float) -> Attempt:
     program = settings.mode == "program"
     prompt = session.program_prompt_ids(problem.problem) if program else session.solve_prompt_ids(problem.problem)
@@ -71,7 +70,7 @@ def _baseline(session: Session, problem: Problem, budget: int, settings: EvalSet
                    logits_sha256=logits_hash, decoded=decoded, program=program)
 
 
-def _query(session: Session, problem: Problem, route: Route, settings: EvalSettings) -> tuple[str, bool, list[int]]:
+def _query(session: EngineSession, problem: Problem, route: Route, settings: EvalSettings) -> tuple[str, bool, list[int]]:
     """The query that follows a routed example: its layout, whether it asks for a program, and its token ids."""
     layout = settings.query_layout(route.kind)
     program = settings.mode == "program" and layout == "solve"  # a recurring problem still answers after the cue
@@ -88,7 +87,7 @@ def check_kind(store: Store, artifact_id: str, fingerprint: str, assume_kind: bo
         raise ArtifactError(artifact_id, "cpu", refusal)
 
 
-def _grafted(session: Session, store: Store, problem: Problem, route: Route, budget: int,
+def _grafted(session: EngineSession, store: Store, problem: Problem, route: Route, budget: int,
              settings: EvalSettings, seeds: list[int] | None, started: float) -> Attempt:
     check_kind(store, route.artifact_id, session.config.fingerprint, settings.assume_kind)
     layout, program, query = _query(session, problem, route, settings)
@@ -107,7 +106,7 @@ def _grafted(session: Session, store: Store, problem: Problem, route: Route, bud
                    example_id=example.get("problem_id"), example_answer=example.get("answer"), program=program)
 
 
-def _as_prompt(session: Session, store: Store, problem: Problem, route: Route, budget: int,
+def _as_prompt(session: EngineSession, store: Store, problem: Problem, route: Route, budget: int,
                settings: EvalSettings, seeds: list[int] | None, started: float) -> Attempt:
     """The example-as-prompt arm: the routed artifact chain's token ids (no KV read) prefilled as prompt text, each
     link with the pinned chunk schedule as it was deposited, then the query exactly as :func:`_grafted` runs it."""
@@ -128,12 +127,12 @@ def _as_prompt(session: Session, store: Store, problem: Problem, route: Route, b
                    example_id=example.get("problem_id"), example_answer=example.get("answer"), program=program)
 
 
-def _certificate(session: Session, segments: list[list[int]], query: list[int]) -> str:
+def _certificate(session: EngineSession, segments: list[list[int]], query: list[int]) -> str:
     """Logits hash of an independent fresh chunked recompute: new cache, the chain's tokens, then the query."""
     return session.logits_sha256(session.recompute(segments, query))
 
 
-def _route(session: Session, store: Store, problem: Problem, settings: EvalSettings) -> Route:
+def _route(session: EngineSession, store: Store, problem: Problem, settings: EvalSettings) -> Route:
     text = normalize_problem_text(problem.problem)
     if settings.graft_from == "other-family":
         return router.route_other_family(store, session.config.fingerprint, text, family(problem), settings.ranker)
@@ -143,7 +142,7 @@ def _route(session: Session, store: Store, problem: Problem, settings: EvalSetti
                         settings.ranker)
 
 
-def run_problem(session: Session, problem: Problem, settings: EvalSettings, budget: int,
+def run_problem(session: EngineSession, problem: Problem, settings: EvalSettings, budget: int,
                 store: Store | None, meter: EnergyMeter) -> list[Sample]:
     """Run one problem and return its :class:`~graftbench.results.samples.Sample` list (``settings.samples`` of them).
 
@@ -214,7 +213,7 @@ def program_fields(output: str, limits: SandboxLimits) -> dict:
                 stopped=result.stopped, isolation=result.isolation)
 
 
-def _thinking(session: Session, decoded: Decoded, cue: str, reasoning: tuple[str, str] | None) -> int | None:
+def _thinking(session: EngineSession, decoded: Decoded, cue: str, reasoning: tuple[str, str] | None) -> int | None:
     """How many of ``decoded``'s tokens are reasoning (:func:`graftbench.verify.reasoning.thinking_tokens`), by
     the session's tokenizer; ``None`` when the layout names no reasoning delimiters."""
     if reasoning is None:
@@ -255,7 +254,7 @@ def _sample(shared: dict, decoded: Decoded, index: int, seeds: list[int] | None,
     )
 
 
-def evaluate(session: Session, problems: list[Problem], run: RunDir, settings: EvalSettings, store: Store | None,
+def evaluate(session: EngineSession, problems: list[Problem], run: RunDir, settings: EvalSettings, store: Store | None,
              meter: EnergyMeter, on_sample: Callable[[Sample], None] | None = None) -> list[Sample]:
     """Run every problem whose samples are not all recorded in ``run``, appending each sample durably; returns all
     samples in problem and sample order. Stops early when the run's ``token_budget`` (decode tokens) is spent.

@@ -1,52 +1,34 @@
-"""``check-exact``: the graft against an independent fresh chunked recompute, with negative controls.
+"""``check-exact``: the graft against an independent fresh chunked recompute, with negative controls, on any engine.
 
 For each (artifact, query) pair built from real text, the artifact is deposited (prefilled with the pinned chunk
-schedule, serialized, parsed back), grafted into a fresh cache at its own positions, and the query's logits at
-every query position are compared with a fresh computation (new cache, same artifact tokens, same chunk schedule,
-same query). The contract (docs/exactness.md) is SHA-256 equality of the raw logits bytes, hence KL 0 and argmax 100%.
+schedule and captured as the store would keep it), grafted into a fresh cache at its own positions, and the query's
+logits at every query position are compared with a fresh computation (new cache, same artifact tokens, same chunk
+schedule, same query). The contract (docs/exactness.md) is SHA-256 equality of the raw logits bytes, hence KL 0 and
+argmax 100%.
 
-Negative controls, which show that the check has teeth (those of :data:`MUST_DIFFER` are claimed to differ on
-every pair and recorded as such in the manifest's settings; the others are reported as measured):
-
-- ``monolithic``: one forward over artifact + query (other matmul shapes);
-- ``chunk``: the artifact prefilled with another chunk size;
-- ``shift-k``: the artifact's keys computed at positions 0..n-1 and re-rotated by RoPE to k..k+n-1, against a
-  fresh computation at k..k+n-1 (RoPE rotations compose exactly in real numbers, not in floating point);
-- ``naive-restore`` (models with sliding-window layers): kept keys and values copied back with ``update`` so the
-  layer forgets how many tokens it has seen;
-- ``key-bit-flip`` (the sensitivity control): the graft with one bit of one restored key flipped (:data:`KEY_BIT_FLIP`:
-  the highest mantissa bit of element 0 of KV head 0 of layer 0's key of the artifact's last token), which must
-  differ: the check sees one wrong value in the restored bytes.
+The engine does the deposit, the graft, the fresh computation and its negative controls
+(:meth:`graftbench.engine.base.EngineSession.exactness`: :mod:`graftbench.engine.torch.exactness`,
+:mod:`graftbench.engine.llama_cpp.exactness`); this module builds the pairs, compares, records and replays. Those
+controls of the engine's ``must_differ`` are claimed to differ on every pair and recorded as such in the
+manifest's settings; the others are reported as measured.
 """
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass, replace
 
 import torch
-from transformers.models.llama.modeling_llama import rotate_half
 
-from ..engine.torch import forward, graft
-from ..store.codec import decode_artifact
-from ..store.ids import artifact_id_of
+from ..engine.base import CONTROL_SHIFTS, Deposited, EngineSession
+from ..store.tensor_hashing import tensors_sha256
 from ..util.hashing import sha256_json
 from ..problems.types import Problem
-from ..engine.torch.session import Session
 
-SHIFTS = (8, 128, 1024)
+SHIFTS = CONTROL_SHIFTS
 SHORT_CAP = 768  # tokens: a short artifact is a problem with its solution, cut here to bound the run's time
 LONG_MIN = 2000  # tokens: a long artifact joins problems with their solutions until it reaches this
 LONG_CAP = 2400
 LONG_PIECE = 1300  # tokens per problem in a long artifact, so that it always joins two or more
-# Where the key-bit-flip control flips one bit of the restored state, recorded in the manifest's settings
-KEY_BIT_FLIP = {"layer": 0, "kv_head": 0, "token": "the artifact's last", "element": 0,
-                "bit": "the highest mantissa bit (float32 22, bfloat16 6, float16 9)"}
-# The controls claimed to differ on every pair (recorded in the settings); the others are reported as measured:
-# another chunk schedule gives the same bytes on most pairs, a naive restore on an artifact inside the window
-MUST_DIFFER = sorted(["monolithic", *(f"shift-{k}" for k in SHIFTS), "key-bit-flip"])
-
-
 @dataclass(frozen=True)
 class PairLayout:
     """The text templates ``check-exact`` builds its pairs from, its own and recorded in the exactness manifest's
@@ -80,14 +62,6 @@ class Pair:
         return sha256_json([self.artifact, self.query])
 
 
-def sliding_window(session: Session) -> int | None:
-    """The model's sliding window in tokens, when it has sliding-window layers."""
-    config = session.model.config.get_text_config()
-    if any(graft.layer_kind(layer) == "sliding" for layer in forward.new_cache(session.model).layers):
-        return int(config.sliding_window)
-    return None
-
-
 def check_pair_source(problems: list[Problem], source: str, n: int) -> None:
     """Check, before any model is loaded, that the problem set ``source`` can give ``n`` distinct pairs.
 
@@ -104,7 +78,7 @@ def check_pair_source(problems: list[Problem], source: str, n: int) -> None:
                          "pass a smaller --samples")
 
 
-def build_pairs(session: Session, problems: list[Problem], n: int, layout: PairLayout = PAIR_LAYOUT,
+def build_pairs(session: EngineSession, problems: list[Problem], n: int, layout: PairLayout = PAIR_LAYOUT,
                 window: int | None = None) -> list[Pair]:
     """``n`` distinct pairs from problems with solutions: every 5th pair long (two or more problems with their
     solutions, at least ``LONG_MIN`` tokens), every 5th (offset 3) crossing the sliding window (or 512 tokens when
@@ -112,8 +86,8 @@ def build_pairs(session: Session, problems: list[Problem], n: int, layout: PairL
     than the artifact's. Past ``len(problems)`` pairs the builder starts a new pass whose queries move one problem
     further per pass, so no (artifact, query) pair repeats.
 
-    ``window``: the model's sliding window in tokens (0: none), for a session whose model is not a torch model
-    (only its ``tokenizer`` is read then); by default it is read from the session's model.
+    ``window``: the model's sliding window in tokens (0: none); by default the engine's
+    (:attr:`graftbench.engine.base.ExactnessChecks.window`). Only the session's ``tokenizer`` is read otherwise.
 
     Raises ``ValueError`` when no problem has a solution, or when ``n`` pairs cannot all be distinct.
     """
@@ -130,7 +104,7 @@ def build_pairs(session: Session, problems: list[Problem], n: int, layout: PairL
     def query_ids(text: str) -> list[int]:
         return tokenizer(layout.query.format(problem=text), add_special_tokens=False).input_ids
 
-    window = (sliding_window(session) if window is None else window) or 512
+    window = (session.exactness().window if window is None else window) or 512
     pairs = []
     for i in range(n):
         first, shift = usable[i % len(usable)], i // len(usable)
@@ -155,94 +129,57 @@ def build_pairs(session: Session, problems: list[Problem], n: int, layout: PairL
     return pairs
 
 
-def compare(reference: torch.Tensor, other: torch.Tensor) -> dict:
-    """Compare two ``[positions, vocab]`` logits tensors.
+def compare(reference, other) -> dict:
+    """Compare two ``[positions, vocab]`` logits arrays (torch tensors or numpy arrays, as the engine computes them).
 
     Returns ``equal`` (SHA-256 of raw bytes equal), ``max_abs_delta`` (logits units), ``kl`` (per-position
     KL(reference || other) in nats, computed in float64 from log-softmax) and ``argmax_agreement`` (fraction).
     """
+    reference, other = torch.as_tensor(reference), torch.as_tensor(other)
     ref, oth = reference.double(), other.double()
     log_p, log_q = torch.log_softmax(ref, -1), torch.log_softmax(oth, -1)
     kl = (log_p.exp() * (log_p - log_q)).sum(-1)
     return {
-        "equal": forward.logits_sha256(reference) == forward.logits_sha256(other),
+        "equal": tensors_sha256([reference]) == tensors_sha256([other]),
         "max_abs_delta": float((ref - oth).abs().max()),
         "kl": kl.tolist(),
         "argmax_agreement": float((ref.argmax(-1) == oth.argmax(-1)).double().mean()),
     }
 
 
-def _fresh(session: Session, artifact: list[int], query: list[int], chunk_size: int | None = None,
-           offset: int = 0) -> torch.Tensor:
-    return graft.fresh_recompute(session.model, session.config, [artifact], query, all_logits=True,
-                                 segment_chunk_size=chunk_size, offset=offset)
+def graft_pair(session: EngineSession, pair: Pair) -> tuple[str, object, Deposited]:
+    """Deposit the pair's artifact on the session's engine, graft it at its own positions and run the query.
 
-
-def graft_pair(session: Session, pair: Pair):
-    """Deposit the pair's artifact (bytes round trip), graft it at its own positions and run the query.
-
-    Returns (artifact id, query logits ``[len(query), vocab]``, the artifact).
+    Returns (the deposit's digest: an artifact id or a state's SHA-256, the query's logits ``[len(query), vocab]``,
+    the :class:`graftbench.engine.base.Deposited`).
     """
-    data, _ = graft.build_artifact(session.model, session.config, pair.artifact, {})
-    artifact = decode_artifact(artifact_id_of(data), data)
-    cache = graft.restore(session.model, session.config, artifact)
-    logits = forward.prefill(session.model, cache, pair.query, session.config.chunk_size, all_logits=True)
-    return artifact.id, logits, artifact
+    checks = session.exactness()
+    deposited = checks.deposit(pair.artifact)
+    return deposited.digest, checks.graft_logits(deposited, pair.query), deposited
 
 
-def rotate_cache(session: Session, cache, shift: int) -> None:
-    """Re-rotate every cached key by ``shift`` positions with the model's own RoPE (per layer type's base)."""
-    rotary = session.model.model.rotary_emb
-    layer_types = getattr(session.model.config.get_text_config(), "layer_types", None)
-    if "layer_type" not in inspect.signature(rotary.forward).parameters:
-        layer_types = None  # one RoPE base for every layer (e.g. Qwen2, whose config lists layer types too)
-    for i, layer in enumerate(cache.layers):
-        kwargs = {"layer_type": layer_types[i]} if layer_types else {}
-        cos, sin = rotary(layer.keys, torch.tensor([[shift]], device=layer.keys.device), **kwargs)
-        cos, sin = cos[:, None], sin[:, None]
-        layer.keys = layer.keys * cos + rotate_half(layer.keys) * sin
+def controls(session: EngineSession, pair: Pair, fresh, deposited: Deposited) -> dict[str, dict]:
+    """Run every negative control the engine has on one pair; returns ``{control name: compare() result}``."""
+    checks = session.exactness()
+    return {name: compare(reference, other)
+            for name, reference, other in checks.controls(pair.artifact, pair.query, fresh, deposited)}
 
 
-def controls(session: Session, pair: Pair, fresh: torch.Tensor, artifact) -> dict[str, dict]:
-    """Run every negative control on one pair; returns ``{control name: compare() result}``."""
-    model, chunk = session.model, session.config.chunk_size
-    results = {}
-    mono = forward.forward(model, forward.new_cache(model), pair.artifact + pair.query, all_logits=True)
-    results["monolithic"] = compare(fresh, mono[len(pair.artifact):])
-    other_chunk = chunk // 2 if chunk > 1 else 2
-    results[f"chunk-{other_chunk}"] = compare(fresh, _fresh(session, pair.artifact, pair.query, other_chunk))
-    for shift in SHIFTS:
-        cache = graft.restore(model, session.config, artifact)
-        rotate_cache(session, cache, shift)
-        shifted = forward.prefill(model, cache, pair.query, chunk, all_logits=True, offset=shift)
-        results[f"shift-{shift}"] = compare(_fresh(session, pair.artifact, pair.query, offset=shift), shifted)
-    if sliding_window(session):
-        cache = forward.new_cache(model)
-        device = forward.model_device(model)
-        for layer, (keys, values) in zip(cache.layers, artifact.layers):
-            layer.update(keys.to(device, copy=True), values.to(device, copy=True))
-        naive = forward.prefill(model, cache, pair.query, chunk, all_logits=True)
-        results["naive-restore"] = compare(fresh, naive)
-    cache = graft.restore(model, session.config, artifact)
-    graft.flip_key_bit(cache, layer=KEY_BIT_FLIP["layer"], element=KEY_BIT_FLIP["element"])
-    results["key-bit-flip"] = compare(fresh, forward.prefill(model, cache, pair.query, chunk, all_logits=True))
-    return results
-
-
-def check_pair(session: Session, pair: Pair, with_controls: bool) -> dict:
-    """The exactness record of one pair (JSON-ready): hashes, graft-vs-fresh figures, and controls if asked."""
-    artifact_id, grafted, artifact = graft_pair(session, pair)
-    fresh = _fresh(session, pair.artifact, pair.query)
-    result = compare(fresh, grafted)
+def check_pair(session: EngineSession, pair: Pair, with_controls: bool) -> dict:
+    """The exactness record of one pair (JSON-ready): hashes (the deposit under the engine's
+    :attr:`~graftbench.engine.base.ExactnessChecks.deposit_field`), graft-vs-fresh figures, and controls if asked."""
+    checks = session.exactness()
+    digest, grafted, deposited = graft_pair(session, pair)
+    fresh = checks.fresh_logits(pair.artifact, pair.query)
     record = {
         "id": pair.id, "kind": pair.kind, "problems": list(pair.problems),
         "artifact_tokens": len(pair.artifact), "query_tokens": len(pair.query),
-        "tokens_sha256": pair.tokens_sha256, "artifact_id": artifact_id,
-        "graft_logits_sha256": forward.logits_sha256(grafted), "fresh_logits_sha256": forward.logits_sha256(fresh),
-        **summarize([result]),
+        "tokens_sha256": pair.tokens_sha256, checks.deposit_field: digest,
+        "graft_logits_sha256": session.logits_sha256(grafted), "fresh_logits_sha256": session.logits_sha256(fresh),
+        **summarize([compare(fresh, grafted)]),
     }
     if with_controls:
-        record["controls"] = {name: summarize([r]) for name, r in controls(session, pair, fresh, artifact).items()}
+        record["controls"] = {name: summarize([r]) for name, r in controls(session, pair, fresh, deposited).items()}
     return record
 
 
@@ -296,10 +233,12 @@ def measure_pairs(pairs: list[Pair], check, with_controls: bool, control_pairs: 
     return records
 
 
-def run_check_exact(session: Session, problems: list[Problem], source: str, samples: int, with_controls: bool,
+def run_check_exact(session: EngineSession, problems: list[Problem], source: str, samples: int, with_controls: bool,
                     control_pairs: int, on_pair=None, done: list[dict] | None = None, on_reused=None) -> dict:
-    """Check ``samples`` pairs (controls on the first ``control_pairs`` when ``with_controls``) and return the
-    sealed exactness manifest (see :mod:`graftbench.results.exact_manifest`).
+    """Check ``samples`` pairs on the session's engine (controls on the first ``control_pairs`` when
+    ``with_controls``) and return the sealed exactness manifest (see :mod:`graftbench.results.exact_manifest`); the
+    engine adds its own settings (:meth:`graftbench.engine.base.ExactnessChecks.settings`: on llama.cpp the engine's
+    name and the tokenizer agreement).
 
     ``done``: records of an interrupted run of the same pin (the caller keeps them per config fingerprint); a
     pair whose id, tokens and controls match one is not measured again (the last matching record counts), and
@@ -307,7 +246,8 @@ def run_check_exact(session: Session, problems: list[Problem], source: str, samp
     from ..results.exact_manifest import build_exactness_manifest
     from ..problems.types import problem_set_sha256
 
-    pairs = build_pairs(session, problems, samples, PAIR_LAYOUT)
+    checks = session.exactness()
+    pairs = build_pairs(session, problems, samples, PAIR_LAYOUT, window=checks.window)
     records = measure_pairs(pairs, lambda pair, here: check_pair(session, pair, here), with_controls, control_pairs,
                             on_pair, done, on_reused)
     return build_exactness_manifest(
@@ -315,8 +255,8 @@ def run_check_exact(session: Session, problems: list[Problem], source: str, samp
         problem_set={"source": source, "sha256": problem_set_sha256(problems), "n": len(problems)},
         settings={"samples": samples, "controls": with_controls, "control_pairs": control_pairs if with_controls else 0,
                   "shifts": list(SHIFTS), "short_cap": SHORT_CAP, "long_min": LONG_MIN, "long_cap": LONG_CAP,
-                  "pair_layout": PAIR_LAYOUT.to_dict(),
-                  **({"must_differ": MUST_DIFFER, "key_bit_flip": KEY_BIT_FLIP} if with_controls else {})},
+                  "pair_layout": PAIR_LAYOUT.to_dict(), **(checks.control_settings() if with_controls else {}),
+                  **checks.settings(problems, PAIR_LAYOUT)},
         records=records,
     )
 
@@ -336,14 +276,14 @@ class Replay:
         return not self.pin_differences and self.first_difference is None and self.compared == self.equal
 
 
-def as_recorded(session: Session, recorded_layout: dict) -> Session:
+def as_recorded(session: EngineSession, recorded_layout: dict) -> EngineSession:
     """``session`` with the eval prompt layout its expectation was recorded under, as a plain dict: an artifact's
     header carries the pin's fingerprint, and the pin holds the eval layout, so without this a later change of
     the eval layout (which check-exact's pairs do not use) would change every replayed artifact id."""
     return replace(session, config=replace(session.config, layout=recorded_layout))
 
 
-def not_comparable(session: Session, expected: dict, problems: list[Problem]) -> list[str]:
+def not_comparable(session: EngineSession, expected: dict, problems: list[Problem]) -> list[str]:
     """What keeps the expectation ``expected`` from being measured again by ``session`` on ``problems``: the pin
     fields that differ (:func:`graftbench.results.exact_manifest.pin_differences`) and ``problem_set.sha256`` when the
     problem set is another; empty when comparable."""
@@ -378,8 +318,8 @@ def check_extendable(expected: dict, problems: list[Problem], samples: int, diff
         raise ValueError(f"cannot extend an expectation recorded under another pin; differing: {', '.join(differing)}")
 
 
-def extension_base(session: Session, expected: dict, problems: list[Problem],
-                   samples: int) -> tuple[Session, list[dict]]:
+def extension_base(session: EngineSession, expected: dict, problems: list[Problem],
+                   samples: int) -> tuple[EngineSession, list[dict]]:
     """What extending the committed expectation ``expected`` to more pairs starts from: ``session`` with the eval
     layout the expectation was recorded under (:func:`as_recorded`, so new artifact ids match the old ones), and the
     expectation's pair records, to be reused as an interrupted run's records are (:func:`reusable`: same id, tokens
@@ -398,10 +338,10 @@ def extension_base(session: Session, expected: dict, problems: list[Problem],
     return recorded, list(expected["pairs"])
 
 
-def replay(session: Session, expected: dict, problems: list[Problem], limit: int | None = None,
+def replay(session: EngineSession, expected: dict, problems: list[Problem], limit: int | None = None,
            on_pair=None, first: int = 0) -> Replay:
     """Recompute the expectation's pairs (the first ``limit``; with ``first``, pairs ``first`` to ``limit`` − 1,
-    0-based) under this machine's pin, built with the pair layout the expectation records; stop at the first hash
+    0-based) under this machine's pin on the session's engine, built with the pair layout the expectation records; stop at the first hash
     that differs. A pin that differs makes the replay not comparable and nothing is computed. Raises
     ``ValueError`` when ``first`` is not a pair of the expectation or ``limit`` is not past it."""
     if not 0 <= first < len(expected["pairs"]) or (limit is not None and limit <= first):
@@ -413,17 +353,20 @@ def replay(session: Session, expected: dict, problems: list[Problem], limit: int
     records = expected["pairs"][first:limit] if limit else expected["pairs"][first:]
     layout = PairLayout(**expected["settings"]["pair_layout"]) if "pair_layout" in expected["settings"] else \
         PairLayout(deposit=expected["config"]["layout"]["deposit"], query=expected["config"]["layout"]["query"])
-    pairs = build_pairs(session, problems, expected["settings"]["samples"], layout)[first: first + len(records)]
+    checks = session.exactness()
+    pairs = build_pairs(session, problems, expected["settings"]["samples"], layout,
+                        window=checks.window)[first: first + len(records)]
     session = as_recorded(session, expected["config"]["layout"])
+    field, label = checks.deposit_field, checks.deposit_label
     compared = equal = 0
     for record, pair in zip(records, pairs):
         compared += 1
         if pair.tokens_sha256 != record["tokens_sha256"]:
             return Replay(compared, equal, f"{record['id']}: token ids differ", [])
-        artifact_id, logits, _ = graft_pair(session, pair)
-        if artifact_id != record["artifact_id"]:
-            return Replay(compared, equal, f"{record['id']}: artifact id {artifact_id[:16]} != {record['artifact_id'][:16]}", [])
-        got = forward.logits_sha256(logits)
+        digest, logits, _ = graft_pair(session, pair)
+        if digest != record[field]:
+            return Replay(compared, equal, f"{record['id']}: {label} {digest[:16]} != {record[field][:16]}", [])
+        got = session.logits_sha256(logits)
         if got != record["graft_logits_sha256"]:
             return Replay(compared, equal, f"{record['id']}: graft logits {got[:16]} != {record['graft_logits_sha256'][:16]}", [])
         equal += 1
@@ -432,7 +375,7 @@ def replay(session: Session, expected: dict, problems: list[Problem], limit: int
     return Replay(compared, equal, None, [])
 
 
-def replay_and_log(session: Session, expected: dict, problems: list[Problem], limit: int | None = None,
+def replay_and_log(session: EngineSession, expected: dict, problems: list[Problem], limit: int | None = None,
                    log=None, on_pair=None, first: int = 0) -> tuple[Replay, dict]:
     """:func:`replay` (pairs ``first`` to ``limit`` − 1), then the replay record naming both CPUs (and GPUs, on a
     GPU) (:func:`graftbench.results.exact_manifest.replay_record`; ``first_pair`` added when ``first`` > 0),

@@ -22,7 +22,7 @@ from .deposit import DepositItem, DepositReport, deposit_items, item_from_sample
 from ..results.metrics import paired_difference
 from ..problems.types import Problem
 from ..results.samples import Sample
-from ..engine.torch.session import Session
+from ..engine.base import EngineSession
 from ..settings import EvalSettings, RoundsSettings
 from ..store.open import open_store
 from .workflows import RunResult, problem_entry, run_eval
@@ -87,7 +87,7 @@ def _eval_settings(settings: RoundsSettings, round_: int, graft: bool) -> EvalSe
                         mode=settings.mode)
 
 
-def run_rounds(session: Session, settings: RoundsSettings, runs_root: str | Path = "runs",
+def run_rounds(session: EngineSession, settings: RoundsSettings, runs_root: str | Path = "runs",
                store_root: str | Path = "store", on_sample: Callable[[Sample], None] | None = None,
                on_stage: Callable[[str, int], None] | None = None,
                on_item: Callable[[DepositItem], None] | None = None) -> list[RoundResult]:

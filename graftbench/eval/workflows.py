@@ -16,7 +16,7 @@ from ..results.manifest import (ManifestError, build_manifest, check_manifest, g
 from ..problems.types import Problem, problem_set_sha256, problem_text_sha256
 from ..results.runs import PIN_RECORD, RunDir
 from ..results.samples import Sample
-from ..engine.torch.session import Session
+from ..engine.base import EngineSession
 from ..settings import EvalSettings, SandboxLimits
 from ..problems.shards import parse_shard, select
 from ..problems.sources import recorded_source
@@ -137,7 +137,7 @@ def open_graft_store(store_root: str | Path, new_store: bool = False) -> Store:
         return open_store(store_root, readonly=True)
 
 
-def run_eval(session: Session, problems: list[Problem], source: str, run_name: str, settings: EvalSettings,
+def run_eval(session: EngineSession, problems: list[Problem], source: str, run_name: str, settings: EvalSettings,
              command: str = "eval", runs_root: str | Path = "runs", store_root: str | Path | None = None,
              on_sample: Callable[[Sample], None] | None = None, new_store: bool = False) -> RunResult:
     """Open (or resume) ``runs/<run_name>`` holding its lock, evaluate every problem not yet recorded (of
@@ -227,7 +227,7 @@ def manifest_samples(path: str | Path) -> tuple[str, list[dict]]:
     return manifest["run"], manifest["samples"]
 
 
-def deposit_job(session: Session, store_root: str | Path, problems: list[Problem], *, references: bool,
+def deposit_job(session: EngineSession, store_root: str | Path, problems: list[Problem], *, references: bool,
                 from_run: RunDir | None = None, on_item=None, items: list[DepositItem] | None = None,
                 mode: str = "text", limits: SandboxLimits = SandboxLimits(), recompute: bool = False) -> DepositReport:
     """Deposit reference solutions (``references``) and/or a solve run's verified samples (or the ``items`` of a
@@ -286,7 +286,7 @@ def split_recurring(problems: list[Problem]) -> tuple[list[Problem], list[Proble
     return recurring, held_out
 
 
-def flywheel(session: Session, problems: list[Problem], source: str, *, prefix: str, max_new_tokens: int,
+def flywheel(session: EngineSession, problems: list[Problem], source: str, *, prefix: str, max_new_tokens: int,
              runs_root: str | Path = "runs", store_root: str | Path = "store", on_sample=None, on_item=None,
              on_stage: Callable[[str], None] | None = None) -> FlywheelResult:
     """Solve all problems (baseline), deposit the recurring part's verified and reference solutions, eval with

@@ -29,9 +29,12 @@ EXACTNESS_FIELDS = frozenset({"schema", "created_utc", "config", "config_fingerp
                               "problem_set", "settings", "pairs", "totals", "manifest_sha256"})
 PAIR_FIELDS = frozenset({"id", "kind", "equal", "graft_logits_sha256", "fresh_logits_sha256", "artifact_tokens",
                          "tokens_sha256"})
-# What a pair commits the deposit by, per engine (the pin's ``engine.engine``; absent means torch): the torch
-# artifact's id, or the SHA-256 of llama.cpp's sequence state.
-DEPOSIT_FIELD = {"torch": "artifact_id", "llama.cpp": "state_sha256"}
+# What a pair commits its deposit by, per artifact kind (graftbench.store.codec): a KV-tensor artifact
+# (graftbench.artifact/1) by its id, an engine's sequence state (graftbench.<name>-state/N) by the SHA-256 of its
+# bytes. A pin without an engine section deposits KV tensors (the pin as recorded before engines had sections); a
+# pin with one (a dict naming its engine) deposits its engine's state. No engine is named here.
+TENSOR_ARTIFACT, ENGINE_STATE = "tensor-artifact", "engine-state"
+DEPOSIT_FIELD = {TENSOR_ARTIFACT: "artifact_id", ENGINE_STATE: "state_sha256"}
 RUN_REQUIRED_FIELDS = frozenset({"schema", "run", "command", "config", "config_fingerprint", "settings",
                                  "problem_set", "problems", "samples", "totals", "manifest_sha256"})
 RUN_FOREIGN_FIELDS = frozenset({"pairs"})
@@ -68,10 +71,10 @@ def exactness_shape(manifest: dict) -> list[str]:
     pairs = manifest.get("pairs")
     if not isinstance(pairs, list) or not pairs:
         return problems + ["pairs: not a non-empty list of pair records"]
-    engine = _engine_name(manifest)
-    if engine not in DEPOSIT_FIELD:
-        return problems + [f"config.engine: {engine!r} is not an engine graftbench knows ({', '.join(DEPOSIT_FIELD)})"]
-    fields = PAIR_FIELDS | {DEPOSIT_FIELD[engine]}
+    kind, engine = _deposit_kind(manifest)
+    if kind is None:
+        return problems + [f"config.engine: {engine!r} is not an engine section (a dict naming its engine)"]
+    fields = PAIR_FIELDS | {DEPOSIT_FIELD[kind]}
     bad = [i for i, p in enumerate(pairs) if not isinstance(p, dict) or not fields <= set(p)]
     if bad:
         problems.append(f"pairs: {len(bad)} entries (first at index {bad[0]}) are not {engine} pair records with "
@@ -79,13 +82,20 @@ def exactness_shape(manifest: dict) -> list[str]:
     return problems
 
 
-def _engine_name(manifest: dict) -> object:
-    """The engine a manifest's pin names: ``config.engine.engine``, ``torch`` when the pin has no engine field."""
+def _deposit_kind(manifest: dict) -> tuple[str | None, object]:
+    """What a manifest's pin deposits (a key of :data:`DEPOSIT_FIELD`, ``None`` when its engine section is not a
+    dict naming an engine) and the engine it names for messages (``torch`` for a pin without a section, the one
+    engine whose pins have none)."""
     config = manifest.get("config")
-    engine = config.get("engine") if isinstance(config, dict) else None
-    if engine is None:
-        return "torch"
-    return engine.get("engine") if isinstance(engine, dict) else engine
+    section = config.get("engine") if isinstance(config, dict) else None
+    if section is None:
+        return TENSOR_ARTIFACT, "torch"
+    if not isinstance(section, dict):
+        return None, section
+    name = section.get("engine")
+    if not isinstance(name, str) or not name:
+        return None, name
+    return ENGINE_STATE, name
 
 
 def run_shape(manifest: dict) -> list[str]:

@@ -7,6 +7,13 @@ LABEL = "random weights: architecture only"
 """The label of a model whose weights were drawn at random (:mod:`graftbench.engine.torch.random_weights`): evidence at an
 architecture's dimensions, not a certificate for a released checkpoint, and never scored."""
 
+RANDOM_PREFIX = "random:"  # a model spec that asks for random weights (graftbench.engine.torch.random_weights)
+
+
+def is_random(spec: object) -> bool:
+    """Whether the model spec ``spec`` asks for a random-weights model (the ``random:`` prefix)."""
+    return isinstance(spec, str) and spec.startswith(RANDOM_PREFIX)
+
 
 def model_name(pin: dict):
     """The model's name as a manifest, table or report shows it: the pin's ``model``, followed for a

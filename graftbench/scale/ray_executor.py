@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, NamedTuple
 
+from ..engine.registry import DEFAULT_ENGINE
 from ..eval.dispatch import RAY_EXTRA, ClusterOptions, DispatchError, DispatchReport, Ledger
 from ..problems.types import Problem
 from ..settings import EvalSettings
@@ -56,9 +57,10 @@ LOCAL_OBJECT_STORE_BYTES = 256 << 20  # a local cluster's object store: samples 
 class WorkerPin:
     """What each worker loads: ``model`` (alias, path or hub id, as for one process), ``dtype`` (``auto``: float32
     on the CPU, bfloat16 on CUDA, resolved by the worker), ``chunk_size`` (tokens), ``isa`` (``native`` or ``avx2``,
-    :mod:`graftbench.util.isa`), torch ``threads`` and ``device`` (``--device``: ``auto`` resolved on the worker's
-    machine; ``cuda`` reserves one GPU per worker, :func:`worker_gpus`). Together with the worker's machine and
-    libraries they make its :class:`graftbench.engine.pin.PinnedConfig`."""
+    :mod:`graftbench.util.isa`), torch ``threads``, ``device`` (``--device``: ``auto`` resolved on the worker's
+    machine; ``cuda`` reserves one GPU per worker, :func:`worker_gpus`) and ``engine`` (a name in
+    :mod:`graftbench.engine.registry` whose engine declares :data:`graftbench.engine.base.RAY`). Together with the
+    worker's machine and libraries they make its :class:`graftbench.engine.pin.PinnedConfig`."""
 
     model: str
     dtype: str
@@ -66,6 +68,7 @@ class WorkerPin:
     isa: str
     threads: int
     device: str = "auto"
+    engine: str = DEFAULT_ENGINE
 
 
 def known_pin(pin: WorkerPin) -> dict:
@@ -135,26 +138,28 @@ class ProblemWorker:
     grafts, and :func:`graftbench.eval.evaluate.run_problem` for each problem handed to it. ``cwd``: the driver's
     working folder, entered when this machine has it (so relative model and store paths mean the same). Raises
     :class:`graftbench.util.isa.IsaError`, :class:`graftbench.engine.device.DeviceError` (a CUDA device the worker's
-    machine lacks), :class:`graftbench.engine.models.ModelError` or
+    machine lacks), :class:`graftbench.engine.base.CapabilityError` (an engine without Ray workers),
+    :class:`graftbench.engine.models.ModelError` or
     :class:`graftbench.store.folder.StoreError` when it cannot start (the driver reports it as refused)."""
 
     def __init__(self, pin: WorkerPin, settings: EvalSettings, store_root: str | None, cwd: str | None,
                  faults: WorkerFaults = WorkerFaults()):
         if cwd and os.path.isdir(cwd):
             os.chdir(cwd)
-        from ..util.allocator import set_allocator_for_grafts
         from ..util.isa import apply
 
         apply(pin.isa)  # before torch is imported in this process
-        set_allocator_for_grafts()  # as the command line does in the driver
         from ..util.energy import EnergyMeter
-        from ..engine.device import dtype_for, resolve
-        from ..engine.torch.session import open_session
+        from ..engine.base import RAY, EngineOptions, require
+        from ..engine.device import resolve
+        from ..engine.registry import get
         from ..store.open import open_store
 
+        factory = get(pin.engine)
+        require(factory, RAY, "a Ray worker")
         device = resolve(pin.device)
-        self.session = open_session(pin.model, dtype=dtype_for(pin.dtype, device), chunk_size=pin.chunk_size,
-                                    threads=faults.threads or pin.threads, device=device)
+        self.session = factory.open(EngineOptions(model=pin.model, dtype=pin.dtype, chunk_size=pin.chunk_size,
+                                                  threads=faults.threads or pin.threads, device=device))
         self.settings = settings
         self.store = open_store(store_root, readonly=True) if settings.graft and store_root is not None else None
         self.meter = EnergyMeter(device=device)

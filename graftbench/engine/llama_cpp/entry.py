@@ -3,6 +3,8 @@ the options it takes and how it loads a GGUF file; importing this module imports
 
 from __future__ import annotations
 
+import os
+
 from . import CAPABILITIES, NAME
 from ..base import EngineOpenError, EngineOptions, EngineSession
 
@@ -36,6 +38,13 @@ class LlamaCppEngineFactory:
     def loading_text(self, options: EngineOptions) -> str:
         """``loading MODEL on llama.cpp (KV TYPE)``."""
         return f"loading {options.model} on llama.cpp (KV {options.kv_type})"
+
+    def fixed_pin(self) -> dict:
+        """``dtype`` ``gguf`` (the weights as stored) and ``isa`` the build this process loads
+        (:data:`graftbench.engine.llama_cpp.portable_build.ENV_VAR`, ``native`` when unset)."""
+        from .portable_build import ENV_VAR
+
+        return {"dtype": self.pinned_dtype, "isa": os.environ.get(ENV_VAR) or "native"}
 
     def replay_options(self, pin: dict) -> dict:
         """The :class:`graftbench.engine.base.EngineOptions` fields that reopen llama.cpp under ``pin`` (its

@@ -34,6 +34,10 @@ class TorchEngineFactory:
 
         return f"loading {options.model} ({options.dtype}) on {resolve(options.device)}"
 
+    def fixed_pin(self) -> dict:
+        """None: ``--dtype`` and ``--isa`` choose the pin's dtype and instruction set."""
+        return {}
+
     def replay_options(self, pin: dict) -> dict:
         """The :class:`graftbench.engine.base.EngineOptions` fields that reopen the torch engine under ``pin``."""
         return {"model": pin["model"], "dtype": pin["dtype"], "chunk_size": pin["chunk_size"],

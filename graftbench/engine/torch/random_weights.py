@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from importlib import resources
 
 from ...store.tensor_hashing import tensors_sha256
-from ...results.model_names import LABEL
+from ...results.model_names import LABEL, RANDOM_PREFIX, is_random  # noqa: F401  (is_random: callers import it here)
 
 REDUCED_LABEL = LABEL + " (reduced dimensions, not a published model)"
-PREFIX = "random:"
+PREFIX = RANDOM_PREFIX
 DRAW_RULE = ("cpu, a generator per tensor seeded sha256('<seed>:<name>')[:8], normal float32 then cast; bias zero; "
              "norm as built; hashed on cpu before the move")
 _SPEC = re.compile(r"random:([a-z0-9][a-z0-9.\-]*)(?:@(\d{1,9}))?")
@@ -47,11 +47,6 @@ class RandomSpec:
 
     name: str
     seed: int = 0
-
-
-def is_random(spec: str) -> bool:
-    """Whether ``spec`` asks for a random-weights model (``random:`` prefix)."""
-    return isinstance(spec, str) and spec.startswith(PREFIX)
 
 
 def bundled_names() -> list[str]:
