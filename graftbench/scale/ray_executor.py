@@ -146,9 +146,11 @@ class ProblemWorker:
                  faults: WorkerFaults = WorkerFaults()):
         if cwd and os.path.isdir(cwd):
             os.chdir(cwd)
+        from ..util.allocator import set_allocator_for_grafts
         from ..util.isa import apply
 
         apply(pin.isa)  # before torch is imported in this process
+        set_allocator_for_grafts()  # as the command line does in the driver
         from ..util.energy import EnergyMeter
         from ..engine.base import RAY, EngineOptions, require
         from ..engine.device import resolve
