@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 FORMAT = "graftbench.artifact/1"  # torch KV tensors per layer (this module)
 LLAMA_FORMAT = "graftbench.llama-state/1"  # a llama.cpp sequence state (graftbench.store.llama_state)
 FORMATS = (FORMAT, LLAMA_FORMAT)
+# An engine's sequence state in the state container (graftbench.store.llama_state): graftbench.<name>-state/<version>
+STATE_FORMAT_PATTERN = re.compile(r"graftbench\.[a-z0-9][a-z0-9._-]*-state/[1-9][0-9]*")
 HEADER_KEY = "graftbench"
 KV_DTYPES = ("float32", "bfloat16", "float16")  # the dtypes an artifact's keys and values may have
 
@@ -112,15 +115,24 @@ def decode_header(artifact_id: str, data: bytes) -> dict:
     return header_from_metadata(artifact_id, metadata)
 
 
+def is_state_format(name: object) -> bool:
+    """Whether ``name`` is the format of an engine's sequence state in the state container
+    (:mod:`graftbench.store.llama_state`): ``graftbench.<name>-state/<version>``, e.g. :data:`LLAMA_FORMAT`. The
+    container's checks are the store's; whether a state of that format may be restored is its engine's."""
+    return isinstance(name, str) and STATE_FORMAT_PATTERN.fullmatch(name) is not None
+
+
 def header_from_metadata(artifact_id: str, meta: dict) -> dict:
     """The graftbench header from a safetensors ``__metadata__`` dict: the JSON under ``HEADER_KEY``. Raises
-    :class:`ArtifactError` (``header``) when it is missing, not a JSON object, or of none of the ``FORMATS``."""
+    :class:`ArtifactError` (``header``) when it is missing, not a JSON object, or of neither :data:`FORMAT` nor a
+    state format (:func:`is_state_format`)."""
     try:
         header = loads_strict(meta[HEADER_KEY], source="the graftbench header")
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
         raise ArtifactError(artifact_id, "header", f"header is not valid graftbench JSON ({exc})") from exc
-    if not isinstance(header, dict) or header.get("format") not in FORMATS:
-        raise ArtifactError(artifact_id, "header", f"format is not one of {', '.join(FORMATS)}")
+    if not isinstance(header, dict) or not (header.get("format") == FORMAT or is_state_format(header.get("format"))):
+        raise ArtifactError(artifact_id, "header", f"format is not one of {', '.join(FORMATS)} or another "
+                                                   "engine's graftbench.<name>-state/<version>")
     return header
 
 

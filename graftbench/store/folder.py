@@ -43,6 +43,7 @@ from pathlib import Path
 
 
 from .codec import (
+    LLAMA_FORMAT,
     Artifact,
     ArtifactError,
     check_artifact_id,
@@ -408,7 +409,8 @@ class Store(IndexedStore):
         return self._audit(artifact_id, self._file_bytes(artifact_id, indexed), indexed, audit_any)
 
     def read_state(self, artifact_id: str, integrity: str = "xxh3_128", timing: dict | None = None,
-                   buffer: bytearray | None = None) -> tuple[dict, list[int], memoryview]:
+                   buffer: bytearray | None = None,
+                   formats: tuple[str, ...] = (LLAMA_FORMAT,)) -> tuple[dict, list[int], memoryview]:
         """A llama.cpp sequence state artifact: ``(header, token ids, state bytes)``, read only when it is a regular
         file inside the store of the size indexed for it. As :meth:`read` for a torch artifact, the whole file's
         hash is the XXH3-128 indexed at deposit (``hash``; ``integrity="sha256"`` or no indexed digest: SHA-256
@@ -420,7 +422,8 @@ class Store(IndexedStore):
         ``read_s`` (with that hashing), ``integrity_s`` (the digest compared; SHA-256 path: the whole check) and
         ``parse_s`` in seconds. With ``buffer`` the file is read into it (grown when needed):
         a caller that keeps one reads each graft without allocating, and the state is a view of it, valid until
-        the buffer is read into again. Raises :class:`ArtifactError` (``missing``, ``size``, ``read``,
+        the buffer is read into again. ``formats``: the state formats the caller restores (a llama.cpp state's by
+        default; another engine names its own, :func:`graftbench.store.codec.is_state_format`). Raises :class:`ArtifactError` (``missing``, ``size``, ``read``,
         ``hash``, ``header``, ``format``, ``tensors``, ``payload``), ``ValueError`` for another ``integrity``,
         :class:`StoreError` for a damaged index."""
         if integrity not in INTEGRITY_METHODS:
@@ -434,14 +437,14 @@ class Store(IndexedStore):
         read = time.perf_counter()
         timing["read_s"] = read - started
         if not streamed:
-            header, token_ids, state = decode_state(artifact_id, data)
+            header, token_ids, state = decode_state(artifact_id, data, formats)
             timing["integrity_s"], timing["parse_s"] = time.perf_counter() - read, 0.0
             return header, token_ids, state
         if digest.hexdigest() != indexed[1]:
             raise ArtifactError(artifact_id, "hash", "xxh3_128 of the file does not equal the XXH3-128 indexed at "
                                                      "deposit (corrupt or edited)")
         hashed = time.perf_counter()
-        header, token_ids, state = parse_state(artifact_id, data)
+        header, token_ids, state = parse_state(artifact_id, data, formats)
         timing["integrity_s"], timing["parse_s"] = hashed - read, time.perf_counter() - hashed
         return header, [int(t) for t in token_ids], state
 

@@ -43,7 +43,7 @@ import os
 import sqlite3
 from pathlib import Path
 
-from .codec import Artifact, ArtifactError, check_artifact_id, decode_header
+from .codec import LLAMA_FORMAT, Artifact, ArtifactError, check_artifact_id, decode_header
 from .llama_state import audit_any
 from .ids import ARTIFACTS_DIR, SUFFIX, artifact_id_of, id_of_path
 from .reader import INTEGRITY_METHODS, LayoutError, header_length, xxh3_128_hex
@@ -400,12 +400,13 @@ class ObjectStore(Store):
         return self._audit(artifact_id, self._get_object(artifact_id), indexed, audit_any)
 
     def read_state(self, artifact_id: str, integrity: str = "xxh3_128", timing: dict | None = None,
-                   buffer: bytearray | None = None) -> tuple[dict, list[int], memoryview]:
+                   buffer: bytearray | None = None,
+                   formats: tuple[str, ...] = (LLAMA_FORMAT,)) -> tuple[dict, list[int], memoryview]:
         """:meth:`Store.read_state` from the read-through cache, fetched (and checked against its id) the first
         time. Raises :class:`ArtifactError` as :meth:`Store.read_state` and :meth:`_fetch` do."""
         if not self.path(artifact_id).exists():
             self._fetch(artifact_id)
-        return super().read_state(artifact_id, integrity, timing, buffer)
+        return super().read_state(artifact_id, integrity, timing, buffer, formats)
 
     def _get_object(self, artifact_id: str) -> bytes:
         """The whole object of ``artifact_id``. Raises :class:`ArtifactError`: ``missing`` or ``read``."""
