@@ -4,7 +4,8 @@ fields, and restore one only under the pin it was written with.
 The container itself (one safetensors file of ``token_ids`` and ``state``, its header, id and payload checks) is
 :mod:`graftbench.store.llama_state`; this module adds what the pin decides. llama.cpp's state carries no model, build
 or payload hash of its own, so :func:`decode_llama_artifact` refuses a state whose pin fields (the config
-fingerprint, the GGUF file's and tokenizer's SHA-256, the chunk size and the engine's fields) are not this run's;
+fingerprint, the GGUF file's and tokenizer's SHA-256, the chunk size and the engine's fields) are not this run's, the
+size of the context that receives it aside (:data:`CONTEXT_SIZE_FIELDS`);
 :func:`restore_or_prefill` falls back to a prefill. Imports no torch.
 """
 
@@ -34,10 +35,30 @@ def encode_llama_artifact(config, state: LlamaState, meta: dict | None = None) -
     return encode_state(header, state.token_ids, state.state)
 
 
+# The engine pin's fields that size the context receiving a state, not the state: a restore does not compare them
+# (a state captured in a context of 8,192 tokens restores byte-exact into one of 16,384, or into one stream of a
+# context of several sequences). They stay in the recorded pin and its fingerprint, so no digest changes.
+CONTEXT_SIZE_FIELDS = ("n_ctx",)
+
+
+def at_recorded_context(config, header: dict):
+    """``config`` (a llama.cpp :class:`graftbench.engine.pin.PinnedConfig`) with the context-size fields
+    (:data:`CONTEXT_SIZE_FIELDS`) that ``header``'s recorded engine pin holds: the pin the state's header would carry
+    had it been captured under ``config``'s everything else."""
+    from dataclasses import replace
+
+    recorded = header.get("engine") if isinstance(header.get("engine"), dict) else {}
+    sizes = {name: recorded[name] for name in CONTEXT_SIZE_FIELDS if name in recorded and name in config.engine}
+    return replace(config, engine={**config.engine, **sizes}) if sizes else config
+
+
 def check_pin(artifact_id: str, header: dict, config) -> None:
-    """Refuse a state whose header is not of the pin ``config``. Raises
-    :class:`graftbench.store.codec.ArtifactError` (``config``) naming the first differing field."""
-    for name, value in pin_header(config).items():
+    """Refuse a state whose header is not of the pin ``config``, the size of the receiving context aside: every
+    field of :func:`pin_header` must match (the fingerprint, weights, tokenizer, chunk size and the engine's fields:
+    build, batch sizes, cache types, flash attention), compared with ``config``'s context size taken as the one
+    recorded (:func:`at_recorded_context`). Raises :class:`graftbench.store.codec.ArtifactError` (``config``) naming
+    the first differing field."""
+    for name, value in pin_header(at_recorded_context(config, header)).items():
         if header.get(name) != value:
             raise ArtifactError(artifact_id, "config", f"{name} differs from this run's pin (another engine, "
                                                        "build, KV cache type or model)")
