@@ -32,6 +32,7 @@ from .common import (ModeOpt, announce_sandbox, check_hub_model, device_option, 
 from ..settings import CERTIFIED_KERNELS
 from .common import AllowUncheckedPayloadsOpt, AllowUnanchoredOpt
 from .options import CLUSTER, CLUSTER_OPTIONS, FIELDS, OWN, RUN, SAMPLING, KernelsOpt, with_options
+from .invocation import command_options, refuse_options_not_taken
 from ..util.display_text import console_markup
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -121,7 +122,8 @@ def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, ru
         with progress(command, shard_size(problem_list, settings) * settings.samples,
                       samples_recorded(runs_dir, name, problem_list, settings)) as advance:
             result = execute(problem_list, problems, name, settings, command=command, runs_root=runs_dir,
-                             store_root=store if settings.graft else None, on_sample=advance, new_store=new_store)
+                             store_root=store if settings.graft else None, on_sample=advance, new_store=new_store,
+                             command_options=command_options())
     except StoreError as exc:
         fail(str(exc) + (" or pass --new-store to start an empty one" if exc.missing else ""))
     except (DispatchError, PreflightError) as exc:
@@ -302,6 +304,7 @@ def _run_command(command: str, options: dict, store: str | None = None, new_stor
                  **graft_settings) -> None:
     """``solve`` or ``eval`` from the shared options (:mod:`graftbench.cli.options`) and eval's graft settings."""
     o = options
+    refuse_options_not_taken(engine_name())  # first: a finished run or Ray workers would pass it by
     if graft_settings.get("certify"):
         _refuse_uncertified(o["kernels"], "eval --certify")
     settings = _settings(max_new_tokens=o["max_new_tokens"], token_budget=o["token_budget"], samples=o["samples"],

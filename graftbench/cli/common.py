@@ -312,6 +312,9 @@ def open_model(model: str, dtype: str, chunk_size: int, threads: int | None = No
     if not architecture_only:
         refuse_random(model)
     factory = engine_factory(engine)
+    from .invocation import refuse_options_not_taken
+
+    refuse_options_not_taken(factory.name)  # an option the engine would ignore, before anything loads
     takes_isa = "isa" in factory.options
     if isa is not None and not takes_isa:
         fail(f"--isa applies to engines run under this process's instruction-set pin; --engine {factory.name} "

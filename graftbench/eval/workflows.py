@@ -125,6 +125,13 @@ def eval_manifest(*, run_name: str, command: str, config: dict, config_fingerpri
     )
 
 
+def options_section(command_options: dict | None) -> dict | None:
+    """The manifest section recording the options a command was given (``{"command_options": {flag: value}}``), or
+    ``None`` when it was given none or the run was not started from the command line: a manifest without it is one
+    written before options were recorded, or by the Python API."""
+    return {"command_options": dict(command_options)} if command_options else None
+
+
 def open_graft_store(store_root: str | Path, new_store: bool = False) -> Store:
     """The store a graft run reads: opened for writing (which removes killed writers' temporary files and brings
     an older index up to date), or read-only when its file system refuses writes (a graft only reads). Raises
@@ -139,14 +146,17 @@ def open_graft_store(store_root: str | Path, new_store: bool = False) -> Store:
 
 def run_eval(session: EngineSession, problems: list[Problem], source: str, run_name: str, settings: EvalSettings,
              command: str = "eval", runs_root: str | Path = "runs", store_root: str | Path | None = None,
-             on_sample: Callable[[Sample], None] | None = None, new_store: bool = False) -> RunResult:
+             on_sample: Callable[[Sample], None] | None = None, new_store: bool = False,
+             command_options: dict | None = None) -> RunResult:
     """Open (or resume) ``runs/<run_name>`` holding its lock, evaluate every problem not yet recorded (of
     ``settings.shard`` only, when given), write ``manifest.json``, release the lock.
 
     With ``settings.graft`` the store at ``store_root`` must exist, unless ``new_store`` (then an empty one is
-    created and every problem runs as the baseline). Raises :class:`graftbench.results.runs.RunError` when the run
-    folder holds a run with other settings or another process holds it, and :class:`graftbench.store.folder.StoreError`
-    for a store that does not exist (without ``new_store``) or whose index is missing or damaged.
+    created and every problem runs as the baseline). ``command_options``: the options the command was given (flag
+    to value), recorded as the manifest's ``command_options`` when not empty. Raises
+    :class:`graftbench.results.runs.RunError` when the run folder holds a run with other settings or another process
+    holds it, and :class:`graftbench.store.folder.StoreError` for a store that does not exist (without ``new_store``)
+    or whose index is missing or damaged.
     """
     run = RunDir(runs_root, run_name)
     shard_problems = [p for _, p in select(problems, parse_shard(settings.shard))]
@@ -161,7 +171,8 @@ def run_eval(session: EngineSession, problems: list[Problem], source: str, run_n
         manifest = eval_manifest(
             run_name=run_name, command=command, config=config, config_fingerprint=session.config.fingerprint,
             settings=settings, source=source, problems=problems, samples=[s.to_json() for s in samples],
-            energy=meter.describe(), store_root=store_root if store is not None else None)
+            energy=meter.describe(), store_root=store_root if store is not None else None,
+            extra=options_section(command_options))
         write_manifest(manifest, run.manifest_path)
     return RunResult(run, samples, manifest, run.cleaned + (store.cleaned if store is not None else []))
 

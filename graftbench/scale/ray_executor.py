@@ -305,11 +305,13 @@ def _cause(exc: BaseException) -> BaseException:
 def run_eval_ray(problems: list[Problem], source: str, run_name: str, settings: EvalSettings, *, pin: WorkerPin,
                  options: ClusterOptions = ClusterOptions(), command: str = "eval", runs_root: str | Path = "runs",
                  store_root: str | Path | None = None, on_sample: Callable | None = None, new_store: bool = False,
-                 on_event: Callable[[str], None] | None = None, hooks: DriverHooks = DriverHooks()):
+                 on_event: Callable[[str], None] | None = None, hooks: DriverHooks = DriverHooks(),
+                 command_options: dict | None = None):
     """:func:`graftbench.eval.workflows.run_eval` over Ray workers: open (or resume) ``runs/<run_name>`` holding its
     lock, run every problem not yet recorded (of ``settings.shard`` only, when given) on the workers, append each
     sample as it arrives (``on_sample`` is called with each :class:`~graftbench.results.samples.Sample`), write the
-    manifest and release the lock; ``on_event`` receives one line per cluster event (started, worker refused or lost).
+    manifest and release the lock; ``on_event`` receives one line per cluster event (started, worker refused or lost);
+    ``command_options`` as :func:`~graftbench.eval.workflows.run_eval` records them.
 
     Returns a :class:`~graftbench.eval.workflows.RunResult` whose ``dispatch`` is the
     :class:`~graftbench.eval.dispatch.DispatchReport`. For greedy decoding its samples equal a single-process run's
@@ -335,7 +337,7 @@ def run_eval_ray(problems: list[Problem], source: str, run_name: str, settings: 
     from ..store.open import open_store
     from ..eval.preflight import preflight
     from ..store.writers import kind_of
-    from ..eval.workflows import RunResult, eval_manifest, run_record
+    from ..eval.workflows import RunResult, eval_manifest, options_section, run_record
 
     event = on_event or (lambda _: None)
     run = RunDir(runs_root, run_name)
@@ -375,7 +377,7 @@ def run_eval_ray(problems: list[Problem], source: str, run_name: str, settings: 
             run_name=run_name, command=command, config=reference["config"],
             config_fingerprint=reference["config_fingerprint"], settings=settings, source=source, problems=problems,
             samples=samples, energy=reference["energy"], store_root=store_root if store is not None else None,
-            extra={"executor": executor})
+            extra={"executor": executor, **(options_section(command_options) or {})})
         write_manifest(manifest, run.manifest_path)
     return RunResult(run, [Sample.from_json(s) for s in samples], manifest,
                      run.cleaned + (store.cleaned if store is not None else []), dispatch=report)
