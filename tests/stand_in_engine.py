@@ -451,6 +451,17 @@ class StandInFactory:
     def loading_text(self, options: EngineOptions) -> str:
         return f"loading {options.model} on the stand-in engine"
 
+    def fixed_pin(self) -> dict:
+        """Every run pins float32 under the process's own instruction set."""
+        return {"dtype": self.pinned_dtype, "isa": "native"}
+
+    def adopt_pin(self, pin: dict) -> None:
+        """Nothing to adopt: the weights are drawn from the model spec."""
+
+    def why_not_runnable(self, pin: dict) -> str | None:
+        """Any machine with numpy runs it."""
+        return None
+
     def replay_options(self, pin: dict) -> dict:
         return {"model": pin["model"], "chunk_size": pin["chunk_size"], "threads": pin["threads"]}
 
