@@ -110,7 +110,7 @@ $(LLAMA_PORTABLE)/.installed: | $(STAMP)
 llama-portable: $(LLAMA_PORTABLE)/.installed
 
 # --durations: where the suite's time goes, in every CI log.
-test: $(STAMP) $(LLAMA_STAMP) sandbox-tools browser-tools program-env
+test: $(STAMP) $(LLAMA_STAMP) $(LLAMA_PORTABLE)/.installed sandbox-tools browser-tools program-env
 	$(BIN)/python -m pytest --durations=30
 
 # Where the suite's time goes on this machine (`make test-durations CPU=<this kind of machine>`): the whole suite

@@ -1,0 +1,175 @@
+"""What the portable pins cost, on both engines, side by side in one run: prefill and decode tokens/s and the graft
+plus one token, native against portable.
+
+- llama.cpp: the native build (``-march=native``) against the portable build (:mod:`graftbench.engine.llama_cpp.
+  portable_build`), chosen per process by ``GRAFTBENCH_LLAMA_BUILD``; KV cache f16, flash attention off, chunk 256.
+- torch: ``--isa native`` against ``--isa portable`` (:mod:`graftbench.util.isa`), float32.
+
+Each (engine, pin, repeat) is one fresh process, the pins alternating so both see the same machine state; cells are
+medians. Prefill: ``prompt_tokens`` of AIME text in the pin's chunk schedule (tokens/s); decode: greedy tokens after
+it, one forward a token (tokens/s); graft + 1 token: the prefilled state captured, restored into a fresh cache and one
+token decoded after it (seconds; llama.cpp only: the torch graft's cost is in docs/performance.md).
+
+Run as ``python -m graftbench.bench.portable_cost probe ENGINE MODEL PROMPT DECODE THREADS PROBLEMS`` (under the
+pin's variable) to print one probe's JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .history import write_json_and_markdown
+
+ENGINES = {"llama.cpp": "GRAFTBENCH_LLAMA_BUILD", "torch": "GRAFTBENCH_ISA"}  # the variable that picks the pin
+PINS = ("native", "portable")
+
+
+def _prompt_ids(session, problems: str, prompt_tokens: int) -> list[int]:
+    from ..problems.loading import load_problems
+
+    ids: list[int] = []
+    for problem in (p for p in load_problems(problems) if p.solution):
+        ids += session.deposit_ids(problem.problem, problem.answer, problem.solution)
+        if len(ids) >= prompt_tokens:
+            break
+    return ids[:prompt_tokens]
+
+
+def _probe_llama(model: str, prompt_tokens: int, decode_tokens: int, threads: int, problems: str) -> dict:
+    import numpy as np
+
+    from ..engine.llama_cpp.session import open_llama_session
+
+    session = open_llama_session(model, chunk_size=256, threads=threads)
+    engine, ids = session.engine, _prompt_ids(session, problems, prompt_tokens)
+    cache = engine.new_cache()
+    started = time.perf_counter()
+    logits = engine.prefill(cache, ids)
+    prefill_s = time.perf_counter() - started
+    state = engine.capture(cache)
+    started = time.perf_counter()
+    for _ in range(decode_tokens):
+        logits = engine.decode_step(cache, int(np.argmax(logits)))
+    decode_s = time.perf_counter() - started
+    cache.close()
+    started = time.perf_counter()
+    grafted = engine.restore(state)
+    engine.decode_step(grafted, int(ids[-1]))
+    graft_s = time.perf_counter() - started
+    grafted.close()
+    return {"pin": session.config.isa, "cpu_capability": session.config.cpu_capability, "prompt_tokens": len(ids),
+            "prefill_tok_per_s": len(ids) / prefill_s, "decode_tok_per_s": decode_tokens / decode_s,
+            "graft_plus_one_s": graft_s}
+
+
+def _probe_torch(model: str, prompt_tokens: int, decode_tokens: int, threads: int, problems: str) -> dict:
+    from ..engine.torch import forward
+    from ..engine.torch.session import open_session
+
+    session = open_session(model, dtype="float32", threads=threads)
+    ids = _prompt_ids(session, problems, prompt_tokens)
+    cache = forward.new_cache(session.model)
+    started = time.perf_counter()
+    logits = forward.prefill(session.model, cache, ids, session.config.chunk_size)
+    prefill_s = time.perf_counter() - started
+    decoded = forward.greedy_decode(session.model, session.tokenizer, cache, logits, decode_tokens, set())
+    return {"pin": session.config.isa, "cpu_capability": session.config.cpu_capability, "prompt_tokens": len(ids),
+            "prefill_tok_per_s": len(ids) / prefill_s,
+            "decode_tok_per_s": (len(decoded.token_ids) - 1) / decoded.decode_s, "graft_plus_one_s": None}
+
+
+def probe_in_subprocess(engine: str, pin: str, model: str, prompt_tokens: int, decode_tokens: int, threads: int,
+                        problems: str) -> dict:
+    """One probe in a fresh process with ``engine``'s pin variable set to ``pin``. Raises ``RuntimeError`` with the
+    probe's stderr when it fails."""
+    env = {**os.environ, ENGINES[engine]: pin, "OMP_NUM_THREADS": str(threads)}
+    args = ["probe", engine, model, str(prompt_tokens), str(decode_tokens), str(threads), problems]
+    done = subprocess.run([sys.executable, "-m", "graftbench.bench.portable_cost", *args], env=env,
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{engine} probe ({pin}) failed: {done.stderr.strip()[-500:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def measure(rows: list[tuple[str, str]], problems: str, prompt_tokens: int = 512, decode_tokens: int = 32,
+            threads: int = 1, repeats: int = 3, on_probe=None) -> dict:
+    """Median figures per (engine, model) in ``rows`` and pin over ``repeats`` alternating fresh processes, with
+    the portable/native ratios (tokens/s; for the graft, seconds, so above 1 is slower). ``on_probe`` is called
+    with each probe's result."""
+    from ..util.isa import environment
+
+    out = []
+    for engine, model in rows:
+        runs: dict[str, list[dict]] = {pin: [] for pin in PINS}
+        for _ in range(repeats):
+            for pin in PINS:
+                runs[pin].append(probe_in_subprocess(engine, pin, model, prompt_tokens, decode_tokens, threads,
+                                                     problems))
+                if on_probe:
+                    on_probe(runs[pin][-1])
+        row = {"engine": engine, "model": model}
+        for pin, probes in runs.items():
+            graft = [p["graft_plus_one_s"] for p in probes if p["graft_plus_one_s"] is not None]
+            row[pin] = {"cpu_capability": probes[0]["cpu_capability"],
+                        "prefill_tok_per_s": statistics.median(p["prefill_tok_per_s"] for p in probes),
+                        "decode_tok_per_s": statistics.median(p["decode_tok_per_s"] for p in probes),
+                        "graft_plus_one_s": statistics.median(graft) if graft else None, "runs": probes}
+        for key in ("prefill_tok_per_s", "decode_tok_per_s", "graft_plus_one_s"):
+            n, p = row["native"][key], row["portable"][key]
+            row[f"{key}_ratio"] = p / n if n and p is not None else None
+        out.append(row)
+    return {"threads": threads, "prompt_tokens": prompt_tokens, "decode_tokens": decode_tokens, "repeats": repeats,
+            "problems": problems, "environment": environment(), "rows": out,
+            "method": "fresh process per (engine, pin, repeat), pins alternating; medians; ratio = portable / native"}
+
+
+def markdown(result: dict) -> str:
+    """The figures as a markdown table."""
+    env = result["environment"]
+    lines = [f"# Cost of the portable pins", "",
+             f"CPU: {env['cpu_model']} (native {env['cpu_capability_native']}), {result['threads']} thread(s); "
+             f"prefill of {result['prompt_tokens']} tokens of AIME text, then {result['decode_tokens']} greedy "
+             f"tokens; graft + 1 token on llama.cpp; median of {result['repeats']} fresh processes per cell.", "",
+             "| engine | model | prefill tok/s native | portable | ratio | decode tok/s native | portable | ratio "
+             "| graft + 1 token native (s) | portable (s) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+
+    def cell(value, fmt):
+        return "n/a" if value is None else format(value, fmt)
+
+    for row in result["rows"]:
+        n, p = row["native"], row["portable"]
+        lines.append(f"| {row['engine']} | {row['model']} | {n['prefill_tok_per_s']:.1f} | "
+                     f"{p['prefill_tok_per_s']:.1f} | {row['prefill_tok_per_s_ratio']:.2f}× | "
+                     f"{n['decode_tok_per_s']:.1f} | {p['decode_tok_per_s']:.1f} | "
+                     f"{row['decode_tok_per_s_ratio']:.2f}× | {cell(n['graft_plus_one_s'], '.3f')} | "
+                     f"{cell(p['graft_plus_one_s'], '.3f')} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    """``probe ENGINE MODEL PROMPT DECODE THREADS PROBLEMS``: print one probe; ``run OUT_DIR PROBLEMS
+    ENGINE:MODEL...``: measure and write ``portable-cost.{json,md}`` under ``OUT_DIR``."""
+    if argv[:1] == ["probe"]:
+        engine, model, prompt, decode, threads, problems = argv[1:7]
+        probe = _probe_llama if engine == "llama.cpp" else _probe_torch
+        print(json.dumps(probe(model, int(prompt), int(decode), int(threads), problems)))
+        return 0
+    if argv[:1] == ["run"]:
+        out, problems, specs = Path(argv[1]), argv[2], argv[3:]
+        rows = [tuple(spec.split(":", 1)) for spec in specs]
+        result = measure(rows, problems, on_probe=lambda r: print(json.dumps(r), flush=True))
+        for path in write_json_and_markdown(result, markdown(result), out, "portable-cost"):
+            print(path)
+        return 0
+    print(main.__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
