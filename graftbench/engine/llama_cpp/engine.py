@@ -304,19 +304,23 @@ class LlamaCppEngine:
             _lib().llama_free(ctx)
 
     def _new_context(self, chunk: int, n_ctx: int | None = None, threads: int | None = None,
-                     kv_type: str | None = None, flash_attn: bool | None = None):
-        """A llama.cpp context of ``chunk``-token batches; the other parameters default to the engine's."""
+                     kv_type: str | None = None, flash_attn: bool | None = None, sequences: int = 1,
+                     unified: bool = False):
+        """A llama.cpp context of ``chunk``-token batches; the other parameters default to the engine's.
+        ``sequences`` > 1 makes a context of that many sequences, each in its own stream of ``n_ctx / sequences``
+        cells (a non-unified cache: a sequence attends to its own stream only), or with ``unified`` all in one
+        stream of ``n_ctx`` cells (llama.cpp's unified cache: a measurement only, never a run)."""
         n_ctx, threads = n_ctx or self.n_ctx, threads or self.threads
         kv_type = kv_type or self.kv_type
         flash_attn = self.flash_attn if flash_attn is None else flash_attn
         lib = _lib()
         params = lib.llama_context_default_params()
-        params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = n_ctx, chunk, chunk, 1
+        params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = n_ctx, chunk, chunk, sequences
         params.n_threads = params.n_threads_batch = threads
         params.flash_attn_type = (lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn
                                   else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED)
         params.type_k = params.type_v = _ggml_type(kv_type)
-        params.swa_full, params.kv_unified, params.no_perf = True, False, True
+        params.swa_full, params.kv_unified, params.no_perf = True, unified, True
         ctx = lib.llama_init_from_model(self.model, params)
         if not ctx:
             raise LlamaCppError(f"llama.cpp could not make a context (n_ctx {n_ctx}, chunk {chunk}, "

@@ -10,8 +10,9 @@ Invariants:
 - an artifact is a whole sequence (positions ``0..n``, no parent), written and read through the store like a torch
   artifact and restored only under the pin it was written with (:func:`graftbench.engine.llama_cpp.codec.check_pin`);
 - decoding is graftbench's own token choice on the float32 logits llama.cpp returns
-  (:mod:`graftbench.engine.llama_cpp.decode`); N samples of one problem decode one after another, each after its own
-  copy of the prompt's state (sample 0 on the prompt's context, the others on the state restored into a fresh one).
+  (:mod:`graftbench.engine.llama_cpp.decode`); N samples of one problem decode together: the prompt's state put into
+  N sequences of one context, one batch per step (:mod:`graftbench.engine.llama_cpp.fanout`), each sample's logits
+  byte-equal to its decode alone (non-unified streams).
 
 Needs llama-cpp-python (the ``llama`` extra); imports no torch until a sampled token is drawn.
 """
@@ -143,25 +144,26 @@ class LlamaSession(PromptIds):
     def decode(self, cache: LlamaCache, logits, budget: int, sampling, seeds: list[int] | None, stop,
                started: float) -> tuple:
         """Decode from ``logits`` (the prompt's last, ``[vocab]``) on ``cache``: greedy when ``seeds`` is ``None``,
-        else one sample per seed with ``sampling`` (:class:`graftbench.engine.torch.sampling.SamplingSettings`). The
-        budget (tokens) is cut to the room left in the context. A sample after the first decodes on the prompt's
-        state restored into a fresh context; its ``first_token_s`` counts the prompt's time, its restore and its
-        first token. Returns one :class:`graftbench.engine.torch.forward.Decoded` per sample."""
+        else one sample per seed with ``sampling`` (:class:`graftbench.engine.base.SamplingSettings`). The budget
+        (tokens) is cut to the room left in the context. Two samples or more decode together: the prompt's state is
+        captured once and put into one sequence per sample of a new context
+        (:func:`graftbench.engine.llama_cpp.fanout.fan_out`), then one batch per step holds a token of every sample
+        still going (:func:`graftbench.engine.llama_cpp.decode.decode_samples`); ``cache`` is left as it was. A
+        sample's ``first_token_s`` counts the prompt's time, the fan-out and its first token. Returns one
+        :class:`graftbench.engine.torch.forward.Decoded` per sample."""
+        from .fanout import fan_out
+
         budget = max(0, min(budget, cache.n_ctx - cache.n_past))
-        if seeds is None:
+        if seeds is None or len(seeds) == 1:
+            seed = None if seeds is None else seeds[0]
             return (llama_decode.decode(self.engine, self.tokenizer, cache, logits, budget, self.eos_ids, stop,
-                                        started=started),)
-        prompt_s = time.perf_counter() - started
-        state = self.engine.capture(cache) if len(seeds) > 1 else None
-        decoded = []
-        for i, seed in enumerate(seeds):
-            begun = started if i == 0 else time.perf_counter() - prompt_s
-            here = cache if i == 0 else self.engine.restore(state)
-            decoded.append(llama_decode.decode(self.engine, self.tokenizer, here, logits, budget, self.eos_ids, stop,
-                                               settings=sampling, seed=seed, started=begun))
-            if i:
-                here.close()
-        return tuple(decoded)
+                                        settings=None if seeds is None else sampling, seed=seed, started=started),)
+        sequences = fan_out(self.engine, self.engine.capture(cache), len(seeds), budget)
+        try:
+            return tuple(llama_decode.decode_samples(self.tokenizer, sequences, logits, budget, self.eos_ids, stop,
+                                                     sampling, seeds, started))
+        finally:
+            sequences.close()
 
     def build_artifact(self, ids: list[int], meta: dict) -> bytes:
         """Prefill ``ids`` in a fresh context with the pinned chunk schedule, capture the sequence state and encode

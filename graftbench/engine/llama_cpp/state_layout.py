@@ -63,14 +63,16 @@ class _Reader:
         return start
 
 
-def _stream(reader: _Reader, cache: int, cells: int) -> list[KeyRows]:
+def _stream(reader: _Reader, cache: int, cells: int, seq_offsets: list[int] | None = None) -> list[KeyRows]:
     positions = []
     for _ in range(cells):
         positions.append(reader.take("<i"))
         n_seq = reader.take("<I")
         if n_seq > 1:
             raise ValueError(f"a cell of the state lists {n_seq} sequences; a sequence state lists one")
-        reader.skip(4 * n_seq)
+        at = reader.skip(4 * n_seq)
+        if seq_offsets is not None and n_seq:
+            seq_offsets.append(at)
     v_trans, n_layer = reader.take("<I"), reader.take("<I")
     if v_trans > 1 or not 0 < n_layer < 10_000:
         raise ValueError(f"the state's data header (v_trans {v_trans}, {n_layer} layers) is not one this reads")
@@ -113,6 +115,41 @@ def parse_state(state: bytes) -> list[KeyRows]:
     if not keys:
         raise ValueError("the state holds no cached keys")
     return keys
+
+
+def in_streams(state: bytes, n_stream: int, stream: int = 0, seq_id: int | None = None) -> bytes:
+    """``state`` (a sequence state of a context with one stream per cache: a unified cache or one sequence) laid out
+    as llama.cpp writes a sequence of a context of ``n_stream`` streams per cache (its non-unified cache of
+    ``n_seq_max`` = ``n_stream`` sequences): each cache's cells in stream ``stream``, every other stream empty (a
+    cell count of 0); with ``seq_id``, the header's and every cell's sequence id set to it. llama.cpp restores a
+    sequence's cells into the stream of the sequence it is asked to fill, whichever stream held them, ignoring the
+    ids; it refuses a state whose stream count is not its context's. The cells, their positions and every key and
+    value byte are unchanged.
+
+    Raises ``ValueError`` as :func:`parse_state`, for a state with more than one stream in a cache, or for a
+    ``stream`` outside ``0..n_stream-1`` or an ``n_stream`` outside 1..64."""
+    if not 0 < n_stream <= 64 or not 0 <= stream < n_stream:
+        raise ValueError(f"stream {stream} of {n_stream}: llama.cpp's sequence states hold 1 to 64 streams")
+    parse_state(state)  # the whole layout, every byte accounted for
+    reader, seq_offsets = _Reader(state), []
+    head = bytearray(state[:8])
+    if seq_id is not None:
+        struct.pack_into("<i", head, 4, seq_id)
+    pieces = [bytes(head)]
+    reader.skip(8)  # the magic and the sequence id
+    while reader.at < len(state):
+        if reader.take("<I") != 1:
+            raise ValueError("the state already holds several streams in a cache")
+        start = reader.at
+        cells, offsets = reader.take("<I"), []
+        if cells:
+            _stream(reader, 0, cells, offsets)
+        block = bytearray(state[start:reader.at])
+        for at in offsets if seq_id is not None else ():
+            struct.pack_into("<i", block, at - start, seq_id)
+        empty = struct.pack("<I", 0)
+        pieces += [struct.pack("<I", n_stream), empty * stream, bytes(block), empty * (n_stream - 1 - stream)]
+    return b"".join(pieces)
 
 
 def key_bit(rows: KeyRows, position: int, element: int = 0, bit: int | None = None) -> tuple[int, int, str]:
