@@ -264,10 +264,38 @@ def test_across_cpu_kinds_is_refused_without_expect_and_for_a_torch_expectation(
     assert alone.exit_code != 0 and "--across-cpu-kinds applies with --expect only" in alone.output
     torch = runner.invoke(app, ["check-exact", "--expect", str(REFERENCE_MANIFESTS / "exact-smollm2-135m.json"),
                                 "--across-cpu-kinds"])
-    assert torch.exit_code != 0 and "--across-cpu-kinds applies to llama.cpp expectations" in torch.output
+    assert torch.exit_code != 0
+    assert "engine 'torch' does not support comparing a certificate on another kind of CPU" in torch.output
 
 
 def test_replay_exact_passes_replay_across_cpu_kinds_through():
     makefile = (ROOT / "Makefile").read_text()
     recipe = makefile[makefile.index("\nreplay-exact:"):].split("\n\n", 1)[0]
     assert '"$(REPLAY_ACROSS_CPU_KINDS)"' in recipe and 'across_cpu_kinds=sys.argv[2] == "1"' in recipe
+
+
+def test_every_committed_qwen_certificate_has_a_completed_five_pair_comparison_logged():
+    """The committed replay log (results/replays.jsonl) holds, for every committed Qwen certificate, 5 pairs compared
+    equal on the kind of CPU it was recorded on, or, for a llama.cpp certificate whose recorded build reports CPU
+    features no machine that replayed it had, a completed comparison across CPU kinds (``--across-cpu-kinds``: 5
+    pairs equal, or up to its first difference; logged, proving no kind). The torch certificates pin --isa avx2 and have their recorded-kind replay."""
+    from graftbench.util.isa import same_cpu_kind
+
+    records = read_replay_log(ROOT / "results" / "replays.jsonl")
+    certificates = sorted(ROOT.glob("results/*/manifests/exact-qwen*.json"))
+    assert len(certificates) == 8
+    awaiting = []
+    for path in certificates:
+        expected = json.loads(path.read_text())
+        own = [r for r in records if r["expectation_sha256"] == expected["manifest_sha256"]]
+        on_kind = [r for r in own if not r["pin_differences"] and r["compared"] == r["equal"] == 5
+                   and same_cpu_kind(expected["environment"], r["replayed_on"])]
+        across = [r for r in own if r.get("across_cpu_kinds") is not None
+                  and (r["compared"] == r["equal"] == 5 or r["first_difference"] is not None)  # stops at one
+                  and set(r["pin_differences"]) <= set(rc.CPU_FEATURE_FIELDS)]
+        assert on_kind or across, path.name
+        if not on_kind:
+            assert expected["config"].get("engine"), path.name  # a torch certificate has its recorded-kind replay
+            awaiting.append(path.name)
+    assert set(awaiting) <= {f"exact-qwen2.5-coder-{size}-llama-{cache}.json"
+                             for size in ("0.5b", "1.5b") for cache in ("f16", "q8_0")}
