@@ -170,7 +170,7 @@ def test_a_worker_loads_on_the_pins_device_in_its_default_dtype(monkeypatch):
 
     calls = []
 
-    def load(model, dtype, chunk_size, threads=None, device="cpu"):
+    def load(model, dtype, chunk_size, threads=None, device="cpu", kernels="certified"):
         calls.append((model, dtype, threads, device))
         raise _Stop
 

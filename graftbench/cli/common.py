@@ -337,19 +337,6 @@ def open_model(model: str, dtype: str, chunk_size: int, threads: int | None = No
     return session
 
 
-def open_llama(model: str, chunk_size: int, threads: int | None, kv_type: str, flash_attn: bool | None,
-               n_ctx: int | None = None):
-    """:func:`open_model` on the llama.cpp engine with these engine options (kept for :mod:`graftbench.cli.exact_llama`
-    until check-exact's two paths are one)."""
-    from ..engine.llama_cpp.entry import NAME
-
-    return open_model(model, "auto", chunk_size, threads, architecture_only=True, engine=NAME, kv_type=kv_type,
-                      flash_attn=flash_attn, n_ctx=n_ctx)
-
-
-ENGINES = ("torch", "llama.cpp")  # kept for graftbench.cli.exact_llama (the registry's engine_names() is the list)
-
-
 def load_problem_set(source: str, limit, id_field, problem_field, answer_field, solution_field):
     from ..problems.loading import load_problems
     from ..problems.types import ProblemSetError

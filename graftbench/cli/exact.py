@@ -1,4 +1,5 @@
-"""``graftbench check-exact``: measure the graft against a fresh recompute, or replay a committed expectation."""
+"""``graftbench check-exact``: measure the graft against a fresh recompute, or replay a committed expectation, on any
+registered engine (:mod:`graftbench.eval.exactness` over the engine's :class:`graftbench.engine.base.ExactnessChecks`)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ import typer
 from .exact_runs import open_run, report_manifest
 from .options import KernelsOpt
 from ..settings import require_certified_kernels
+from ..engine.base import ACROSS_CPU_KINDS, EXTEND_EXPECTATION, REPLAY_RANGE, EngineOpenError
+from ..engine.registry import DEFAULT_ENGINE, engine_names
 from .common import (ChunkOpt, DeviceOpt, DtypeOpt, EngineOpt, FlashAttnOpt, KvTypeOpt, ModelOpt, ProblemsOpt, RunsOpt,
-                     apply_isa, console, fail, load_problem_set, model_label, open_model, progress, run_dtype)
+                     apply_isa, console, engine_factory, fail, load_problem_set, model_label, open_model, progress,
+                     require_capability, run_dtype)
 
 
 def check_exact(
@@ -51,12 +55,11 @@ def check_exact(
         return _replay(expect, end, isa, log, first, across_cpu_kinds)
     if pairs is not None or across_cpu_kinds:
         fail(f"{'--pairs' if pairs is not None else '--across-cpu-kinds'} applies with --expect only")
-    if engine != "torch":
-        from .exact_llama import check_exact_llama
-
-        return check_exact_llama(engine, model, chunk_size, problems, samples, controls, control_pairs, write_expect,
-                                 runs_dir, threads, kv_type, flash_attn, torch_only=extend is not None or isa is not None)
-    apply_isa(isa)  # before the imports below bring in torch
+    factory = engine_factory(engine)
+    if extend is not None:
+        require_capability(EXTEND_EXPECTATION, "--extend", engine)
+    if "isa" in factory.options:
+        apply_isa(isa)  # before the imports below bring in torch
     from ..eval.exactness import check_pair_source, run_check_exact
 
     problem_list = load_problem_set(problems, None, "id", "problem", "answer", "solution")
@@ -67,12 +70,12 @@ def check_exact(
     expected = _load_expectation(extend) if extend else None  # a bad file fails before the model loads
     if extend:
         _check_extendable_before_load(extend, expected, model, run_dtype(dtype, isa), chunk_size, threads, problem_list, samples)
-    session, recorded = open_model(model, dtype, chunk_size, threads, isa, architecture_only=True), []
+    session, recorded = open_model(model, dtype, chunk_size, threads, isa, architecture_only=True, engine=engine), []
     if extend:
         session, recorded = _extension(extend, expected, session, problem_list, samples)
     run, done = open_run(runs_dir, model, session, problem_list)
     done = recorded + done  # the journal's records come last, so they win
-    with run, progress("check-exact", samples) as advance:
+    with run, progress(_label("check-exact", session), samples) as advance:
         def measured(record):
             run.append(record)
             advance(f"{record['id']} {'✓' if record['equal'] else '✗'} {record['artifact_tokens']} artifact tokens")
@@ -83,7 +86,15 @@ def check_exact(
                                        on_reused=lambda r: advance(f"{r['id']} resumed"))
         except OSError as exc:
             fail(str(exc))
-    report_manifest(manifest, run, write_expect)
+    agreement = manifest["settings"].get("tokenizer_agreement")  # an engine fed graftbench's ids by its own tokenizer
+    report_manifest(manifest, run, write_expect, note="" if agreement is None else (
+        f"tokenizers: {session.engine_name}'s gives graftbench's ids on {agreement['agree']} of {agreement['texts']} "
+        "texts (the engine is fed graftbench's ids)"))
+
+
+def _label(what: str, session) -> str:
+    """A progress bar's label: ``what``, followed by the engine's name when it is not the default engine."""
+    return what if session.engine_name == DEFAULT_ENGINE else f"{what} {session.engine_name}"
 
 
 def _load_expectation(expect: Path) -> dict:
@@ -149,6 +160,12 @@ def _pair_range(pairs: str | None, limit: int | None) -> tuple[int, int | None]:
 
 def _replay(expect: Path, limit, isa: str | None, log: Path | None, first: int = 0,
             across_cpu_kinds: bool = False) -> None:
+    """Replay the expectation at ``expect`` on the engine its pin names, under that pin (an engine that takes
+    ``--isa`` adopts the recorded one unless ``--isa`` is given; another adopts what its pin fixes, e.g. a llama.cpp
+    build); ``across_cpu_kinds``: where this machine's pin differs in CPU features alone, compare the pairs anyway
+    (:func:`graftbench.eval.replay_committed.adopt_cpu_features`), logged as a comparison on another kind of CPU.
+    Fails when not comparable or a hash differs."""
+    from ..engine.pin_terms import engine_of
     from ..results.expectation_kind import replay_target
 
     try:  # expectations are per kind of CPU: a bare file name is this kind's, another kind's is named
@@ -161,33 +178,72 @@ def _replay(expect: Path, limit, isa: str | None, log: Path | None, first: int =
     pin = expected["config"]
     if first >= len(expected["pairs"]):
         fail(f"--pairs starts at pair {first}, but {expect} holds {len(expected['pairs'])} pairs (0-based)")
-    if pin.get("engine"):
-        if first:
-            fail("--pairs replays expectations of the torch engine; on llama.cpp use --limit")
-        from .exact_llama import replay_llama_expectation
-
-        return replay_llama_expectation(expect, expected, limit, log, across_cpu_kinds)
+    name = engine_of(pin)
+    if name not in engine_names():
+        fail(f"{expect}: engine {name!r} is not one this graftbench runs")
+    factory = engine_factory(name)
+    if first:
+        require_capability(REPLAY_RANGE, "--pairs START:END", name)
     if across_cpu_kinds:
-        fail("--across-cpu-kinds applies to llama.cpp expectations: a torch expectation pinned to --isa avx2 is "
-             "compared on any CPU with AVX2 already, and one pinned to native kernels runs on its kind alone")
-    apply_isa(isa or pin.get("isa", "native"))
-    from ..eval.exactness import replay_and_log
-    from ..util.isa import describe_cpu
-
+        require_capability(ACROSS_CPU_KINDS, "--across-cpu-kinds", name)
+    if "isa" in factory.options:
+        apply_isa(isa or pin.get("isa", "native"))
     problem_list = load_problem_set(expected["problem_set"]["source"], None, "id", "problem", "answer", "solution")
-    session = open_model(pin["model"], pin["dtype"], pin["chunk_size"], pin["threads"], architecture_only=True)
-    total = max(0, min(limit or len(expected["pairs"]), len(expected["pairs"])) - first)
-    with progress("replay", total) as advance:
-        try:
-            result, record = replay_and_log(session, expected, problem_list, limit, log,
-                                            on_pair=lambda r: advance(f"{r['id']} equal"), first=first)
-        except ValueError as exc:
-            fail(f"{expect}: {exc}")
-    recorded, here = record["recorded_on"], record["replayed_on"]
-    console.print(f"recorded on {describe_cpu(recorded)}, replayed on {describe_cpu(here)} under --isa "
-                  f"{session.config.isa}")
+    try:
+        factory.adopt_pin(pin)
+    except EngineOpenError as exc:
+        fail(f"{expect}: {exc}")
+    options = factory.replay_options(pin)
+    session = open_model(options.pop("model"), options.pop("dtype", "auto"), options.pop("chunk_size"),
+                         options.pop("threads", None), architecture_only=True, engine=name, **options)
+    result, record = _replay_pairs(expect, expected, session, problem_list, limit, log, first, across_cpu_kinds)
+    if "isa" in factory.options:
+        from ..util.isa import describe_cpu
+
+        console.print(f"recorded on {describe_cpu(record['recorded_on'])}, replayed on "
+                      f"{describe_cpu(record['replayed_on'])} under --isa {session.config.isa}")
+    differing = record["pin_differences"]
     if result.pin_differences:
-        fail(f"not comparable: this machine's pin differs from {expect} in {', '.join(result.pin_differences)}", 1)
-    console.print(f"{result.compared} compared, {result.equal} equal")
+        fail(f"not comparable: this machine's pin differs from {expect} in {', '.join(differing)}", 1)
+    across = "across_cpu_kinds" in record
+    console.print(f"{result.compared} compared, {result.equal} equal"
+                  + (" on another kind of CPU (not a replay on the recorded kind)" if across else ""))
     if not result.passed:
         fail(f"replay of {expect} failed at {result.first_difference}", 1)
+
+
+def _replay_pairs(expect: Path, expected: dict, session, problem_list, limit, log: Path | None, first: int,
+                  across_cpu_kinds: bool):
+    """Replay the pairs ``first`` to ``limit`` − 1 (:func:`graftbench.eval.exactness.replay`), against the
+    expectation with its CPU-feature fields adopted when ``across_cpu_kinds`` finds only those differ; append the
+    replay record (:func:`graftbench.results.exact_manifest.replay_record`) to ``log`` when given. Returns
+    ``(outcome, record)``."""
+    from ..eval.exactness import replay
+    from ..eval.replay_committed import adopt_cpu_features, describe_features
+    from ..results.exact_manifest import append_replay_log, replay_record
+
+    adopted = adopt_cpu_features(expected, session.config.to_dict()) if across_cpu_kinds else None
+    compared_to, features = adopted or (expected, None)
+    if features:
+        console.print(f"--across-cpu-kinds: this {session.engine_name} build differs from the recorded one in CPU "
+                      f"features alone ({describe_features(features)}); the pairs are compared, and the outcome is a "
+                      "comparison on another kind of CPU, not a replay on the recorded kind", markup=False,
+                      highlight=False)
+    total = max(0, min(limit or len(expected["pairs"]), len(expected["pairs"])) - first)
+    with progress(_label("replay", session), total) as advance:
+        try:
+            result = replay(session, compared_to, problem_list, limit, on_pair=lambda r: advance(f"{r['id']} equal"),
+                            first=first)
+        except ValueError as exc:
+            fail(f"{expect}: {exc}")
+    compared_across = features is not None and not result.pin_differences
+    record = replay_record(
+        expected, compared=result.compared, equal=result.equal, first_difference=result.first_difference,
+        pin_differences_found=[*(features["fields"] if features else []), *result.pin_differences],
+        replayed_gpu=session.config.accelerator.get("gpu") if session.config.accelerator else None,
+        across_cpu_kinds={k: features[k] for k in ("recorded_only", "replayed_only")} if compared_across else None)
+    if first:
+        record["first_pair"] = first
+    if log is not None:
+        append_replay_log(log, record)
+    return result, record

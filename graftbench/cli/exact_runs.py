@@ -1,6 +1,5 @@
-"""What ``check-exact`` does with a measured run on either engine: the run folder that journals its pairs, and the
-tables, files and exit status of its manifest. Shared by :mod:`graftbench.cli.exact` and
-:mod:`graftbench.cli.exact_llama`."""
+"""What ``check-exact`` does with a measured run on any engine: the run folder that journals its pairs, and the
+tables, files and exit status of its manifest (:mod:`graftbench.cli.exact`)."""
 
 from __future__ import annotations
 

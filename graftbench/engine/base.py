@@ -24,6 +24,7 @@ RAY = "ray"  # runs on Ray workers (`--executor ray`): a worker opens it from an
 EXACTNESS_CONTROLS = "exactness-controls"  # check-exact --controls: its negative controls (ExactnessChecks.controls)
 EXTEND_EXPECTATION = "extend-expectation"  # check-exact --extend: a committed expectation extended by more pairs
 REPLAY_RANGE = "replay-range"  # check-exact --expect --pairs START:END with START > 0
+ACROSS_CPU_KINDS = "across-cpu-kinds"  # check-exact --expect --across-cpu-kinds: a pin differing in CPU features alone
 CONTROL_SHIFTS = (8, 128, 1024)  # positions the shift-k exactness controls move a restored state by (every engine)
 CAPABILITIES = {
     SAMPLE_BATCH: "sampling in a batch (N samples after one prefill)",
@@ -31,6 +32,8 @@ CAPABILITIES = {
     EXACTNESS_CONTROLS: "exactness controls (check-exact --controls)",
     EXTEND_EXPECTATION: "extending an expectation (check-exact --extend)",
     REPLAY_RANGE: "replaying a range of pairs (check-exact --pairs START:END, START > 0)",
+    ACROSS_CPU_KINDS: "comparing a certificate on another kind of CPU (check-exact --across-cpu-kinds): an "
+                      "engine pinned by its own instruction-set option is compared wherever that pin runs",
 }
 
 
@@ -225,6 +228,14 @@ class EngineFactory(Protocol):
         """The pin fields every run of this engine in this process has whatever its options (llama.cpp: ``dtype``
         ``gguf`` and ``isa`` its build's name), ``{}`` for none: what a finished run is matched against before any
         model loads."""
+
+    def adopt_pin(self, pin: dict) -> None:
+        """Before the model loads, make this process run under what the recorded pin ``pin`` fixes beyond the
+        options (llama.cpp: the build it names); raises :class:`EngineOpenError` naming what cannot be adopted."""
+
+    def why_not_runnable(self, pin: dict) -> str | None:
+        """Why this machine cannot run the recorded pin ``pin`` at all (one line naming what is missing), else
+        ``None``; a difference a replay can report as not comparable is no reason here."""
 
     def replay_options(self, pin: dict) -> dict:
         """The :class:`EngineOptions` fields (a dict) that reopen the engine under the recorded pin ``pin`` (an

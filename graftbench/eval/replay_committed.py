@@ -299,8 +299,10 @@ def committed_cpu_expectations(root: Path) -> list[Path]:
 def why_not_runnable(expected: dict) -> str | None:
     """Why this machine cannot replay ``expected`` at all (a reason naming what is missing), else ``None``: a
     library its pin records that is not installed (an engine's bindings included), a packaged model whose packages
-    are not installed (``make models``), or an instruction-set pin this CPU cannot run. A library at another version,
-    or another build, is no reason here: the replay runs and reports it as not comparable."""
+    are not installed (``make models``), an engine not registered here, or what the pin's engine says this machine
+    cannot run (:meth:`graftbench.engine.base.EngineFactory.why_not_runnable`: an instruction-set pin this CPU cannot
+    run, a llama.cpp build not made here). A library at another version, or another build, is no reason here: the
+    replay runs and reports it as not comparable."""
     pin = expected["config"]
     missing = [name for name in sorted(pin.get("libraries") or {}) if not _installed(name)]
     if missing:
@@ -308,21 +310,14 @@ def why_not_runnable(expected: dict) -> str | None:
     model_missing = _model_missing(pin["model"])
     if model_missing:
         return model_missing
-    if pin.get("engine"):
-        if pin["engine"].get("build") == "portable":  # a build of its own folder, made by `make llama-portable`
-            from ..engine.llama_cpp.portable_build import LlamaBuildError, identity
+    from ..engine.pin_terms import engine_of
+    from ..engine.registry import get
 
-            try:
-                identity()
-            except LlamaBuildError as exc:
-                return str(exc)
-        return None  # an engine that records its build in its pin: the replay compares it (not comparable if another)
-    pin_isa, here = pin.get("isa", "native"), isa.native_capability()
-    if not isa.supported(pin_isa):
-        return f"pinned to --isa {pin_isa}; this CPU offers {here}"
-    if pin_isa == "native" and pin.get("cpu_capability") != here:
-        return f"pinned to the native kernels of {pin.get('cpu_capability')}; this CPU is {here}"
-    return None
+    try:
+        factory = get(engine_of(pin))
+    except ValueError as exc:  # an engine not registered here, or whose module cannot be imported
+        return str(exc)
+    return factory.why_not_runnable(pin)
 
 
 def _installed(distribution: str) -> bool:

@@ -46,6 +46,30 @@ class LlamaCppEngineFactory:
 
         return {"dtype": self.pinned_dtype, "isa": os.environ.get(ENV_VAR) or "native"}
 
+    def adopt_pin(self, pin: dict) -> None:
+        """Load the llama.cpp build the recorded pin names (its ``engine.build``: ``portable``; none: ``native``;
+        :func:`graftbench.engine.llama_cpp.portable_build.select`). Raises
+        :class:`graftbench.engine.base.EngineOpenError` when it cannot be loaded."""
+        from .portable_build import LlamaBuildError, select
+
+        try:
+            select(str((pin.get("engine") or {}).get("build", "native")))
+        except LlamaBuildError as exc:
+            raise EngineOpenError(str(exc)) from exc
+
+    def why_not_runnable(self, pin: dict) -> str | None:
+        """A portable build the pin names that was not made here (``make llama-portable``); another build or
+        version is no reason: the replay compares it (not comparable if another)."""
+        if (pin.get("engine") or {}).get("build") != "portable":
+            return None
+        from .portable_build import LlamaBuildError, identity
+
+        try:
+            identity()
+        except LlamaBuildError as exc:
+            return str(exc)
+        return None
+
     def replay_options(self, pin: dict) -> dict:
         """The :class:`graftbench.engine.base.EngineOptions` fields that reopen llama.cpp under ``pin`` (its
         ``engine`` dict holds the KV type, flash attention and context size)."""

@@ -38,6 +38,20 @@ class TorchEngineFactory:
         """None: ``--dtype`` and ``--isa`` choose the pin's dtype and instruction set."""
         return {}
 
+    def adopt_pin(self, pin: dict) -> None:
+        """Nothing beyond the options: the instruction-set pin is the process's, applied by the command."""
+
+    def why_not_runnable(self, pin: dict) -> str | None:
+        """An instruction-set pin this CPU cannot run: one it does not offer, or the native kernels of another CPU."""
+        from ...util import isa
+
+        pin_isa, here = pin.get("isa", "native"), isa.native_capability()
+        if not isa.supported(pin_isa):
+            return f"pinned to --isa {pin_isa}; this CPU offers {here}"
+        if pin_isa == "native" and pin.get("cpu_capability") != here:
+            return f"pinned to the native kernels of {pin.get('cpu_capability')}; this CPU is {here}"
+        return None
+
     def replay_options(self, pin: dict) -> dict:
         """The :class:`graftbench.engine.base.EngineOptions` fields that reopen the torch engine under ``pin``."""
         return {"model": pin["model"], "dtype": pin["dtype"], "chunk_size": pin["chunk_size"],
