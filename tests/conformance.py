@@ -33,8 +33,8 @@ DEPOSIT_TEXT = ("Problem: What is the sum of the first five positive odd numbers
                 "1 + 3 = 4, 4 + 5 = 9, 9 + 7 = 16 and 16 + 9 = 25, the square of five.\nFinal answer: 25\n\n")
 QUERY_TEXT = "Problem: What is the sum of the first six positive odd numbers?\nFinal answer:"
 PIN_FIELDS = ("model", "weights_sha256", "tokenizer_sha256", "dtype", "device", "threads", "chunk_size", "layout")
-BUDGET = 6  # tokens decoded by the budget and sampling checks
-SEEDS = [11, 12, 11]  # the first and last draw alike, the second another way
+BUDGET = 4  # tokens decoded by the budget and sampling checks
+SEEDS = [11, 12, 13, 11]  # the first and last draw alike; 11, 12 and 13 not all alike
 
 
 def _texts(session) -> tuple[list[int], list[int]]:
@@ -145,23 +145,22 @@ def check_decode_budget(session) -> None:
     """A decode returns at most ``budget`` tokens, exactly that many when it stopped for the budget, greedy and for
     each sampled seed."""
     prompt = session.solve_prompt_ids("What is 6 times 7?")
-    for seeds in (None, SEEDS[:2]):
-        for budget in (1, BUDGET):
-            cache, logits = session.prefill_prompt(prompt)
-            sampling = SamplingSettings(1.0, 1.0, 0) if seeds else None
-            decoded = session.decode(cache, logits, budget, sampling, seeds, None, time.perf_counter())
-            assert len(decoded) == (len(seeds) if seeds else 1)
-            for d in decoded:
-                assert 1 <= len(d.token_ids) <= budget, f"{len(d.token_ids)} tokens for a budget of {budget}"
-                assert d.finish_reason in ("budget", "eos", "stop"), d.finish_reason
-                assert d.finish_reason != "budget" or len(d.token_ids) == budget, \
-                    f"stopped for the budget after {len(d.token_ids)} of {budget} tokens"
+    for seeds, budget in ((None, 1), (None, BUDGET), (SEEDS[:2], BUDGET)):
+        cache, logits = session.prefill_prompt(prompt)
+        sampling = SamplingSettings(1.0, 1.0, 0) if seeds else None
+        decoded = session.decode(cache, logits, budget, sampling, seeds, None, time.perf_counter())
+        assert len(decoded) == (len(seeds) if seeds else 1)
+        for d in decoded:
+            assert 1 <= len(d.token_ids) <= budget, f"{len(d.token_ids)} tokens for a budget of {budget}"
+            assert d.finish_reason in ("budget", "eos", "stop"), d.finish_reason
+            assert d.finish_reason != "budget" or len(d.token_ids) == budget, \
+                f"stopped for the budget after {len(d.token_ids)} of {budget} tokens"
 
 
 def check_seeded_sampling(session) -> None:
-    """Sampled decodes of one prompt are reproducible: seeds ``[a, b, a]`` give the first and third sample the same
-    tokens, the same again when decoded a second time, and ``b`` other tokens (temperature 1, the whole
-    distribution)."""
+    """Sampled decodes of one prompt are reproducible: seeds ``[a, b, c, a]`` give the first and last sample the same
+    tokens, every sample the same again when decoded a second time, and ``a``, ``b``, ``c`` not all the same tokens
+    (temperature 1, the whole distribution)."""
     prompt = session.solve_prompt_ids("What is 6 times 7?")
     runs = []
     for _ in range(2):
@@ -170,8 +169,9 @@ def check_seeded_sampling(session) -> None:
                                  time.perf_counter())
         runs.append([list(d.token_ids) for d in decoded])
     assert runs[0] == runs[1], f"{session.engine_name}: the same seeds drew other tokens: {runs}"
-    assert runs[0][0] == runs[0][2], f"{session.engine_name}: one seed drew two ways in one batch: {runs[0]}"
-    assert runs[0][0] != runs[0][1], f"{session.engine_name}: two seeds drew the same {BUDGET} tokens: {runs[0]}"
+    assert runs[0][0] == runs[0][3], f"{session.engine_name}: one seed drew two ways in one batch: {runs[0]}"
+    assert len({tuple(ids) for ids in runs[0][:3]}) > 1, \
+        f"{session.engine_name}: three seeds drew the same {BUDGET} tokens: {runs[0]}"
 
 
 def check_claimed_controls(session) -> list[str]:

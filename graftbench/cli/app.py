@@ -32,7 +32,8 @@ from .common import (ModeOpt, announce_sandbox, check_hub_model, device_option, 
 from ..settings import CERTIFIED_KERNELS
 from .common import AllowUncheckedPayloadsOpt, AllowUnanchoredOpt
 from .options import CLUSTER, CLUSTER_OPTIONS, FIELDS, OWN, RUN, SAMPLING, KernelsOpt, with_options
-from .invocation import command_options, refuse_options_not_taken
+from .common import refuse_options_not_taken
+from .invocation import command_options
 from ..util.display_text import console_markup
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,

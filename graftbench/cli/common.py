@@ -140,6 +140,17 @@ def require_capability(capability: str, what: str, name: str | None = None) -> N
         fail(str(exc))
 
 
+def refuse_options_not_taken(engine: str) -> None:
+    """Exit 2 when the running command was given an option the engine ``engine`` does not take
+    (:func:`graftbench.cli.invocation.options_refusal` says which, and which it takes); call it before the model
+    loads."""
+    from .invocation import options_refusal
+
+    refusal = options_refusal(engine)
+    if refusal is not None:
+        fail(refusal)
+
+
 RunsOpt = typer.Option(DEFAULT_RUNS_DIR, "--runs-dir", envvar="GRAFTBENCH_RUNS_DIR", help="folder holding one folder per run")
 StoreOpt = typer.Option(DEFAULT_STORE, "--store", envvar="GRAFTBENCH_STORE",
                         help="artifact store: a folder, or a URL (s3://bucket/prefix, file:///path, memory://name)")
@@ -312,8 +323,6 @@ def open_model(model: str, dtype: str, chunk_size: int, threads: int | None = No
     if not architecture_only:
         refuse_random(model)
     factory = engine_factory(engine)
-    from .invocation import refuse_options_not_taken
-
     refuse_options_not_taken(factory.name)  # an option the engine would ignore, before anything loads
     takes_isa = "isa" in factory.options
     if isa is not None and not takes_isa:

@@ -1,12 +1,11 @@
 """What the running command was given: its options as given on the command line or by environment variable (the
-manifest's ``command_options``), and the refusal of an engine option the chosen engine does not take
-(:mod:`graftbench.engine.options_taken`), before any model loads."""
+manifest's ``command_options``), and why an engine option it was given is refused when the chosen engine does not
+take it (:mod:`graftbench.engine.options_taken`; :func:`graftbench.cli.common.refuse_options_not_taken` fails with
+it before any model loads)."""
 
 from __future__ import annotations
 
 from pathlib import PurePath
-
-from .common import fail
 
 
 def _running_context():
@@ -66,30 +65,31 @@ def command_options() -> dict[str, object]:
             for param, value, _ in _given(ctx)}
 
 
-def refuse_options_not_taken(engine: str) -> None:
-    """Exit 2 when the running command was given an engine option (:data:`graftbench.engine.options_taken.
-    ENGINE_OPTIONS`) that the engine ``engine`` does not take, naming the engine, the option as typed (and the
-    environment variable that gave it) and the engine options it takes. Call it before the model loads; an
-    unknown engine is left to the command's own refusal."""
+def options_refusal(engine: str) -> str | None:
+    """Why the running command cannot run on the engine ``engine``: it was given an engine option
+    (:data:`graftbench.engine.options_taken.ENGINE_OPTIONS`) that the engine does not take, named as typed with its
+    value (and the environment variable that gave it), with the engine options the engine does take here; ``None``
+    when every option given is taken, outside a command, or for an engine the registry does not know (left to the
+    command's own refusal)."""
     from ..engine.options_taken import ENGINE_OPTIONS, options_not_taken
     from ..engine.registry import get
 
     ctx = _running_context()
     if ctx is None:
-        return
+        return None
     try:
         factory = get(engine)
     except ValueError:
-        return
+        return None
     given = _given(ctx)
     refused = options_not_taken(factory, {param.name: value for param, value, _ in given})
     if not refused:
-        return
+        return None
     param, value, envvar = next(item for item in given if item[0].name == refused[0])
     flag = _flag(param, value)
     shown = "" if isinstance(value, bool) else f" {_json_value(value)}"
     by = f" (given by ${envvar})" if envvar else ""
     takes = [_flag(p, True) for p in ctx.command.params if p.name in ENGINE_OPTIONS & frozenset(factory.options)]
-    fail(f"--engine {engine} does not take {flag}{shown}{by}; of the engine options, it takes "
-         f"{', '.join(takes) or 'none'} here. Leave {flag} out" + (f" (unset ${envvar})" if envvar else "")
-         + " or choose an engine that takes it")
+    return (f"--engine {engine} does not take {flag}{shown}{by}; of the engine options, it takes "
+            f"{', '.join(takes) or 'none'} here. Leave {flag} out" + (f" (unset ${envvar})" if envvar else "")
+            + " or choose an engine that takes it")
