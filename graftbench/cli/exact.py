@@ -1,5 +1,5 @@
 """``graftbench check-exact``: measure the graft against a fresh recompute, or replay a committed expectation, on any
-registered engine (:mod:`graftbench.eval.exactness` over the engine's :class:`graftbench.engine.base.ExactnessChecks`)."""
+registered engine (:mod:`graftbench.eval.exactness` over its :class:`graftbench.engine.base.ExactnessChecks`)."""
 
 from __future__ import annotations
 

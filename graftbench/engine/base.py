@@ -25,6 +25,7 @@ EXACTNESS_CONTROLS = "exactness-controls"  # check-exact --controls: its negativ
 EXTEND_EXPECTATION = "extend-expectation"  # check-exact --extend: a committed expectation extended by more pairs
 REPLAY_RANGE = "replay-range"  # check-exact --expect --pairs START:END with START > 0
 ACROSS_CPU_KINDS = "across-cpu-kinds"  # check-exact --expect --across-cpu-kinds: a pin differing in CPU features alone
+LAYER_TRACE = "layer-trace"  # trace-pair: each layer's output hashes through one pair (EngineSession.layer_trace)
 CONTROL_SHIFTS = (8, 128, 1024)  # positions the shift-k exactness controls move a restored state by (every engine)
 CAPABILITIES = {
     SAMPLE_BATCH: "sampling in a batch (N samples after one prefill)",
@@ -32,6 +33,7 @@ CAPABILITIES = {
     EXACTNESS_CONTROLS: "exactness controls (check-exact --controls)",
     EXTEND_EXPECTATION: "extending an expectation (check-exact --extend)",
     REPLAY_RANGE: "replaying a range of pairs (check-exact --pairs START:END, START > 0)",
+    LAYER_TRACE: "tracing each layer through a pair (trace-pair)",
     ACROSS_CPU_KINDS: "comparing a certificate on another kind of CPU (check-exact --across-cpu-kinds): an "
                       "engine pinned by its own instruction-set option is compared wherever that pin runs",
 }
@@ -140,7 +142,8 @@ class ExactnessChecks(Protocol):
 class EngineSession(Protocol):
     """One loaded model on one engine, as solve, eval, deposit, check-exact and Ray workers use it.
 
-    Attributes: ``engine_name`` (the registry's name), ``capabilities`` (its factory's), ``config`` (a :class:`graftbench.engine.pin.PinnedConfig`),
+    Attributes: ``engine_name`` (the registry's name), ``capabilities`` (its factory's), ``config`` (a
+    :class:`graftbench.engine.pin.PinnedConfig`),
     ``tokenizer`` (graftbench's tokenizer of the model), ``eos_ids`` (token ids that end a decode) and
     ``context_window`` (tokens a cache holds). The prompt ids (``solve_prompt_ids``, ``query_ids``,
     ``deposit_ids``, ``program_prompt_ids``, ``program_query_ids``) come from

@@ -85,17 +85,20 @@ def first_difference(a: dict, b: dict) -> Difference | None:
 
 
 def trace_session_pair(session, problems: list, index: int, expected: dict | None = None) -> dict:
-    """The trace document of pair ``index`` (0-based) of ``check-exact``'s pairs over ``problems`` on a torch
-    ``session`` (:class:`graftbench.engine.torch.session.Session`), without a file: ``pin``, ``pair``,
-    ``environment`` and ``steps`` (:func:`graftbench.engine.torch.layer_trace.trace_pair`).
+    """The trace document of pair ``index`` (0-based) of ``check-exact``'s pairs over ``problems`` on a
+    ``session`` (an engine that declares :data:`graftbench.engine.base.LAYER_TRACE`), without a file: ``pin``,
+    ``pair``, ``environment`` and ``steps`` (its ``layer_trace``: on torch
+    :func:`graftbench.engine.torch.layer_trace.trace_pair`).
 
     ``expected``: an exactness expectation this pair is of; its pair record's token ids' SHA-256 must be this pair's.
-    Raises ``ValueError`` for an index past the pairs the problems give, or a pair whose tokens are not the
+    Raises :class:`graftbench.engine.base.CapabilityError` for an engine without a layer trace, ``ValueError`` for an
+    index past the pairs the problems give, or a pair whose tokens are not the
     expectation's (another problem set or tokenizer)."""
-    from ..engine.torch.layer_trace import trace_pair
+    from ..engine.base import LAYER_TRACE, require
     from ..util.isa import environment
     from .exactness import build_pairs
 
+    require(session, LAYER_TRACE, "trace-pair")
     if index < 0:
         raise ValueError(f"pair index must be 0 or more, got {index}")
     pair = build_pairs(session, problems, index + 1)[index]
@@ -106,7 +109,7 @@ def trace_session_pair(session, problems: list, index: int, expected: dict | Non
         if records[index].get("tokens_sha256") != pair.tokens_sha256:
             raise ValueError(f"pair {index}'s token ids are not the expectation's (SHA-256 {pair.tokens_sha256[:12]}, "
                              f"recorded {str(records[index].get('tokens_sha256'))[:12]}): another problem set?")
-    steps = trace_pair(session.model, session.config.chunk_size, pair.artifact, pair.query)
+    steps = session.layer_trace(pair.artifact, pair.query)
     return {"schema": SCHEMA, "pin": {**session.config.to_dict(), "fingerprint": session.config.fingerprint},
             "pair": {"id": pair.id, "kind": pair.kind, "tokens_sha256": pair.tokens_sha256},
             "environment": environment(), "steps": steps}

@@ -70,6 +70,72 @@ def must_differ(engine: LlamaCppEngine) -> list[str]:
                    *(f"shift-{k}" for k in CONTROL_SHIFTS), "key-bit-flip"])
 
 
+def deposit_state(ls, artifact: list[int]) -> LlamaState:
+    """The sequence state after prefilling ``artifact`` in a fresh context of the session ``ls`` (the pinned chunk
+    schedule)."""
+    cache = ls.engine.new_cache()
+    try:
+        ls.engine.prefill(cache, artifact)
+        return ls.engine.capture(cache)
+    finally:
+        cache.close()
+
+
+def graft_logits(ls, state: LlamaState, query: list[int], shift: int = 0) -> np.ndarray:
+    """The query's logits after ``state`` restored into a fresh context (moved ``shift`` positions on when
+    non-zero)."""
+    cache = ls.engine.restore(state)
+    try:
+        if shift:
+            ls.engine.shift_positions(cache, shift)
+        return ls.engine.prefill(cache, query, all_logits=True)
+    finally:
+        cache.close()
+
+
+def fresh_logits(ls, artifact: list[int], query: list[int], chunk_size: int | None = None, shift: int = 0,
+                 variant: ContextVariant | None = None) -> np.ndarray:
+    """The query's logits ``[len(query), vocab]`` after the artifact, both prefilled in one fresh context with
+    batches of ``chunk_size`` tokens (default: the pin's), at positions starting at ``shift``; ``variant``: a
+    context that differs from the pin (:class:`graftbench.engine.llama_cpp.engine.ContextVariant`, the controls
+    only)."""
+    cache = ls.engine.new_cache(chunk_size, variant)
+    try:
+        cache.shift = shift
+        ls.engine.prefill(cache, artifact)
+        return ls.engine.prefill(cache, query, all_logits=True)
+    finally:
+        cache.close()
+
+
+def monolithic_logits(ls, artifact: list[int], query: list[int]) -> np.ndarray:
+    """The query's logits ``[len(query), vocab]`` with the artifact and the query prefilled in one batch of a fresh
+    context (``n_batch`` = ``n_ubatch`` = their length; only the query's positions are outputs)."""
+    cache = ls.engine.new_cache(len(artifact) + len(query))
+    try:
+        return ls.engine.prefill(cache, artifact + query, all_logits=True, logits_from=len(artifact))
+    finally:
+        cache.close()
+
+
+def decode_step_logits(ls, artifact: list[int], query: list[int], token: int,
+                       variant: ContextVariant | None = None) -> np.ndarray:
+    """The logits ``[1, vocab]`` of ``token`` decoded alone (a one-token batch) after the artifact and the query are
+    prefilled in a fresh context (``variant``: as :func:`fresh_logits`)."""
+    cache = ls.engine.new_cache(None, variant)
+    try:
+        ls.engine.prefill(cache, artifact)
+        ls.engine.prefill(cache, query)
+        return ls.engine.decode_step(cache, token)[None]
+    finally:
+        cache.close()
+
+
+def window_of(ls) -> int:
+    """The model's sliding window in tokens (0 when it has none), as llama.cpp reads it from the GGUF."""
+    return ls.engine.n_swa
+
+
 class LlamaExactness:
     """check-exact on a llama.cpp session (:class:`graftbench.engine.llama_cpp.session.LlamaSession`): a deposit is
     the captured sequence state, committed by its bytes' SHA-256."""
@@ -83,85 +149,42 @@ class LlamaExactness:
 
     @property
     def window(self) -> int:
-        """The model's sliding window in tokens (0 when it has none), as llama.cpp reads it from the GGUF."""
-        return self.engine.n_swa
+        """The model's sliding window in tokens (0 when it has none): :func:`window_of`."""
+        return window_of(self.session)
 
     def deposit(self, artifact: list[int]) -> Deposited:
-        """The sequence state after prefilling ``artifact`` in a fresh context (the pinned chunk schedule)."""
-        cache = self.engine.new_cache()
-        try:
-            self.engine.prefill(cache, artifact)
-            state = self.engine.capture(cache)
-        finally:
-            cache.close()
+        """:func:`deposit_state`, committed by the SHA-256 of the state's bytes."""
+        state = deposit_state(self.session, artifact)
         return Deposited(sha256_bytes(state.state), state)
 
     def graft_logits(self, deposited: Deposited, query: list[int], shift: int = 0) -> np.ndarray:
-        """The query's logits after the state is restored into a fresh context (moved ``shift`` positions on when
-        non-zero)."""
-        cache = self.engine.restore(deposited.payload)
-        try:
-            if shift:
-                self.engine.shift_positions(cache, shift)
-            return self.engine.prefill(cache, query, all_logits=True)
-        finally:
-            cache.close()
+        """:func:`graft_logits` of the deposited state."""
+        return graft_logits(self.session, deposited.payload, query, shift)
 
-    def fresh_logits(self, artifact: list[int], query: list[int], chunk_size: int | None = None, shift: int = 0,
-                     variant: ContextVariant | None = None) -> np.ndarray:
-        """The query's logits ``[len(query), vocab]`` after the artifact, both prefilled in one fresh context with
-        batches of ``chunk_size`` tokens (default: the pin's), at positions starting at ``shift``; ``variant``: a
-        context that differs from the pin (the controls only)."""
-        cache = self.engine.new_cache(chunk_size, variant)
-        try:
-            cache.shift = shift
-            self.engine.prefill(cache, artifact)
-            return self.engine.prefill(cache, query, all_logits=True)
-        finally:
-            cache.close()
-
-    def monolithic_logits(self, artifact: list[int], query: list[int]) -> np.ndarray:
-        """The query's logits ``[len(query), vocab]`` with the artifact and the query prefilled in one batch of a
-        fresh context (``n_batch`` = ``n_ubatch`` = their length; only the query's positions are outputs)."""
-        cache = self.engine.new_cache(len(artifact) + len(query))
-        try:
-            return self.engine.prefill(cache, artifact + query, all_logits=True, logits_from=len(artifact))
-        finally:
-            cache.close()
-
-    def decode_step_logits(self, artifact: list[int], query: list[int], token: int,
-                           variant: ContextVariant | None = None) -> np.ndarray:
-        """The logits ``[1, vocab]`` of ``token`` decoded alone (a one-token batch) after the artifact and the query
-        are prefilled in a fresh context (``variant``: as :meth:`fresh_logits`)."""
-        cache = self.engine.new_cache(None, variant)
-        try:
-            self.engine.prefill(cache, artifact)
-            self.engine.prefill(cache, query)
-            return self.engine.decode_step(cache, token)[None]
-        finally:
-            cache.close()
+    def fresh_logits(self, artifact: list[int], query: list[int]) -> np.ndarray:
+        """:func:`fresh_logits` under the pin."""
+        return fresh_logits(self.session, artifact, query)
 
     def controls(self, artifact: list[int], query: list[int], fresh: np.ndarray,
                  deposited: Deposited) -> Iterator[tuple[str, np.ndarray, np.ndarray]]:
         """The negative controls of one pair (see the module docstring), each ``(name, reference, other)``."""
-        chunk = self.session.config.chunk_size
+        ls, state = self.session, deposited.payload
+        chunk = ls.config.chunk_size
         other = chunk // 2 if chunk > 1 else 2
-        yield f"chunk-{other}", fresh, self.fresh_logits(artifact, query, other)
-        yield "monolithic", fresh, self.monolithic_logits(artifact, query)
+        yield f"chunk-{other}", fresh, fresh_logits(ls, artifact, query, other)
+        yield "monolithic", fresh, monolithic_logits(ls, artifact, query)
         for name, variant in variant_controls(self.engine).items():
-            yield name, fresh, self.fresh_logits(artifact, query, variant=variant)
+            yield name, fresh, fresh_logits(ls, artifact, query, variant=variant)
         threads = decode_threads(self.engine)
         if threads:
             token = int(np.argmax(fresh[-1]))
-            yield (f"threads-{threads}-decode", self.decode_step_logits(artifact, query, token),
-                   self.decode_step_logits(artifact, query, token, ContextVariant(threads=threads)))
+            yield (f"threads-{threads}-decode", decode_step_logits(ls, artifact, query, token),
+                   decode_step_logits(ls, artifact, query, token, ContextVariant(threads=threads)))
         for shift in CONTROL_SHIFTS:
-            yield (f"shift-{shift}", self.fresh_logits(artifact, query, shift=shift),
-                   self.graft_logits(deposited, query, shift))
-        state = deposited.payload
+            yield (f"shift-{shift}", fresh_logits(ls, artifact, query, shift=shift),
+                   graft_logits(ls, state, query, shift))
         flipped, _ = flip_key_bit(state.state, position=len(artifact) - 1)
-        yield "key-bit-flip", fresh, self.graft_logits(
-            Deposited(deposited.digest, LlamaState(flipped, state.token_ids, state.positions)), query)
+        yield "key-bit-flip", fresh, graft_logits(ls, LlamaState(flipped, state.token_ids, state.positions), query)
 
     def control_settings(self) -> dict:
         """The controls claimed to differ under this pin (:func:`must_differ`) and where the bit is flipped."""
@@ -169,24 +192,25 @@ class LlamaExactness:
 
     def settings(self, problems: list, layout) -> dict:
         """The engine's name, what the logits are, and the tokenizer agreement on ``problems``
-        (:meth:`tokenizer_agreement`)."""
+        (:func:`tokenizer_agreement`)."""
         return {"engine": self.engine.name, "logits": "every query position, float32",
-                "tokenizer_agreement": self.tokenizer_agreement(problems, layout)}
+                "tokenizer_agreement": tokenizer_agreement(self.session, problems, layout)}
 
-    def tokenizer_agreement(self, problems: list, layout) -> dict:
-        """Whether llama.cpp's own tokenizer gives graftbench's ids for the deposit texts (with start tokens) and
-        query texts (without) of ``problems`` with solutions, laid out by ``layout`` (``deposit`` and ``query``
-        templates): ``{"texts", "agree", "first_difference"}`` (the problem id and text kind of the first
-        disagreement, or ``None``). The engine is fed graftbench's ids either way."""
-        texts, agree, first = 0, 0, None
-        for problem in (p for p in problems if p.solution):
-            deposit = layout.deposit.format(problem=problem.problem, answer=problem.answer, solution=problem.solution)
-            for kind, text, special in (("deposit", deposit, True),
-                                        ("query", layout.query.format(problem=problem.problem), False)):
-                texts += 1
-                ours = list(self.session.tokenizer(text, add_special_tokens=special).input_ids)
-                if self.engine.llama_tokenize(text, special) == ours:
-                    agree += 1
-                elif first is None:
-                    first = f"{problem.id} {kind}"
-        return {"texts": texts, "agree": agree, "first_difference": first}
+
+def tokenizer_agreement(ls, problems: list, layout) -> dict:
+    """Whether llama.cpp's own tokenizer gives graftbench's ids for the deposit texts (with start tokens) and query
+    texts (without) of ``problems`` with solutions, laid out by ``layout`` (its ``deposit`` and ``query``
+    templates): ``{"texts", "agree", "first_difference"}`` (the problem id and text kind of the first disagreement,
+    or ``None``). The engine is fed graftbench's ids either way."""
+    texts, agree, first = 0, 0, None
+    for problem in (p for p in problems if p.solution):
+        deposit = layout.deposit.format(problem=problem.problem, answer=problem.answer, solution=problem.solution)
+        for kind, text, special in (("deposit", deposit, True),
+                                    ("query", layout.query.format(problem=problem.problem), False)):
+            texts += 1
+            ours = list(ls.tokenizer(text, add_special_tokens=special).input_ids)
+            if ls.engine.llama_tokenize(text, special) == ours:
+                agree += 1
+            elif first is None:
+                first = f"{problem.id} {kind}"
+    return {"texts": texts, "agree": agree, "first_difference": first}

@@ -9,7 +9,8 @@ from ..base import EngineOptions, EngineSession
 
 
 class TorchEngineFactory:
-    """The torch engine: a ``transformers`` model on the CPU or CUDA (:func:`graftbench.engine.torch.session.open_session`)."""
+    """The torch engine: a ``transformers`` model on the CPU or CUDA
+    (:func:`graftbench.engine.torch.session.open_session`)."""
 
     name = NAME
     capabilities = CAPABILITIES

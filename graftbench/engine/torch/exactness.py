@@ -87,7 +87,8 @@ class TorchExactness:
 
     def fresh_logits(self, artifact: list[int], query: list[int], chunk_size: int | None = None,
                      offset: int = 0) -> torch.Tensor:
-        """The query's logits ``[len(query), vocab]`` from a fresh cache (:func:`graftbench.engine.torch.graft.fresh_recompute`),
+        """The query's logits ``[len(query), vocab]`` from a fresh cache
+        (:func:`graftbench.engine.torch.graft.fresh_recompute`),
         the artifact prefilled in chunks of ``chunk_size`` (default: the pin's) at positions from ``offset``."""
         return graft.fresh_recompute(self.session.model, self.session.config, [artifact], query, all_logits=True,
                                      segment_chunk_size=chunk_size, offset=offset)

@@ -102,6 +102,14 @@ class Session(PromptIds):
 
         return TorchExactness(self)
 
+    def layer_trace(self, artifact: list[int], query: list[int]) -> list[dict]:
+        """The steps of one (artifact, query) pair on this session's model and pinned chunk size
+        (:func:`graftbench.engine.torch.layer_trace.trace_pair`: each module's output hashes, each layer's K and V
+        after the artifact, the query's logits). Raises ``ValueError`` for an empty artifact or query."""
+        from .layer_trace import trace_pair
+
+        return trace_pair(self.model, self.config.chunk_size, artifact, query)
+
     def describe(self, model: str) -> str:
         """The line naming the loaded model: how it was loaded, the device, the pins, and for a random-weights model
         its label."""
