@@ -166,14 +166,24 @@ def bench_llama(
                                               help="sizes for the torch engine's rows beside them (default: --sizes; "
                                                    "'none': its decode row only)"),
     no_torch: bool = typer.Option(False, "--no-torch", help="no torch engine rows"),
+    only: Optional[str] = typer.Option(None, "--only", help="'samples': only the N-samples rows (batched, "
+                                       "sequential and llama.cpp's own N-sequence decode after a graft of the "
+                                       "largest --sizes and after a short prompt, --decode-tokens per sample)"),
+    widths: str = typer.Option("1,4,8", "--widths", help="with --only samples: samples per state, comma-separated"),
     out: Path = typer.Option(BENCH_OUT, "--out", help="folder for the JSON and markdown"),
 ) -> None:
     """Measure graftbench's llama.cpp engine against raw llama.cpp on one GGUF file, torch's rows beside them.
-    Writes llama-engine-MODEL.json and .md into --out, named -threads-N after the model for another thread count."""
+    Writes llama-engine-MODEL.json and .md into --out (llama-samples-MODEL with --only samples), named -threads-N
+    after the model for another thread count."""
     from ..bench.engines import markdown, parse_variants, run_engine_bench, steps
     from ..bench.history import write_json_and_markdown
     from ..bench.llama_engine import LlamaBenchSettings, result_name
 
+    if only is not None:
+        if only != "samples":
+            fail(f"--only {only!r}: the one section of bench-llama that runs alone is 'samples'")
+        return _bench_llama_samples(model, problems, max(int_list(sizes, "--sizes")), int_list(widths, "--widths"),
+                                    decode_tokens, repeats, threads, out)
     try:
         kinds = parse_variants(kv_types)
     except ValueError as exc:
@@ -188,6 +198,25 @@ def bench_llama(
                                       lambda name: advance())
     except (ImportError, RuntimeError, ValueError, FileNotFoundError) as exc:
         fail(f"bench-llama: {exc}")
+    paths = write_json_and_markdown(result, markdown(result), out, result_name(model_label(model), threads))
+    console.print(markdown(result), markup=False, highlight=False)
+    console.print("wrote " + ", ".join(str(p) for p in paths))
+
+
+def _bench_llama_samples(model: str, problems: str, graft_tokens: int, widths: list[int], tokens: int, repeats: int,
+                         threads: int, out: Path) -> None:
+    """bench-llama --only samples (:mod:`graftbench.bench.llama_samples`): parse, run, print, write."""
+    from ..bench.history import write_json_and_markdown
+    from ..bench.llama_samples import SamplesBenchSettings, markdown, result_name, run_samples_bench
+
+    settings = SamplesBenchSettings(tuple(widths), graft_tokens, tokens, repeats)
+    problem_list = load_problem_set(problems, None, "id", "problem", "answer", "solution")
+    try:
+        with progress_bar("rows", 1 + 2 * len(widths)) as advance:
+            result = run_samples_bench(model, problem_list, problems, settings, threads,
+                                       on_row=lambda name: advance())
+    except (ImportError, RuntimeError, ValueError, FileNotFoundError) as exc:
+        fail(f"bench-llama --only samples: {exc}")
     paths = write_json_and_markdown(result, markdown(result), out, result_name(model_label(model), threads))
     console.print(markdown(result), markup=False, highlight=False)
     console.print("wrote " + ", ".join(str(p) for p in paths))

@@ -1,0 +1,359 @@
+"""N samples from one state on the llama.cpp engine: graftbench's batched decode against its sequential path and
+against llama.cpp's own N-sequence decode, side by side in one process, after a long graft and after a short prompt.
+
+Every side starts from the same captured state (the graft's or the prompt's tokens, the query's last token still to
+come), on the model graftbench's engine has loaded (the same build, the same weights in memory, the same threads):
+
+- ``batched`` (graftbench, what a sampled run does): the state put into N sequences of one context
+  (:func:`graftbench.engine.llama_cpp.fanout.fan_out`), the query's last token as one batch of N, then
+  :func:`graftbench.engine.llama_cpp.decode.decode_samples`: graftbench's seeded nucleus sampling per sample (logits
+  copied out, the draw in torch), one ``llama_decode`` per step holding a token of every sample;
+- ``sequential`` (graftbench's path before): per sample, the state restored into its own context, the query's last
+  token, then its own decode loop (:func:`graftbench.engine.llama_cpp.decode.decode`);
+- ``reference`` (llama.cpp alone, :class:`RawSamples`): the same N-sequence context made with the same parameters, the
+  state put into each sequence by ``llama_state_seq_set_data``, then one ``llama_batch`` of N tokens per step, each
+  token llama.cpp's greedy choice in C (``llama_sampler_sample``), a fixed count of tokens.
+
+No side stops early (no EOS, no stop string): each decodes ``tokens`` tokens per sample. Decode tokens/s =
+N × (tokens − 1) / the seconds from the first token chosen to the last (summed over the samples on the sequential
+side); samples/s = N / the seconds from the state's load to the last token. The sides rotate which runs first in
+each repetition; the machine's load average is recorded before and after every row.
+
+The bound: a decode step reads every weight and each sequence's cached keys and values, so N sequences run at most at
+N × r × W / (W + N × C) tokens/s, with r the reference's one-sequence rate after the short prompt, W the weights'
+bytes (``llama_model_size``) and C one sequence's cache bytes after the prefix (its state's size): the roofline
+argument (Williams, Waterman and Patterson, "Roofline", CACM 52(4), 2009) of :mod:`graftbench.bench.llama_engine`.
+
+The batch-width measurement: after the short prompt, 4 sequences each fed its own tokens for 6 steps, each row
+compared with the same sequence decoded alone in the engine's own context, for the non-unified cache (one stream per
+sequence: what runs use) and llama.cpp's unified one (a measurement only).
+
+Needs llama-cpp-python (the ``llama`` extra); the draw imports torch.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..engine.base import SamplingSettings
+from ..engine.llama_cpp import decode as llama_decode
+from ..engine.llama_cpp.engine import LlamaCppEngine, LlamaCppError, LlamaState, bindings
+from ..engine.llama_cpp.fanout import Sequences, fan_out, stream_cells
+from ..engine.llama_cpp.session import LlamaSession
+from ..engine.llama_cpp.state_layout import in_streams
+from ..util.seeds import sample_seed
+from .llama_engine import rotate
+from .stats import summary
+
+SIDES = ("batched", "sequential", "reference")
+
+
+@dataclass(frozen=True)
+class SamplesBenchSettings:
+    """What the rows measure: ``widths`` (samples decoded from one state), ``graft_tokens`` (the long prefix),
+    ``tokens`` decoded per sample, ``repeats`` per side and row, and the draw's ``temperature``, ``top_p`` and
+    run ``seed`` (sample i's seed: :func:`graftbench.util.seeds.sample_seed` of it, the bench's problem id and i)."""
+
+    widths: tuple[int, ...] = (1, 4, 8)
+    graft_tokens: int = 8192
+    tokens: int = 32
+    repeats: int = 2
+    temperature: float = 0.7
+    top_p: float = 0.95
+    seed: int = 0
+
+
+@dataclass
+class Prefix:
+    """A state to decode from: ``state`` holds every token but the query's last (``last``), ``kind`` names it."""
+
+    kind: str
+    state: LlamaState
+    last: int
+
+
+class RawSamples:
+    """llama.cpp's own N-sequence decode on ``engine``'s model, in contexts made with the engine's parameters."""
+
+    def __init__(self, engine: LlamaCppEngine):
+        self.engine, self.lib = engine, bindings()
+
+    def run(self, prefix: Prefix, width: int, tokens: int) -> dict:
+        """The state put into ``width`` sequences of a fresh context of the engine's parameters (each sequence's
+        stream as :func:`graftbench.engine.llama_cpp.fanout.fan_out` sizes it), the query's last token for every
+        sequence as one batch, then ``tokens`` greedy tokens per sequence, one batch of ``width`` tokens per step.
+        Returns seconds (``decode_s`` from the first token chosen to the last, ``total_s`` from the load) and the
+        tokens per sequence. Raises :class:`LlamaCppError` when llama.cpp refuses a call."""
+        lib, engine = self.lib, self.engine
+        cells = stream_cells(len(prefix.state.token_ids) + 1 + tokens)
+        data = in_streams(prefix.state.state, width) if width > 1 else prefix.state.state
+        buffer = np.frombuffer(data, dtype=np.uint8)
+        pointer = buffer.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
+        ctx = engine._new_context(engine.chunk_size, n_ctx=cells * width, sequences=width)
+        batch, sampler = lib.llama_batch_init(width, 0, 1), lib.llama_sampler_init_greedy()
+        chosen: list[list[int]] = [[] for _ in range(width)]
+        try:
+            started = time.perf_counter()
+            for seq in range(width):
+                if lib.llama_state_seq_set_data(ctx, pointer, len(data), seq) != len(data):
+                    raise LlamaCppError(f"llama_state_seq_set_data refused the state for sequence {seq}")
+            position = len(prefix.state.token_ids)
+            self._decode(ctx, batch, [prefix.last] * width, position)
+            for step in range(tokens):
+                picks = [int(lib.llama_sampler_sample(sampler, ctx, seq)) for seq in range(width)]
+                for seq, token in enumerate(picks):
+                    chosen[seq].append(token)
+                if step == 0:
+                    decode_start = time.perf_counter()
+                if step + 1 < tokens:
+                    self._decode(ctx, batch, picks, position + 1 + step)
+            ended = time.perf_counter()
+        finally:
+            lib.llama_sampler_free(sampler)
+            lib.llama_batch_free(batch)
+            lib.llama_free(ctx)
+        return {"decode_s": ended - decode_start, "total_s": ended - started, "tokens": chosen}
+
+    def _decode(self, ctx, batch, picks: list[int], position: int) -> None:
+        batch.n_tokens = len(picks)
+        for seq, token in enumerate(picks):
+            batch.token[seq], batch.pos[seq], batch.n_seq_id[seq] = token, position, 1
+            batch.seq_id[seq][0], batch.logits[seq] = seq, True
+        if self.lib.llama_decode(ctx, batch) != 0:
+            raise LlamaCppError(f"llama_decode failed at position {position}")
+
+
+def _sampling(settings: SamplesBenchSettings) -> SamplingSettings:
+    return SamplingSettings(settings.temperature, settings.top_p, settings.seed)
+
+
+def batched(session: LlamaSession, prefix: Prefix, width: int, settings: SamplesBenchSettings,
+            seeds: list[int]) -> dict:
+    """graftbench's batched side once (see the module docstring): seconds and each sample's tokens."""
+    started = time.perf_counter()
+    sequences = fan_out(session.engine, prefix.state, width, 1 + settings.tokens)
+    try:
+        first = sequences.step({seq: prefix.last for seq in range(width)})
+        decoded = llama_decode.decode_samples(session.tokenizer, sequences, first, settings.tokens, set(), None,
+                                              _sampling(settings), seeds)
+    finally:
+        sequences.close()
+    ended = time.perf_counter()
+    # from the first token chosen to the last (decode_s and first_token_s count from the same start)
+    decode_s = max(d.decode_s for d in decoded) - max(d.first_token_s for d in decoded)
+    return {"decode_s": decode_s, "total_s": ended - started, "tokens": [d.token_ids for d in decoded]}
+
+
+def sequential(session: LlamaSession, prefix: Prefix, width: int, settings: SamplesBenchSettings,
+               seeds: list[int]) -> dict:
+    """graftbench's sequential side once: per sample its own restore and decode; seconds summed."""
+    engine, decode_s, out = session.engine, 0.0, []
+    started = time.perf_counter()
+    for seed in seeds[:width]:
+        cache = engine.restore(prefix.state)
+        try:
+            logits = engine.prefill(cache, [prefix.last], 1)
+            decoded = llama_decode.decode(engine, session.tokenizer, cache, logits, settings.tokens, set(), None,
+                                          settings=_sampling(settings), seed=seed)
+        finally:
+            cache.close()
+        decode_s += decoded.decode_s - decoded.first_token_s  # from its first token chosen to its last
+        out.append(decoded.token_ids)
+    return {"decode_s": decode_s, "total_s": time.perf_counter() - started, "tokens": out}
+
+
+def width_dependence(session: LlamaSession, prefix: Prefix, steps: int = 6, width: int = 4) -> dict:
+    """Whether a sequence's logits depend on how many others share its batch: ``width`` sequences fed their own
+    tokens for ``steps`` steps, each row against the same sequence decoded alone in the engine's own context, for the
+    non-unified cache and the unified one. Returns per cache kind ``rows_equal`` (every row byte-equal) and the
+    largest absolute difference."""
+    engine, ids = session.engine, prefix.state.token_ids
+    feeds = [[ids[(7 * step + 13 * seq) % len(ids)] for seq in range(width)] for step in range(steps)]
+    alone = []
+    for seq in range(width):
+        cache = engine.restore(prefix.state)
+        try:
+            alone.append([engine.decode_step(cache, feed[seq]) for feed in feeds])
+        finally:
+            cache.close()
+    found = {}
+    for unified in (False, True):
+        sequences = fan_out(engine, prefix.state, width, steps, unified=unified)
+        try:
+            rows = [sequences.step(dict(enumerate(feed))) for feed in feeds]
+        finally:
+            sequences.close()
+        gaps = [float(np.abs(rows[step][seq] - alone[seq][step]).max()) for step in range(steps)
+                for seq in range(width)]
+        found["unified" if unified else "non_unified"] = {"rows_equal": max(gaps) == 0.0,
+                                                          "max_abs_diff": max(gaps)}
+    return {"width": width, "steps": steps, **found}
+
+
+def prefixes(session: LlamaSession, context: list[int], settings: SamplesBenchSettings, query: list[int]) -> list:
+    """The two prefixes (untimed): ``graft`` (``settings.graft_tokens`` of ``context``, then ``query``) and
+    ``prompt`` (``query`` alone), each captured without its last token. Raises ``ValueError`` for too short a
+    context."""
+    if len(context) < settings.graft_tokens:
+        raise ValueError(f"the problems' text holds {len(context)} tokens, fewer than the {settings.graft_tokens} "
+                         "of the graft")
+    out = []
+    for kind, ids in (("graft", context[:settings.graft_tokens] + query), ("prompt", query)):
+        cache = session.engine.new_cache()
+        try:
+            session.engine.prefill(cache, ids[:-1])
+            out.append(Prefix(kind, session.engine.capture(cache), ids[-1]))
+        finally:
+            cache.close()
+    return out
+
+
+def measure_width(session: LlamaSession, raw: RawSamples, prefix: Prefix, width: int,
+                  settings: SamplesBenchSettings, seeds: list[int]) -> dict:
+    """One row: ``width`` samples from ``prefix``, every side ``settings.repeats`` times, rotating."""
+    load_before = os.getloadavg()
+    runs = rotate(settings.repeats, lambda: batched(session, prefix, width, settings, seeds[:width]),
+                  lambda: sequential(session, prefix, width, settings, seeds[:width]),
+                  lambda: raw.run(prefix, width, settings.tokens))
+    row = {"prefix": prefix.kind, "prefix_tokens": len(prefix.state.token_ids) + 1, "width": width,
+           "load_average_before": [round(x, 2) for x in load_before],
+           "load_average_after": [round(x, 2) for x in os.getloadavg()]}
+    for side, results in zip(SIDES, runs):
+        row[side] = {"decode_tok_per_s": summary([width * (settings.tokens - 1) / r["decode_s"] for r in results]),
+                     "samples_per_s": summary([width / r["total_s"] for r in results])}
+    tokens = [r["tokens"] for r in runs[0]]
+    row["batched_repeats_equal"] = all(t == tokens[0] for t in tokens)
+    row["batched_equals_sequential"] = tokens[0] == runs[1][0]["tokens"]
+    ref = row["reference"]["decode_tok_per_s"]["median"]
+    row["batched_of_reference"] = row["batched"]["decode_tok_per_s"]["median"] / ref
+    row["batched_over_sequential"] = (row["batched"]["decode_tok_per_s"]["median"]
+                                      / row["sequential"]["decode_tok_per_s"]["median"])
+    row["samples_batched_over_sequential"] = (row["batched"]["samples_per_s"]["median"]
+                                              / row["sequential"]["samples_per_s"]["median"])
+    probe = Sequences(session.engine, width, stream_cells(row["prefix_tokens"] + settings.tokens))
+    try:
+        row["kv_bytes_batched"] = probe.kv_bytes(prefix.state)
+    finally:
+        probe.close()
+    per_cell = row["kv_bytes_batched"] // (width * probe.cells)
+    row["kv_bytes_sequential"] = per_cell * session.engine.n_ctx  # one context of the engine's own at a time
+    return row
+
+
+def run_model(session: LlamaSession, context: list[int], query: list[int], settings: SamplesBenchSettings,
+              on_row=lambda name: None) -> dict:
+    """Every row for the loaded model: the width measurement, then per prefix and width the three sides, and the
+    bound. Returns the model's result (rows in order)."""
+    lib, engine = bindings(), session.engine
+    raw = RawSamples(engine)
+    seeds = [sample_seed(settings.seed, "bench-llama-samples", i) for i in range(max(settings.widths))]
+    found = prefixes(session, context, settings, query)
+    dependence = width_dependence(session, found[1])
+    on_row("width dependence")
+    rows = []
+    for prefix in found:
+        for width in settings.widths:
+            rows.append(measure_width(session, raw, prefix, width, settings, seeds))
+            on_row(f"{prefix.kind} N={width}")
+    weights = int(lib.llama_model_size(engine.model))
+    one = next(r for r in rows if r["prefix"] == "prompt" and r["width"] == 1)["reference"]["decode_tok_per_s"]
+    for row, prefix in ((r, next(p for p in found if p.kind == r["prefix"])) for r in rows):
+        cache = len(prefix.state.state)
+        row["bound_tok_per_s"] = row["width"] * one["median"] * weights / (weights + row["width"] * cache)
+        row["batched_of_bound"] = row["batched"]["decode_tok_per_s"]["median"] / row["bound_tok_per_s"]
+        row["reference_of_bound"] = row["reference"]["decode_tok_per_s"]["median"] / row["bound_tok_per_s"]
+    return {"weights_bytes": weights, "state_bytes": {p.kind: len(p.state.state) for p in found},
+            "width_dependence": dependence, "rows": rows}
+
+
+def result_name(label: str, threads: int) -> str:
+    """The results files' name (without suffix) for the model ``label`` at ``threads`` threads."""
+    return f"llama-samples-{label}" + ("" if threads == 1 else f"-threads-{threads}")
+
+
+def run_samples_bench(model: str, problems, problems_source: str, settings: SamplesBenchSettings, threads: int,
+                      chunk: int = 256, on_row=lambda name: None) -> dict:
+    """Every row for ``model`` on the llama.cpp engine (f16 KV cache, flash attention off, ``chunk``-token batches,
+    ``threads`` threads), with the machine named and its load recorded. The prefixes are cut from the text of
+    ``problems`` (their problems and solutions); the query is graftbench's solve prompt of the first problem.
+    Raises ``ValueError`` when the text is shorter than the graft."""
+    import platform
+
+    from ..engine.llama_cpp.engine import binding_version, system_info
+    from ..engine.llama_cpp.session import open_llama_session
+    from ..util import isa
+    from ..util.checkout import checkout_commit
+    from .llama_engine import _workload_ids
+
+    import torch
+
+    torch.set_num_threads(threads)  # the draw's threads: as many as llama.cpp's, as a run under OMP_NUM_THREADS
+    n_ctx = stream_cells(settings.graft_tokens + 256 + settings.tokens)
+    session = open_llama_session(model, chunk_size=chunk, threads=threads, n_ctx=n_ctx)
+    try:
+        query = session.solve_prompt_ids(problems[0].problem)
+        context = _workload_ids(session, problems, settings.graft_tokens)
+        rows = run_model(session, context, query, settings, on_row)
+        config = session.config
+    finally:
+        session.engine.close()
+    return {"model": model, "threads": threads, "chunk_size": chunk, "n_ctx": n_ctx, "kv_type": "f16",
+            "flash_attn": False, "query_tokens": len(query),
+            "settings": {"widths": list(settings.widths), "graft_tokens": settings.graft_tokens,
+                         "tokens": settings.tokens, "repeats": settings.repeats,
+                         "temperature": settings.temperature, "top_p": settings.top_p, "seed": settings.seed,
+                         "problems": problems_source},
+            "llama_cpp": rows,
+            "environment": {"machine": platform.platform(), "processor": isa.cpu_model() or platform.processor(),
+                            "cpu_count": os.cpu_count(), "python": platform.python_version(),
+                            "llama_cpp_python": binding_version(), "system_info": system_info(),
+                            "weights_sha256": config.weights_sha256, "config_fingerprint": config.fingerprint,
+                            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                            "graftbench_commit": checkout_commit()}}
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.0f}"
+
+
+def markdown(result: dict) -> str:
+    """The result as markdown tables, the machine, its load and the settings in the caption."""
+    env, s, llama = result["environment"], result["settings"], result["llama_cpp"]
+    dep = llama["width_dependence"]
+    lines = [f"# N samples from one state on the llama.cpp engine: {result['model']}", "",
+             f"CPU: {env['processor']} ({env['cpu_count']} cores; {env['system_info']}), {result['threads']} "
+             f"thread(s), llama-cpp-python {env['llama_cpp_python']}, chunk {result['chunk_size']}, KV f16, flash "
+             f"attention off; {s['tokens']} tokens per sample, no early stop; medians of {s['repeats']} "
+             f"repetitions per side, the sides rotating which runs first; {env['date']}, graftbench "
+             f"{(env['graftbench_commit'] or 'outside git')[:12]}. The machine is shared: each row gives the load "
+             "average (1 min) before and after it. batched = graftbench's N samples as one batch per step "
+             "(seeded nucleus sampling, temperature "
+             f"{s['temperature']}, top-p {s['top_p']}); sequential = graftbench, one sample after another, each after "
+             "its own restore; reference = llama.cpp alone, one llama_batch of N tokens per step, greedy in C; "
+             "bound = N × the reference's one-sequence rate after the short prompt × W / (W + N × C).", "",
+             "| prefix | N | batched tok/s | sequential tok/s | reference tok/s | batched / reference | "
+             "batched / sequential | bound tok/s | batched samples/s | sequential samples/s | KV MiB batched | "
+             "KV MiB sequential | load before → after |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for row in llama["rows"]:
+        tok = {side: row[side]["decode_tok_per_s"]["median"] for side in SIDES}
+        lines.append(f"| {row['prefix']} ({row['prefix_tokens']:,} tokens) | {row['width']} | {tok['batched']:.1f} | "
+                     f"{tok['sequential']:.1f} | {tok['reference']:.1f} | {row['batched_of_reference']:.2f}× | "
+                     f"{row['batched_over_sequential']:.2f}× | {row['bound_tok_per_s']:.1f} | "
+                     f"{row['batched']['samples_per_s']['median']:.2f} | "
+                     f"{row['sequential']['samples_per_s']['median']:.2f} | {_mib(row['kv_bytes_batched'])} | "
+                     f"{_mib(row['kv_bytes_sequential'])} | {row['load_average_before'][0]:.1f} → "
+                     f"{row['load_average_after'][0]:.1f} |")
+    lines += ["", f"Batch width and the logits (after the short prompt, {dep['width']} sequences, {dep['steps']} "
+              "steps, each row against the same sequence decoded alone): non-unified cache (one stream per "
+              f"sequence, what runs use): rows byte-equal {dep['non_unified']['rows_equal']} (max |Δ| "
+              f"{dep['non_unified']['max_abs_diff']:.3g}); unified cache: rows byte-equal "
+              f"{dep['unified']['rows_equal']} (max |Δ| {dep['unified']['max_abs_diff']:.3g}). Sampled tokens of "
+              "the batched side equal the sequential side's in every row: "
+              f"{all(r['batched_equals_sequential'] for r in llama['rows'])}.", ""]
+    return "\n".join(lines)
