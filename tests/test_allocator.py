@@ -56,7 +56,7 @@ def _probe(*steps: str) -> dict:
 
 
 def test_importing_the_library_leaves_the_allocator_untouched():
-    assert _probe("graftbench", "graftbench.results.manifest", "graftbench.store.folder",
+    assert _probe("graftbench", "graftbench.api", "graftbench.results.manifest", "graftbench.store.folder",
                   "graftbench.engine.torch.kv_pool") == UNTOUCHED
 
 

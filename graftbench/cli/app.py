@@ -412,20 +412,19 @@ def verify_manifest_cmd(
         "file of its name is under ../shared/data/]")),
 ) -> None:
     """Re-check a manifest without a model: hashes, every verdict, totals, artifact payloads, the problem set. Exit 0 ("ok") only if everything was checked and holds: 1 a mismatch, 2 not a manifest, 3 problem set not anchored, 4 artifact payloads not checked."""
+    from ..api import verify_manifest
+    from ..problems.types import ProblemSetError
     from ..results.manifest import ManifestError, ManifestRefused, store_unreadable
-    from ..results.anchor import ProblemSet
-    from ..results.check import EXIT_MISMATCH, EXIT_OK, EXIT_UNANCHORED, manifest_file, verify_file
+    from ..results.check import EXIT_MISMATCH, EXIT_OK, EXIT_UNANCHORED, manifest_file
 
     if store and Path(store).is_file():
         fail(f"--store {store} is not a store: it is a file, not a folder; no artifact could be checked")
     if store and (why := store_unreadable(store)) is not None:
         fail(f"--store {store} cannot be read ({why}); no artifact payload could be checked")
-    named = None
-    if problems is not None:
-        named = ProblemSet(tuple(load_problem_set(problems, None, "id", "problem", "answer", "solution")), problems,
-                           True)
     try:
-        checked = verify_file(path, store, require_artifacts, named)
+        checked = verify_manifest(path, store=store, require_artifacts=require_artifacts, problems=problems)
+    except ProblemSetError as exc:
+        fail(str(exc))
     except ManifestRefused as exc:
         fail(str(exc), EXIT_MISMATCH)
     except ManifestError as exc:
