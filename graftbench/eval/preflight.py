@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..engine.pin_terms import TORCH, engine_of, pin_differences
+from ..engine.pin_terms import TERMS, engine_of, pin_differences
 from ..settings import EvalSettings
 from ..store.index import StoreError
 from ..store.open import open_store
@@ -36,9 +36,10 @@ class PreflightError(RuntimeError):
 
 
 def pin_label(engine: str, model: str, dtype: str, fingerprint: str | None) -> str:
-    """``torch smollm2-135m float32 (pin 1234abcd5678)``; a llama.cpp pin without its dtype (the GGUF file's own
-    types, not a dtype); ``pin not known yet`` before a worker has loaded the model."""
-    what = f"{engine} {model}" + (f" {dtype}" if engine == TORCH else "")
+    """``torch smollm2-135m float32 (pin 1234abcd5678)``; without the dtype for an engine whose pin's ``dtype`` is no
+    field of its own (:data:`graftbench.engine.pin_terms.TERMS`; llama.cpp: the GGUF file's own types, not a dtype);
+    ``pin not known yet`` before a worker has loaded the model."""
+    what = f"{engine} {model}" + (f" {dtype}" if "dtype" in TERMS.get(engine, {}) else "")
     return f"{what} ({'pin ' + fingerprint[:SHORT_PIN] if fingerprint else 'pin not known before a worker loads'})"
 
 
