@@ -34,6 +34,18 @@ class BenchSection(str, Enum):
     ttft = "ttft"
 
 
+def _problem_file(source: str) -> str:
+    """The file to read for ``--problems source`` (:func:`graftbench.problems.sources.data_file`: a
+    ``../shared/data/`` file is also found beside the checkout, so the defaults work from any folder); fails naming
+    ``--problems builtin`` when it is in neither place."""
+    from ..problems.sources import MissingDataFile, data_file
+
+    try:
+        return data_file(source)
+    except MissingDataFile as exc:
+        fail(str(exc))
+
+
 def bench(
     model: str = ModelOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt, isa: Optional[str] = IsaOpt,
     device: str = DeviceOpt, kernels: str = KernelsOpt,
@@ -88,7 +100,7 @@ def bench(
                               repeats=repeats)
     if smoke:
         settings, batched = BenchSettings.smoke_run(), BatchedSettings.smoke_run()
-    problem_list = load_problem_set(problems, None, "id", "problem", "answer", "solution")
+    problem_list = load_problem_set(_problem_file(problems), None, "id", "problem", "answer", "solution")
     session = open_model(model, dtype, chunk_size, threads, isa, architecture_only=True)
     try:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -139,10 +151,11 @@ def bench_isa(
     names = name_list(dtypes)
     if not names or any(d not in DTYPE_NAMES for d in names):
         fail(f"--dtypes must list {' and/or '.join(DTYPE_NAMES)}, got {dtypes!r}")
-    load_problem_set(problems, None, "id", "problem", "answer", "solution")  # a bad problem file is named before any probe
+    problem_file = _problem_file(problems)
+    load_problem_set(problem_file, None, "id", "problem", "answer", "solution")  # a bad problem file is named before any probe
     try:
         with progress_bar("fresh processes", 2 * repeats * len(names)) as advance:
-            result = measure(model, names, problems, prompt_tokens, decode_tokens, threads, repeats, advance)
+            result = measure(model, names, problem_file, prompt_tokens, decode_tokens, threads, repeats, advance)
     except RuntimeError as exc:
         fail(str(exc))
     paths = write_outputs(result, out, f"isa-cost-{model_label(model)}")
@@ -191,7 +204,7 @@ def bench_llama(
     settings = LlamaBenchSettings(tuple(int_list(sizes, "--sizes")), prefill_tokens, decode_tokens, repeats)
     extra = None if no_torch else settings.sizes if torch_sizes is None else \
         () if torch_sizes == "none" else tuple(int_list(torch_sizes, "--torch-sizes"))
-    problem_list = load_problem_set(problems, None, "id", "problem", "answer", "solution")
+    problem_list = load_problem_set(_problem_file(problems), None, "id", "problem", "answer", "solution")
     try:
         with progress_bar("rows", steps(settings, kinds, extra)) as advance:
             result = run_engine_bench(model, problem_list, problems, settings, threads, kinds, extra,
@@ -239,7 +252,8 @@ def bench_long_context(
     from ..bench.report import long_context_markdown, write_long_context
     from ..bench.workload import corpus_ids
 
-    problem_list = [p for source in problems for p in load_problem_set(source, None, "id", "problem", "answer", "solution")]
+    problem_list = [p for source in problems
+                    for p in load_problem_set(_problem_file(source), None, "id", "problem", "answer", "solution")]
     session = open_model(model, dtype, chunk_size, isa=isa, architecture_only=True)
     try:
         corpus = corpus_ids(session, problem_list)

@@ -90,6 +90,35 @@ def recorded_source(source: str, cwd: Path | None = None) -> str:
     return os.path.relpath(path, base)
 
 
+SHARED_DATA = Path("..", "shared", "data")  # where the AIME files lie, beside the checkout
+
+
+class MissingDataFile(ValueError):
+    """A problem file under ``../shared/data/`` found neither from the working folder nor beside the checkout; the
+    message names both places and the problem sets that need no file."""
+
+
+def data_file(source: str, cwd: Path | None = None, checkout: Path | None = None) -> str:
+    """The path to read for ``source``: ``source`` itself unless it is a relative path under ``../shared/data/``
+    that does not exist from ``cwd`` (this process's working folder when ``None``); then the same file beside
+    ``checkout`` (the checkout graftbench runs from when ``None``: :data:`graftbench.util.checkout.ROOT`), so a
+    default such as ``../shared/data/aime2024.jsonl`` works from any folder. A generated set, a hub id or any other
+    path is returned as given. Raises :class:`MissingDataFile` naming both places when the file is in neither."""
+    path = Path(source)
+    if path.is_absolute() or SHARED_DATA not in (path.parent, *path.parent.parents):
+        return source
+    if (cwd or Path.cwd()).joinpath(path).exists():
+        return source
+    if checkout is None:
+        from ..util.checkout import ROOT as checkout
+    beside = (checkout / path).resolve()
+    if beside.exists():
+        return str(beside)
+    raise MissingDataFile(f"{source}: no such file from this folder ({(cwd or Path.cwd()).resolve()}) nor beside "
+                          f"the checkout ({beside}); pass --problems builtin (generated problems with worked "
+                          "solutions, no file needed) or the path of a problem file")
+
+
 def is_hub_id(source: str) -> bool:
     """Whether ``source`` has the form of a hub dataset id, ``owner/name``."""
     return _HUB_ID_RE.match(source) is not None

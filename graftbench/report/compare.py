@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..util.display_text import markdown_text
 from ..util.durable import blocking_file
-from ..results.manifest import ManifestError, load_manifest, recorded_verifier_version
+from ..results.manifest import NO_STORE, ManifestError, load_manifest, recorded_verifier_version
 from ..results.metrics import RESAMPLES, family_costs, family_of, paired_difference, run_checks, summarize
 from .prompt_arm import prompt_arm_rows
 
@@ -174,7 +174,10 @@ def _verified(path: str | Path, source: Path, manifest: dict, allow_unanchored: 
     if checked.unanchored is not None and not allow_unanchored:
         raise UnanchoredRun(f"'{path}' is not anchored: {checked.unanchored}; name a run whose problem set "
                             "graftbench can rebuild, or pass --allow-unanchored to report it anyway")
-    return tuple(checked.unverified())
+    # A report reads no store: it names the command that checks the payloads, not an option it does not have.
+    no_store = (f"report reads no store; `graftbench verify-manifest {source} --store STORE` checks them against "
+                "the store they were grafted from")
+    return tuple(line.replace(NO_STORE, no_store) for line in checked.unverified())
 
 
 def _round_of(manifest: dict) -> int | None:

@@ -45,6 +45,7 @@ SCHEMA = "graftbench.manifest/2"  # RFC 8785 (JCS) bytes; the verifier version i
 SCHEMAS = (SCHEMA_V1, SCHEMA)
 MIN_VERIFIER = 2  # the lowest verifier version a graftbench.manifest/2 manifest may record
 DIGEST_CHARS = 16
+NO_STORE = "no store given with --store"  # why payloads were not checked when no store was given
 _ENTRY_SECTIONS = {"problems": ("problem", "id"), "samples": ("sample", "problem_id")}
 _UNSEALED = ("manifest_sha256", "sealed_fields")
 
@@ -513,7 +514,7 @@ def _payload_reader(store: str | Path | None):
     from ..store.folder import is_store_url
 
     if store is None:
-        return None, "no store given with --store"
+        return None, NO_STORE
     if is_store_url(store):
         from ..store.codec import ArtifactError
         from ..store.object_store import ObjectStore
