@@ -32,6 +32,7 @@ from .common import (ModeOpt, announce_sandbox, check_hub_model, device_option, 
 from ..settings import CERTIFIED_KERNELS
 from .common import AllowUncheckedPayloadsOpt, AllowUnanchoredOpt
 from .options import CLUSTER, CLUSTER_OPTIONS, FIELDS, OWN, RUN, SAMPLING, KernelsOpt, with_options
+from .panels import place_options
 from .common import refuse_options_not_taken
 from .invocation import command_options
 from ..util.display_text import console_markup
@@ -614,6 +615,7 @@ app.command(name="trace-pair")(trace.trace_pair)
 app.command(name="trace-compare")(trace.trace_compare)
 app.command(name="merge")(merge.merge)
 app.command(name="view")(view.view)
+place_options(app)  # after every command is registered: each option's help panel
 
 
 if __name__ == "__main__":

@@ -61,13 +61,14 @@ def bench(
                                                help="a Python with llama-cpp-python for the peer row (make bench-peer-env)"),
     out: Path = typer.Option(BENCH_OUT, "--out", help="folder for the JSON, markdown and PNG"),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch intra-op threads (default: torch's)"),
-    batch_samples: int = typer.Option(BATCHED.samples, "--batch-samples", min=1, max=256,
+    batch_samples: int = typer.Option(BATCHED.samples, "--batch-samples", min=1, max=256, metavar="N",
                                       help="samples decoded as one batch after one graft, against one at a time"),
-    batch_tokens: int = typer.Option(BATCHED.tokens, "--batch-tokens", min=2, max=4096,
+    batch_tokens: int = typer.Option(BATCHED.tokens, "--batch-tokens", min=2, max=4096, metavar="N",
                                      help="tokens decoded per sample in the batched-samples row (EOS ignored)"),
     batch_artifact_tokens: int = typer.Option(BATCHED.artifact_tokens, "--batch-artifact-tokens", min=1, max=1_000_000,
+                                              metavar="N",
                                               help="tokens of the artifact grafted in the batched-samples row"),
-    only: Optional[BenchSection] = typer.Option(None, "--only", help="run one section alone: batched-samples "
+    only: Optional[BenchSection] = typer.Option(None, "--only", metavar="SECTION", help="run one section alone: batched-samples "
                                                 "(writes batched-samples-<model>.json and .md, '-<N>-tokens' added "
                                                 "for a --batch-artifact-tokens other than the default) or "
                                                 "load-decode (decode against generate and model load: "
