@@ -89,6 +89,11 @@ def test_solve_on_a_damaged_model_file_fails_naming_the_file_on_every_engine(tmp
     data = _tiny_gguf(tmp_path / "tiny.gguf")
     cases = {"truncated.gguf": (data[:-1], "is truncated"), "empty.gguf": (b"", "is empty (0 bytes)"),
              "text.gguf": (b"not a model\n", "is not a GGUF file")}
+    (tmp_path / "folder.gguf").mkdir()
+    result = CliRunner().invoke(app, ["solve", "--model", str(tmp_path / "folder.gguf"), "--engine", engine,
+                                      "--limit", "1"])
+    assert result.exit_code == 2 and "folder.gguf' cannot be read: it is not a regular file" in \
+        " ".join(result.output.split()), result.output
     for name, (content, what) in cases.items():
         (tmp_path / name).write_bytes(content)
         result = CliRunner().invoke(app, ["solve", "--model", str(tmp_path / name), "--engine", engine,

@@ -120,6 +120,8 @@ def resolve_model(spec: str) -> ResolvedModel:
         return ResolvedModel(spec, "gguf", str(path), sha)
     path = Path(spec).expanduser()
     if spec.endswith(".gguf"):
+        if path.exists() and not path.is_file():
+            raise ModelError(f"model file '{spec}' cannot be read: it is not a regular file")
         if not path.is_file():
             raise ModelError(f"GGUF file '{spec}' does not exist")
         return ResolvedModel(spec, "gguf", str(path.resolve()))
