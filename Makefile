@@ -100,11 +100,21 @@ LLAMA_PORTABLE_CMAKE := -DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_A
 	-DGGML_F16C=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF \
 	-DGGML_AVX512_BF16=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DGGML_BACKEND_DL=OFF \
 	-DGGML_CPU_ALL_VARIANTS=OFF -DGGML_BLAS=OFF -DLLAVA_BUILD=OFF
+# Reproducible: the sources and the build folder sit at fixed places under $(LLAMA_PORTABLE), mapped to
+# /llama-portable in the compiled file names (-ffile-prefix-map), so the libraries hold no temporary or checkout path
+# and their SHA-256 (in the pin) is the same wherever the same compiler builds them.
+LLAMA_PORTABLE_ABS = $(abspath $(LLAMA_PORTABLE))
+LLAMA_PORTABLE_MAP = -ffile-prefix-map=$(LLAMA_PORTABLE_ABS)=/llama-portable
 $(LLAMA_PORTABLE)/.installed: | $(STAMP)
 	rm -rf $(LLAMA_PORTABLE)
-	CMAKE_ARGS="$(LLAMA_PORTABLE_CMAKE)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/pip install -q --no-cache-dir \
-		--no-binary llama-cpp-python --no-deps --target $(LLAMA_PORTABLE)/site llama-cpp-python==0.3.36
-	$(BIN)/python -m graftbench.engine.llama_cpp.portable_build $(LLAMA_PORTABLE) --cmake-args "$(LLAMA_PORTABLE_CMAKE)"
+	$(BIN)/pip download -q --no-cache-dir --no-binary :all: --no-deps -d $(LLAMA_PORTABLE)/sdist llama-cpp-python==0.3.36
+	mkdir -p $(LLAMA_PORTABLE)/src && tar -xzf $(LLAMA_PORTABLE)/sdist/llama_cpp_python-0.3.36.tar.gz -C $(LLAMA_PORTABLE)/src
+	CMAKE_ARGS="$(LLAMA_PORTABLE_CMAKE) -DCMAKE_C_FLAGS=$(LLAMA_PORTABLE_MAP) -DCMAKE_CXX_FLAGS=$(LLAMA_PORTABLE_MAP)" \
+		CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/pip install -q --no-cache-dir --no-deps \
+		--config-settings=build-dir=$(LLAMA_PORTABLE_ABS)/build --target $(LLAMA_PORTABLE)/site \
+		$(LLAMA_PORTABLE)/src/llama_cpp_python-0.3.36
+	$(BIN)/python -m graftbench.engine.llama_cpp.portable_build $(LLAMA_PORTABLE) \
+		--cmake-args "$(LLAMA_PORTABLE_CMAKE) -ffile-prefix-map=<folder>=/llama-portable"
 	touch $@
 
 llama-portable: $(LLAMA_PORTABLE)/.installed
