@@ -8,6 +8,8 @@ come), on the model graftbench's engine has loaded (the same build, the same wei
   (:func:`graftbench.engine.llama_cpp.fanout.fan_out`), the query's last token as one batch of N, then
   :func:`graftbench.engine.llama_cpp.decode.decode_samples`: graftbench's seeded nucleus sampling per sample (logits
   copied out, the draw in torch), one ``llama_decode`` per step holding a token of every sample;
+- ``batched_greedy``: the same with graftbench's greedy choice (argmax in numpy) in place of the draw: the batching
+  itself against the reference, whose choice is greedy too;
 - ``sequential`` (graftbench's path before): per sample, the state restored into its own context, the query's last
   token, then its own decode loop (:func:`graftbench.engine.llama_cpp.decode.decode`);
 - ``reference`` (llama.cpp alone, :class:`RawSamples`): the same N-sequence context made with the same parameters, the
@@ -37,6 +39,7 @@ import ctypes
 import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -50,7 +53,7 @@ from ..util.seeds import sample_seed
 from .llama_engine import rotate
 from .stats import summary
 
-SIDES = ("batched", "sequential", "reference")
+SIDES = ("batched", "batched_greedy", "sequential", "reference")
 
 
 @dataclass(frozen=True)
@@ -133,14 +136,15 @@ def _sampling(settings: SamplesBenchSettings) -> SamplingSettings:
 
 
 def batched(session: LlamaSession, prefix: Prefix, width: int, settings: SamplesBenchSettings,
-            seeds: list[int]) -> dict:
-    """graftbench's batched side once (see the module docstring): seconds and each sample's tokens."""
+            seeds: list[int], greedy: bool = False) -> dict:
+    """graftbench's batched side once (see the module docstring; ``greedy``: argmax in place of the draw): seconds
+    and each sample's tokens."""
     started = time.perf_counter()
     sequences = fan_out(session.engine, prefix.state, width, 1 + settings.tokens)
     try:
         first = sequences.step({seq: prefix.last for seq in range(width)})
         decoded = llama_decode.decode_samples(session.tokenizer, sequences, first, settings.tokens, set(), None,
-                                              _sampling(settings), seeds)
+                                              None if greedy else _sampling(settings), seeds)
     finally:
         sequences.close()
     ended = time.perf_counter()
@@ -195,22 +199,42 @@ def width_dependence(session: LlamaSession, prefix: Prefix, steps: int = 6, widt
     return {"width": width, "steps": steps, **found}
 
 
-def prefixes(session: LlamaSession, context: list[int], settings: SamplesBenchSettings, query: list[int]) -> list:
+def prefixes(session: LlamaSession, context: list[int], settings: SamplesBenchSettings, query: list[int],
+             keep: Path | None = None) -> list:
     """The two prefixes (untimed): ``graft`` (``settings.graft_tokens`` of ``context``, then ``query``) and
-    ``prompt`` (``query`` alone), each captured without its last token. Raises ``ValueError`` for too short a
-    context."""
+    ``prompt`` (``query`` alone), each captured without its last token. With ``keep`` (a folder), each state is
+    written there as an artifact of the session's pin, named by its token ids and the pin, and read back (its id,
+    payload and pin checked) by a later run instead of a prefill. Raises ``ValueError`` for too short a context."""
     if len(context) < settings.graft_tokens:
         raise ValueError(f"the problems' text holds {len(context)} tokens, fewer than the {settings.graft_tokens} "
                          "of the graft")
     out = []
     for kind, ids in (("graft", context[:settings.graft_tokens] + query), ("prompt", query)):
-        cache = session.engine.new_cache()
-        try:
-            session.engine.prefill(cache, ids[:-1])
-            out.append(Prefix(kind, session.engine.capture(cache), ids[-1]))
-        finally:
-            cache.close()
+        out.append(Prefix(kind, _captured(session, ids[:-1], keep), ids[-1]))
     return out
+
+
+def _captured(session: LlamaSession, ids: list[int], keep: Path | None) -> LlamaState:
+    """The state after prefilling ``ids``: read from ``keep`` when a run under this pin left it there, else
+    prefilled (and left there when ``keep`` is given)."""
+    from ..engine.llama_cpp.codec import decode_llama_artifact, encode_llama_artifact
+    from ..store.ids import artifact_id_of
+    from ..util.hashing import sha256_json
+
+    path = None if keep is None else Path(keep) / f"{sha256_json([session.config.fingerprint, ids])}.state"
+    if path is not None and path.is_file():
+        data = path.read_bytes()
+        return decode_llama_artifact(artifact_id_of(data), data, session.config)
+    cache = session.engine.new_cache()
+    try:
+        session.engine.prefill(cache, ids)
+        state = session.engine.capture(cache)
+    finally:
+        cache.close()
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(encode_llama_artifact(session.config, state))
+    return state
 
 
 def measure_width(session: LlamaSession, raw: RawSamples, prefix: Prefix, width: int,
@@ -218,6 +242,7 @@ def measure_width(session: LlamaSession, raw: RawSamples, prefix: Prefix, width:
     """One row: ``width`` samples from ``prefix``, every side ``settings.repeats`` times, rotating."""
     load_before = os.getloadavg()
     runs = rotate(settings.repeats, lambda: batched(session, prefix, width, settings, seeds[:width]),
+                  lambda: batched(session, prefix, width, settings, seeds[:width], greedy=True),
                   lambda: sequential(session, prefix, width, settings, seeds[:width]),
                   lambda: raw.run(prefix, width, settings.tokens))
     row = {"prefix": prefix.kind, "prefix_tokens": len(prefix.state.token_ids) + 1, "width": width,
@@ -228,9 +253,11 @@ def measure_width(session: LlamaSession, raw: RawSamples, prefix: Prefix, width:
                      "samples_per_s": summary([width / r["total_s"] for r in results])}
     tokens = [r["tokens"] for r in runs[0]]
     row["batched_repeats_equal"] = all(t == tokens[0] for t in tokens)
-    row["batched_equals_sequential"] = tokens[0] == runs[1][0]["tokens"]
+    row["batched_equals_sequential"] = tokens[0] == runs[2][0]["tokens"]
+    row["greedy_equals_reference"] = runs[1][0]["tokens"] == runs[3][0]["tokens"]
     ref = row["reference"]["decode_tok_per_s"]["median"]
     row["batched_of_reference"] = row["batched"]["decode_tok_per_s"]["median"] / ref
+    row["batched_greedy_of_reference"] = row["batched_greedy"]["decode_tok_per_s"]["median"] / ref
     row["batched_over_sequential"] = (row["batched"]["decode_tok_per_s"]["median"]
                                       / row["sequential"]["decode_tok_per_s"]["median"])
     row["samples_batched_over_sequential"] = (row["batched"]["samples_per_s"]["median"]
@@ -246,13 +273,13 @@ def measure_width(session: LlamaSession, raw: RawSamples, prefix: Prefix, width:
 
 
 def run_model(session: LlamaSession, context: list[int], query: list[int], settings: SamplesBenchSettings,
-              on_row=lambda name: None) -> dict:
+              on_row=lambda name: None, keep: Path | None = None) -> dict:
     """Every row for the loaded model: the width measurement, then per prefix and width the three sides, and the
     bound. Returns the model's result (rows in order)."""
     lib, engine = bindings(), session.engine
     raw = RawSamples(engine)
     seeds = [sample_seed(settings.seed, "bench-llama-samples", i) for i in range(max(settings.widths))]
-    found = prefixes(session, context, settings, query)
+    found = prefixes(session, context, settings, query, keep)
     dependence = width_dependence(session, found[1])
     on_row("width dependence")
     rows = []
@@ -277,11 +304,12 @@ def result_name(label: str, threads: int) -> str:
 
 
 def run_samples_bench(model: str, problems, problems_source: str, settings: SamplesBenchSettings, threads: int,
-                      chunk: int = 256, on_row=lambda name: None) -> dict:
+                      chunk: int = 256, on_row=lambda name: None, keep: Path | None = None) -> dict:
     """Every row for ``model`` on the llama.cpp engine (f16 KV cache, flash attention off, ``chunk``-token batches,
     ``threads`` threads), with the machine named and its load recorded. The prefixes are cut from the text of
     ``problems`` (their problems and solutions); the query is graftbench's solve prompt of the first problem.
-    Raises ``ValueError`` when the text is shorter than the graft."""
+    ``keep``: a folder where the prefixes' states are kept for a later run (:func:`prefixes`). Raises
+    ``ValueError`` when the text is shorter than the graft."""
     import platform
 
     from ..engine.llama_cpp.engine import binding_version, system_info
@@ -298,7 +326,7 @@ def run_samples_bench(model: str, problems, problems_source: str, settings: Samp
     try:
         query = session.solve_prompt_ids(problems[0].problem)
         context = _workload_ids(session, problems, settings.graft_tokens)
-        rows = run_model(session, context, query, settings, on_row)
+        rows = run_model(session, context, query, settings, on_row, keep)
         config = session.config
     finally:
         session.engine.close()
@@ -333,17 +361,19 @@ def markdown(result: dict) -> str:
              f"{(env['graftbench_commit'] or 'outside git')[:12]}. The machine is shared: each row gives the load "
              "average (1 min) before and after it. batched = graftbench's N samples as one batch per step "
              "(seeded nucleus sampling, temperature "
-             f"{s['temperature']}, top-p {s['top_p']}); sequential = graftbench, one sample after another, each after "
+             f"{s['temperature']}, top-p {s['top_p']}); batched greedy = the same with graftbench's argmax in place "
+             "of the draw; sequential = graftbench, one sample after another, each after "
              "its own restore; reference = llama.cpp alone, one llama_batch of N tokens per step, greedy in C; "
              "bound = N × the reference's one-sequence rate after the short prompt × W / (W + N × C).", "",
-             "| prefix | N | batched tok/s | sequential tok/s | reference tok/s | batched / reference | "
-             "batched / sequential | bound tok/s | batched samples/s | sequential samples/s | KV MiB batched | "
-             "KV MiB sequential | load before → after |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "| prefix | N | batched tok/s | batched greedy tok/s | sequential tok/s | reference tok/s | "
+             "batched / reference | batched greedy / reference | batched / sequential | bound tok/s | "
+             "batched samples/s | sequential samples/s | KV MiB batched | KV MiB sequential | load before → after |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for row in llama["rows"]:
         tok = {side: row[side]["decode_tok_per_s"]["median"] for side in SIDES}
         lines.append(f"| {row['prefix']} ({row['prefix_tokens']:,} tokens) | {row['width']} | {tok['batched']:.1f} | "
-                     f"{tok['sequential']:.1f} | {tok['reference']:.1f} | {row['batched_of_reference']:.2f}× | "
+                     f"{tok['batched_greedy']:.1f} | {tok['sequential']:.1f} | {tok['reference']:.1f} | "
+                     f"{row['batched_of_reference']:.2f}× | {row['batched_greedy_of_reference']:.2f}× | "
                      f"{row['batched_over_sequential']:.2f}× | {row['bound_tok_per_s']:.1f} | "
                      f"{row['batched']['samples_per_s']['median']:.2f} | "
                      f"{row['sequential']['samples_per_s']['median']:.2f} | {_mib(row['kv_bytes_batched'])} | "
@@ -355,5 +385,6 @@ def markdown(result: dict) -> str:
               f"{dep['non_unified']['max_abs_diff']:.3g}); unified cache: rows byte-equal "
               f"{dep['unified']['rows_equal']} (max |Δ| {dep['unified']['max_abs_diff']:.3g}). Sampled tokens of "
               "the batched side equal the sequential side's in every row: "
-              f"{all(r['batched_equals_sequential'] for r in llama['rows'])}.", ""]
+              f"{all(r['batched_equals_sequential'] for r in llama['rows'])}; greedy tokens of the batched side "
+              f"equal the reference's in every row: {all(r['greedy_equals_reference'] for r in llama['rows'])}.", ""]
     return "\n".join(lines)

@@ -222,13 +222,14 @@ def _bench_llama_samples(model: str, problems: str, graft_tokens: int, widths: l
     """bench-llama --only samples (:mod:`graftbench.bench.llama_samples`): parse, run, print, write."""
     from ..bench.history import write_json_and_markdown
     from ..bench.llama_samples import SamplesBenchSettings, markdown, result_name, run_samples_bench
+    from ..settings import cache_root
 
     settings = SamplesBenchSettings(tuple(widths), graft_tokens, tokens, repeats)
     problem_list = load_problem_set(problems, None, "id", "problem", "answer", "solution")
     try:
         with progress_bar("rows", 1 + 2 * len(widths)) as advance:
             result = run_samples_bench(model, problem_list, problems, settings, threads,
-                                       on_row=lambda name: advance())
+                                       on_row=lambda name: advance(), keep=cache_root() / "bench-llama-samples")
     except (ImportError, RuntimeError, ValueError, FileNotFoundError) as exc:
         fail(f"bench-llama --only samples: {exc}")
     paths = write_json_and_markdown(result, markdown(result), out, result_name(model_label(model), threads))
