@@ -56,8 +56,9 @@ def given_options() -> dict[str, object]:
 
 def command_options() -> dict[str, object]:
     """What a run manifest records as ``command_options``: every option of the running command given on the
-    command line or by environment variable, by its flag (``--kv-type``, ``--no-flash-attn``), JSON-ready (a path
-    as text); empty outside a command."""
+    command line or by environment variable, by its first flag (``--kv-type``; a switch by its first name and its
+    value, ``"--flash-attn": false`` for ``--no-flash-attn``), JSON-ready (a path as text); empty outside a
+    command."""
     ctx = _running_context()
     if ctx is None:
         return {}
