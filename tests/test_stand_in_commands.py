@@ -53,6 +53,8 @@ def test_the_stand_in_engine_runs_solve_deposit_eval_check_exact_and_verify_mani
     claimed = stand_in_engine.ENGINE.open(stand_in_engine.ENGINE.conformance_options).exactness().control_settings()
     assert certificate["settings"]["must_differ"] == claimed["must_differ"]
     assert all(pair["equal"] for pair in certificate["pairs"])
+    assert {"--samples": 3, "--controls": True, "--engine": stand_in_engine.NAME}.items() <= \
+        certificate["settings"]["command_options"].items()
     assert all(not pair["controls"][name]["equal"] for pair in certificate["pairs"][:2] for name in claimed["must_differ"])
     for manifest in (runs / "baseline" / "manifest.json", runs / "grafted" / "manifest.json", expect):
         assert "ok " in _invoke("verify-manifest", str(manifest), "--store", str(store))

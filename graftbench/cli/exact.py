@@ -10,6 +10,7 @@ from typing import Optional
 import typer
 
 from .exact_runs import open_run, report_manifest
+from .invocation import command_options
 from .options import KernelsOpt
 from ..settings import require_certified_kernels
 from ..engine.base import ACROSS_CPU_KINDS, EXTEND_EXPECTATION, REPLAY_RANGE, EngineOpenError
@@ -83,7 +84,8 @@ def check_exact(
         try:
             manifest = run_check_exact(session, problem_list, problems, samples, controls, control_pairs,
                                        on_pair=measured, done=done,
-                                       on_reused=lambda r: advance(f"{r['id']} resumed"))
+                                       on_reused=lambda r: advance(f"{r['id']} resumed"),
+                                       command_options=command_options())
         except OSError as exc:
             fail(str(exc))
     agreement = manifest["settings"].get("tokenizer_agreement")  # an engine fed graftbench's ids by its own tokenizer

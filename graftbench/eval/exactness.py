@@ -234,7 +234,8 @@ def measure_pairs(pairs: list[Pair], check, with_controls: bool, control_pairs: 
 
 
 def run_check_exact(session: EngineSession, problems: list[Problem], source: str, samples: int, with_controls: bool,
-                    control_pairs: int, on_pair=None, done: list[dict] | None = None, on_reused=None) -> dict:
+                    control_pairs: int, on_pair=None, done: list[dict] | None = None, on_reused=None,
+                    command_options: dict | None = None) -> dict:
     """Check ``samples`` pairs on the session's engine (controls on the first ``control_pairs`` when
     ``with_controls``) and return the sealed exactness manifest (see :mod:`graftbench.results.exact_manifest`); the
     engine adds its own settings (:meth:`graftbench.engine.base.ExactnessChecks.settings`: on llama.cpp the engine's
@@ -242,7 +243,9 @@ def run_check_exact(session: EngineSession, problems: list[Problem], source: str
 
     ``done``: records of an interrupted run of the same pin (the caller keeps them per config fingerprint); a
     pair whose id, tokens and controls match one is not measured again (the last matching record counts), and
-    ``on_reused`` is called with it; ``on_pair`` is called with each newly measured record (to journal it)."""
+    ``on_reused`` is called with it; ``on_pair`` is called with each newly measured record (to journal it).
+    ``command_options``: the options the command was given (flag to value), recorded in the settings when not
+    empty."""
     from ..results.exact_manifest import build_exactness_manifest
     from ..problems.types import problem_set_sha256
 
@@ -256,7 +259,8 @@ def run_check_exact(session: EngineSession, problems: list[Problem], source: str
         settings={"samples": samples, "controls": with_controls, "control_pairs": control_pairs if with_controls else 0,
                   "shifts": list(SHIFTS), "short_cap": SHORT_CAP, "long_min": LONG_MIN, "long_cap": LONG_CAP,
                   "pair_layout": PAIR_LAYOUT.to_dict(), **(checks.control_settings() if with_controls else {}),
-                  **checks.settings(problems, PAIR_LAYOUT)},
+                  **checks.settings(problems, PAIR_LAYOUT),
+                  **({"command_options": dict(command_options)} if command_options else {})},
         records=records,
     )
 
