@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -116,3 +117,8 @@ def test_the_portable_build_loads_in_its_own_process_and_its_pin_names_it():
     assert "AVX512" not in portable["cpu_capability"] and "AVX2" in portable["cpu_capability"]
     assert {k: v for k, v in portable.items() if k not in ("engine", "isa", "cpu_capability")} == \
         {k: v for k, v in native.items() if k not in ("engine", "isa", "cpu_capability")}
+    # built reproducibly: no temporary or checkout path in the libraries whose SHA-256 is the pin's
+    checkout = str(Path(__file__).resolve().parents[1]).encode()
+    for library in (pb.default_folder() / pb.LIB_SUBDIR).glob("lib*.so"):
+        data = library.resolve().read_bytes()
+        assert b"/pip-install-" not in data and checkout not in data, library.name
