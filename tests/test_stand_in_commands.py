@@ -70,3 +70,15 @@ def test_a_run_manifests_recorded_options_are_sealed(stand_in, tmp_path):
     path.write_text(json.dumps(manifest))
     result = CliRunner().invoke(app, ["verify-manifest", str(path), "--allow-unchecked-payloads"])
     assert result.exit_code == 1 and "command_options" in result.output, result.output
+
+
+@pytest.mark.parametrize("args, refusal", [
+    (["solve", *MODEL, "--executor", "ray", "--limit", "1"],
+     "engine 'stand-in' does not support Ray workers (--executor ray)"),
+    (["solve", *MODEL, "--dtype", "bfloat16", "--limit", "1"], "--engine stand-in does not take --dtype bfloat16"),
+    (["check-exact", *MODEL, "--extend", "expectation.json"],
+     "engine 'stand-in' does not support extending an expectation (check-exact --extend)"),
+])
+def test_what_the_stand_in_does_not_declare_is_refused_naming_it(stand_in, args, refusal):
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and refusal in " ".join(result.output.split()), result.output
