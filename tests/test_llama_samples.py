@@ -269,3 +269,35 @@ def test_an_interrupted_sampled_run_resumes_to_the_same_samples_and_manifest(lla
     assert stable(resumed.manifest) == stable(whole.manifest) and len(stable(whole.manifest)) == 6
     assert {k: v for k, v in resumed.manifest.items() if k in ("config", "config_fingerprint", "settings")} == \
         {k: v for k, v in whole.manifest.items() if k in ("config", "config_fingerprint", "settings")}
+
+
+@pytest.mark.model
+def test_the_samples_bench_rows_compare_the_same_tokens_and_keep_their_prefixes(llama, text, tmp_path, monkeypatch):
+    from graftbench.bench import llama_samples as bench
+
+    settings = bench.SamplesBenchSettings(widths=(1, 2), graft_tokens=64, tokens=3, repeats=1)
+    query = llama.solve_prompt_ids("What is 6 times 7?")
+    result = bench.run_model(llama, text, query, settings, keep=tmp_path)
+    rows = result["rows"]
+    assert [(r["prefix"], r["width"]) for r in rows] == [("graft", 1), ("graft", 2), ("prompt", 1), ("prompt", 2)]
+    for row in rows:  # the sides decode the same tokens: sampled as the sequential path, greedy as llama.cpp
+        assert row["batched_equals_sequential"] and row["greedy_equals_reference"] and row["batched_repeats_equal"]
+        assert all(row[side]["decode_tok_per_s"]["median"] > 0 for side in bench.SIDES)
+        assert row["kv_bytes_batched"] > 0 and row["kv_bytes_sequential"] > 0
+    assert result["width_dependence"]["non_unified"]["rows_equal"] is True
+    assert "| graft (" in bench.markdown({"model": "smollm2-135m", "threads": 1, "chunk_size": CHUNK,
+                                         "environment": {"processor": "cpu", "cpu_count": 2, "system_info": "s",
+                                                         "llama_cpp_python": "v", "date": "d",
+                                                         "graftbench_commit": None},
+                                         "settings": {"tokens": 3, "repeats": 1, "temperature": 0.7, "top_p": 0.95},
+                                         "llama_cpp": result})
+    assert len(list(tmp_path.iterdir())) == 2  # the two prefixes' states, kept
+    fresh = bench.prefixes(llama, text, settings, query)  # prefilled again, nothing kept
+
+    def no_prefill(*args, **kwargs):
+        raise AssertionError("a kept prefix was prefilled again")
+
+    monkeypatch.setattr(llama.engine, "prefill", no_prefill)
+    again = bench.prefixes(llama, text, settings, query, tmp_path)
+    assert [(p.kind, p.state.state, p.state.token_ids, p.last) for p in again] == \
+        [(p.kind, p.state.state, p.state.token_ids, p.last) for p in fresh]
