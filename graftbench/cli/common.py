@@ -105,7 +105,8 @@ def _check_kv_type(value: str) -> None:
 
 EngineOpt = typer.Option(DEFAULT_ENGINE, "--engine", callback=_remember("name", _check_engine), help=(
     "torch, or llama.cpp (the GGUF file run by llama.cpp with its weights as stored: needs the llama extra; "
-    "--dtype and --isa do not apply; docs/llama-cpp.md)"))
+    "docs/llama-cpp.md), or an engine registered from outside; an option the engine does not take (--dtype, "
+    "--device, --kernels or --isa on llama.cpp, --kv-type or --flash-attn on torch) is refused (docs/engines.md)"))
 KvTypeOpt = typer.Option("f16", "--kv-type", callback=_remember("kv_type", _check_kv_type),
                          help="llama.cpp KV cache type: f16, q8_0 or q4_0 (pinned)")
 FlashAttnOpt = typer.Option(None, "--flash-attn/--no-flash-attn", callback=_remember("flash_attn"),
