@@ -82,3 +82,15 @@ def test_a_run_manifests_recorded_options_are_sealed(stand_in, tmp_path):
 def test_what_the_stand_in_does_not_declare_is_refused_naming_it(stand_in, args, refusal):
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2 and refusal in " ".join(result.output.split()), result.output
+
+
+def test_shards_of_a_stand_in_run_merge_into_one_whose_shards_keep_the_options_they_were_given(stand_in, tmp_path):
+    runs = tmp_path / "runs"
+    for index in (0, 1):
+        _invoke("solve", *MODEL, "--limit", "4", "--max-new-tokens", "2", "--shard", f"{index}/2", "--run",
+                f"shard-{index}", "--runs-dir", str(runs))
+    _invoke("merge", "shard-0", "shard-1", "--out", "merged", "--runs-dir", str(runs))
+    merged = json.loads((runs / "merged" / "manifest.json").read_text())
+    assert [entry["command_options"]["--shard"] for entry in merged["merged_from"]] == ["0/2", "1/2"]
+    assert "command_options" not in merged  # no one command gave the merged run its options
+    assert "ok " in _invoke("verify-manifest", str(runs / "merged" / "manifest.json"), "--allow-unchecked-payloads")

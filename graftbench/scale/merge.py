@@ -173,7 +173,8 @@ def ordered_samples(shards: list[ShardRun], problems: list[tuple[int, dict]], se
 
 def merged_manifest(shards: list[ShardRun], out_name: str) -> dict:
     """The single-process manifest of the shards (sealed), with ``merged_from``: each shard's spec, run,
-    manifest SHA-256 and environment. Raises :class:`MergeError` as the checks above do."""
+    manifest SHA-256, environment and, when it records them, the options its command was given
+    (``command_options``). Raises :class:`MergeError` as the checks above do."""
     check_compatible(shards)
     shards = sorted(shards, key=lambda s: s.shard.index)
     first = shards[0].manifest
@@ -182,7 +183,9 @@ def merged_manifest(shards: list[ShardRun], out_name: str) -> dict:
     samples = ordered_samples(shards, problems, settings)
     source, of_sha256, of_n = _whole_set(shards[0])
     merged_from = [{"shard": str(s.shard), "run": s.manifest.get("run"), "manifest_sha256": s.manifest.get(
-        "manifest_sha256"), "environment": s.manifest.get("environment")} for s in shards]
+        "manifest_sha256"), "environment": s.manifest.get("environment"),
+        **({"command_options": s.manifest["command_options"]} if "command_options" in s.manifest else {})}
+        for s in shards]
     return build_manifest(
         run=out_name, command=first["command"], config=first["config"], config_fingerprint=first["config_fingerprint"],
         settings=settings, problem_set={"source": source, "sha256": of_sha256, "n": of_n},
