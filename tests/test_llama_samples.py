@@ -224,14 +224,14 @@ def test_the_rows_of_one_batched_step_equal_each_sequence_decoded_alone(llama, t
     from graftbench.engine.llama_cpp.fanout import fan_out
 
     state = _captured(llama.engine, text)
-    tokens = [[text[(7 * step + 13 * seq) % len(text)] for seq in range(4)] for step in range(6)]
-    sequences = fan_out(llama.engine, state, 4, room=16)
-    try:
+    tokens = [[text[(7 * step + 13 * seq) % len(text)] for seq in range(6)] for step in range(6)]
+    sequences = fan_out(llama.engine, state, 6, room=16)
+    try:  # 6 sequences: a call of MAX_BATCH (4), then one of 2, per step
         rows = [sequences.step(dict(enumerate(step))) for step in tokens]
-        narrower = [sequences.step({seq: 1 + seq}) for seq in (0, 2)]  # widths 1 after 4
+        narrower = [sequences.step({seq: 1 + seq}) for seq in (0, 2)]  # widths 1 after 6
     finally:
         sequences.close()
-    for seq in range(4):
+    for seq in range(6):
         alone = llama.engine.restore(state)
         try:
             own = [llama.engine.decode_step(alone, step[seq]) for step in tokens]
@@ -284,7 +284,8 @@ def test_the_samples_bench_rows_compare_the_same_tokens_and_keep_their_prefixes(
         assert row["batched_equals_sequential"] and row["greedy_equals_reference"] and row["batched_repeats_equal"]
         assert all(row[side]["decode_tok_per_s"]["median"] > 0 for side in bench.SIDES)
         assert row["kv_bytes_batched"] > 0 and row["kv_bytes_sequential"] > 0
-    assert result["width_dependence"]["non_unified"]["rows_equal"] is True
+    widths = result["width_dependence"]
+    assert [d["width"] for d in widths] == list(range(1, 9)) and all(d["non_unified"]["rows_equal"] for d in widths)
     assert "| graft (" in bench.markdown({"model": "smollm2-135m", "threads": 1, "chunk_size": CHUNK,
                                          "environment": {"processor": "cpu", "cpu_count": 2, "system_info": "s",
                                                          "llama_cpp_python": "v", "date": "d",

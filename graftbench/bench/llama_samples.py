@@ -26,9 +26,10 @@ N × r × W / (W + N × C) tokens/s, with r the reference's one-sequence rate af
 bytes (``llama_model_size``) and C one sequence's cache bytes after the prefix (its state's size): the roofline
 argument (Williams, Waterman and Patterson, "Roofline", CACM 52(4), 2009) of :mod:`graftbench.bench.llama_engine`.
 
-The batch-width measurement: after the short prompt, 4 sequences each fed its own tokens for 6 steps, each row
-compared with the same sequence decoded alone in the engine's own context, for the non-unified cache (one stream per
-sequence: what runs use) and llama.cpp's unified one (a measurement only).
+The batch-width measurement: after the short prompt, W sequences (1 to 8) each fed its own tokens for 6 steps in one
+``llama_decode`` per step, each row compared with the same sequence decoded alone in the engine's own context, for
+the non-unified cache (one stream per sequence: what runs use) and llama.cpp's unified one (a measurement only).
+graftbench's batched side decodes at most :data:`graftbench.engine.llama_cpp.fanout.MAX_BATCH` sequences per call.
 
 Needs llama-cpp-python (the ``llama`` extra); the draw imports torch.
 """
@@ -171,7 +172,7 @@ def sequential(session: LlamaSession, prefix: Prefix, width: int, settings: Samp
     return {"decode_s": decode_s, "total_s": time.perf_counter() - started, "tokens": out}
 
 
-def width_dependence(session: LlamaSession, prefix: Prefix, steps: int = 6, width: int = 4) -> dict:
+def width_dependence(session: LlamaSession, prefix: Prefix, steps: int = 6, width: int = 8) -> dict:
     """Whether a sequence's logits depend on how many others share its batch: ``width`` sequences fed their own
     tokens for ``steps`` steps, each row against the same sequence decoded alone in the engine's own context, for the
     non-unified cache and the unified one. Returns per cache kind ``rows_equal`` (every row byte-equal) and the
@@ -188,8 +189,8 @@ def width_dependence(session: LlamaSession, prefix: Prefix, steps: int = 6, widt
     found = {}
     for unified in (False, True):
         sequences = fan_out(engine, prefix.state, width, steps, unified=unified)
-        try:
-            rows = [sequences.step(dict(enumerate(feed))) for feed in feeds]
+        try:  # every sequence in one llama_decode per step: the width itself is what is measured
+            rows = [sequences.step(dict(enumerate(feed)), width=width) for feed in feeds]
         finally:
             sequences.close()
         gaps = [float(np.abs(rows[step][seq] - alone[seq][step]).max()) for step in range(steps)
@@ -280,7 +281,7 @@ def run_model(session: LlamaSession, context: list[int], query: list[int], setti
     raw = RawSamples(engine)
     seeds = [sample_seed(settings.seed, "bench-llama-samples", i) for i in range(max(settings.widths))]
     found = prefixes(session, context, settings, query, keep)
-    dependence = width_dependence(session, found[1])
+    dependence = [width_dependence(session, found[1], width=width) for width in range(1, 9)]
     on_row("width dependence")
     rows = []
     for prefix in found:
@@ -352,7 +353,9 @@ def _mib(n: int) -> str:
 def markdown(result: dict) -> str:
     """The result as markdown tables, the machine, its load and the settings in the caption."""
     env, s, llama = result["environment"], result["settings"], result["llama_cpp"]
-    dep = llama["width_dependence"]
+    deps = llama["width_dependence"]
+    equal = [d["width"] for d in deps if d["non_unified"]["rows_equal"]]
+    unified = [d["width"] for d in deps if d["unified"]["rows_equal"]]
     lines = [f"# N samples from one state on the llama.cpp engine: {result['model']}", "",
              f"CPU: {env['processor']} ({env['cpu_count']} cores; {env['system_info']}), {result['threads']} "
              f"thread(s), llama-cpp-python {env['llama_cpp_python']}, chunk {result['chunk_size']}, KV f16, flash "
@@ -379,11 +382,12 @@ def markdown(result: dict) -> str:
                      f"{row['sequential']['samples_per_s']['median']:.2f} | {_mib(row['kv_bytes_batched'])} | "
                      f"{_mib(row['kv_bytes_sequential'])} | {row['load_average_before'][0]:.1f} → "
                      f"{row['load_average_after'][0]:.1f} |")
-    lines += ["", f"Batch width and the logits (after the short prompt, {dep['width']} sequences, {dep['steps']} "
-              "steps, each row against the same sequence decoded alone): non-unified cache (one stream per "
-              f"sequence, what runs use): rows byte-equal {dep['non_unified']['rows_equal']} (max |Δ| "
-              f"{dep['non_unified']['max_abs_diff']:.3g}); unified cache: rows byte-equal "
-              f"{dep['unified']['rows_equal']} (max |Δ| {dep['unified']['max_abs_diff']:.3g}). Sampled tokens of "
+    lines += ["", f"Batch width and the logits (after the short prompt, W sequences in one llama_decode per step, "
+              f"{deps[0]['steps']} steps, each row against the same sequence decoded alone): non-unified cache (one "
+              f"stream per sequence, what runs use): rows byte-equal at W = {equal or 'none'} of 1..{len(deps)} "
+              f"(max |Δ| {max(d['non_unified']['max_abs_diff'] for d in deps):.3g}); unified cache: rows byte-equal "
+              f"at W = {unified or 'none'} (max |Δ| {max(d['unified']['max_abs_diff'] for d in deps):.3g}). "
+              "graftbench's batched side decodes at most 4 sequences per llama_decode. Sampled tokens of "
               "the batched side equal the sequential side's in every row: "
               f"{all(r['batched_equals_sequential'] for r in llama['rows'])}; greedy tokens of the batched side "
               f"equal the reference's in every row: {all(r['greedy_equals_reference'] for r in llama['rows'])}.", ""]

@@ -11,6 +11,8 @@ Invariants:
 - the state goes into every sequence by ``llama_state_seq_set_data`` (a cross-stream ``llama_memory_seq_cp`` defers
   its copy to the next decode), its layout widened to the context's stream count
   (:func:`graftbench.engine.llama_cpp.state_layout.in_streams`): the same cells, positions, keys and values;
+- a step decodes at most :data:`MAX_BATCH` sequences per ``llama_decode`` (more samples take several calls): the width
+  up to which a row's bytes were measured not to depend on the others;
 - a sequence that stops leaves the batch; the others keep their positions.
 
 Needs llama-cpp-python (the ``llama`` extra); imports no torch.
@@ -26,6 +28,11 @@ from .engine import LlamaCppEngine, LlamaCppError, LlamaState, _lib
 from .state_layout import in_streams
 
 CELL_PAD = 256  # llama.cpp pads the cells a step attends to (n_kv) to a multiple of 256 (llama_kv_cache::get_n_kv)
+# The most sequences one llama_decode holds. A row's bytes did not depend on the width up to it: measured, each row of
+# a step of W sequences against its sequence decoded alone, equal for W = 1..7 on qwen2.5-coder-1.5b (Q4_K_M) and
+# 1..16 on smollm2-135m, unequal from W = 8 on qwen2.5-coder-1.5b (docs/llama-cpp.md). More samples than this decode
+# in several calls per step.
+MAX_BATCH = 4
 
 
 def stream_cells(tokens: int) -> int:
@@ -88,13 +95,19 @@ class Sequences:
             raise LlamaCppError(f"llama_state_seq_get_data wrote {written} bytes of {size}")
         return buffer.tobytes()
 
-    def step(self, tokens: dict[int, int]) -> np.ndarray:
-        """One ``llama_decode`` of one token per sequence in ``tokens`` (sequence id to token id, in the batch in
-        that order), each at its sequence's next position. Returns their float32 logits ``[len(tokens), vocab]``
-        in the same order. Raises ``ValueError`` for an unknown sequence, a full stream or a token outside the
-        vocabulary, :class:`LlamaCppError` when the decode fails."""
+    def step(self, tokens: dict[int, int], width: int = MAX_BATCH) -> np.ndarray:
+        """One token per sequence in ``tokens`` (sequence id to token id), each at its sequence's next position, in
+        ``llama_decode`` calls of at most ``width`` sequences (:data:`MAX_BATCH`), in that order. Returns their
+        float32 logits ``[len(tokens), vocab]`` in the same order. Raises ``ValueError`` for an unknown sequence, a
+        full stream or a token outside the vocabulary, :class:`LlamaCppError` when a decode fails."""
         if not tokens:
             raise ValueError("a step needs at least one sequence")
+        items = list(tokens.items())
+        return np.concatenate([self._decode(dict(items[start:start + width]))
+                               for start in range(0, len(items), width)])
+
+    def _decode(self, tokens: dict[int, int]) -> np.ndarray:
+        """One ``llama_decode`` of one token per sequence in ``tokens``; their logits ``[len(tokens), vocab]``."""
         batch, n_vocab = self.batch, self.engine.n_vocab
         batch.n_tokens = len(tokens)
         for row, (seq, token) in enumerate(tokens.items()):
