@@ -374,7 +374,9 @@ def test_an_instruction_set_pin_is_refused_on_the_llama_cpp_engine(tmp_path):
     result = CliRunner().invoke(app, ["solve", *LLAMA, "--isa", "avx2", "--limit", "1", "--runs-dir",
                                       str(tmp_path)])
     assert result.exit_code == 2
-    assert "--engine llama.cpp runs as its build was compiled" in result.output
+    assert "--engine llama.cpp does not take --isa avx2" in result.output
+    assert "Leave --isa out or choose an engine that takes it" in result.output
+    assert not any(tmp_path.iterdir())
 
 
 def test_an_unknown_engine_on_solve_is_refused_naming_the_option(tmp_path):
