@@ -809,7 +809,7 @@ LAYERS = {  # each problem module and the graftbench modules it may import: type
     "problems.builtin": {"problems.generator_checks", "problems.types"},
     "problems.methods": {"problems.generator_checks", "problems.types"},
     "problems.generator_checks": set(),
-    "problems.sources": {"util.hub_access", "problems.types"},
+    "problems.sources": {"util.hub_access", "util.checkout", "problems.types"},
     "problems.loading": {"problems.builtin", "problems.methods", "util.hub_access", "problems.sources",
                          "problems.types"},
     "util.hub_access": set(),  # the hub's reachability: no graftbench module below it
