@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from .common import ChunkOpt, DtypeOpt, ModelOpt, apply_isa, console, fail, load_problem_set, open_model
+from ..problems.sources import MissingDataFile, data_file
 
 
 def trace_pair(
@@ -41,6 +42,10 @@ def trace_pair(
         model, dtype, chunk_size, threads = pin["model"], pin["dtype"], pin["chunk_size"], pin["threads"]
         isa, problems = pin.get("isa", "native"), expected["problem_set"]["source"]
     apply_isa(isa)  # before torch is imported
+    try:  # a ../shared/data/ default is also found beside the checkout, so it works from any folder
+        problems = data_file(problems)
+    except MissingDataFile as exc:
+        fail(str(exc))
     problem_list = load_problem_set(problems, None, "id", "problem", "answer", "solution")
     session = open_model(model, dtype, chunk_size, threads, architecture_only=True)
     try:
