@@ -130,18 +130,28 @@ def judge(name: str, expected: dict, record: dict | None, returncode: int, outpu
         return Outcome(name, NOT_COMPARABLE, f"this machine's pin differs in {fields}", record)
     asked = pairs_asked(expected, limit)
     cpus = f"recorded on {isa.describe_cpu(expected.get('environment', {}))}, replayed on {isa.describe_cpu(here)}"
+    agree = _counts_agree(compared, equal, difference, returncode, asked)
     if difference is None:
-        if (compared, equal, returncode) != (asked, asked, 0):
+        if not agree:
             return Outcome(name, FAILED, f"{compared} compared, {equal} equal of {asked} asked, no difference "
                                          f"recorded, exit status {returncode}: {last_line}", record)
         return Outcome(name, EQUAL, f"{compared} compared, {equal} equal ({cpus})", record)
-    if returncode != 1 or not isinstance(compared, int) or not 0 < compared <= asked or equal != compared - 1:
+    if not agree:
         return Outcome(name, FAILED, f"a difference recorded ({difference}) with {compared} compared, {equal} equal "
                                      f"and exit status {returncode}: {last_line}", record)
     detail = f"{compared} compared, {equal} equal, first difference {difference} ({cpus})"
     if known_to_reproduce(expected, known_records, here):
         return Outcome(name, DIFFERS, detail, record)
     return Outcome(name, DIFFERS_UNPROVEN, detail, record)
+
+
+def _counts_agree(compared, equal, difference, returncode: int, asked: int) -> bool:
+    """Whether a completed replay record's counts and exit status agree with what it recorded: with no difference,
+    every pair asked compared and equal and exit status 0; with one, exit status 1 and every pair before the first
+    difference equal."""
+    if difference is None:
+        return (compared, equal, returncode) == (asked, asked, 0)
+    return returncode == 1 and isinstance(compared, int) and 0 < compared <= asked and equal == compared - 1
 
 
 def _judge_across(name: str, expected: dict, record: dict, returncode: int, last_line: str, limit: int | None,
@@ -158,12 +168,13 @@ def _judge_across(name: str, expected: dict, record: dict, returncode: int, last
     cpus = (f"pin differs in {', '.join(fields)}: {describe_features(features)}; recorded on "
             f"{isa.describe_cpu(expected.get('environment', {}))}, compared on {isa.describe_cpu(here)}")
     asked = pairs_asked(expected, limit)
+    agree = _counts_agree(compared, equal, difference, returncode, asked)
     if difference is None:
-        if (compared, equal, returncode) != (asked, asked, 0):
+        if not agree:
             return Outcome(name, FAILED, f"{compared} compared, {equal} equal of {asked} asked across CPU kinds, no "
                                          f"difference recorded, exit status {returncode}: {last_line}", record)
         return Outcome(name, EQUAL_ACROSS, f"{compared} compared, {equal} equal ({cpus})", record)
-    if returncode != 1 or not isinstance(compared, int) or not 0 < compared <= asked or equal != compared - 1:
+    if not agree:
         return Outcome(name, FAILED, f"a difference recorded across CPU kinds ({difference}) with {compared} "
                                      f"compared, {equal} equal and exit status {returncode}: {last_line}", record)
     return Outcome(name, DIFFERS_ACROSS, f"{compared} compared, {equal} equal, first difference {difference} ({cpus})",
