@@ -219,6 +219,7 @@ def _captured(session: LlamaSession, ids: list[int], keep: Path | None) -> Llama
     """The state after prefilling ``ids``: read from ``keep`` when a run under this pin left it there, else
     prefilled (and left there when ``keep`` is given)."""
     from ..engine.llama_cpp.codec import decode_llama_artifact, encode_llama_artifact
+    from ..engine.llama_cpp.exactness import deposit_state
     from ..store.ids import artifact_id_of
     from ..util.hashing import sha256_json
 
@@ -226,12 +227,7 @@ def _captured(session: LlamaSession, ids: list[int], keep: Path | None) -> Llama
     if path is not None and path.is_file():
         data = path.read_bytes()
         return decode_llama_artifact(artifact_id_of(data), data, session.config)
-    cache = session.engine.new_cache()
-    try:
-        session.engine.prefill(cache, ids)
-        state = session.engine.capture(cache)
-    finally:
-        cache.close()
+    state = deposit_state(session, ids)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(encode_llama_artifact(session.config, state))

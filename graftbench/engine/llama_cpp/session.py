@@ -28,6 +28,7 @@ from . import decode as llama_decode
 from ..base import Grafted
 from .codec import check_pin, encode_llama_artifact
 from .engine import DEFAULT_N_CTX, LlamaCache, LlamaCppEngine, LlamaState, pinned_config
+from .exactness import deposit_state
 from . import CAPABILITIES, NAME
 from ..pin import PinnedConfig
 from ..prompt_ids import PromptIds
@@ -168,13 +169,7 @@ class LlamaSession(PromptIds):
     def build_artifact(self, ids: list[int], meta: dict) -> bytes:
         """Prefill ``ids`` in a fresh context with the pinned chunk schedule, capture the sequence state and encode
         it as an artifact with the header fields ``meta`` (:func:`graftbench.engine.llama_cpp.codec.encode_llama_artifact`)."""
-        cache = self.engine.new_cache()
-        try:
-            self.engine.prefill(cache, ids)
-            state = self.engine.capture(cache)
-        finally:
-            cache.close()
-        return encode_llama_artifact(self.config, state, meta)
+        return encode_llama_artifact(self.config, deposit_state(self, ids), meta)
 
     def exactness(self):
         """check-exact's deposit, graft, fresh prefill and controls on this session
