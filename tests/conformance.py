@@ -119,12 +119,8 @@ def check_foreign_and_corrupt_refused(session, store_root: Path, foreign_artifac
     candidates = {"another pin's fingerprint": _reheadered(own, config_fingerprint="0" * 64), **foreign_artifacts}
     for name, data in candidates.items():
         artifact_id = store.put(data, None)
-        try:
-            session.graft(store, artifact_id, room=len(query))
-        except ArtifactError as refusal:
-            assert refusal.check in ("config", "format", "header", "tensors", "payload", "parent"), refusal
-        else:
-            raise AssertionError(f"{session.engine_name} grafted {name} ({artifact_id[:16]})")
+        _assert_refused(session, store, artifact_id, len(query), ("config", "format", "header", "tensors", "payload",
+                                                                  "parent"), f"{name} ({artifact_id[:16]})")
     for damage in ("flipped", "truncated"):
         artifact_id = store.put(own, session.config.to_dict())
         path = store.path(artifact_id)
@@ -132,13 +128,19 @@ def check_foreign_and_corrupt_refused(session, store_root: Path, foreign_artifac
         if damage == "flipped":
             data[-3] ^= 0x40
         path.write_bytes(bytes(data) if damage == "flipped" else bytes(data[:-5]))
-        try:
-            session.graft(store, artifact_id, room=len(query))
-        except ArtifactError as refusal:
-            assert refusal.check in ("hash", "size", "payload", "read", "tensors", "format"), refusal
-        else:
-            raise AssertionError(f"{session.engine_name} grafted its artifact with its file {damage}")
+        _assert_refused(session, store, artifact_id, len(query), ("hash", "size", "payload", "read", "tensors",
+                                                                  "format"), f"its artifact with its file {damage}")
         path.unlink()
+
+
+def _assert_refused(session, store, artifact_id: str, room: int, checks: tuple[str, ...], what: str) -> None:
+    """Grafting ``artifact_id`` raises an ``ArtifactError`` whose failed check is one of ``checks``."""
+    try:
+        session.graft(store, artifact_id, room=room)
+    except ArtifactError as refusal:
+        assert refusal.check in checks, refusal
+    else:
+        raise AssertionError(f"{session.engine_name} grafted {what}")
 
 
 def check_decode_budget(session) -> None:
