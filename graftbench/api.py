@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # annotations only: the eval modules import torch
 
     from .engine.base import EngineSession as Session
     from .eval.deposit import DepositReport
-    from .eval.workflows import RunResult
+    from .eval.eval_run import RunResult
 
 __all__ = ["load_problems", "open_model", "solve", "evaluate", "deposit", "certify", "verify_manifest", "load_runs",
            "load_samples", "set_allocator_for_grafts", "EvalSettings"]
@@ -77,7 +77,7 @@ def solve(session: Session, problems: list[Problem], *, run: str, source: str, r
     run folder ``runs_dir/run`` (resumed when it holds samples of the same settings). ``source`` is the problem
     set's name as the manifest records it (what :func:`load_problems` was given). ``overrides`` are
     :class:`~graftbench.settings.EvalSettings` fields (``max_new_tokens``, ``samples``, ``temperature``, ...).
-    Returns the :class:`graftbench.eval.workflows.RunResult` (samples, sealed manifest). Raises
+    Returns the :class:`graftbench.eval.eval_run.RunResult` (samples, sealed manifest). Raises
     :class:`graftbench.results.runs.RunError` for a run folder holding other settings or held by another process."""
     return _run("solve", session, problems, run, source, runs_dir, _settings(settings, {**overrides, "graft": False}),
                 None, False, on_sample)
@@ -112,7 +112,7 @@ def evaluate(session: Session, problems: list[Problem], *, run: str, source: str
 
 def _run(command: str, session, problems: list[Problem], run: str, source: str, runs_dir, settings: EvalSettings,
          store, new_store: bool, on_sample) -> RunResult:
-    from .eval.workflows import run_eval
+    from .eval.eval_run import run_eval
 
     return run_eval(session, problems, source, run, settings, command=command, runs_root=runs_dir,
                     store_root=store, on_sample=on_sample, new_store=new_store)
@@ -131,7 +131,7 @@ def deposit(session: Session, problems: list[Problem], store: str | Path, *, ref
     :class:`graftbench.results.runs.RunError` for a missing or damaged run,
     :class:`graftbench.results.manifest.ManifestError` for a manifest that does not verify, and
     :class:`graftbench.store.index.StoreError` for a store path that cannot hold a store."""
-    from .eval.workflows import deposit_job, deposit_plan, empty_plan_reasons
+    from .eval.deposit_plan import deposit_job, deposit_plan, empty_plan_reasons
     from .results.runs import RunDir
     from .store.folder import check_store_target
 

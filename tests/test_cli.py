@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from graftbench.problems.builtin import builtin_problems
 from graftbench.cli.app import app
 from graftbench.settings import EvalSettings
-from graftbench.eval.workflows import run_eval
+from graftbench.eval.eval_run import run_eval
 from graftbench.results.layout import manifest_folders
 from tests.conftest import REFERENCE_MANIFESTS
 
@@ -137,10 +137,10 @@ def test_an_interrupted_eval_says_where_its_samples_are_and_how_to_resume(tmp_pa
 
 def test_an_interrupted_deposit_says_the_same_command_reuses_what_it_stored(tmp_path, monkeypatch):
     from graftbench.cli.app import app
-    from graftbench.eval import workflows
+    from graftbench.eval import deposit_plan
 
     monkeypatch.setattr("graftbench.cli.app.open_model", lambda *args, **kwargs: None)
-    monkeypatch.setattr(workflows, "deposit_job", _interrupt)
+    monkeypatch.setattr(deposit_plan, "deposit_job", _interrupt)
     result = runner.invoke(app, ["deposit", "--problems", "builtin", "--limit", "1", "--store",
                                  str(tmp_path / "store")], terminal_width=400)
     assert result.exit_code == 130, result.output
@@ -194,7 +194,7 @@ def test_resuming_a_run_with_other_settings_is_refused_before_the_model_loads(tm
 
 def test_the_check_before_load_accepts_the_recorded_settings_and_names_each_difference(tmp_path):
     from graftbench.results.runs import RunError
-    from graftbench.eval.workflows import check_resume_before_load
+    from graftbench.eval.run_identity import check_resume_before_load
 
     _recorded_run(tmp_path, "r", max_new_tokens=64)
     two = builtin_problems()[:2]
@@ -239,7 +239,7 @@ def test_an_extension_that_cannot_be_made_is_refused_before_the_model_loads(opti
 
 
 def test_a_resumed_runs_progress_starts_at_the_samples_already_recorded_in_its_shard(tmp_path):
-    from graftbench.eval.workflows import samples_recorded
+    from graftbench.eval.run_identity import samples_recorded
 
     problems = builtin_problems()[:4]  # shard 0/2 holds the first alone (shards hash the problem id)
     run = tmp_path / "r"

@@ -125,7 +125,7 @@ def test_the_deposit_command_notes_problems_stored_under_another_pin(session, tm
 
 def test_why_a_deposit_plan_is_empty_names_each_source():
     from graftbench.problems.loading import load_problems
-    from graftbench.eval.workflows import deposit_plan, empty_plan_reasons
+    from graftbench.eval.deposit_plan import deposit_plan, empty_plan_reasons
 
     aime2025 = load_problems(str(ROOT.parent / "shared" / "data" / "aime2025.jsonl"))
     manifest = REFERENCE_MANIFESTS / "aime2024-smollm2-135m-recurring.json"
@@ -139,7 +139,7 @@ def test_why_a_deposit_plan_is_empty_names_each_source():
 
 def test_answer_layout_graft_samples_are_not_offered_as_solutions():
     from graftbench.problems.loading import load_problems
-    from graftbench.eval.workflows import deposit_plan, empty_plan_reasons
+    from graftbench.eval.deposit_plan import deposit_plan, empty_plan_reasons
 
     aime2024 = load_problems(str(ROOT.parent / "shared" / "data" / "aime2024.jsonl"))
     recurring = REFERENCE_MANIFESTS / "aime2024-smollm2-135m-recurring.json"  # 29 of 30 correct, answer layout
@@ -150,7 +150,7 @@ def test_answer_layout_graft_samples_are_not_offered_as_solutions():
         "cue, not a solution)"]
     from graftbench.eval.deposit import items_from_samples
     from graftbench.results.samples import Sample
-    from graftbench.eval.workflows import manifest_samples
+    from graftbench.eval.deposit_plan import manifest_samples
 
     answer = Sample.from_json(next(s for s in manifest_samples(recurring)[1] if s["correct"]))
     solve = dataclasses.replace(answer, layout="solve")  # a held-out graft's whole solution is offered

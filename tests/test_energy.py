@@ -104,10 +104,10 @@ def test_a_session_names_the_device_its_weights_are_on():
 
     import torch
 
-    from graftbench.engine.torch.session import Session
+    from graftbench.engine.torch.session import TorchSession
 
     def on(device):
-        return Session(SimpleNamespace(model=SimpleNamespace(device=device)), config=None, eos_ids=set())
+        return TorchSession(SimpleNamespace(model=SimpleNamespace(device=device)), config=None, eos_ids=set())
 
     assert on(torch.device("cuda", 1)).device == "cuda:1" and on(torch.device("cpu")).device == "cpu"
 

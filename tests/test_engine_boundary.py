@@ -25,8 +25,8 @@ _TORCH_FAULTS = "plants faults in the torch engine's KV-tensor artifacts (their 
 # harness of one engine's internals; a stage a run goes through (cli, eval, scale, results, store, report) has none.
 ALLOWED = {
     "graftbench/bench/llama_raw.py": "the benchmark's raw-llama.cpp reference: it drives llama.cpp's bindings itself",
-    "graftbench/bench/engines.py": _LLAMA_BENCH,
-    "graftbench/bench/llama_engine.py": _LLAMA_BENCH,
+    "graftbench/bench/overhead.py": _LLAMA_BENCH,
+    "graftbench/bench/llama_overhead.py": _LLAMA_BENCH,
     "graftbench/bench/llama_samples.py": "measures the llama.cpp engine's own multi-sequence decode",
     "graftbench/bench/portable_cost.py": "measures each engine's portable pin against its native one, engine by engine",
     **{f"graftbench/bench/{name}.py": _TORCH_BENCH

@@ -229,9 +229,9 @@ def test_fifty_pairs_are_distinct_and_the_first_thirty_keep_their_tokens(session
 def test_pairs_come_from_check_exacts_own_layout_not_evals(session, aime2024):
     from dataclasses import replace
 
-    from graftbench.engine.torch.session import Session
+    from graftbench.engine.torch.session import TorchSession
 
-    changed = Session(session.loaded, replace(session.config, layout=replace(session.config.layout, deposit="X {problem}",
+    changed = TorchSession(session.loaded, replace(session.config, layout=replace(session.config.layout, deposit="X {problem}",
                                                                              query="Y {problem}")), session.eos_ids)
     assert [p.tokens_sha256 for p in build_pairs(changed, aime2024, 6)] == \
         [p.tokens_sha256 for p in build_pairs(session, aime2024, 6)]

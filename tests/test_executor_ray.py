@@ -16,7 +16,8 @@ import pytest
 from typer.testing import CliRunner
 
 from graftbench.cli.app import app
-from graftbench.eval.dispatch import ClusterOptions, DispatchError, DispatchReport, Ledger
+from graftbench.eval.eval_run import DispatchReport
+from graftbench.scale.dispatch import ClusterOptions, DispatchError, Ledger
 from graftbench.settings import EvalSettings
 
 runner = CliRunner()
@@ -281,7 +282,7 @@ def one_thread_session():
 @pytest.fixture(scope="module")
 def single(one_thread_session, problems, tmp_path_factory):
     """The single-process run under the workers' pin, in its own runs folder."""
-    from graftbench.eval.workflows import run_eval
+    from graftbench.eval.eval_run import run_eval
 
     with _one_thread():
         return run_eval(one_thread_session, problems, "builtin", "single", SETTINGS, command="solve",
@@ -402,7 +403,8 @@ def test_a_ray_run_resumes_a_single_process_run_and_runs_only_what_is_missing(ra
 def test_eval_graft_certify_on_workers_reading_the_store_equals_one_process(ray_cluster, one_thread_session, problems,
                                                                             tmp_path):
     from graftbench.scale.ray_executor import run_eval_ray
-    from graftbench.eval.workflows import deposit_job, run_eval
+    from graftbench.eval.deposit_plan import deposit_job
+    from graftbench.eval.eval_run import run_eval
 
     store = tmp_path / "store"
     settings = EvalSettings(max_new_tokens=TOKENS, graft=True, certify=True)
@@ -433,7 +435,7 @@ def test_eval_graft_strict_over_ray_with_a_store_of_another_thread_count_refuses
     """The store holds deposits of this model at 1 thread; the workers would run at 2: the driver's pre-flight
     names the thread count and the option, and ``--strict`` exits 2 with no Ray cluster and no worker started."""
     import ray  # noqa: F401  (a test dependency: missing, the test fails)
-    from graftbench.eval.workflows import deposit_job
+    from graftbench.eval.deposit_plan import deposit_job
     from graftbench.scale import ray_executor
 
     store = tmp_path / "store"
@@ -459,7 +461,7 @@ def test_eval_graft_strict_over_ray_with_a_store_of_another_thread_count_refuses
 def test_artifacts_of_another_kind_of_cpu_are_refused_by_each_worker_and_the_run_says_it_grafted_nothing(
         ray_cluster, one_thread_session, problems, tmp_path):
     from graftbench.eval.preflight import PreflightError
-    from graftbench.eval.workflows import deposit_job
+    from graftbench.eval.deposit_plan import deposit_job
     from graftbench.scale.ray_executor import run_eval_ray
     from tests.test_store_writers import OTHER_KIND, present_as_written_on
 

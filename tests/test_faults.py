@@ -49,7 +49,7 @@ from graftbench.problems.types import normalize_problem_text, problem_key
 from graftbench.results.runs import RunDir, RunError
 from graftbench.settings import EvalSettings
 from graftbench.store.folder import Store
-from graftbench.eval.workflows import run_eval
+from graftbench.eval.eval_run import run_eval
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -33,9 +33,9 @@ from graftbench.results.samples import Sample
 from graftbench.store.folder import Store
 from graftbench.eval.preflight import store_notes
 from graftbench.settings import EvalSettings
-from graftbench.store.pins import pins_held
+from graftbench.store.coverage import pins_held
 from graftbench.cli.tables import SUMMARY_COLUMNS, report_tables, rounds_tables, samples_table, summary_table
-from graftbench.eval.workflows import open_graft_store
+from graftbench.eval.eval_run import open_graft_store
 from tests.conftest import REFERENCE_MANIFESTS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -344,7 +344,7 @@ def test_the_problem_file_format_is_documented_with_its_default_columns():
 @pytest.fixture(scope="module")
 def finished(session, tmp_path_factory):
     from graftbench.settings import EvalSettings
-    from graftbench.eval.workflows import run_eval
+    from graftbench.eval.eval_run import run_eval
 
     runs = tmp_path_factory.mktemp("runs")
     problems = load_problems("builtin:1", limit=1)
@@ -394,7 +394,8 @@ def test_an_unfinished_run_is_not_taken_for_a_finished_one(finished, tmp_path):
 
 def test_verify_manifest_and_store_verify_of_a_grafted_run_import_no_torch(session, tmp_path):
     from graftbench.settings import EvalSettings
-    from graftbench.eval.workflows import deposit_job, run_eval
+    from graftbench.eval.deposit_plan import deposit_job
+    from graftbench.eval.eval_run import run_eval
 
     problems = load_problems("builtin:1", limit=1)
     store = tmp_path / "store"

@@ -48,7 +48,7 @@ BREAKS = {  # file, the lines appended to it, the contract they break
     "a function-local upward import": ("results/metrics.py", "def _up():\n    from ..eval import evaluate\n", LAYERS),
     "a TYPE_CHECKING upward import": (
         "store/ids.py",
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..engine.torch.session import Session\n", LAYERS),
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..engine.torch.session import TorchSession\n", LAYERS),
     "a cycle inside a stage": ("store/ids.py", "def _cycle():\n    from . import folder\n",
                                "no import cycle between the modules of a stage"),
     "torch in a torch-free module": ("results/metrics.py", "def _tensor():\n    import torch\n",

@@ -1,4 +1,4 @@
-"""bench-llama's rows (graftbench/bench/llama_engine.py, llama_raw.py, engines.py) on smollm2-135m with small sizes:
+"""bench-llama's rows (graftbench/bench/llama_overhead.py, llama_raw.py, overhead.py) on smollm2-135m with small sizes:
 what each row computes and that both sides ran the same tokens, not how fast they are (speed belongs to the
 committed benchmark files). The llama.cpp state container's fast read (parse_state) without a model."""
 
@@ -22,8 +22,8 @@ runner = CliRunner()
 
 @pytest.fixture(scope="module")
 def result(tmp_path_factory):
-    from graftbench.bench.engines import run_engine_bench
-    from graftbench.bench.llama_engine import LlamaBenchSettings
+    from graftbench.bench.overhead import run_engine_bench
+    from graftbench.bench.llama_overhead import LlamaBenchSettings
     from graftbench.problems.loading import load_problems
 
     settings = LlamaBenchSettings(sizes=(96, 160), prefill_tokens=48, decode_tokens=6, repeats=2)
@@ -76,7 +76,7 @@ def test_the_decode_bound_is_the_empty_rate_scaled_by_weight_over_weight_and_cac
 def test_llama_cpp_decodes_the_same_greedy_tokens_after_its_state_load_as_graftbench_after_its_graft(tmp_path):
     """The decode-after-graft row's two sides run the same computation: graftbench's greedy loop after its graft and
     llama.cpp's greedy sampler after ``llama_state_seq_load_file`` of a state saved from that graft."""
-    from graftbench.bench.llama_engine import deposit_state
+    from graftbench.bench.llama_overhead import deposit_state
     from graftbench.bench.llama_raw import RawLlama
     from graftbench.engine.llama_cpp import decode as llama_decode
     from graftbench.engine.llama_cpp.session import open_llama_session
@@ -101,8 +101,8 @@ def test_llama_cpp_decodes_the_same_greedy_tokens_after_its_state_load_as_graftb
 
 @pytest.mark.model
 def test_the_result_reports_every_step_and_renders_as_tables(result):
-    from graftbench.bench.engines import markdown, steps
-    from graftbench.bench.llama_engine import LlamaBenchSettings
+    from graftbench.bench.overhead import markdown, steps
+    from graftbench.bench.llama_overhead import LlamaBenchSettings
 
     settings = LlamaBenchSettings(sizes=(96, 160), prefill_tokens=48, decode_tokens=6, repeats=2)
     assert len(result["steps"]) == steps(settings, ["f16", "f16+fa", "q8_0"], (96,))
@@ -114,7 +114,7 @@ def test_the_result_reports_every_step_and_renders_as_tables(result):
 
 
 def test_a_run_at_another_thread_count_gets_files_of_its_own():
-    from graftbench.bench.llama_engine import result_name
+    from graftbench.bench.llama_overhead import result_name
 
     assert result_name("qwen2.5-coder-1.5b", 1) == "llama-engine-qwen2.5-coder-1.5b"
     assert result_name("qwen2.5-coder-1.5b", 2) == "llama-engine-qwen2.5-coder-1.5b-threads-2"
@@ -214,8 +214,8 @@ def test_the_docs_llama_speed_tables_are_the_committed_benchmark_files(caption, 
 
 @pytest.mark.model
 def test_a_sliding_window_model_longer_than_its_window_gets_the_rows_it_can_and_says_why(monkeypatch):
-    from graftbench.bench.engines import markdown, run_engine_bench
-    from graftbench.bench.llama_engine import LlamaBenchSettings
+    from graftbench.bench.overhead import markdown, run_engine_bench
+    from graftbench.bench.llama_overhead import LlamaBenchSettings
     from graftbench.engine.llama_cpp.engine import LlamaCppEngine
     from graftbench.problems.loading import load_problems
 

@@ -244,7 +244,7 @@ def test_the_rows_of_one_batched_step_equal_each_sequence_decoded_alone(llama, t
 
 @pytest.mark.model
 def test_an_interrupted_sampled_run_resumes_to_the_same_samples_and_manifest(llama, tmp_path):
-    from graftbench.eval.workflows import run_eval
+    from graftbench.eval.eval_run import run_eval
     from graftbench.problems.builtin import builtin_problems
     from graftbench.settings import EvalSettings
 

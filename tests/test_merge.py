@@ -10,7 +10,7 @@ from graftbench.results.manifest import verify_manifest, write_manifest
 from graftbench.scale.merge import MergeError, merge_runs
 from graftbench.results.runs import RunError
 from graftbench.settings import EvalSettings
-from graftbench.eval.workflows import run_eval
+from graftbench.eval.eval_run import run_eval
 
 TIMING = {"wall_s", "ttft_s", "energy_j", "certify_s"}  # measured, so they differ between any two runs
 

@@ -24,7 +24,7 @@ from graftbench.programs.mode import extract_program, program_verdict, solution_
 from graftbench.results.samples import PROGRAM_FIELDS, Sample
 from graftbench.settings import EvalSettings, RoundsSettings, SandboxLimits
 from graftbench.store.folder import Store
-from graftbench.eval.workflows import run_eval
+from graftbench.eval.eval_run import run_eval
 from tests.conftest import REFERENCE_MANIFESTS
 from tests.prereqs import need
 

@@ -15,7 +15,7 @@ from graftbench.results.runs import RunDir, RunError
 from graftbench.settings import EvalSettings
 from graftbench.store.folder import Store
 from graftbench.verify.answers import VERIFIER_VERSION
-from graftbench.eval.workflows import run_eval
+from graftbench.eval.eval_run import run_eval
 
 TINY = EvalSettings(max_new_tokens=6)
 

@@ -13,7 +13,7 @@ from graftbench.results.runs import RunDir
 from graftbench.engine.torch.sampling import SamplingSettings, next_token
 from graftbench.util.seeds import sample_seed
 from graftbench.settings import EvalSettings
-from graftbench.eval.workflows import run_eval
+from graftbench.eval.eval_run import run_eval
 
 SAMPLED = EvalSettings(max_new_tokens=12, samples=3, temperature=0.7, top_p=0.95, seed=0)
 

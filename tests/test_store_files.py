@@ -32,7 +32,8 @@ from graftbench.settings import EvalSettings
 from graftbench.store.folder import Store
 from graftbench.store.index import StoreError
 from graftbench.store.open import clean_store, reindex_store, require_store
-from graftbench.eval.workflows import deposit_plan, run_eval
+from graftbench.eval.deposit_plan import deposit_plan
+from graftbench.eval.eval_run import run_eval
 
 from .conftest import AIME2024, REFERENCE_MANIFESTS
 

@@ -221,7 +221,7 @@ def other_kind_store(session, tmp_path):
 
 def test_eval_graft_refuses_an_artifact_of_another_kind_and_records_the_fallback_with_its_reason(
         session, other_kind_store, tmp_path):
-    from graftbench.eval.workflows import run_eval
+    from graftbench.eval.eval_run import run_eval
     from graftbench.results.manifest import verify_manifest
 
     store, problems = other_kind_store
@@ -248,7 +248,7 @@ def test_eval_graft_refuses_an_artifact_of_another_kind_and_records_the_fallback
 def test_eval_graft_strict_refuses_an_artifact_of_another_kind_with_a_clear_message(session, other_kind_store,
                                                                                      tmp_path):
     from graftbench.eval.evaluate import StrictFallbackError
-    from graftbench.eval.workflows import run_eval
+    from graftbench.eval.eval_run import run_eval
 
     store, problems = other_kind_store
     with pytest.raises(StrictFallbackError, match="cpu check failed: it was written on another kind of CPU"):

@@ -13,7 +13,7 @@ from graftbench.problems.types import Problem
 from graftbench.eval.evaluate import _sample
 from graftbench.settings import EvalSettings
 from graftbench.store.folder import Store
-from graftbench.eval.workflows import run_eval
+from graftbench.eval.eval_run import run_eval
 
 
 def _shared(key: str, example_answer: str | None, cue: str = "Final answer:") -> dict:

@@ -16,20 +16,20 @@ from pathlib import Path
 from ..engine.torch import forward, graft
 from ..engine.torch.sampling import SamplingSettings, sample_decode
 from ..util.seeds import sample_seed
-from ..engine.torch.session import Session
+from ..engine.torch.session import TorchSession
 from ..store.folder import Store
 from ..settings import GOAL_DECODE_RATIO, BatchedSettings
 from .stats import PeakRSS, summary
 from .ttft import deposit_tokens
 
 
-def _graft(session: Session, store: Store, artifact_id: str, query: list[int]):
+def _graft(session: TorchSession, store: Store, artifact_id: str, query: list[int]):
     """Read and restore the artifact, prefill the query after it: (cache, the query's last logits)."""
     cache = graft.restore(session.model, session.config, store.read(artifact_id))
     return cache, forward.prefill(session.model, cache, query, session.config.chunk_size)
 
 
-def _side(session: Session, store: Store, artifact_id: str, query: list[int], settings: BatchedSettings,
+def _side(session: TorchSession, store: Store, artifact_id: str, query: list[int], settings: BatchedSettings,
           seeds: list[int], batched: bool) -> dict:
     """One repetition of one side: seconds from the first restore to the last token, decode seconds (summed over
     the samples one at a time), peak resident memory, the most KV bytes one cache held, and each sample's tokens."""
@@ -57,7 +57,7 @@ def _kv_bytes(cache) -> int:
     return sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers)
 
 
-def measure_batched(session: Session, store_root: Path, context: list[int], query: list[int], query_problem: str,
+def measure_batched(session: TorchSession, store_root: Path, context: list[int], query: list[int], query_problem: str,
                     settings: BatchedSettings, on_step=lambda: None) -> dict:
     """Deposit ``context[:settings.artifact_tokens]`` (untimed), then ``settings.repeats`` times each: the samples
     as one batch after one restore, and one at a time, each after its own restore.

@@ -6,18 +6,18 @@ from __future__ import annotations
 import torch
 
 from ..engine.torch import forward, graft
-from ..engine.torch.session import Session
+from ..engine.torch.session import TorchSession
 from .stats import summary, timed
 
 
-def _engine_decode(session: Session, prompt: list[int], new_tokens: int) -> tuple[float, list[int]]:
+def _engine_decode(session: TorchSession, prompt: list[int], new_tokens: int) -> tuple[float, list[int]]:
     cache = forward.new_cache(session.model)
     logits = forward.prefill(session.model, cache, prompt, session.config.chunk_size)
     decoded = forward.greedy_decode(session.model, session.tokenizer, cache, logits, new_tokens, session.eos_ids)
     return decoded.decode_s, decoded.token_ids
 
 
-def _generate(session: Session, prompt: list[int], new_tokens: int) -> tuple[float, list[int]]:
+def _generate(session: TorchSession, prompt: list[int], new_tokens: int) -> tuple[float, list[int]]:
     input_ids = torch.tensor([prompt], device=session.model.device)
     kwargs = {"attention_mask": torch.ones_like(input_ids), "do_sample": False, "num_beams": 1,
               "max_new_tokens": new_tokens, "pad_token_id": session.tokenizer.eos_token_id or 0}
@@ -26,7 +26,7 @@ def _generate(session: Session, prompt: list[int], new_tokens: int) -> tuple[flo
     return seconds, out[0, len(prompt):].tolist()
 
 
-def measure_decode(session: Session, prompt: list[int], new_tokens: int, repeats: int) -> dict:
+def measure_decode(session: TorchSession, prompt: list[int], new_tokens: int, repeats: int) -> dict:
     """Decode tokens per second, median of ``repeats``, for both engines on ``prompt``.
 
     graftbench: ``(tokens - 1) / decode_s``, where ``decode_s`` runs from the prompt's logits to the last token
@@ -52,13 +52,13 @@ def measure_decode(session: Session, prompt: list[int], new_tokens: int, repeats
     }
 
 
-def _decode_tok_per_s(session: Session, cache, query: list[int], tokens: int) -> float:
+def _decode_tok_per_s(session: TorchSession, cache, query: list[int], tokens: int) -> float:
     logits = forward.prefill(session.model, cache, query, session.config.chunk_size)
     decoded = forward.greedy_decode(session.model, session.tokenizer, cache, logits, tokens, set())
     return (len(decoded.token_ids) - 1) / decoded.decode_s
 
 
-def measure_decode_after_graft(session: Session, store, artifact_id: str, context_tokens: int, query: list[int],
+def measure_decode_after_graft(session: TorchSession, store, artifact_id: str, context_tokens: int, query: list[int],
                                tokens: int, repeats: int) -> dict:
     """Greedy decode tokens per second after grafting ``artifact_id`` (``context_tokens`` long) and prefilling
     ``query``, against the same decode after ``query`` alone in an empty cache; medians of ``repeats``, the two

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from ..engine.torch import forward, graft
-from ..engine.torch.session import Session
+from ..engine.torch.session import TorchSession
 from ..store.folder import Store
 from ..util.energy import EnergyMeter
 from .memory import DECODE_ROOM
@@ -37,13 +37,13 @@ MODELLED_LABEL = ("modelled: this device's joules per token and per graft times 
                   "CPU runs named; the device ran none of those problems")
 
 
-def _sync(session: Session) -> None:
+def _sync(session: TorchSession) -> None:
     """Wait for the device's queued work (a CUDA device); nothing on the CPU."""
     if session.device.startswith("cuda"):
         torch.cuda.synchronize(torch.device(session.device))
 
 
-def _window(session: Session, meter: EnergyMeter, work) -> tuple[float, float, object]:
+def _window(session: TorchSession, meter: EnergyMeter, work) -> tuple[float, float, object]:
     """``(joules, seconds, result)`` of ``work()``, the device synchronized before each counter read."""
     _sync(session)
     joules, started = meter.read(), time.perf_counter()
@@ -52,7 +52,7 @@ def _window(session: Session, meter: EnergyMeter, work) -> tuple[float, float, o
     return meter.read() - joules, time.perf_counter() - started, result
 
 
-def measure_energy(session: Session, store_root: Path, context: list[int], query: list[int], prefill_tokens: int,
+def measure_energy(session: TorchSession, store_root: Path, context: list[int], query: list[int], prefill_tokens: int,
                    decode_tokens: int, repeats: int = 3, idle_s: float = 5.0, meter: EnergyMeter | None = None) -> dict:
     """Idle power, then joules per prefill token (``repeats`` chunked prefills of ``context[:prefill_tokens]``),
     per decode token (``decode_tokens`` greedy steps after the prefill, no EOS), and per graft (``repeats`` reads

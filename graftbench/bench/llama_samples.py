@@ -24,7 +24,7 @@ each repetition; the machine's load average is recorded before and after every r
 The bound: a decode step reads every weight and each sequence's cached keys and values, so N sequences run at most at
 N × r × W / (W + N × C) tokens/s, with r the reference's one-sequence rate after the short prompt, W the weights'
 bytes (``llama_model_size``) and C one sequence's cache bytes after the prefix (its state's size): the roofline
-argument (Williams, Waterman and Patterson, "Roofline", CACM 52(4), 2009) of :mod:`graftbench.bench.llama_engine`.
+argument (Williams, Waterman and Patterson, "Roofline", CACM 52(4), 2009) of :mod:`graftbench.bench.llama_overhead`.
 
 The batch-width measurement: after the short prompt, W sequences (1 to 8) each fed its own tokens for 6 steps in one
 ``llama_decode`` per step, each row compared with the same sequence decoded alone in the engine's own context, for
@@ -51,7 +51,7 @@ from ..engine.llama_cpp.fanout import Sequences, fan_out, stream_cells
 from ..engine.llama_cpp.session import LlamaSession
 from ..engine.llama_cpp.state_layout import in_streams
 from ..util.seeds import sample_seed
-from .llama_engine import rotate
+from .llama_overhead import rotate
 from .stats import summary
 
 SIDES = ("batched", "batched_greedy", "sequential", "reference")
@@ -313,7 +313,7 @@ def run_samples_bench(model: str, problems, problems_source: str, settings: Samp
     from ..engine.llama_cpp.session import open_llama_session
     from ..util import isa
     from ..util.checkout import checkout_commit
-    from .llama_engine import _workload_ids
+    from .llama_overhead import _workload_ids
 
     import torch
 

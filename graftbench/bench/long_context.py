@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from ..engine.torch import forward, graft
-from ..engine.torch.session import Session
+from ..engine.torch.session import TorchSession
 from ..store.folder import Store
 from .restore import evict
 from .memory import graft_memory
@@ -39,7 +39,7 @@ def key(i: int, n: int) -> str:
     return f"long-context/{i}/{n}"
 
 
-def build(session: Session, store: Store, corpus: list[int], artifact_tokens: int, total_tokens: int,
+def build(session: TorchSession, store: Store, corpus: list[int], artifact_tokens: int, total_tokens: int,
           on_step=lambda: None) -> list[str]:
     """Deposit artifacts until the store holds at least ``total_tokens`` tokens in ``artifact_tokens``-token
     artifacts (those already there are kept); returns their ids in order. ``on_step`` after each artifact."""
@@ -56,7 +56,7 @@ def build(session: Session, store: Store, corpus: list[int], artifact_tokens: in
     return ids
 
 
-def reach(session: Session, store: Store, i: int, artifact_tokens: int, query: list[int]) -> dict:
+def reach(session: TorchSession, store: Store, i: int, artifact_tokens: int, query: list[int]) -> dict:
     """Route to artifact ``i`` by its key, read, rebuild and forward ``query``: seconds of each and in all."""
     route_s, artifact_id = timed(lambda: store.find_exact(session.config.fingerprint, key(i, artifact_tokens)))
     read_s, artifact = timed(lambda: store.read(artifact_id))
@@ -66,7 +66,7 @@ def reach(session: Session, store: Store, i: int, artifact_tokens: int, query: l
             "total_s": route_s + read_s + rebuild_s + query_s}
 
 
-def measure(session: Session, model: str, root: Path, corpus: list[int], artifact_tokens: int, total_tokens: int,
+def measure(session: TorchSession, model: str, root: Path, corpus: list[int], artifact_tokens: int, total_tokens: int,
             probes: int, query: list[int], on_step=lambda: None) -> dict:
     """Build (or resume) the store under ``root`` and reach ``probes`` random artifacts twice each: with the file
     in the page cache and after evicting it; memory increase over the loaded model for one graft (in a fresh

@@ -13,7 +13,7 @@ import xxhash
 
 from ..engine.torch import graft
 from ..store.codec import ArtifactError
-from ..engine.torch.session import Session
+from ..engine.torch.session import TorchSession
 from ..store.folder import Store
 from .stats import gb_per_s, summary, timed
 
@@ -97,7 +97,7 @@ def bit_flips_caught(store: Store, artifact_id: str, n: int, seed: int = 0) -> d
     return {"tried": len(positions), "caught": caught, "positions": positions}
 
 
-def measure_restore(session: Session, store: Store, artifact_id: str, repeats: int, flips: int) -> dict:
+def measure_restore(session: TorchSession, store: Store, artifact_id: str, repeats: int, flips: int) -> dict:
     """Restore throughput of one artifact: raw read (into a warm buffer, and into fresh memory), read with each
     integrity method, and the whole restore (read, XXH3-128, cache rebuild), in seconds and GB/s; one cold-file
     restore; hash speeds; bit flips."""
@@ -128,5 +128,5 @@ def measure_restore(session: Session, store: Store, artifact_id: str, repeats: i
     }
 
 
-def _restore(session: Session, store: Store, artifact_id: str):
+def _restore(session: TorchSession, store: Store, artifact_id: str):
     return graft.restore(session.model, session.config, store.read(artifact_id, "xxh3_128"))

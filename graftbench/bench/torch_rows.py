@@ -1,4 +1,4 @@
-"""The torch engine's rows beside the llama.cpp engine's (:mod:`.llama_engine`), on the same model's GGUF file
+"""The torch engine's rows beside the llama.cpp engine's (:mod:`.llama_overhead`), on the same model's GGUF file
 de-quantized: greedy decode after a short prompt, graft + 1-token query against a chunked prefill + the same token
 at each size, and decode after the largest size's graft against an empty cache. Times in seconds, rates in tokens
 per second; the same token streams as the llama.cpp rows."""
@@ -8,21 +8,21 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..engine.torch import forward
-from ..engine.torch.session import Session
+from ..engine.torch.session import TorchSession
 from ..store.folder import Store
 from .decode import _decode_tok_per_s, measure_decode_after_graft
 from .stats import summary
 from .ttft import deposit_tokens, graft_once, prefill_once
 
 
-def decode_row(session: Session, prompt: list[int], tokens: int, repeats: int) -> dict:
+def decode_row(session: TorchSession, prompt: list[int], tokens: int, repeats: int) -> dict:
     """Greedy decode tokens per second after ``prompt`` in an empty cache, no EOS stop: ``(tokens - 1) /
     seconds``, median of ``repeats``."""
     rates = [_decode_tok_per_s(session, forward.new_cache(session.model), prompt, tokens) for _ in range(repeats)]
     return {"prompt_tokens": len(prompt), "decode_tokens": tokens, "tok_per_s": summary(rates)}
 
 
-def state_row(session: Session, folder: Path, ids: list[int], token: int, repeats: int) -> dict:
+def state_row(session: TorchSession, folder: Path, ids: list[int], token: int, repeats: int) -> dict:
     """At ``len(ids)`` tokens: graft (XXH3-128) + 1-token query, median of ``repeats``, against one chunked
     prefill of ``ids`` + the token (``ttft_ratio``: prefill over graft); ``logits_equal`` across both."""
     store = Store(folder / "store")
@@ -36,7 +36,7 @@ def state_row(session: Session, folder: Path, ids: list[int], token: int, repeat
             "logits_equal": {g["logits"] for g in grafts} == {prefill["query_1_logits"]}}
 
 
-def decode_after_graft_row(session: Session, folder: Path, ids: list[int], prompt: list[int], tokens: int,
+def decode_after_graft_row(session: TorchSession, folder: Path, ids: list[int], prompt: list[int], tokens: int,
                            repeats: int) -> dict:
     """:func:`graftbench.bench.decode.measure_decode_after_graft` after a graft of ``ids``, the query the last
     prompt token."""

@@ -11,25 +11,25 @@ from pathlib import Path
 import torch
 
 from ..engine.torch import forward, graft
-from ..engine.torch.session import Session
+from ..engine.torch.session import TorchSession
 from ..store.folder import Store
 from ..util.energy import EnergyMeter
 from .memory import DECODE_ROOM, graft_memory
 from .stats import summary, timed
 
 
-def deposit_tokens(session: Session, store: Store, ids: list[int]) -> str:
+def deposit_tokens(session: TorchSession, store: Store, ids: list[int]) -> str:
     """Deposit ``ids`` as a top-level artifact (untimed set-up); returns its id."""
     data, _ = graft.build_artifact(session.model, session.config, ids, {"source": "bench"})
     return store.put(data)
 
 
-def _first_token(session: Session, cache, query: list[int]) -> tuple[int, str]:
+def _first_token(session: TorchSession, cache, query: list[int]) -> tuple[int, str]:
     logits = forward.prefill(session.model, cache, query, session.config.chunk_size)
     return int(torch.argmax(logits[-1]).item()), forward.logits_sha256(logits)
 
 
-def prefill_once(session: Session, ids: list[int], queries: dict[str, list[int]],
+def prefill_once(session: TorchSession, ids: list[int], queries: dict[str, list[int]],
                  meter: EnergyMeter | None = None) -> dict:
     """One cold chunked prefill of ``ids``, then each query on its own copy of the cache.
 
@@ -56,7 +56,7 @@ def _measured(fn, meter: EnergyMeter | None) -> tuple[float, object, float | Non
     return seconds, result, meter.read() - before if meter else None
 
 
-def graft_once(session: Session, store: Store, artifact_id: str, query: list[int], integrity: str,
+def graft_once(session: TorchSession, store: Store, artifact_id: str, query: list[int], integrity: str,
                meter: EnergyMeter | None = None) -> dict:
     """One graft of ``artifact_id`` and ``query``: seconds of each component and in all, and the logits SHA-256.
     The artifact is read with room for the query and :data:`DECODE_ROOM` decode tokens, as ``eval --graft`` reads
@@ -88,7 +88,7 @@ def _summaries(runs: list[dict], keys: list[str]) -> dict:
 _GRAFT_KEYS = ["read_s", "integrity_s", "parse_s", "checks_s", "copy_s", "rebuild_s", "query_s", "total_s", "energy_j"]
 
 
-def ttft_meter(session: Session) -> EnergyMeter | None:
+def ttft_meter(session: TorchSession) -> EnergyMeter | None:
     """The energy meter of the TTFT rows: on a CUDA model the meter of its GPU (NVML where ``pynvml`` imports and
     the GPU counts energy, else the method :class:`EnergyMeter` falls back to); ``None`` on the CPU, whose rows
     carry no energy."""
@@ -96,7 +96,7 @@ def ttft_meter(session: Session) -> EnergyMeter | None:
     return EnergyMeter(device=device) if device.startswith("cuda") else None
 
 
-def measure_size(session: Session, model: str, store_root: Path, ids: list[int], query: list[int], repeats: int,
+def measure_size(session: TorchSession, model: str, store_root: Path, ids: list[int], query: list[int], repeats: int,
                  graft_repeats: int, on_step=lambda: None, memory_probes: bool = True) -> dict:
     """Every TTFT figure for one artifact size (``len(ids)`` tokens): prefill against graft, with a 1-token
     query and with ``query``; the graft with XXH3-128 and with SHA-256 integrity; memory; logits equality.

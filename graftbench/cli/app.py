@@ -1,5 +1,5 @@
-"""The ``graftbench`` command line: parses arguments and prints; the logic lives in :mod:`graftbench.eval.workflows` and
-the modules it calls. Shared options and helpers are in :mod:`graftbench.cli.common`; ``check-exact`` and the
+"""The ``graftbench`` command line: parses arguments and prints; the logic lives in the stage modules
+(:mod:`graftbench.eval.eval_run` and the modules it calls). Shared options and helpers are in :mod:`graftbench.cli.common`; ``check-exact`` and the
 benchmark commands in :mod:`graftbench.cli.exact` and :mod:`graftbench.cli.bench`.
 
 Heavy imports (torch, transformers) happen inside the commands that need a model, so ``verify-manifest`` runs on
@@ -25,7 +25,7 @@ from .common import (EVAL, FLYWHEEL, AnswerFieldOpt, ChunkOpt, DeviceOpt, DtypeO
                      StoreOpt, console, fail, load_problem_set, model_label, open_model, os_error_text, progress,
                      shard_problems, stage_progress)
 from ..settings import EvalSettings
-from ..eval.dispatch import EXECUTORS, RAY_EXTRA, ClusterOptions, DispatchError
+from ..scale.dispatch import EXECUTORS, RAY_EXTRA, ClusterOptions, DispatchError
 from .common import (ModeOpt, announce_sandbox, check_hub_model, device_option, engine_factory, engine_name, kernels_option,
                      require_capability, refuse_random,
                      remember_kernels, run_dtype, worker_dtype)
@@ -97,10 +97,10 @@ def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, ru
     from ..eval.evaluate import StrictFallbackError
     from ..eval.preflight import PreflightError
     from ..programs.sandbox import SandboxError
-    from ..eval.workflows import shard_size
+    from ..eval.run_identity import shard_size
     from ..results.runs import RunError
     from ..store.index import StoreError
-    from ..eval.workflows import check_resume_before_load, samples_recorded
+    from ..eval.run_identity import check_resume_before_load, samples_recorded
 
     problem_list = load_problem_set(problems, limit, *fields)
     if settings.graft and not new_store:
@@ -206,7 +206,7 @@ def default_run_name(command: str, model: str, problems: str, graft: bool) -> st
 
 
 def _executor(cluster: ClusterOptions | None, model, dtype, chunk_size, isa):
-    """What runs the eval: :func:`graftbench.eval.workflows.run_eval` with the model loaded in this process, or with
+    """What runs the eval: :func:`graftbench.eval.eval_run.run_eval` with the model loaded in this process, or with
     ``cluster`` :func:`graftbench.scale.ray_executor.run_eval_ray` (each worker loads the model; this process does
     not)."""
     from functools import partial
@@ -215,7 +215,7 @@ def _executor(cluster: ClusterOptions | None, model, dtype, chunk_size, isa):
     if cluster is not None and kernels_option() != CERTIFIED_KERNELS:
         fail(f"--kernels {kernels_option()} runs with --executor process only (Ray workers load the certified kernels)")
     if cluster is None:
-        from ..eval.workflows import run_eval
+        from ..eval.eval_run import run_eval
 
         return partial(run_eval, open_model(model, dtype, chunk_size, isa=isa))
     from ..scale.ray_executor import WorkerPin, run_eval_ray, worker_gpus
@@ -340,7 +340,7 @@ def deposit(
 ) -> None:
     """Re-verify solutions against their keys and deposit the verified ones as KV artifacts (a solution already
     stored under the same pin is reused without a prefill)."""
-    from ..eval.workflows import deposit_job, deposit_plan, empty_plan_reasons
+    from ..eval.deposit_plan import deposit_job, deposit_plan, empty_plan_reasons
     from .tables import deposit_table
     from ..results.runs import RunDir, RunError
     from ..programs.sandbox import SandboxError
@@ -486,7 +486,7 @@ def store_ls(store: str = StoreOpt) -> None:
     """List the indexed artifacts: id, problem id, model, dtype and pin, answer key, tokens, source (and the parent
     a chained artifact continues), with their count and size, and the kinds of CPU that wrote them; read-only."""
     from ..store.index import StoreError
-    from ..store.pins import pins_held
+    from ..store.coverage import pins_held
     from ..store.writers import kind_lines
     from .tables import store_table
 
@@ -568,7 +568,7 @@ def run(
     prefix: str = typer.Option(FLYWHEEL.prefix, "--prefix", help="run name prefix"),
 ) -> None:
     """The whole flywheel on the built-in set: solve, deposit, eval with graft, verify manifests, one table."""
-    from ..eval.workflows import flywheel
+    from ..eval.one_round import flywheel
     from ..problems.builtin import MAX_PER_FAMILY, builtin_problems
     from .tables import checks_lines, summary_table
 

@@ -189,9 +189,9 @@ def bench_llama(
     """Measure graftbench's llama.cpp engine against raw llama.cpp on one GGUF file, torch's rows beside them.
     Writes llama-engine-MODEL.json and .md into --out (llama-samples-MODEL with --only samples), named -threads-N
     after the model for another thread count."""
-    from ..bench.engines import markdown, parse_variants, run_engine_bench, steps
+    from ..bench.overhead import markdown, parse_variants, run_engine_bench, steps
     from ..bench.history import write_json_and_markdown
-    from ..bench.llama_engine import LlamaBenchSettings, result_name
+    from ..bench.llama_overhead import LlamaBenchSettings, result_name
 
     if only is not None:
         if only != "samples":

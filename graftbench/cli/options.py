@@ -13,7 +13,7 @@ from typing import Callable, Optional
 import typer
 from rich.markup import escape
 
-from ..eval.dispatch import RAY_EXTRA, ClusterOptions
+from ..scale.dispatch import RAY_EXTRA, ClusterOptions
 from ..settings import CERTIFIED_KERNELS
 from .common import (EVAL, AnswerFieldOpt, ChunkOpt, DeviceOpt, DtypeOpt, EngineOpt, FlashAttnOpt, KvTypeOpt, IdFieldOpt, IsaOpt, LimitOpt, ModelOpt, ModeOpt,
                      ProblemFieldOpt, ProblemsOpt, RunsOpt, SamplesOpt, SeedOpt, ShardOpt, SolutionFieldOpt,

@@ -274,7 +274,7 @@ def _is_number(value) -> bool:
 def store_table(rows: list[dict], store, pins: dict) -> Table:
     """``store ls`` fitting 80 columns: one row per index row (id, problem id, model, dtype and pin fingerprint,
     answer key, tokens, source and the parent a chained artifact continues), titled with the count and the total
-    size in MB. ``pins`` maps a pin fingerprint to its :class:`graftbench.store.pins.PinHolding`. Each cell is shown
+    size in MB. ``pins`` maps a pin fingerprint to its :class:`graftbench.store.coverage.PinHolding`. Each cell is shown
     whatever its type (an index written by another tool may hold text where a number belongs, or ``NULL``); a size
     that is not a number is left out of the total and counted."""
     sizes = [row.get("bytes") for row in rows]

@@ -2,7 +2,7 @@
 
 ``auto`` is CUDA when torch sees a CUDA device, else the CPU. The pin records the device's kind (``cpu`` or
 ``cuda``) in its ``device`` field, and what identifies a CUDA device in its ``accelerator`` field
-(:mod:`graftbench.engine.torch.cuda_pin`), so two runs on equal GPUs at different indexes share a pin.
+(:mod:`graftbench.engine.torch.cuda_determinism`), so two runs on equal GPUs at different indexes share a pin.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ PINNED_LIBRARIES = ("torch", "transformers", "tokenizers", "safetensors", "numpy
 
 
 # Pin fields added after pins were committed, left out of a pin while they hold their default: ``engine`` (another
-# engine's own fields; empty is torch), ``accelerator`` (the CUDA pin, graftbench.engine.torch.cuda_pin; empty on the
+# engine's own fields; empty is torch), ``accelerator`` (the CUDA pin, graftbench.engine.torch.cuda_determinism; empty on the
 # CPU), ``random_weights`` (graftbench.engine.torch.random_weights; empty for real weights) and ``kernels`` (``certified``
 # unless ``--kernels fast``).
 OMITTED_AT_DEFAULT = ("engine", "accelerator", "random_weights", "kernels")
@@ -36,7 +36,7 @@ class PinnedConfig:
     ``engine`` holds another engine's own pin fields (``engine`` names it, e.g. ``llama.cpp``:
     :meth:`graftbench.engine.llama_cpp.engine.LlamaCppEngine.pin_fields`); empty (absent from :meth:`to_dict`) is torch.
     ``device`` is the device's kind (``cpu`` or ``cuda``); ``accelerator`` the CUDA pin of a CUDA run
-    (:mod:`graftbench.engine.torch.cuda_pin`), ``random_weights`` the draw of a random-weights model
+    (:mod:`graftbench.engine.torch.cuda_determinism`), ``random_weights`` the draw of a random-weights model
     (:mod:`graftbench.engine.torch.random_weights`); all three empty otherwise and then left out of :meth:`to_dict`.
     ``kernels`` is the kernel configuration (``--kernels``, :data:`graftbench.settings.KERNEL_CONFIGS`):
     ``certified`` (left out of :meth:`to_dict`, so every pin recorded before the field existed keeps its

@@ -1,2 +1,2 @@
-"""The evaluation stage: evaluate, deposit, the workflows, the flywheel, the exactness check, program replay, the
-driver's bookkeeping over workers."""
+"""The evaluation stage: evaluate, an eval run and its manifest, deposit and its plan, the flywheel (one round and
+over rounds), the exactness check, the replay of committed expectations."""

@@ -25,7 +25,8 @@ from ..results.samples import Sample
 from ..engine.base import EngineSession
 from ..settings import EvalSettings, RoundsSettings
 from ..store.open import open_store
-from .workflows import RunResult, problem_entry, run_eval
+from .eval_run import RunResult, run_eval
+from .run_identity import problem_entry
 
 
 @dataclass
@@ -97,7 +98,7 @@ def run_rounds(session: EngineSession, settings: RoundsSettings, runs_root: str 
     items) it will report through ``on_sample`` (``on_item``).
 
     Raises :class:`graftbench.results.runs.RunError` when a run folder of the flywheel holds other settings (another
-    model or sampling), and the store and storage errors of :func:`graftbench.eval.workflows.run_eval`.
+    model or sampling), and the store and storage errors of :func:`graftbench.eval.eval_run.run_eval`.
     """
     stage = on_stage or (lambda name, total: None)
     n = settings.samples

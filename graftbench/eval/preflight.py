@@ -25,7 +25,7 @@ from ..engine.pin_terms import TERMS, engine_of, pin_differences
 from ..settings import EvalSettings
 from ..store.index import StoreError
 from ..store.open import open_store
-from ..store.pins import SHORT_PIN, PinHolding, pins_held
+from ..store.coverage import SHORT_PIN, PinHolding, pins_held
 from ..store.writers import kind_refusal
 from ..util.isa import describe_cpu
 

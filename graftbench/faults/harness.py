@@ -56,7 +56,7 @@ print("DONE", flush=True)
 
 SOLVE_CODE = SESSION_CODE + """
 from graftbench.settings import EvalSettings
-from graftbench.eval.workflows import run_eval
+from graftbench.eval.eval_run import run_eval
 from graftbench.problems.loading import load_problems
 run_eval(session, load_problems(sys.argv[4]), "faults", sys.argv[6], EvalSettings(max_new_tokens=int(sys.argv[7])),
          runs_root=sys.argv[5])

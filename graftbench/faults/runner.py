@@ -101,7 +101,7 @@ class Bench:
 
     def eval(self, problems, name, **settings):
         """A run over ``problems`` in ``runs/`` (graft runs use the main store unless ``store_root`` is given)."""
-        from ..eval.workflows import run_eval
+        from ..eval.eval_run import run_eval
 
         store_root = settings.pop("store_root", self.main)
         on_sample = settings.pop("on_sample", None)

@@ -26,7 +26,7 @@ from ..problems.types import Problem, ProblemSetError
 from ..results.runs import RunDir
 from ..settings import EvalSettings
 from ..store.folder import Store
-from ..eval.workflows import RunResult, run_eval
+from ..eval.eval_run import RunResult, run_eval
 from .harness import (
     SOLVE_CODE,
     complete_lines,

@@ -22,7 +22,7 @@ from ..settings import EvalSettings
 from ..store.folder import Store
 from ..store.index import StoreError
 from ..store.open import reindex_store
-from ..eval.workflows import run_eval
+from ..eval.eval_run import run_eval
 from .harness import (
     SOLVE_CODE,
     lines_of,

@@ -57,7 +57,7 @@ PROGRAM_LAYOUT = {"prompt": PROGRAM_PROMPT, "fence": PROGRAM_FENCE, "close": PRO
 
 def program_prompt_text(problem: str) -> str:
     """Program mode's baseline instruction for ``problem``
-    (:meth:`graftbench.engine.torch.session.Session.program_prompt_ids` adds the fence)."""
+    (:meth:`graftbench.engine.torch.session.TorchSession.program_prompt_ids` adds the fence)."""
     return PROGRAM_PROMPT.format(problem=problem)
 
 

@@ -11,11 +11,11 @@ The driver (:func:`run_eval_ray`) holds the run folder's lock, takes the pin of 
 that loads the model as the run's pin, and refuses (stops, and never hands a problem to) any worker whose pin's
 fingerprint differs: on a cluster of unlike machines, no sample of another pin enters the run. It appends each
 sample durably to ``samples.jsonl`` as it arrives (:meth:`graftbench.results.runs.RunDir.append`), once per (problem,
-sample index) (:class:`graftbench.eval.dispatch.Ledger`): a worker that dies or is lost gives its problem back to the
+sample index) (:class:`graftbench.scale.dispatch.Ledger`): a worker that dies or is lost gives its problem back to the
 queue, a replacement worker is started, and a sample that arrives for a key already recorded is ignored. A resumed
 run skips the problems recorded, as a single-process run does; either executor can resume the other's run (the
 executor is not part of ``run.json``). At the end it writes the manifest with
-:func:`graftbench.eval.workflows.eval_manifest`: problems and samples in the set's order, as one process writes them,
+:func:`graftbench.eval.run_manifest.eval_manifest`: problems and samples in the set's order, as one process writes them,
 plus an ``executor`` section (workers started, refused and lost, and the workers' environments).
 
 A graft run is held to the single process's pre-flight (:mod:`graftbench.eval.preflight`), in the driver: before any
@@ -43,7 +43,8 @@ from pathlib import Path
 from typing import Callable, NamedTuple
 
 from ..engine.registry import DEFAULT_ENGINE
-from ..eval.dispatch import RAY_EXTRA, ClusterOptions, DispatchError, DispatchReport, Ledger
+from ..eval.eval_run import DispatchReport
+from .dispatch import RAY_EXTRA, ClusterOptions, DispatchError, Ledger
 from ..problems.types import Problem
 from ..settings import EvalSettings
 
@@ -307,21 +308,21 @@ def run_eval_ray(problems: list[Problem], source: str, run_name: str, settings: 
                  store_root: str | Path | None = None, on_sample: Callable | None = None, new_store: bool = False,
                  on_event: Callable[[str], None] | None = None, hooks: DriverHooks = DriverHooks(),
                  command_options: dict | None = None):
-    """:func:`graftbench.eval.workflows.run_eval` over Ray workers: open (or resume) ``runs/<run_name>`` holding its
+    """:func:`graftbench.eval.eval_run.run_eval` over Ray workers: open (or resume) ``runs/<run_name>`` holding its
     lock, run every problem not yet recorded (of ``settings.shard`` only, when given) on the workers, append each
     sample as it arrives (``on_sample`` is called with each :class:`~graftbench.results.samples.Sample`), write the
     manifest and release the lock; ``on_event`` receives one line per cluster event (started, worker refused or lost);
-    ``command_options`` as :func:`~graftbench.eval.workflows.run_eval` records them.
+    ``command_options`` as :func:`~graftbench.eval.eval_run.run_eval` records them.
 
-    Returns a :class:`~graftbench.eval.workflows.RunResult` whose ``dispatch`` is the
-    :class:`~graftbench.eval.dispatch.DispatchReport`. For greedy decoding its samples equal a single-process run's
+    Returns a :class:`~graftbench.eval.eval_run.RunResult` whose ``dispatch`` is the
+    :class:`~graftbench.eval.eval_run.DispatchReport`. For greedy decoding its samples equal a single-process run's
     under the same pin in every hash, verdict and token count (only the measured seconds and joules differ).
 
     Raises :class:`DispatchError` when Ray is missing, the cluster cannot be joined or started, no worker loads the
     model within ``options.ready_timeout_s`` seconds or with the run's pin, every worker is lost, a problem loses
     ``options.max_losses`` workers, or ``settings.token_budget`` is set (a run-wide budget is spent in problem
     order, which workers running at once do not have); :class:`graftbench.results.runs.RunError` and
-    :class:`graftbench.store.folder.StoreError` as :func:`~graftbench.eval.workflows.run_eval` does;
+    :class:`graftbench.store.folder.StoreError` as :func:`~graftbench.eval.eval_run.run_eval` does;
     :class:`graftbench.eval.preflight.PreflightError` under ``settings.strict`` when the store holds nothing the
     workers can graft (before any worker starts where the store's writer records tell, else before any problem is
     handed out); and what a worker's :func:`~graftbench.eval.evaluate.run_problem` raises (e.g.
@@ -337,7 +338,9 @@ def run_eval_ray(problems: list[Problem], source: str, run_name: str, settings: 
     from ..store.open import open_store
     from ..eval.preflight import preflight
     from ..store.writers import kind_of
-    from ..eval.workflows import RunResult, eval_manifest, options_section, run_record
+    from ..eval.eval_run import RunResult
+    from ..eval.run_manifest import eval_manifest, options_section
+    from ..eval.run_identity import run_record
 
     event = on_event or (lambda _: None)
     run = RunDir(runs_root, run_name)

@@ -1,5 +1,5 @@
 """A GGUF model on the llama.cpp engine, as solve, eval and deposit use it: the run-level operations of
-:class:`graftbench.engine.torch.session.Session` (the torch engine's), on :class:`graftbench.engine.llama_cpp.engine.LlamaCppEngine`.
+:class:`graftbench.engine.torch.session.TorchSession` (the torch engine's), on :class:`graftbench.engine.llama_cpp.engine.LlamaCppEngine`.
 
 Invariants:
 

@@ -38,7 +38,7 @@ MUST_DIFFER = sorted(["monolithic", *(f"shift-{k}" for k in CONTROL_SHIFTS), "ke
 
 def sliding_window(session) -> int | None:
     """The model's sliding window in tokens, when it has sliding-window layers (``session``: a torch
-    :class:`graftbench.engine.torch.session.Session`)."""
+    :class:`graftbench.engine.torch.session.TorchSession`)."""
     config = session.model.config.get_text_config()
     if any(graft.layer_kind(layer) == "sliding" for layer in forward.new_cache(session.model).layers):
         return int(config.sliding_window)

@@ -25,7 +25,7 @@ def build_config(loaded, chunk_size: int = DEFAULT_CHUNK_SIZE, layout: PromptLay
                  kernels: str = CERTIFIED_KERNELS) -> PinnedConfig:
     """Pin the config of a :class:`graftbench.engine.torch.loading.LoadedModel` on this machine, run under ``kernels``
     (:data:`graftbench.settings.KERNEL_CONFIGS`; the CUDA settings it stands for are made by
-    :func:`graftbench.engine.torch.cuda_pin.configure` before the model loads).
+    :func:`graftbench.engine.torch.cuda_determinism.configure` before the model loads).
 
     Raises ``ValueError`` if ``chunk_size`` is not a positive number of tokens or ``kernels`` is not a kernel
     configuration.
@@ -37,7 +37,7 @@ def build_config(loaded, chunk_size: int = DEFAULT_CHUNK_SIZE, layout: PromptLay
     if chunk_size < 1:
         raise ValueError(f"chunk size must be a positive number of tokens, got {chunk_size}")
     check_kernels(kernels)
-    from .cuda_pin import record
+    from .cuda_determinism import record
 
     device = str(next(loaded.model.parameters()).device)
     if device.startswith("cuda"):

@@ -20,7 +20,7 @@ from ...settings import CERTIFIED_KERNELS, DEFAULT_CHUNK_SIZE, DEFAULT_DTYPE, DE
 
 
 @dataclass
-class Session(PromptIds):
+class TorchSession(PromptIds):
     """Everything a command needs to run the model on the torch engine: weights, tokenizer, EOS ids and the pinned
     config; the prompts' token ids (:class:`graftbench.engine.prompt_ids.PromptIds`) and the run-level operations
     a solve, eval or deposit takes (the same names as :class:`graftbench.engine.llama_cpp.session.LlamaSession`'s)."""
@@ -125,15 +125,15 @@ class Session(PromptIds):
 
 def open_session(model: str = DEFAULT_MODEL, dtype: str = DEFAULT_DTYPE, chunk_size: int = DEFAULT_CHUNK_SIZE,
                  threads: int | None = None, kv_pool_tokens: int = 0, device: str = "cpu",
-                 kernels: str = CERTIFIED_KERNELS) -> Session:
+                 kernels: str = CERTIFIED_KERNELS) -> TorchSession:
     """Load ``model`` in ``dtype`` and pin the config. ``threads`` sets torch's intra-op thread count (part of the pin).
     The instruction-set pin is the one this process was started under (:func:`graftbench.util.isa.apply`).
     ``kv_pool_tokens`` > 0 faults in KV memory for that many tokens once, after the load
     (:mod:`graftbench.engine.torch.kv_pool`: a fresh process's first graft then reads into resident pages); the pool does not
     change any logits. ``device`` is a torch device string (``cpu``, ``cuda:N``;
     :func:`graftbench.engine.device.resolve`): on CUDA the CUDA pin's settings are made before the model loads
-    (:func:`graftbench.engine.torch.cuda_pin.configure`) and recorded in the pin. ``kernels`` is the kernel configuration
-    (``certified`` or ``fast``: :func:`graftbench.engine.torch.cuda_pin.configure`), recorded in the pin's ``kernels``
+    (:func:`graftbench.engine.torch.cuda_determinism.configure`) and recorded in the pin. ``kernels`` is the kernel configuration
+    (``certified`` or ``fast``: :func:`graftbench.engine.torch.cuda_determinism.configure`), recorded in the pin's ``kernels``
     field; on the CPU ``fast`` changes no setting (torch's CPU kernels are the certified run's) and marks the run
     uncertified.
 
@@ -147,11 +147,11 @@ def open_session(model: str = DEFAULT_MODEL, dtype: str = DEFAULT_DTYPE, chunk_s
     if threads:
         torch.set_num_threads(threads)
     if device != "cpu":
-        from .cuda_pin import configure
+        from .cuda_determinism import configure
 
         configure(kernels=kernels)
     loaded = load_model(model, dtype=dtype, device=device)
     config = build_config(loaded, chunk_size=chunk_size, kernels=kernels)
     forward.pin_threads(loaded.model, config.threads)
     pool = reserve_tokens(loaded.model, kv_pool_tokens)
-    return Session(loaded, config, forward.eos_token_ids(loaded.model, loaded.tokenizer), pool)
+    return TorchSession(loaded, config, forward.eos_token_ids(loaded.model, loaded.tokenizer), pool)

@@ -1,4 +1,4 @@
-"""The CUDA pin: what makes a CUDA run's bytes reproducible, set before the first forward and recorded.
+"""The CUDA settings that make a CUDA run's bytes reproducible, set before the first forward and recorded in the pin.
 
 cuBLAS promises equal bits only on the same architecture, SM count, toolkit version and a single stream; split-K
 and attention split counts depend on the SM count; TF32 and reduced-precision reductions change products;

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from graftbench.engine.torch import cuda_pin
+from graftbench.engine.torch import cuda_determinism
 from graftbench.engine.pin import OMITTED_AT_DEFAULT, PinnedConfig
 from graftbench.problems.prompts import PromptLayout
 from graftbench.results.fingerprint import pin_fingerprint
@@ -66,14 +66,14 @@ class FakeNvml:
 def test_configure_then_record_gives_every_field_as_set(monkeypatch):
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     torch = fake_torch()
-    before = cuda_pin.record("cuda:0", torch=torch, nvml=FakeNvml())
+    before = cuda_determinism.record("cuda:0", torch=torch, nvml=FakeNvml())
     assert before["tf32_matmul"] is True and before["deterministic_algorithms"] is False
     assert before["sdpa_backends"] == ["math", "flash", "efficient", "cudnn"]
-    cuda_pin.configure(torch=torch)
-    pin = cuda_pin.record("cuda:0", torch=torch, nvml=FakeNvml())
+    cuda_determinism.configure(torch=torch)
+    pin = cuda_determinism.record("cuda:0", torch=torch, nvml=FakeNvml())
     assert pin == {
         "gpu": "NVIDIA H200", "compute_capability": "9.0", "sm_count": 132, "mig": "none",
-        "driver": "570.133.20", "cuda": "12.8", "cublas": cuda_pin.library_version("cublas"), "cudnn": "91002",
+        "driver": "570.133.20", "cuda": "12.8", "cublas": cuda_determinism.library_version("cublas"), "cudnn": "91002",
         "deterministic_algorithms": True, "deterministic_warn_only": True, "tf32_matmul": False, "tf32_cudnn": False,
         "fp16_reduced_precision_reduction": False, "bf16_reduced_precision_reduction": False,
         "cublas_workspace_config": ":4096:8", "sdpa_backends": ["math"], "execution": "eager",
@@ -83,19 +83,19 @@ def test_configure_then_record_gives_every_field_as_set(monkeypatch):
 def test_a_workspace_config_set_by_the_user_is_kept_and_recorded(monkeypatch):
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
     torch = fake_torch()
-    cuda_pin.configure(torch=torch)
-    assert cuda_pin.record("cuda:0", torch=torch, nvml=FakeNvml())["cublas_workspace_config"] == ":16:8"
+    cuda_determinism.configure(torch=torch)
+    assert cuda_determinism.record("cuda:0", torch=torch, nvml=FakeNvml())["cublas_workspace_config"] == ":16:8"
 
 
 def test_mig_profile_comes_from_the_device_name_or_nvml():
-    assert cuda_pin.mig_profile("NVIDIA H100 80GB HBM3 MIG 3g.40gb", 0, FakeNvml()) == "3g.40gb"
-    assert cuda_pin.mig_profile("NVIDIA H200", 0, FakeNvml(mig=0)) == "none"
-    assert cuda_pin.mig_profile("NVIDIA H200", 0, FakeNvml(mig=1)) == "enabled (profile unknown)"
+    assert cuda_determinism.mig_profile("NVIDIA H100 80GB HBM3 MIG 3g.40gb", 0, FakeNvml()) == "3g.40gb"
+    assert cuda_determinism.mig_profile("NVIDIA H200", 0, FakeNvml(mig=0)) == "none"
+    assert cuda_determinism.mig_profile("NVIDIA H200", 0, FakeNvml(mig=1)) == "enabled (profile unknown)"
 
 
 def test_two_gpus_with_other_sm_counts_have_other_pins():
-    first = cuda_pin.record("cuda:0", torch=fake_torch(sms=132), nvml=FakeNvml())
-    second = cuda_pin.record("cuda:0", torch=fake_torch(sms=114), nvml=FakeNvml())
+    first = cuda_determinism.record("cuda:0", torch=fake_torch(sms=132), nvml=FakeNvml())
+    second = cuda_determinism.record("cuda:0", torch=fake_torch(sms=114), nvml=FakeNvml())
     assert first != second and first["sm_count"] == 132 and second["sm_count"] == 114
 
 
@@ -132,7 +132,7 @@ def test_every_committed_pin_keeps_its_fingerprint_through_the_pinned_config():
 def test_a_cuda_pin_is_part_of_the_fingerprint_and_a_cpu_pin_has_none():
     recorded = json.loads((REFERENCE_MANIFESTS / "exact-gemma3-270m.json").read_text())["config"]
     cpu = _pin_from(recorded)
-    accelerator = cuda_pin.record("cuda:0", torch=fake_torch(), nvml=FakeNvml())
+    accelerator = cuda_determinism.record("cuda:0", torch=fake_torch(), nvml=FakeNvml())
     cuda = _pin_from({**recorded, "device": "cuda", "accelerator": accelerator})
     assert "accelerator" not in cpu.to_dict() and cuda.to_dict()["accelerator"] == accelerator
     assert cuda.fingerprint == pin_fingerprint(cuda.to_dict()) != cpu.fingerprint
@@ -148,7 +148,7 @@ def test_an_artifact_made_on_another_device_kind_is_refused():
     recorded = json.loads((REFERENCE_MANIFESTS / "exact-gemma3-270m.json").read_text())["config"]
     cpu = _pin_from(recorded)
     cuda = _pin_from({**recorded, "device": "cuda",
-                      "accelerator": cuda_pin.record("cuda:0", torch=fake_torch(), nvml=FakeNvml())})
+                      "accelerator": cuda_determinism.record("cuda:0", torch=fake_torch(), nvml=FakeNvml())})
     layer = torch.zeros((1, 1, 2, 4))
     header = {"config_fingerprint": cpu.fingerprint, "weights_sha256": cpu.weights_sha256,
               "tokenizer_sha256": cpu.tokenizer_sha256, "model": cpu.model, "dtype": cpu.dtype,
@@ -180,17 +180,17 @@ def _artifact_under(pin: PinnedConfig):
 def test_the_fast_kernels_set_torchs_own_choice_and_record_it(monkeypatch):
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     certified_torch, fast_torch = fake_torch(), fake_torch()
-    cuda_pin.configure(torch=certified_torch)
-    cuda_pin.configure(torch=fast_torch, kernels="fast")
-    certified = cuda_pin.record("cuda:0", torch=certified_torch, nvml=FakeNvml())
+    cuda_determinism.configure(torch=certified_torch)
+    cuda_determinism.configure(torch=fast_torch, kernels="fast")
+    certified = cuda_determinism.record("cuda:0", torch=certified_torch, nvml=FakeNvml())
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
-    fast = cuda_pin.record("cuda:0", torch=fast_torch, nvml=FakeNvml())
+    fast = cuda_determinism.record("cuda:0", torch=fast_torch, nvml=FakeNvml())
     assert fast["sdpa_backends"] == ["math", "flash", "efficient", "cudnn"] and certified["sdpa_backends"] == ["math"]
     assert fast["deterministic_algorithms"] is False and certified["deterministic_algorithms"] is True
     assert fast["tf32_matmul"] is False and fast["bf16_reduced_precision_reduction"] is True
     assert fast["cublas_workspace_config"] == ""  # not set by the fast kernels
     with pytest.raises(ValueError, match="kernels 'quick' is not one of certified, fast"):
-        cuda_pin.configure(torch=fake_torch(), kernels="quick")
+        cuda_determinism.configure(torch=fake_torch(), kernels="quick")
 
 
 def test_a_fast_pin_records_its_kernels_and_a_certified_one_leaves_the_field_out():

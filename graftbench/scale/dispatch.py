@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Hashable, Iterable
 
 EXECUTORS = ("process", "ray")  # process: this process loads the model; ray: Ray actors, one model each
@@ -80,20 +80,6 @@ class ClusterOptions:
         if self.workers is not None:
             return self.workers
         return max(1, int(available_cpus) // self.threads)
-
-
-@dataclass
-class DispatchReport:
-    """What a run over workers did: workers ``started`` (replacements included), ``refused`` (worker index, why:
-    another pin, or it could not load the model), ``lost`` (worker index, the problem it held or ``None``),
-    ``dispatched`` problem runs (a re-run counts again), and ``ignored`` sample arrivals whose key was already
-    recorded."""
-
-    started: int = 0
-    refused: list[tuple[int, str]] = field(default_factory=list)
-    lost: list[tuple[int, str | None]] = field(default_factory=list)
-    dispatched: int = 0
-    ignored: int = 0
 
 
 class Ledger:

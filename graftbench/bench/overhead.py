@@ -1,4 +1,4 @@
-"""``graftbench bench-llama``: the llama.cpp engine against raw llama.cpp on one GGUF file (:mod:`.llama_engine`),
+"""``graftbench bench-llama``: the llama.cpp engine against raw llama.cpp on one GGUF file (:mod:`.llama_overhead`),
 the torch engine's rows beside them (:mod:`.torch_rows`), one result with its machine, and its markdown tables."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from ..util import isa
-from .llama_engine import LlamaBenchSettings, PROMPT_TOKENS, _workload_ids, load_row, run_llama_rows
+from .llama_overhead import LlamaBenchSettings, PROMPT_TOKENS, _workload_ids, load_row, run_llama_rows
 from ..util.checkout import checkout_commit
 
 CHUNK = 256
