@@ -47,6 +47,31 @@ def cache_root() -> Path:
 
 
 @dataclass(frozen=True)
+class ModelOptions:
+    """The model a command runs and how it is opened, as the command's options give them: ``engine`` (a name in
+    :mod:`graftbench.engine.registry`), ``model`` (alias, hub id, folder or ``.gguf`` file), ``dtype`` (a dtype name
+    or ``auto``), ``chunk_size`` (prefill chunk, tokens), ``threads`` (intra-op threads; ``None``: the engine's
+    default), ``isa`` (the instruction-set pin asked for; ``None``: ``$GRAFTBENCH_ISA``, else ``native``), and
+    ``device``, ``kernels``, ``kv_type``, ``flash_attn`` as :class:`graftbench.engine.base.EngineOptions` takes
+    them. One value, built by the command and passed down to where the model is opened."""
+
+    engine: str
+    model: str
+    dtype: str = "auto"
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+    threads: int | None = None
+    isa: str | None = None
+    device: str = "auto"
+    kernels: str = CERTIFIED_KERNELS
+    kv_type: str = "f16"
+    flash_attn: bool | None = None
+
+    def engine_fields(self) -> dict:
+        """The fields :class:`graftbench.engine.base.EngineOptions` takes (all but ``engine`` and ``isa``)."""
+        return {name: value for name, value in asdict(self).items() if name not in ("engine", "isa")}
+
+
+@dataclass(frozen=True)
 class SandboxLimits:
     """Limits of one model-written program's run in the sandbox (:mod:`graftbench.programs.sandbox`).
 

@@ -5,6 +5,7 @@ need no model importing no torch."""
 from __future__ import annotations
 
 import errno
+import inspect
 import os
 import socket
 import subprocess
@@ -24,7 +25,7 @@ from graftbench.util import hub_access
 from graftbench.store.codec import ArtifactError, audit_artifact, decode_artifact, encode_artifact
 from graftbench.store.ids import artifact_id_of
 from graftbench.cli.app import _check_store_pins, app
-from graftbench.cli.common import AnswerFieldOpt, IdFieldOpt, ProblemFieldOpt, SolutionFieldOpt, os_error_text
+from graftbench.cli.common import os_error_text
 from graftbench.util.durable import StorageError, storage_error
 from graftbench.problems.loading import load_problems
 from graftbench.problems.types import ProblemSetError
@@ -332,9 +333,16 @@ def test_verify_manifest_refuses_a_store_that_is_a_file(tmp_path):
 
 
 def test_the_problem_file_format_is_documented_with_its_default_columns():
+    from graftbench.cli import panels
+    from graftbench.cli.app import solve
+
     page = (ROOT / "docs" / "problem-sets.md").read_text()
-    for option in (IdFieldOpt, ProblemFieldOpt, AnswerFieldOpt, SolutionFieldOpt):
-        assert f"`{option.default}`" in page and option.param_decls[0] in page
+    defaults = {name: p.default for name, p in inspect.signature(solve).parameters.items()}
+    fields = [(flag, defaults[flag[2:].replace("-", "_")]) for flag, _ in panels.options(solve)
+              if flag.endswith("-field")]
+    assert len(fields) == 4
+    for flag, default in fields:
+        assert f"`{default}`" in page and flag in page
     assert '{"id": ' in page  # an example row
 
 

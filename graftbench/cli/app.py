@@ -20,22 +20,22 @@ from rich.markup import escape
 from . import bench, exact, flywheel, report, trace
 from . import merge, route, view
 from ..engine.base import RAY
-from .common import (EVAL, FLYWHEEL, AnswerFieldOpt, ChunkOpt, DeviceOpt, DtypeOpt, EngineOpt, FlashAttnOpt, KvTypeOpt, ExampleAsOpt, GraftFromOpt, IdFieldOpt, IsaOpt,
-                     LayoutOpt, LimitOpt, ModelOpt, ProblemFieldOpt, ProblemsOpt, RunsOpt, ShardOpt, SolutionFieldOpt,
-                     StoreOpt, console, fail, load_problem_set, model_label, open_model, os_error_text, progress,
-                     shard_problems, stage_progress)
-from ..settings import EvalSettings
+from ..engine.registry import DEFAULT_ENGINE
 from ..scale.dispatch import EXECUTORS, RAY_EXTRA, ClusterOptions, DispatchError
-from .common import (ModeOpt, announce_sandbox, check_hub_model, device_option, engine_factory, engine_name, kernels_option,
-                     require_capability, refuse_random,
-                     remember_kernels, run_dtype, worker_dtype)
-from ..settings import CERTIFIED_KERNELS
-from .common import AllowUncheckedPayloadsOpt, AllowUnanchoredOpt
-from .options import CLUSTER, CLUSTER_OPTIONS, FIELDS, OWN, RUN, SAMPLING, KernelsOpt, with_options
-from .panels import place_options
-from .common import refuse_options_not_taken
-from .invocation import command_options
+from ..settings import (CERTIFIED_KERNELS, DEFAULT_CHUNK_SIZE, DEFAULT_MODEL, DEFAULT_RUNS_DIR, DEFAULT_STORE,
+                        EvalSettings, ModelOptions)
 from ..util.display_text import console_markup
+from .common import (FLYWHEEL, announce_sandbox, check_hub_model, console, engine_factory, fail, load_problem_set,
+                     model_label, open_model, os_error_text, progress, refuse_options_not_taken, refuse_random,
+                     require_capability, run_dtype, shard_problems, stage_progress, worker_dtype)
+from .invocation import command_options
+from .options import (CLUSTER, EVAL, AddressArg, AllowUncheckedPayloadsArg, AllowUnanchoredArg, AnswerFieldArg,
+                      ChunkSizeArg, DeviceArg, DtypeArg, EngineArg, ExampleAsArg, ExecutorArg, FlashAttnArg,
+                      GraftFromArg, IdFieldArg, IsaArg, KernelsArg, KvTypeArg, LayoutArg, LimitArg, MaxNewTokensArg,
+                      ModeArg, ModelArg, ProblemFieldArg, ProblemsArg, ProblemTimeoutArg, RunArg, RunsDirArg,
+                      SamplesArg, SeedArg, ShardArg, SolutionFieldArg, StoreArg, TemperatureArg, TokenBudgetArg,
+                      TopPArg, WorkersArg, WorkerThreadsArg)
+from .panels import place_options
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Verified-knowledge experiments: solve, deposit KV artifacts, graft them back, verify.")
@@ -57,7 +57,6 @@ def _print_version(value: bool) -> None:
 def _main(show_version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
                                             help="print graftbench's version and exit")) -> None:
     """Verified-knowledge experiments: solve, deposit KV artifacts, graft them back, verify."""
-    remember_kernels(CERTIFIED_KERNELS)  # until this command's --kernels says otherwise (a command may not take it)
 
 
 def _print_cleaned(cleaned) -> None:
@@ -88,11 +87,12 @@ def _print_run(result, energy_method: str) -> None:
     console.print(f"manifest: {result.run.manifest_path} (sha256 {result.manifest['manifest_sha256'][:16]})")
 
 
-def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, run, limit, settings: EvalSettings,
-                  store, fields, isa, new_store=False, cluster: ClusterOptions | None = None) -> None:
+def _eval_command(command: str, options: ModelOptions, problems, runs_dir, run, limit, settings: EvalSettings,
+                  store, fields, new_store=False, cluster: ClusterOptions | None = None) -> None:
+    model = options.model
     if cluster is None:
         check_hub_model(model)  # first: what follows imports torch
-    dtype = run_dtype(dtype, isa) if cluster is None else worker_dtype(dtype)  # auto: per device
+    options = replace(options, dtype=run_dtype(options) if cluster is None else worker_dtype(options))
     from ..util.durable import StorageError
     from ..eval.evaluate import StrictFallbackError
     from ..eval.preflight import PreflightError
@@ -115,9 +115,9 @@ def _eval_command(command: str, model, problems, dtype, chunk_size, runs_dir, ru
         check_resume_before_load(runs_dir, name, command, model, problem_list, settings)  # checks the name too
     except RunError as exc:
         fail(str(exc))
-    if _report_finished(runs_dir, name, command, model, dtype, chunk_size, isa, problem_list, settings, store):
+    if _report_finished(runs_dir, name, command, options, problem_list, settings, store):
         return
-    execute = _executor(cluster, model, dtype, chunk_size, isa)  # loads the model here, or leaves it to workers
+    execute = _executor(cluster, options)  # loads the model here, or leaves it to workers
     if settings.graft and cluster is None:  # the pin is known once the model is loaded: partial(run_eval, session)
         _check_store_pins(store, execute.args[0].config, settings)  # over Ray: the driver's pre-flight
     try:
@@ -171,16 +171,17 @@ def _print_graft_use(manifest: dict) -> None:
         console.print(f"[yellow]note[/yellow]: {console_markup(note)}")
 
 
-def _report_finished(runs_dir, name, command, model, dtype, chunk_size, isa, problem_list, settings, store) -> bool:
+def _report_finished(runs_dir, name, command, options: ModelOptions, problem_list, settings, store) -> bool:
     """When ``runs_dir/name`` is a finished run of this command (:mod:`graftbench.results.finished`), say so, verify it
     and print its summary without loading a model or writing anything (exit 1 when it does not verify); ``False``
     when the command has work to do."""
     from ..results.finished import Request, finished_run
     from ..util.isa import ENV_VAR
 
-    fixed = engine_factory().fixed_pin()  # what every run of the engine pins (llama.cpp: its dtype and build)
-    dtype, isa = fixed.get("dtype", dtype), fixed.get("isa", isa)
-    request = Request(command, model, dtype, chunk_size, isa or os.environ.get(ENV_VAR) or "native", settings)
+    fixed = engine_factory(options.engine).fixed_pin()  # what every run of the engine pins (llama.cpp: dtype, build)
+    dtype, isa = fixed.get("dtype", options.dtype), fixed.get("isa", options.isa)
+    request = Request(command, options.model, dtype, options.chunk_size, isa or os.environ.get(ENV_VAR) or "native",
+                      settings)
     done = finished_run(runs_dir, name, request, problem_list, store if settings.graft else None)
     if done is None:
         return False
@@ -205,28 +206,29 @@ def default_run_name(command: str, model: str, problems: str, graft: bool) -> st
     return name.replace("..", "_")[:128]
 
 
-def _executor(cluster: ClusterOptions | None, model, dtype, chunk_size, isa):
-    """What runs the eval: :func:`graftbench.eval.eval_run.run_eval` with the model loaded in this process, or with
-    ``cluster`` :func:`graftbench.scale.ray_executor.run_eval_ray` (each worker loads the model; this process does
-    not)."""
+def _executor(cluster: ClusterOptions | None, options: ModelOptions):
+    """What runs the eval: :func:`graftbench.eval.eval_run.run_eval` with the model ``options`` name loaded in this
+    process, or with ``cluster`` :func:`graftbench.scale.ray_executor.run_eval_ray` (each worker loads the model;
+    this process does not)."""
     from functools import partial
 
-    refuse_random(model)  # Ray workers load the model themselves
-    if cluster is not None and kernels_option() != CERTIFIED_KERNELS:
-        fail(f"--kernels {kernels_option()} runs with --executor process only (Ray workers load the certified kernels)")
+    refuse_random(options.model)  # Ray workers load the model themselves
+    if cluster is not None and options.kernels != CERTIFIED_KERNELS:
+        fail(f"--kernels {options.kernels} runs with --executor process only (Ray workers load the certified kernels)")
     if cluster is None:
         from ..eval.eval_run import run_eval
 
-        return partial(run_eval, open_model(model, dtype, chunk_size, isa=isa))
+        return partial(run_eval, open_model(options))
     from ..scale.ray_executor import WorkerPin, run_eval_ray, worker_gpus
     from ..util.isa import ENV_VAR, IsaError, check_name
 
     try:
-        isa_name = check_name(isa or os.environ.get(ENV_VAR) or "native")
-        worker_gpus(device_option())  # cuda:N is refused before Ray starts
+        isa_name = check_name(options.isa or os.environ.get(ENV_VAR) or "native")
+        worker_gpus(options.device)  # cuda:N is refused before Ray starts
     except (IsaError, DispatchError) as exc:
         fail(str(exc))
-    pin = WorkerPin(model, dtype, chunk_size, isa_name, cluster.threads, device_option(), engine_name())
+    pin = WorkerPin(options.model, options.dtype, options.chunk_size, isa_name, cluster.threads, options.device,
+                    options.engine)
     return partial(run_eval_ray, pin=pin, options=cluster,
                    on_event=lambda line: console.print(console_markup(line)))  # store text is data
 
@@ -241,7 +243,7 @@ def _refuse_uncertified(kernels: str, what: str) -> None:
         fail(str(exc))
 
 
-def _cluster(executor: str, workers: int | None, threads: int, address: str | None,
+def _cluster(engine: str, executor: str, workers: int | None, threads: int, address: str | None,
              problem_timeout: float = CLUSTER.problem_timeout_s) -> ClusterOptions | None:
     """The Ray options of ``--executor ray`` (``None`` for ``process``). Exits 2 for an unknown executor, Ray
     options without ``--executor ray``, or Ray not installed (before any model loads)."""
@@ -251,7 +253,7 @@ def _cluster(executor: str, workers: int | None, threads: int, address: str | No
         if workers is not None or address is not None or problem_timeout != CLUSTER.problem_timeout_s:
             fail("--workers, --address and --problem-timeout apply to --executor ray")
         return None
-    require_capability(RAY, "--executor ray")
+    require_capability(RAY, "--executor ray", engine)
     from importlib.util import find_spec
 
     if find_spec("ray") is None:
@@ -274,17 +276,41 @@ def _in_mode(settings: EvalSettings, mode: str) -> EvalSettings:
 
 
 @app.command()
-@with_options(RUN, SAMPLING, CLUSTER_OPTIONS, FIELDS)
-def solve(**options) -> None:
+def solve(
+    model: ModelArg = DEFAULT_MODEL, problems: ProblemsArg = "builtin", dtype: DtypeArg = "auto",
+    chunk_size: ChunkSizeArg = DEFAULT_CHUNK_SIZE, isa: IsaArg = None, device: DeviceArg = "auto",
+    kernels: KernelsArg = CERTIFIED_KERNELS, engine: EngineArg = DEFAULT_ENGINE, kv_type: KvTypeArg = "f16",
+    flash_attn: FlashAttnArg = None, runs_dir: RunsDirArg = DEFAULT_RUNS_DIR, run: RunArg = None,
+    limit: LimitArg = None, max_new_tokens: MaxNewTokensArg = EVAL.max_new_tokens,
+    token_budget: TokenBudgetArg = None, samples: SamplesArg = EVAL.samples,
+    temperature: TemperatureArg = EVAL.temperature, top_p: TopPArg = EVAL.top_p, seed: SeedArg = EVAL.seed,
+    shard: ShardArg = None, executor: ExecutorArg = "process", workers: WorkersArg = CLUSTER.workers,
+    worker_threads: WorkerThreadsArg = CLUSTER.threads, address: AddressArg = CLUSTER.address,
+    problem_timeout: ProblemTimeoutArg = CLUSTER.problem_timeout_s, id_field: IdFieldArg = "id",
+    problem_field: ProblemFieldArg = "problem", answer_field: AnswerFieldArg = "answer",
+    solution_field: SolutionFieldArg = "solution", mode: ModeArg = EVAL.mode,
+) -> None:
     """Decode every problem under the budget (greedy, or N samples) and verify each answer (the baseline)."""
-    _run_command("solve", options)
+    options = ModelOptions(engine=engine, model=model, dtype=dtype, chunk_size=chunk_size, isa=isa, device=device,
+                           kernels=kernels, kv_type=kv_type, flash_attn=flash_attn)
+    refuse_options_not_taken(engine)  # first: a finished run or Ray workers would pass it by
+    settings = _in_mode(_settings(max_new_tokens=max_new_tokens, token_budget=token_budget, samples=samples,
+                                  temperature=temperature, top_p=top_p, seed=seed, shard=shard), mode)
+    _eval_command("solve", options, problems, runs_dir, run, limit, settings, None,
+                  (id_field, problem_field, answer_field, solution_field),
+                  cluster=_cluster(engine, executor, workers, worker_threads, address, problem_timeout))
 
 
 @app.command(name="eval")
-@with_options(RUN, OWN, SAMPLING, CLUSTER_OPTIONS, FIELDS)
 def eval_(
+    model: ModelArg = DEFAULT_MODEL, problems: ProblemsArg = "builtin", dtype: DtypeArg = "auto",
+    chunk_size: ChunkSizeArg = DEFAULT_CHUNK_SIZE, isa: IsaArg = None, device: DeviceArg = "auto",
+    kernels: KernelsArg = CERTIFIED_KERNELS, engine: EngineArg = DEFAULT_ENGINE, kv_type: KvTypeArg = "f16",
+    flash_attn: FlashAttnArg = None, runs_dir: RunsDirArg = DEFAULT_RUNS_DIR, run: RunArg = None,
+    limit: LimitArg = None, max_new_tokens: MaxNewTokensArg = EVAL.max_new_tokens,
+    token_budget: TokenBudgetArg = None,
     graft: bool = typer.Option(False, "--graft", help="route each problem to an artifact and graft it"),
-    store: str = StoreOpt,
+    store: StoreArg = DEFAULT_STORE,
     new_store: bool = typer.Option(False, "--new-store", help="with --graft: create the store if it does not exist "
                                    "(an empty store: every problem then runs as the baseline)"),
     certify: bool = typer.Option(False, "--certify", help="also hash a fresh chunked recompute; must be equal"),
@@ -292,49 +318,49 @@ def eval_(
     assume_kind: bool = typer.Option(False, "--assume-kind", help="graft artifacts that record no kind of CPU "
                                      "(deposited before graftbench kept writer records) as if this machine had "
                                      "written them"),
-    min_similarity: float = typer.Option(EVAL.min_similarity, "--min-similarity", min=0.0, max=1.0, help="confidence gate for non-exact routes (0-1)"),
-    layout: str = LayoutOpt, graft_from: str = GraftFromOpt, example_as: str = ExampleAsOpt, **options,
+    min_similarity: float = typer.Option(EVAL.min_similarity, "--min-similarity", min=0.0, max=1.0,
+                                         help="confidence gate for non-exact routes (0-1)"),
+    layout: LayoutArg = EVAL.layout, graft_from: GraftFromArg = EVAL.graft_from,
+    example_as: ExampleAsArg = EVAL.example_as, samples: SamplesArg = EVAL.samples,
+    temperature: TemperatureArg = EVAL.temperature, top_p: TopPArg = EVAL.top_p, seed: SeedArg = EVAL.seed,
+    shard: ShardArg = None, executor: ExecutorArg = "process", workers: WorkersArg = CLUSTER.workers,
+    worker_threads: WorkerThreadsArg = CLUSTER.threads, address: AddressArg = CLUSTER.address,
+    problem_timeout: ProblemTimeoutArg = CLUSTER.problem_timeout_s, id_field: IdFieldArg = "id",
+    problem_field: ProblemFieldArg = "problem", answer_field: AnswerFieldArg = "answer",
+    solution_field: SolutionFieldArg = "solution", mode: ModeArg = EVAL.mode,
 ) -> None:
     """Evaluate: the baseline, or with --graft an artifact restored at its own positions before the query."""
-    _run_command("eval", options, store, new_store, graft=graft, certify=certify, strict=strict,
-                 assume_kind=assume_kind,
-                 min_similarity=min_similarity, layout=layout, graft_from=graft_from,
-                 example_as=example_as)
-
-
-def _run_command(command: str, options: dict, store: str | None = None, new_store: bool = False,
-                 **graft_settings) -> None:
-    """``solve`` or ``eval`` from the shared options (:mod:`graftbench.cli.options`) and eval's graft settings."""
-    o = options
-    refuse_options_not_taken(engine_name())  # first: a finished run or Ray workers would pass it by
-    if graft_settings.get("certify"):
-        _refuse_uncertified(o["kernels"], "eval --certify")
-    settings = _settings(max_new_tokens=o["max_new_tokens"], token_budget=o["token_budget"], samples=o["samples"],
-                         temperature=o["temperature"], top_p=o["top_p"], seed=o["seed"], shard=o["shard"],
-                         **graft_settings)
-    settings = _in_mode(settings, o["mode"])
-    _eval_command(command, o["model"], o["problems"], o["dtype"], o["chunk_size"], o["runs_dir"], o["run"],
-                  o["limit"], settings, store, (o["id_field"], o["problem_field"], o["answer_field"],
-                                                o["solution_field"]), o["isa"], new_store,
-                  cluster=_cluster(o["executor"], o["workers"], o["worker_threads"], o["address"],
-                                   o["problem_timeout"]))
+    options = ModelOptions(engine=engine, model=model, dtype=dtype, chunk_size=chunk_size, isa=isa, device=device,
+                           kernels=kernels, kv_type=kv_type, flash_attn=flash_attn)
+    refuse_options_not_taken(engine)  # first: a finished run or Ray workers would pass it by
+    if certify:
+        _refuse_uncertified(kernels, "eval --certify")
+    settings = _in_mode(_settings(max_new_tokens=max_new_tokens, token_budget=token_budget, samples=samples,
+                                  temperature=temperature, top_p=top_p, seed=seed, shard=shard, graft=graft,
+                                  certify=certify, strict=strict, assume_kind=assume_kind,
+                                  min_similarity=min_similarity, layout=layout, graft_from=graft_from,
+                                  example_as=example_as), mode)
+    _eval_command("eval", options, problems, runs_dir, run, limit, settings, store,
+                  (id_field, problem_field, answer_field, solution_field), new_store,
+                  cluster=_cluster(engine, executor, workers, worker_threads, address, problem_timeout))
 
 
 @app.command()
 def deposit(
-    model: str = ModelOpt, problems: str = ProblemsOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt,
-    isa: Optional[str] = IsaOpt, device: str = DeviceOpt, kernels: str = KernelsOpt, engine: str = EngineOpt,
-    kv_type: str = KvTypeOpt, flash_attn: Optional[bool] = FlashAttnOpt, store: str = StoreOpt, runs_dir: str = RunsOpt,
-    limit: Optional[int] = LimitOpt,
+    model: ModelArg = DEFAULT_MODEL, problems: ProblemsArg = "builtin", dtype: DtypeArg = "auto",
+    chunk_size: ChunkSizeArg = DEFAULT_CHUNK_SIZE, isa: IsaArg = None, device: DeviceArg = "auto",
+    kernels: KernelsArg = CERTIFIED_KERNELS, engine: EngineArg = DEFAULT_ENGINE, kv_type: KvTypeArg = "f16",
+    flash_attn: FlashAttnArg = None, store: StoreArg = DEFAULT_STORE, runs_dir: RunsDirArg = DEFAULT_RUNS_DIR,
+    limit: LimitArg = None,
     from_run: Optional[str] = typer.Option(None, "--from-run", help="deposit this solve run's verified samples"),
     from_manifest: Optional[Path] = typer.Option(None, "--from-manifest", help="deposit the verified samples "
                                                  "recorded in this solve run's manifest (e.g. a committed one), "
                                                  "once it verifies"),
     references: bool = typer.Option(True, "--references/--no-references",
                                     help="deposit the problem set's solution field"),
-    shard: Optional[str] = ShardOpt,
-    id_field: str = IdFieldOpt, problem_field: str = ProblemFieldOpt, answer_field: str = AnswerFieldOpt,
-    solution_field: str = SolutionFieldOpt, mode: str = ModeOpt,
+    shard: ShardArg = None,
+    id_field: IdFieldArg = "id", problem_field: ProblemFieldArg = "problem", answer_field: AnswerFieldArg = "answer",
+    solution_field: SolutionFieldArg = "solution", mode: ModeArg = EVAL.mode,
     recompute: bool = typer.Option(False, "--recompute", help="prefill every solution, even one whose artifact "
                                    "the store already holds intact (equal bytes keep the one copy)"),
 ) -> None:
@@ -371,7 +397,8 @@ def deposit(
         fail(f"nothing to deposit from problem set '{problems}' (solution field '{solution_field}'"
              f"{f', shard {shard}' if shard else ''}): "
              + ("; ".join(reasons) or "--no-references without --from-run or --from-manifest"))
-    session = open_model(model, dtype, chunk_size, isa=isa)
+    session = open_model(ModelOptions(engine=engine, model=model, dtype=dtype, chunk_size=chunk_size, isa=isa,
+                                      device=device, kernels=kernels, kv_type=kv_type, flash_attn=flash_attn))
     try:
         with progress("deposit", len(items)) as advance:
             report = deposit_job(session, store, problem_list, references=references, items=items, on_item=advance,
@@ -403,8 +430,8 @@ def verify_manifest_cmd(
         "payloads not checked: exit 4 unless --allow-unchecked-payloads]")),
     require_artifacts: bool = typer.Option(False, "--require-artifacts",
                                            help="an artifact the store does not hold is a mismatch, not 'not checked'"),
-    allow_unanchored: bool = AllowUnanchoredOpt,
-    allow_unchecked_payloads: bool = AllowUncheckedPayloadsOpt,
+    allow_unanchored: AllowUnanchoredArg = False,
+    allow_unchecked_payloads: AllowUncheckedPayloadsArg = False,
     rescore: bool = typer.Option(False, "--rescore", help="also re-score every sample under the current verifier, "
                                  "as a separate report (a changed verdict there is a re-score, not a mismatch)"),
     problems: Optional[str] = typer.Option(None, "--problems", "-p", help=escape(
@@ -482,7 +509,7 @@ def _open_readonly(store: str):
 
 
 @store_app.command("ls")
-def store_ls(store: str = StoreOpt) -> None:
+def store_ls(store: StoreArg = DEFAULT_STORE) -> None:
     """List the indexed artifacts: id, problem id, model, dtype and pin, answer key, tokens, source (and the parent
     a chained artifact continues), with their count and size, and the kinds of CPU that wrote them; read-only."""
     from ..store.index import StoreError
@@ -503,7 +530,7 @@ def store_ls(store: str = StoreOpt) -> None:
 
 
 @store_app.command("verify")
-def store_verify(store: str = StoreOpt) -> None:
+def store_verify(store: StoreArg = DEFAULT_STORE) -> None:
     """Re-check every indexed artifact with SHA-256 (file against id, payload against header) and its indexed
     XXH3-128; exit 1 on any failure (read-only)."""
     from ..store.index import StoreError
@@ -525,7 +552,7 @@ def store_verify(store: str = StoreOpt) -> None:
 
 
 @store_app.command("reindex")
-def store_reindex(store: str = StoreOpt) -> None:
+def store_reindex(store: StoreArg = DEFAULT_STORE) -> None:
     """Rebuild the store's index from its artifact files (each checked: SHA-256 = its id, header parses); bad
     files are named and left in place."""
     from ..store.open import reindex_store
@@ -544,7 +571,7 @@ def store_reindex(store: str = StoreOpt) -> None:
 
 
 @store_app.command("clean")
-def store_clean(store: str = StoreOpt) -> None:
+def store_clean(store: StoreArg = DEFAULT_STORE) -> None:
     """Remove the temporary files of writers killed before their rename (never one a live process is writing)."""
     from ..store.index import StoreError
     from ..store.open import clean_store
@@ -559,12 +586,11 @@ def store_clean(store: str = StoreOpt) -> None:
 
 @app.command()
 def run(
-    model: str = ModelOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt, isa: Optional[str] = IsaOpt,
-    device: str = DeviceOpt, engine: str = EngineOpt, kv_type: str = KvTypeOpt,
-    flash_attn: Optional[bool] = FlashAttnOpt, runs_dir: str = RunsOpt,
-    store: str = StoreOpt,
+    model: ModelArg = DEFAULT_MODEL, dtype: DtypeArg = "auto", chunk_size: ChunkSizeArg = DEFAULT_CHUNK_SIZE,
+    isa: IsaArg = None, device: DeviceArg = "auto", engine: EngineArg = DEFAULT_ENGINE, kv_type: KvTypeArg = "f16",
+    flash_attn: FlashAttnArg = None, runs_dir: RunsDirArg = DEFAULT_RUNS_DIR, store: StoreArg = DEFAULT_STORE,
     n_per_family: int = typer.Option(FLYWHEEL.per_family, "--per-family", min=1, help="built-in problems per family"),
-    max_new_tokens: int = typer.Option(FLYWHEEL.max_new_tokens, "--max-new-tokens", min=1, help="decode budget per problem (tokens)"),
+    max_new_tokens: MaxNewTokensArg = FLYWHEEL.max_new_tokens,
     prefix: str = typer.Option(FLYWHEEL.prefix, "--prefix", help="run name prefix"),
 ) -> None:
     """The whole flywheel on the built-in set: solve, deposit, eval with graft, verify manifests, one table."""
@@ -575,7 +601,8 @@ def run(
     if n_per_family > MAX_PER_FAMILY:
         fail(f"--per-family {n_per_family}: the built-in families hold {MAX_PER_FAMILY} distinct problems each")
     problem_list = builtin_problems(n_per_family=n_per_family)
-    session = open_model(model, dtype, chunk_size, isa=isa)
+    session = open_model(ModelOptions(engine=engine, model=model, dtype=dtype, chunk_size=chunk_size, isa=isa,
+                                      device=device, kv_type=kv_type, flash_attn=flash_attn))
     from ..results.runs import RunError
 
     try:

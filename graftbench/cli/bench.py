@@ -11,13 +11,13 @@ from typing import Optional
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..settings import BatchedSettings
-from .common import (BENCH, BENCH_OUT, DTYPE_NAMES, ChunkOpt, DeviceOpt, DtypeOpt, IsaOpt, ModelOpt, apply_isa, console,
-                     fail, int_list, load_problem_set, model_label, name_list, open_model, progress_bar)
-from ..settings import CERTIFIED_KERNELS, BenchSettings
+from ..engine.registry import DEFAULT_ENGINE
 from ..results.layout import dtype_marker
-from .common import kernels_option
-from .options import KernelsOpt
+from ..settings import (CERTIFIED_KERNELS, DEFAULT_CHUNK_SIZE, DEFAULT_MODEL, BatchedSettings, BenchSettings,
+                        ModelOptions)
+from .common import (BENCH, BENCH_OUT, DTYPE_NAMES, apply_isa, console, fail, int_list, load_problem_set, model_label,
+                     name_list, open_model, progress_bar)
+from .options import ChunkSizeArg, DeviceArg, DtypeArg, IsaArg, KernelsArg, ModelArg
 
 BATCHED = BatchedSettings()
 
@@ -47,8 +47,8 @@ def _problem_file(source: str) -> str:
 
 
 def bench(
-    model: str = ModelOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt, isa: Optional[str] = IsaOpt,
-    device: str = DeviceOpt, kernels: str = KernelsOpt,
+    model: ModelArg = DEFAULT_MODEL, dtype: DtypeArg = "auto", chunk_size: ChunkSizeArg = DEFAULT_CHUNK_SIZE,
+    isa: IsaArg = None, device: DeviceArg = "auto", kernels: KernelsArg = CERTIFIED_KERNELS,
     problems: str = typer.Option("../shared/data/aime2024.jsonl", "--problems", "-p",
                                  help="problems with solutions: the text the artifacts are cut from"),
     sizes: str = typer.Option(",".join(map(str, BENCH.sizes)), "--sizes", help="artifact sizes in tokens, comma-separated"),
@@ -102,7 +102,8 @@ def bench(
     if smoke:
         settings, batched = BenchSettings.smoke_run(), BatchedSettings.smoke_run()
     problem_list = load_problem_set(_problem_file(problems), None, "id", "problem", "answer", "solution")
-    session = open_model(model, dtype, chunk_size, threads, isa, architecture_only=True)
+    session = open_model(ModelOptions(engine=DEFAULT_ENGINE, model=model, dtype=dtype, chunk_size=chunk_size,
+                                      threads=threads, isa=isa, device=device, kernels=kernels), architecture_only=True)
     try:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console) as progress:
@@ -110,7 +111,7 @@ def bench(
                                only.value if only else None)
     except ValueError as exc:
         fail(str(exc))
-    stem = _stem(only, model, session.config.dtype, batched, smoke)
+    stem = _stem(only, model, session.config.dtype, batched, smoke, kernels)
     if only:
         text = only_markdown(result)
         paths = write_json_and_markdown(result, text, out, stem)
@@ -121,22 +122,23 @@ def bench(
     console.print("wrote " + ", ".join(str(p) for p in paths))
 
 
-def _stem(only: BenchSection | None, model: str, dtype: str, batched: BatchedSettings, smoke: bool) -> str:
+def _stem(only: BenchSection | None, model: str, dtype: str, batched: BatchedSettings, smoke: bool,
+          kernels: str = CERTIFIED_KERNELS) -> str:
     """The result files' name: ``bench-<model>[-bf16]``, ``<section>-<model>[-bf16]`` for a section alone
     (``-<N>-tokens`` for a batched-samples artifact size other than the default), ``store-scale`` (no model);
-    ``-smoke`` for a smoke run. The dtype part is the naming scheme's
+    ``-fast`` for sample-counts under ``kernels`` other than the certified ones; ``-smoke`` for a smoke run. The dtype part is the naming scheme's
     (:func:`graftbench.results.layout.dtype_marker`)."""
     if only == BenchSection.store_scale:
         return "store-scale" + ("-smoke" if smoke else "")
     other_size = (only == BenchSection.batched_samples and batched.artifact_tokens != BATCHED.artifact_tokens
                   and not smoke)
-    fast = "-fast" if only == BenchSection.sample_counts and kernels_option() != CERTIFIED_KERNELS else ""
+    fast = "-fast" if only == BenchSection.sample_counts and kernels != CERTIFIED_KERNELS else ""
     return (f"{only.value if only else 'bench'}-{model_label(model)}" + dtype_marker(dtype) + fast
             + (f"-{batched.artifact_tokens}-tokens" if other_size else "") + ("-smoke" if smoke else ""))
 
 
 def bench_isa(
-    model: str = ModelOpt,
+    model: ModelArg = DEFAULT_MODEL,
     dtypes: str = typer.Option(",".join(DTYPE_NAMES), "--dtypes", help="dtypes to measure, comma-separated"),
     problems: str = typer.Option("../shared/data/aime2024.jsonl", "--problems", "-p",
                                  help="problems with solutions: the prompt text"),
@@ -165,7 +167,7 @@ def bench_isa(
 
 
 def bench_llama(
-    model: str = ModelOpt,
+    model: ModelArg = DEFAULT_MODEL,
     problems: str = typer.Option("../shared/data/aime2024.jsonl", "--problems", "-p",
                                  help="problems with solutions: the text the states are cut from"),
     sizes: str = typer.Option("4096,8192", "--sizes", help="state sizes in tokens, comma-separated"),
@@ -239,7 +241,8 @@ def _bench_llama_samples(model: str, problems: str, graft_tokens: int, widths: l
 
 def bench_long_context(
     model: str = typer.Option("gemma3-270m", "--model", "-m", help="alias, hub id, folder or .gguf"),
-    dtype: str = DtypeOpt, chunk_size: int = ChunkOpt, isa: Optional[str] = IsaOpt, device: str = DeviceOpt,
+    dtype: DtypeArg = "auto", chunk_size: ChunkSizeArg = DEFAULT_CHUNK_SIZE, isa: IsaArg = None,
+    device: DeviceArg = "auto",
     problems: list[str] = typer.Option(["../shared/data/aime2024.jsonl", "../shared/data/aime2025.jsonl"], "--problems",
                                        "-p", help="problems with solutions (repeatable): the text the artifacts are cut from"),
     tokens: int = typer.Option(1_000_000, "--tokens", min=1, help="tokens of KV state to hold in the store"),
@@ -256,7 +259,8 @@ def bench_long_context(
 
     problem_list = [p for source in problems
                     for p in load_problem_set(_problem_file(source), None, "id", "problem", "answer", "solution")]
-    session = open_model(model, dtype, chunk_size, isa=isa, architecture_only=True)
+    session = open_model(ModelOptions(engine=DEFAULT_ENGINE, model=model, dtype=dtype, chunk_size=chunk_size, isa=isa,
+                                      device=device), architecture_only=True)
     try:
         corpus = corpus_ids(session, problem_list)
         query = session.query_ids(problem_list[0].problem)

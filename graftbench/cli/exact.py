@@ -4,6 +4,7 @@ registered engine (:mod:`graftbench.eval.exactness` over its :class:`graftbench.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -11,17 +12,19 @@ import typer
 
 from .exact_runs import open_run, report_manifest
 from .invocation import command_options
-from .options import KernelsOpt
 from ..settings import require_certified_kernels
 from ..engine.base import ACROSS_CPU_KINDS, EXTEND_EXPECTATION, REPLAY_RANGE, EngineOpenError
 from ..engine.registry import DEFAULT_ENGINE, engine_names
-from .common import (ChunkOpt, DeviceOpt, DtypeOpt, EngineOpt, FlashAttnOpt, KvTypeOpt, ModelOpt, ProblemsOpt, RunsOpt,
-                     apply_isa, console, engine_factory, fail, load_problem_set, model_label, open_model, progress,
+from ..settings import CERTIFIED_KERNELS, DEFAULT_CHUNK_SIZE, DEFAULT_MODEL, DEFAULT_RUNS_DIR, ModelOptions
+from .common import (apply_isa, console, engine_factory, fail, load_problem_set, model_label, open_model, progress,
                      require_capability, run_dtype)
+from .options import (ChunkSizeArg, DeviceArg, DtypeArg, EngineArg, FlashAttnArg, KernelsArg, KvTypeArg, ModelArg,
+                      ProblemsArg, RunsDirArg)
 
 
 def check_exact(
-    model: str = ModelOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt, problems: str = ProblemsOpt,
+    model: ModelArg = DEFAULT_MODEL, dtype: DtypeArg = "auto", chunk_size: ChunkSizeArg = DEFAULT_CHUNK_SIZE,
+    problems: ProblemsArg = "builtin",
     isa: Optional[str] = typer.Option(None, "--isa", help="instruction-set pin: native or avx2 (portable); with "
                                       "--expect the expectation's pin is adopted [default: native]"),
     samples: int = typer.Option(50, "--samples", min=1, help="number of (artifact, query) pairs"),
@@ -34,26 +37,28 @@ def check_exact(
                                         "END excluded, as a Python slice: 3:20 is the 17 pairs after the first 3; "
                                         "START: to the last)"),
     log: Optional[Path] = typer.Option(None, "--log", help="with --expect: append the outcome and both CPUs to this "
-                                       "replay log (JSON lines, e.g. results/replays.jsonl)"),
+                                       "replay log (JSON lines, e.g. manifests/replays.jsonl)"),
     across_cpu_kinds: bool = typer.Option(False, "--across-cpu-kinds", help="with --expect of a llama.cpp "
                                           "expectation: compare the pairs even where this llama.cpp build differs "
                                           "from the recorded one in detected CPU features alone; logged as a "
                                           "comparison on another kind of CPU, never as a replay on the recorded one"),
     extend: Optional[Path] = typer.Option(None, "--extend", help="start from this expectation's pair records "
                                           "(same pin and problem set) and measure only the pairs it lacks"),
-    runs_dir: str = RunsOpt,
+    runs_dir: RunsDirArg = DEFAULT_RUNS_DIR,
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch intra-op threads (pinned; default: torch's)"),
-    engine: str = EngineOpt, kv_type: str = KvTypeOpt, flash_attn: Optional[bool] = FlashAttnOpt,
-    device: str = DeviceOpt, kernels: str = KernelsOpt,
+    engine: EngineArg = DEFAULT_ENGINE, kv_type: KvTypeArg = "f16", flash_attn: FlashAttnArg = None,
+    device: DeviceArg = "auto", kernels: KernelsArg = CERTIFIED_KERNELS,
 ) -> None:
     """Prove the graft byte-exact against a fresh chunked recompute, with negative controls, or replay an expectation."""
     try:
         require_certified_kernels(kernels, "check-exact")
     except ValueError as exc:
         fail(str(exc))
+    options = ModelOptions(engine=engine, model=model, dtype=dtype, chunk_size=chunk_size, threads=threads, isa=isa,
+                           device=device, kernels=kernels, kv_type=kv_type, flash_attn=flash_attn)
     if expect is not None:
         first, end = _pair_range(pairs, limit)
-        return _replay(expect, end, isa, log, first, across_cpu_kinds)
+        return _replay(expect, end, options, log, first, across_cpu_kinds)
     if pairs is not None or across_cpu_kinds:
         fail(f"{'--pairs' if pairs is not None else '--across-cpu-kinds'} applies with --expect only")
     factory = engine_factory(engine)
@@ -70,8 +75,9 @@ def check_exact(
         fail(str(exc))
     expected = _load_expectation(extend) if extend else None  # a bad file fails before the model loads
     if extend:
-        _check_extendable_before_load(extend, expected, model, run_dtype(dtype, isa), chunk_size, threads, problem_list, samples)
-    session, recorded = open_model(model, dtype, chunk_size, threads, isa, architecture_only=True, engine=engine), []
+        _check_extendable_before_load(extend, expected, model, run_dtype(options), chunk_size, threads, problem_list,
+                                      samples)
+    session, recorded = open_model(options, architecture_only=True), []
     if extend:
         session, recorded = _extension(extend, expected, session, problem_list, samples)
     run, done = open_run(runs_dir, model, session, problem_list)
@@ -160,11 +166,12 @@ def _pair_range(pairs: str | None, limit: int | None) -> tuple[int, int | None]:
     return int(match.group(1)), int(match.group(2)) if match.group(2) else None
 
 
-def _replay(expect: Path, limit, isa: str | None, log: Path | None, first: int = 0,
+def _replay(expect: Path, limit, given: ModelOptions, log: Path | None, first: int = 0,
             across_cpu_kinds: bool = False) -> None:
     """Replay the expectation at ``expect`` on the engine its pin names, under that pin (an engine that takes
     ``--isa`` adopts the recorded one unless ``--isa`` is given; another adopts what its pin fixes, e.g. a llama.cpp
-    build); ``across_cpu_kinds``: where this machine's pin differs in CPU features alone, compare the pairs anyway
+    build), with the device, kernels and llama.cpp cache options of ``given`` where the pin does not fix them;
+    ``across_cpu_kinds``: where this machine's pin differs in CPU features alone, compare the pairs anyway
     (:func:`graftbench.eval.replay_committed.adopt_cpu_features`), logged as a comparison on another kind of CPU.
     Fails when not comparable or a hash differs."""
     from ..engine.pin_terms import engine_of
@@ -188,16 +195,18 @@ def _replay(expect: Path, limit, isa: str | None, log: Path | None, first: int =
         require_capability(REPLAY_RANGE, "--pairs START:END", name)
     if across_cpu_kinds:
         require_capability(ACROSS_CPU_KINDS, "--across-cpu-kinds", name)
-    if "isa" in factory.options:
-        apply_isa(isa or pin.get("isa", "native"))
+    isa = given.isa or pin.get("isa", "native") if "isa" in factory.options else None
+    if isa is not None:
+        apply_isa(isa)
     problem_list = load_problem_set(expected["problem_set"]["source"], None, "id", "problem", "answer", "solution")
     try:
         factory.adopt_pin(pin)
     except EngineOpenError as exc:
         fail(f"{expect}: {exc}")
-    options = factory.replay_options(pin)
-    session = open_model(options.pop("model"), options.pop("dtype", "auto"), options.pop("chunk_size"),
-                         options.pop("threads", None), architecture_only=True, engine=name, **options)
+    recorded = factory.replay_options(pin)
+    options = replace(given, engine=name, isa=isa, model=recorded.pop("model"), dtype=recorded.pop("dtype", "auto"),
+                      chunk_size=recorded.pop("chunk_size"), threads=recorded.pop("threads", None))
+    session = open_model(options, architecture_only=True, pinned=recorded)
     result, record = _replay_pairs(expect, expected, session, problem_list, limit, log, first, across_cpu_kinds)
     if "isa" in factory.options:
         from ..util.isa import describe_cpu

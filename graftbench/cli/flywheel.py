@@ -7,17 +7,19 @@ from typing import Optional
 
 import typer
 
-from .common import (ChunkOpt, DeviceOpt, DtypeOpt, EngineOpt, FlashAttnOpt, IsaOpt, KvTypeOpt, ModelOpt, ModeOpt, RunsOpt, announce_sandbox, console, fail,
-                     open_model, stage_progress)
-from ..settings import RoundsSettings
+from ..engine.registry import DEFAULT_ENGINE
+from ..settings import DEFAULT_CHUNK_SIZE, DEFAULT_MODEL, DEFAULT_RUNS_DIR, ModelOptions, RoundsSettings
+from .common import announce_sandbox, console, fail, open_model, stage_progress
+from .options import (EVAL, ChunkSizeArg, DeviceArg, DtypeArg, EngineArg, FlashAttnArg, IsaArg, KvTypeArg, ModeArg,
+                      ModelArg, RunsDirArg)
 
 ROUNDS = RoundsSettings()
 
 
 def flywheel(
-    model: str = ModelOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt, isa: Optional[str] = IsaOpt,
-    device: str = DeviceOpt, engine: str = EngineOpt, kv_type: str = KvTypeOpt,
-    flash_attn: Optional[bool] = FlashAttnOpt, runs_dir: str = RunsOpt,
+    model: ModelArg = DEFAULT_MODEL, dtype: DtypeArg = "auto", chunk_size: ChunkSizeArg = DEFAULT_CHUNK_SIZE,
+    isa: IsaArg = None, device: DeviceArg = "auto", engine: EngineArg = DEFAULT_ENGINE, kv_type: KvTypeArg = "f16",
+    flash_attn: FlashAttnArg = None, runs_dir: RunsDirArg = DEFAULT_RUNS_DIR,
     store: str = typer.Option("store-rounds", "--store", envvar="GRAFTBENCH_ROUNDS_STORE",
                               help="artifact store of this flywheel (created; holds only its deposits)"),
     rounds: int = typer.Option(ROUNDS.rounds, "--rounds", min=1, max=50, help="rounds after round 0"),
@@ -31,7 +33,7 @@ def flywheel(
     max_new_tokens: int = typer.Option(ROUNDS.max_new_tokens, "--max-new-tokens", min=1,
                                        help="decode budget per sample (tokens)"),
     prefix: str = typer.Option(ROUNDS.prefix, "--prefix", help="run name prefix: <prefix>-r<round>-<arm>"),
-    mode: str = ModeOpt,
+    mode: ModeArg = EVAL.mode,
 ) -> None:
     """The flywheel over rounds: held-out baseline vs graft per round, recurring recall, the library growing from the model's own verified samples."""
     from ..eval.flywheel import rounds_summary, run_rounds
@@ -42,7 +44,8 @@ def flywheel(
     announce_sandbox(mode)
     settings = RoundsSettings(rounds=rounds, per_family=per_family, samples=samples, temperature=temperature,
                               top_p=top_p, seed=seed, max_new_tokens=max_new_tokens, prefix=prefix, mode=mode)
-    session = open_model(model, dtype, chunk_size, isa=isa)
+    session = open_model(ModelOptions(engine=engine, model=model, dtype=dtype, chunk_size=chunk_size, isa=isa,
+                                      device=device, kv_type=kv_type, flash_attn=flash_attn))
     try:
         with stage_progress() as (advance, on_stage):
             results = run_rounds(session, settings, runs_root=runs_dir, store_root=store, on_sample=advance,

@@ -6,14 +6,16 @@ import typer
 from rich.box import SIMPLE_HEAD
 from rich.table import Table
 
-from .common import RunsOpt, console, fail
+from ..settings import DEFAULT_RUNS_DIR
+from .common import console, fail
+from .options import RunsDirArg
 
 
 def merge(
     shards: list[str] = typer.Argument(..., help="the shard runs: run names under --runs-dir, run folders or "
                                                  "manifest files (each of 0/N … N-1/N once)"),
     out: str = typer.Option(..., "--out", help="name of the merged run (a new folder under --runs-dir)"),
-    runs_dir: str = RunsOpt,
+    runs_dir: RunsDirArg = DEFAULT_RUNS_DIR,
 ) -> None:
     """Merge the shards of one run (--shard i/N) into one run whose manifest equals a single-process run's."""
     from ..scale.merge import MergeError, merge_runs

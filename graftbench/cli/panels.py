@@ -9,6 +9,7 @@ registered. An option in neither table stays in typer's default panel, and tests
 from __future__ import annotations
 
 import inspect
+import typing
 from collections.abc import Iterator
 
 import typer
@@ -68,13 +69,23 @@ def commands(app: typer.Typer, prefix: str = "") -> Iterator[tuple[str, object]]
 
 
 def options(callback) -> Iterator[tuple[str, OptionInfo]]:
-    """A command's options as ``(long name, OptionInfo)``, in its signature's order (``--x/--no-x`` as ``--x``)."""
+    """A command's options as ``(long name, OptionInfo)``, in its signature's order (``--x/--no-x`` as ``--x``): an
+    option given as a parameter's default, or in its ``Annotated`` type (:mod:`graftbench.cli.options`)."""
+    hints = typing.get_type_hints(callback, include_extras=True)
     for parameter in inspect.signature(callback).parameters.values():
-        info = parameter.default
+        annotated = [m for m in getattr(hints.get(parameter.name), "__metadata__", ()) if isinstance(m, OptionInfo)]
+        info = annotated[0] if annotated else parameter.default
         if isinstance(info, OptionInfo):
-            declared = [d for d in info.param_decls if d.startswith("--")]
+            declared = [d for d in declarations(info) if d.startswith("--")]
             name = declared[0] if declared else "--" + parameter.name.replace("_", "-")
             yield name.split("/")[0], info
+
+
+def declarations(info: OptionInfo) -> tuple[str, ...]:
+    """An option's names as declared (``("--model", "-m")``): in ``Annotated`` style typer takes the first
+    positional argument of ``typer.Option`` for a name, not a default."""
+    first = (info.default,) if isinstance(info.default, str) and info.default.startswith("-") else ()
+    return (*first, *(info.param_decls or ()))
 
 
 def panel_of(command: str, option: str) -> str | None:

@@ -8,7 +8,8 @@ from typing import Optional
 
 import typer
 
-from .common import AllowUnanchoredOpt, console, fail, name_list
+from .common import console, fail, name_list
+from .options import AllowUnanchoredArg
 from ..util.display_text import console_markup
 
 
@@ -24,7 +25,7 @@ class ReportFormat(str, Enum):
 
 def report(
     paths: list[Path] = typer.Argument(..., help="run folders (runs/NAME) or run manifests (a manifest.json, or a "
-                                       "committed manifest such as results/<kind>/manifests/*.json) to compare"),
+                                       "committed manifest such as manifests/<kind>/*.json) to compare"),
     out: Optional[Path] = typer.Option(None, "--out", help="folder to write report.md, summary.json and the plots "
                                        "into [default: reports/<--name>, or reports/<UTC timestamp>]"),
     name: Optional[str] = typer.Option(None, "--name", help="report name: the folder under reports/ when --out is "
@@ -40,7 +41,7 @@ def report(
     families: Optional[str] = typer.Option(None, "--families", help="families pooled into one more paired "
                                            "comparison, comma-separated (a pre-registered subset); each family's "
                                            "own comparison is always shown"),
-    allow_unanchored: bool = AllowUnanchoredOpt,
+    allow_unanchored: AllowUnanchoredArg = False,
 ) -> None:
     """Compare runs from their manifests: accuracy with 95% intervals, pass@k, maj@N, tokens, energy, copy controls; writes markdown and plots."""
     from ..report.compare import ReportError, UnanchoredRun, build_report, check_out_dir, default_out_dir

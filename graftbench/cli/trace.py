@@ -8,7 +8,10 @@ from typing import Optional
 
 import typer
 
-from .common import ChunkOpt, DtypeOpt, ModelOpt, apply_isa, console, fail, load_problem_set, open_model
+from ..engine.registry import DEFAULT_ENGINE
+from ..settings import DEFAULT_CHUNK_SIZE, DEFAULT_MODEL, ModelOptions
+from .common import apply_isa, console, fail, load_problem_set, open_model
+from .options import ChunkSizeArg, DtypeArg, ModelArg
 from ..problems.sources import MissingDataFile, data_file
 
 
@@ -17,7 +20,7 @@ def trace_pair(
     expect: Optional[Path] = typer.Option(None, "--expect", help="trace a pair of this torch expectation under its "
                                           "pin (model, dtype, chunk size, threads, --isa, problem set)"),
     pair: int = typer.Option(0, "--pair", min=0, help="the pair's index (0-based, as check-exact numbers them)"),
-    model: str = ModelOpt, dtype: str = DtypeOpt, chunk_size: int = ChunkOpt,
+    model: ModelArg = DEFAULT_MODEL, dtype: DtypeArg = "auto", chunk_size: ChunkSizeArg = DEFAULT_CHUNK_SIZE,
     isa: Optional[str] = typer.Option(None, "--isa", help="instruction-set pin: native, avx2 or portable; with "
                                       "--expect the expectation's [default: native]"),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch intra-op threads (pinned)"),
@@ -47,7 +50,8 @@ def trace_pair(
     except MissingDataFile as exc:
         fail(str(exc))
     problem_list = load_problem_set(problems, None, "id", "problem", "answer", "solution")
-    session = open_model(model, dtype, chunk_size, threads, architecture_only=True)
+    session = open_model(ModelOptions(engine=DEFAULT_ENGINE, model=model, dtype=dtype, chunk_size=chunk_size,
+                                      threads=threads, isa=isa), architecture_only=True)
     try:
         document = trace_session_pair(session, problem_list, pair, expected)
     except ValueError as exc:
