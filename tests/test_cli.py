@@ -127,7 +127,7 @@ def _interrupt(*args, **kwargs):
 def test_an_interrupted_eval_says_where_its_samples_are_and_how_to_resume(tmp_path, monkeypatch):
     from graftbench.cli.app import app
 
-    monkeypatch.setattr("graftbench.cli.app._executor", lambda *args: _interrupt)
+    monkeypatch.setattr("graftbench.scale.eval_job._executor", lambda *args: _interrupt)
     result = runner.invoke(app, ["solve", "--problems", "builtin", "--limit", "1", "--run", "cut",
                                  "--runs-dir", str(tmp_path)], terminal_width=400)
     assert result.exit_code == 130, result.output

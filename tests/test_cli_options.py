@@ -140,3 +140,44 @@ def test_two_invocations_in_one_process_each_open_the_model_with_their_own_optio
                       (stand_in_engine.NAME, "auto", "certified", stand_in_engine.MODEL_PREFIX),
                       ("torch", "cpu", "certified", "smollm2-135m"),
                       ("torch", "auto", "certified", "smollm2-135m")]
+
+
+# ---- --max-new-tokens followed from the command line to run_problem, by signature ----
+
+
+def _eval_chain():
+    """The functions ``eval --max-new-tokens N`` passes through to the decode budget of each problem, in order."""
+    from graftbench.cli import app as cli_app
+    from graftbench.eval import eval_run, evaluate
+    from graftbench.scale import eval_job
+
+    return [cli_app.eval_, cli_app._eval_command, eval_job.run_job, eval_job.execute, eval_run.run_eval,
+            evaluate.evaluate, evaluate.run_problem]
+
+
+def _takes_the_budget(function) -> str | None:
+    """The parameter by which ``function`` takes the decode budget: ``max_new_tokens`` itself, or an
+    :class:`EvalSettings`, or a request holding one (its ``settings`` field)."""
+    hints = typing.get_type_hints(function, include_extras=True)
+    for name in inspect.signature(function).parameters:
+        hint = typing.get_args(hints.get(name))[0] if hasattr(hints.get(name), "__metadata__") else hints.get(name)
+        if name == "max_new_tokens" or hint is EvalSettings or (
+                isinstance(hint, type) and typing.get_type_hints(hint).get("settings") is EvalSettings):
+            return name
+    return None
+
+
+def _calls(function) -> set[str]:
+    """The names ``function``'s body calls (``f(...)`` and ``x.f(...)``)."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    return {getattr(node.func, "id", None) or getattr(node.func, "attr", None) for node in ast.walk(tree)
+            if isinstance(node, ast.Call)}
+
+
+def test_max_new_tokens_is_followed_from_eval_to_run_problem_by_name():
+    chain = _eval_chain()
+    assert [(f.__name__, _takes_the_budget(f)) for f in chain] == [
+        ("eval_", "max_new_tokens"), ("_eval_command", "request"), ("run_job", "request"), ("execute", "request"), ("run_eval", "settings"),
+        ("evaluate", "settings"), ("run_problem", "settings")]
+    for caller, callee in zip(chain, chain[1:]):
+        assert callee.__name__ in _calls(caller), f"{caller.__name__} does not call {callee.__name__}"

@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 from graftbench.util import hub_access
 from graftbench.store.codec import ArtifactError, audit_artifact, decode_artifact, encode_artifact
 from graftbench.store.ids import artifact_id_of
-from graftbench.cli.app import _check_store_pins, app
+from graftbench.cli.app import app
 from graftbench.cli.common import os_error_text
 from graftbench.util.durable import StorageError, storage_error
 from graftbench.problems.loading import load_problems
@@ -195,10 +195,17 @@ def test_a_store_without_this_pin_is_named_before_the_run_and_refused_under_stri
     assert ("2 under torch gemma3-270m bfloat16 (pin bbbbbbbbbbbb), which differs in: dtype bfloat16 (this run "
             "float32: pass --dtype bfloat16)") in message
     assert store_notes(other_pin_store, "gs", {"model": "gemma3-270m", "dtype": "bfloat16"}, "b" * 64, None) == []
-    _check_store_pins(str(other_pin_store.root), config, EvalSettings(graft=True))  # a note, and the run goes on
-    assert "note" in capsys.readouterr().out
-    with pytest.raises(typer.Exit) as stopped:
-        _check_store_pins(str(other_pin_store.root), config, EvalSettings(graft=True, strict=True))
+    from graftbench.cli.errors import mapped_errors
+    from graftbench.eval.preflight import PreflightError
+    from graftbench.scale.eval_job import store_pin_notes
+
+    notes = store_pin_notes(str(other_pin_store.root), config, EvalSettings(graft=True))  # a note; the run goes on
+    assert len(notes) == 1 and "pin bbbbbbbbbbbb" in notes[0]
+    with pytest.raises(PreflightError) as refused:
+        store_pin_notes(str(other_pin_store.root), config, EvalSettings(graft=True, strict=True))
+    assert refused.value.kind == "refused"
+    with pytest.raises(typer.Exit) as stopped, mapped_errors():  # the command line's one mapping: exit 2
+        raise refused.value
     assert stopped.value.exit_code == 2
     out = " ".join(capsys.readouterr().out.split())
     assert "--strict:" in out and "pin bbbbbbbbbbbb" in out and "nothing was run" in out
@@ -299,7 +306,7 @@ def test_a_full_runs_folder_during_a_run_says_the_samples_are_kept_and_the_comma
     def full(*args, **kwargs):
         raise storage_error(OSError(errno.ENOSPC, "No space left on device"), "sample 'mod-1'")
 
-    monkeypatch.setattr("graftbench.cli.app._executor", lambda *args: full)
+    monkeypatch.setattr("graftbench.scale.eval_job._executor", lambda *args: full)
     result = runner.invoke(app, ["solve", "--problems", "builtin:1", "--limit", "2", "--run", "full",
                                  "--runs-dir", str(tmp_path)])
     message = " ".join(result.output.split())
@@ -366,7 +373,7 @@ def test_a_finished_run_run_again_changes_nothing_and_loads_no_model(finished, m
 
     runs, result = finished
     before = {p.name: p.read_bytes() for p in result.run.path.iterdir()}
-    monkeypatch.setattr("graftbench.cli.app._executor", lambda *args: pytest.fail("a finished run loaded a model"))
+    monkeypatch.setattr("graftbench.scale.eval_job._executor", lambda *args: pytest.fail("a finished run loaded a model"))
     args = ["solve", "--problems", "builtin:1", "--limit", "1", "--max-new-tokens", "4", "--run", "rr",
             "--runs-dir", str(runs), "--chunk-size", str(result.manifest["config"]["chunk_size"])]
     again = runner.invoke(app, args)

@@ -8,7 +8,6 @@ a machine without them.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -19,15 +18,14 @@ from rich.markup import escape
 
 from . import bench, exact, flywheel, report, trace
 from . import merge, route, view
-from ..engine.base import RAY
 from ..engine.registry import DEFAULT_ENGINE
-from ..scale.dispatch import EXECUTORS, RAY_EXTRA, ClusterOptions, DispatchError
+from ..eval.errors import NotVerified
+from ..scale.eval_job import EvalRequest, cluster_options
 from ..settings import (CERTIFIED_KERNELS, DEFAULT_CHUNK_SIZE, DEFAULT_MODEL, DEFAULT_RUNS_DIR, DEFAULT_STORE,
                         EvalSettings, ModelOptions)
 from ..util.display_text import console_markup
-from .common import (FLYWHEEL, announce_sandbox, check_hub_model, console, engine_factory, fail, load_problem_set,
-                     model_label, open_model, os_error_text, progress, refuse_options_not_taken, refuse_random,
-                     require_capability, run_dtype, shard_problems, stage_progress, worker_dtype)
+from .common import (FLYWHEEL, announce_sandbox, console, fail, load_problem_set, model_label, open_model,
+                     os_error_text, progress, refuse_options_not_taken, shard_problems, stage_progress)
 from .invocation import command_options
 from .options import (CLUSTER, EVAL, AddressArg, AllowUncheckedPayloadsArg, AllowUnanchoredArg, AnswerFieldArg,
                       ChunkSizeArg, DeviceArg, DtypeArg, EngineArg, ExampleAsArg, ExecutorArg, FlashAttnArg,
@@ -35,6 +33,7 @@ from .options import (CLUSTER, EVAL, AddressArg, AllowUncheckedPayloadsArg, Allo
                       ModeArg, ModelArg, ProblemFieldArg, ProblemsArg, ProblemTimeoutArg, RunArg, RunsDirArg,
                       SamplesArg, SeedArg, ShardArg, SolutionFieldArg, StoreArg, TemperatureArg, TokenBudgetArg,
                       TopPArg, WorkersArg, WorkerThreadsArg)
+from .errors import map_errors
 from .panels import place_options
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -87,79 +86,26 @@ def _print_run(result, energy_method: str) -> None:
     console.print(f"manifest: {result.run.manifest_path} (sha256 {result.manifest['manifest_sha256'][:16]})")
 
 
-def _eval_command(command: str, options: ModelOptions, problems, runs_dir, run, limit, settings: EvalSettings,
-                  store, fields, new_store=False, cluster: ClusterOptions | None = None) -> None:
-    model = options.model
-    if cluster is None:
-        check_hub_model(model)  # first: what follows imports torch
-    options = replace(options, dtype=run_dtype(options) if cluster is None else worker_dtype(options))
-    from ..util.durable import StorageError
-    from ..eval.evaluate import StrictFallbackError
-    from ..eval.preflight import PreflightError
-    from ..programs.sandbox import SandboxError
-    from ..eval.run_identity import shard_size
-    from ..results.runs import RunError
-    from ..store.index import StoreError
-    from ..eval.run_identity import check_resume_before_load, samples_recorded
+def _eval_command(request: EvalRequest, limit: int | None, fields: tuple[str, str, str, str]) -> None:
+    """``solve`` or ``eval``: load the problems, run the job (:func:`graftbench.scale.eval_job.run_job`: the
+    pre-flight, the executor, the run) and print what it did, or the finished run it found."""
+    from ..scale.eval_job import JobHooks, run_job
 
-    problem_list = load_problem_set(problems, limit, *fields)
-    if settings.graft and not new_store:
-        from ..store.open import require_store
-
-        try:
-            require_store(store)  # before the model loads: a mistyped --store fails at once
-        except StoreError as exc:
-            fail(str(exc) + (" or pass --new-store to start an empty one" if exc.missing else ""))
-    name = run or default_run_name(command, model, problems, settings.graft)
-    try:
-        check_resume_before_load(runs_dir, name, command, model, problem_list, settings)  # checks the name too
-    except RunError as exc:
-        fail(str(exc))
-    if _report_finished(runs_dir, name, command, options, problem_list, settings, store):
-        return
-    execute = _executor(cluster, options)  # loads the model here, or leaves it to workers
-    if settings.graft and cluster is None:  # the pin is known once the model is loaded: partial(run_eval, session)
-        _check_store_pins(store, execute.args[0].config, settings)  # over Ray: the driver's pre-flight
-    try:
-        with progress(command, shard_size(problem_list, settings) * settings.samples,
-                      samples_recorded(runs_dir, name, problem_list, settings)) as advance:
-            result = execute(problem_list, problems, name, settings, command=command, runs_root=runs_dir,
-                             store_root=store if settings.graft else None, on_sample=advance, new_store=new_store,
-                             command_options=command_options())
-    except StoreError as exc:
-        fail(str(exc) + (" or pass --new-store to start an empty one" if exc.missing else ""))
-    except (DispatchError, PreflightError) as exc:
-        fail(str(exc))
-    except StorageError as exc:  # a full or read-only runs folder: the samples appended before it stay
-        fail(f"{os_error_text(exc)}; the samples finished so far are kept in {Path(runs_dir) / name} and the same "
-             "command resumes the run")
-    except (RunError, StrictFallbackError, OSError, SandboxError) as exc:  # a graft opens its store read-only
-        fail(os_error_text(exc, f"the run folder {Path(runs_dir) / name}"))
-    except KeyboardInterrupt:
-        fail(f"interrupted: the samples finished so far are kept in {Path(runs_dir) / name}; the same command "
-             "resumes the run", 130)
+    problem_list = load_problem_set(request.source, limit, *fields)
+    hooks = JobHooks(open_session=open_model, on_note=_print_note, progress=progress,
+                     on_event=lambda line: console.print(console_markup(line)))  # store text is data
+    result = run_job(request, problem_list, hooks)
+    if not hasattr(result, "run"):  # a finished run, verified: nothing was run or written
+        return _print_finished(request.run, result)
     _print_run(result, result.manifest["energy"]["method"])
     _print_graft_use(result.manifest)
     if result.certificate_mismatches:
-        fail(f"certificate mismatch (graft logits differ from a fresh recompute): {result.certificate_mismatches}", 1)
+        raise NotVerified("certificate mismatch (graft logits differ from a fresh recompute): "
+                          f"{result.certificate_mismatches}")
 
 
-def _check_store_pins(store: str, config, settings: EvalSettings) -> None:
-    """Before a graft run starts (:func:`graftbench.eval.preflight.preflight`): when the store holds nothing this
-    run can graft (no artifact under its pin, or none written on this kind of CPU), say why; under ``--strict``
-    that is an error (exit 2)."""
-    from ..eval.preflight import PreflightError, preflight
-    from ..store.index import StoreError
-    from ..store.writers import this_kind
-
-    try:
-        notes = preflight(store, config.to_dict(), config.fingerprint, this_kind(), settings)
-    except PreflightError as exc:
-        fail(str(exc))
-    except StoreError as exc:
-        fail(str(exc))
-    for note in notes:
-        console.print(f"[yellow]note[/yellow]: {console_markup(note)}")
+def _print_note(note: str) -> None:
+    console.print(f"[yellow]note[/yellow]: {console_markup(note)}")
 
 
 def _print_graft_use(manifest: dict) -> None:
@@ -171,31 +117,15 @@ def _print_graft_use(manifest: dict) -> None:
         console.print(f"[yellow]note[/yellow]: {console_markup(note)}")
 
 
-def _report_finished(runs_dir, name, command, options: ModelOptions, problem_list, settings, store) -> bool:
-    """When ``runs_dir/name`` is a finished run of this command (:mod:`graftbench.results.finished`), say so, verify it
-    and print its summary without loading a model or writing anything (exit 1 when it does not verify); ``False``
-    when the command has work to do."""
-    from ..results.finished import Request, finished_run
-    from ..util.isa import ENV_VAR
-
-    fixed = engine_factory(options.engine).fixed_pin()  # what every run of the engine pins (llama.cpp: dtype, build)
-    dtype, isa = fixed.get("dtype", options.dtype), fixed.get("isa", options.isa)
-    request = Request(command, options.model, dtype, options.chunk_size, isa or os.environ.get(ENV_VAR) or "native",
-                      settings)
-    done = finished_run(runs_dir, name, request, problem_list, store if settings.graft else None)
-    if done is None:
-        return False
-    if done.mismatches:
-        fail(f"run '{name}' is complete, but its manifest {done.path} does not verify ({len(done.mismatches)} "
-             f"mismatches; the first: {done.mismatches[0]}); nothing was run or written: "
-             f"`graftbench verify-manifest {done.path}` lists them", 1)
+def _print_finished(name: str, done) -> None:
+    """A finished run found in place of work (:func:`graftbench.scale.eval_job.finished`): its notes, its summary,
+    and that nothing was run or written."""
     for note in done.notes:
         console.print(console_markup(note))
     _print_summary(name, done.manifest)
-    console.print(f"run '{console_markup(name)}' is already complete: every sample is recorded and its manifest {done.path} verifies "
-                  f"(sha256 {done.manifest['manifest_sha256'][:16]}); nothing was run or written (pass another "
-                  "--run name to run it again)")
-    return True
+    console.print(f"run '{console_markup(name)}' is already complete: every sample is recorded and its manifest "
+                  f"{done.path} verifies (sha256 {done.manifest['manifest_sha256'][:16]}); nothing was run or written "
+                  "(pass another --run name to run it again)")
 
 
 def default_run_name(command: str, model: str, problems: str, graft: bool) -> str:
@@ -206,33 +136,6 @@ def default_run_name(command: str, model: str, problems: str, graft: bool) -> st
     return name.replace("..", "_")[:128]
 
 
-def _executor(cluster: ClusterOptions | None, options: ModelOptions):
-    """What runs the eval: :func:`graftbench.eval.eval_run.run_eval` with the model ``options`` name loaded in this
-    process, or with ``cluster`` :func:`graftbench.scale.ray_executor.run_eval_ray` (each worker loads the model;
-    this process does not)."""
-    from functools import partial
-
-    refuse_random(options.model)  # Ray workers load the model themselves
-    if cluster is not None and options.kernels != CERTIFIED_KERNELS:
-        fail(f"--kernels {options.kernels} runs with --executor process only (Ray workers load the certified kernels)")
-    if cluster is None:
-        from ..eval.eval_run import run_eval
-
-        return partial(run_eval, open_model(options))
-    from ..scale.ray_executor import WorkerPin, run_eval_ray, worker_gpus
-    from ..util.isa import ENV_VAR, IsaError, check_name
-
-    try:
-        isa_name = check_name(options.isa or os.environ.get(ENV_VAR) or "native")
-        worker_gpus(options.device)  # cuda:N is refused before Ray starts
-    except (IsaError, DispatchError) as exc:
-        fail(str(exc))
-    pin = WorkerPin(options.model, options.dtype, options.chunk_size, isa_name, cluster.threads, options.device,
-                    options.engine)
-    return partial(run_eval_ray, pin=pin, options=cluster,
-                   on_event=lambda line: console.print(console_markup(line)))  # store text is data
-
-
 def _refuse_uncertified(kernels: str, what: str) -> None:
     """Exit 2 with the reason when ``what`` (a byte-exactness claim) is asked for under uncertified ``kernels``."""
     from ..settings import require_certified_kernels
@@ -241,24 +144,6 @@ def _refuse_uncertified(kernels: str, what: str) -> None:
         require_certified_kernels(kernels, what)
     except ValueError as exc:
         fail(str(exc))
-
-
-def _cluster(engine: str, executor: str, workers: int | None, threads: int, address: str | None,
-             problem_timeout: float = CLUSTER.problem_timeout_s) -> ClusterOptions | None:
-    """The Ray options of ``--executor ray`` (``None`` for ``process``). Exits 2 for an unknown executor, Ray
-    options without ``--executor ray``, or Ray not installed (before any model loads)."""
-    if executor not in EXECUTORS:
-        fail(f"executor {executor!r} is not one of {', '.join(EXECUTORS)}")
-    if executor == "process":
-        if workers is not None or address is not None or problem_timeout != CLUSTER.problem_timeout_s:
-            fail("--workers, --address and --problem-timeout apply to --executor ray")
-        return None
-    require_capability(RAY, "--executor ray", engine)
-    from importlib.util import find_spec
-
-    if find_spec("ray") is None:
-        fail(f"--executor ray needs Ray, which is not installed here: {RAY_EXTRA}")
-    return ClusterOptions(workers=workers, threads=threads, address=address, problem_timeout_s=problem_timeout)
 
 
 def _settings(**values) -> EvalSettings:
@@ -296,9 +181,10 @@ def solve(
     refuse_options_not_taken(engine)  # first: a finished run or Ray workers would pass it by
     settings = _in_mode(_settings(max_new_tokens=max_new_tokens, token_budget=token_budget, samples=samples,
                                   temperature=temperature, top_p=top_p, seed=seed, shard=shard), mode)
-    _eval_command("solve", options, problems, runs_dir, run, limit, settings, None,
-                  (id_field, problem_field, answer_field, solution_field),
-                  cluster=_cluster(engine, executor, workers, worker_threads, address, problem_timeout))
+    cluster = cluster_options(engine, executor, workers, worker_threads, address, problem_timeout)
+    request = EvalRequest("solve", options, problems, run or default_run_name("solve", model, problems, False),
+                          runs_dir, settings, cluster=cluster, command_options=command_options())
+    _eval_command(request, limit, (id_field, problem_field, answer_field, solution_field))
 
 
 @app.command(name="eval")
@@ -340,9 +226,10 @@ def eval_(
                                   certify=certify, strict=strict, assume_kind=assume_kind,
                                   min_similarity=min_similarity, layout=layout, graft_from=graft_from,
                                   example_as=example_as), mode)
-    _eval_command("eval", options, problems, runs_dir, run, limit, settings, store,
-                  (id_field, problem_field, answer_field, solution_field), new_store,
-                  cluster=_cluster(engine, executor, workers, worker_threads, address, problem_timeout))
+    cluster = cluster_options(engine, executor, workers, worker_threads, address, problem_timeout)
+    request = EvalRequest("eval", options, problems, run or default_run_name("eval", model, problems, graft),
+                          runs_dir, settings, store if graft else None, new_store, cluster, command_options())
+    _eval_command(request, limit, (id_field, problem_field, answer_field, solution_field))
 
 
 @app.command()
@@ -371,26 +258,19 @@ def deposit(
     from ..results.runs import RunDir, RunError
     from ..programs.sandbox import SandboxError
     from ..store.folder import check_store_target
-    from ..store.index import StoreError
 
     announce_sandbox(mode)
 
     problem_list = shard_problems(load_problem_set(problems, limit, id_field, problem_field, answer_field,
                                                    solution_field), shard)
-    try:
-        source_run = RunDir(runs_dir, from_run) if from_run else None
-    except RunError as exc:
-        fail(str(exc))
+    source_run = RunDir(runs_dir, from_run) if from_run else None
     if source_run is not None and not source_run.samples_path.exists():
         fail(f"run '{from_run}' has no samples at {source_run.samples_path}")
     try:
         items = deposit_plan(problem_list, references=references, from_run=source_run, from_manifest=from_manifest)
     except (RunError, ValueError) as exc:  # ValueError includes ManifestError
         fail(str(exc))
-    try:
-        check_store_target(store)
-    except StoreError as exc:
-        fail(str(exc))
+    check_store_target(store)
     if not items:
         reasons = empty_plan_reasons(problem_list, references=references, from_run=source_run,
                                      from_manifest=from_manifest)
@@ -499,31 +379,21 @@ app.add_typer(store_app, name="store")
 
 
 def _open_readonly(store: str):
-    from ..store.index import StoreError
     from ..store.open import open_store
 
-    try:
-        return open_store(store, readonly=True)
-    except StoreError as exc:
-        fail(str(exc))
+    return open_store(store, readonly=True)
 
 
 @store_app.command("ls")
 def store_ls(store: StoreArg = DEFAULT_STORE) -> None:
     """List the indexed artifacts: id, problem id, model, dtype and pin, answer key, tokens, source (and the parent
     a chained artifact continues), with their count and size, and the kinds of CPU that wrote them; read-only."""
-    from ..store.index import StoreError
     from ..store.coverage import pins_held
     from ..store.writers import kind_lines
     from .tables import store_table
 
-    try:
-        opened = _open_readonly(store)
-        pins = pins_held(opened)
-        rows = opened.rows()
-        kinds = opened.kinds_by_id()
-    except StoreError as exc:
-        fail(str(exc))
+    opened = _open_readonly(store)
+    pins, rows, kinds = pins_held(opened), opened.rows(), opened.kinds_by_id()
     console.print(store_table(rows, store, {h.fingerprint: h for h in pins}))
     for line in kind_lines(rows, kinds):
         console.print(console_markup(line))
@@ -533,13 +403,8 @@ def store_ls(store: StoreArg = DEFAULT_STORE) -> None:
 def store_verify(store: StoreArg = DEFAULT_STORE) -> None:
     """Re-check every indexed artifact with SHA-256 (file against id, payload against header) and its indexed
     XXH3-128; exit 1 on any failure (read-only)."""
-    from ..store.index import StoreError
-
     opened = _open_readonly(store)
-    try:
-        problems = opened.verify()
-    except StoreError as exc:
-        fail(str(exc))
+    problems = opened.verify()
     for line in problems:
         console.print(f"[red]refused[/red] {console_markup(line)}")
     temporaries = opened.temporaries()
@@ -573,13 +438,9 @@ def store_reindex(store: StoreArg = DEFAULT_STORE) -> None:
 @store_app.command("clean")
 def store_clean(store: StoreArg = DEFAULT_STORE) -> None:
     """Remove the temporary files of writers killed before their rename (never one a live process is writing)."""
-    from ..store.index import StoreError
     from ..store.open import clean_store
 
-    try:
-        cleaned = clean_store(store)
-    except StoreError as exc:
-        fail(str(exc))
+    cleaned = clean_store(store)
     _print_cleaned(cleaned)
     console.print(f"{console_markup(store)}: {len(cleaned)} temporary file(s) removed")
 
@@ -643,6 +504,7 @@ app.command(name="trace-compare")(trace.trace_compare)
 app.command(name="merge")(merge.merge)
 app.command(name="view")(view.view)
 place_options(app)  # after every command is registered: each option's help panel
+map_errors(app)  # every command's errors through one mapping to exit statuses and messages
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ Imports no torch: a command applies its instruction-set pin (:func:`apply_isa`) 
 
 from __future__ import annotations
 
-import errno
 import os
 import re
 from contextlib import contextmanager
@@ -73,22 +72,10 @@ def fail(message: str, code: int = 2) -> None:
 
 
 def os_error_text(exc: BaseException, what: str | None = None) -> str:
-    """``exc`` as an error line: graftbench's own errors as they are (a failed write without its ``[Errno N]``
-    prefix); a bare ``OSError`` (``[Errno 30] ...``) as
-    what could not be done to which file, and, for a file system that refuses writes, that ``what`` (e.g. ``the
-    store gs``) cannot be written and nothing in it was changed."""
-    from ..util.durable import StorageError
-    from ..store.index import StoreError
+    """``exc`` as one error line (:func:`graftbench.eval.errors.error_text`)."""
+    from ..eval.errors import error_text
 
-    if isinstance(exc, StorageError):
-        return exc.strerror or str(exc)  # its own message, without the "[Errno 28]" prefix
-    if not isinstance(exc, OSError) or isinstance(exc, StoreError) or exc.errno is None:
-        return str(exc)
-    target = f" ({exc.filename})" if exc.filename else ""
-    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-        return (f"{what or 'a file'} cannot be written: {exc.strerror}{target}; nothing was written. Pass a place "
-                "this process can write (a store or runs folder elsewhere), or make it writable")
-    return f"{exc.strerror}{target}"
+    return error_text(exc, what)
 
 
 def announce_sandbox(mode: str) -> None:
@@ -148,31 +135,15 @@ def refuse_random(model: str) -> None:
 
 
 def run_dtype(options: ModelOptions) -> str:
-    """``options.dtype`` as the run uses it: ``auto`` is float32 on the CPU and bfloat16 on CUDA for
-    ``options.device`` (:func:`graftbench.engine.device.dtype_for`); another name is returned as given. ``--device
-    auto`` asks torch whether it sees a GPU, so the instruction-set pin ``options.isa`` is applied first. On an
-    engine whose runs all pin one dtype (llama.cpp: ``gguf``, the weights as the file stores them) it is that one.
-    Exits 2 for a device that cannot be resolved."""
-    from ..engine.device import AUTO_DTYPE, DeviceError, dtype_for
+    """``options.dtype`` as a run in this process uses it (:func:`graftbench.scale.eval_job.run_dtype`: ``auto``
+    per device, or the dtype the engine pins). Exits 2 for a device that cannot be resolved."""
+    from ..engine.device import DeviceError
+    from ..scale.eval_job import run_dtype as resolved
 
-    pinned = engine_factory(options.engine).pinned_dtype
-    if pinned:
-        return pinned
-    if options.dtype == AUTO_DTYPE and options.device == "auto":
-        apply_isa(options.isa)  # before torch is imported
     try:
-        return dtype_for(options.dtype, options.device)
+        return resolved(options)
     except DeviceError as exc:
         fail(str(exc))
-
-
-def worker_dtype(options: ModelOptions) -> str:
-    """``options.dtype`` for workers on other machines (``--executor ray``): resolved as :func:`run_dtype` when
-    ``options.device`` names a kind (``cpu``, ``cuda``), else ``auto``, which each worker resolves on its own
-    machine. Imports no torch."""
-    from ..engine.device import dtype_for
-
-    return options.dtype if options.device == "auto" else dtype_for(options.dtype, options.device)
 
 
 def open_model(options: ModelOptions, *, architecture_only: bool = False, pinned: dict | None = None):

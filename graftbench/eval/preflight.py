@@ -22,6 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..engine.pin_terms import TERMS, engine_of, pin_differences
+from .errors import Refused
 from ..settings import EvalSettings
 from ..store.index import StoreError
 from ..store.open import open_store
@@ -30,7 +31,7 @@ from ..store.writers import kind_refusal
 from ..util.isa import describe_cpu
 
 
-class PreflightError(RuntimeError):
+class PreflightError(Refused):
     """``--strict``: the store holds nothing this run can graft, so every problem would run as the baseline. The
     message says why (the pins it holds and how each differs, or the kinds of CPU) and that nothing was run."""
 
