@@ -57,11 +57,11 @@ program-env: $(STAMP)
 	$(BIN)/python -m graftbench.programs.environment
 
 # Re-run the programs of every committed program-mode manifest in today's sandbox (each distinct program once: 33
-# minutes on 2 busy cores) and append one line per manifest to results/program-replays.jsonl: commit that log
+# minutes on 2 busy cores) and append one line per manifest to manifests/program-replays.jsonl: commit that log
 # (tests/test_program_replay.py checks it covers every committed manifest with no undeclared difference).
 replay-programs: $(STAMP) sandbox-tools program-env
-	$(BIN)/python -m graftbench.eval.program_replay --log results/program-replays.jsonl \
-	  $$(ls results/*/manifests/*program*.json)
+	$(BIN)/python -m graftbench.eval.program_replay --log manifests/program-replays.jsonl \
+	  $$(ls manifests/*/*program*.json)
 
 # graftbench view's page is tested in headless Chromium (tests/test_view_browser.py), driven by selenium through
 # Debian's chromedriver: nothing is downloaded at test time.
@@ -137,11 +137,11 @@ test-durations: $(STAMP) $(LLAMA_STAMP)
 test-quick: $(STAMP) sandbox-tools program-env
 	$(BIN)/python -m pytest -m "not model and not slow"
 
-# The results index: the SHA-256 of every committed manifest (results/SHA256SUMS, `sha256sum -c` format, paths
-# relative to results/), which verify-manifest checks a listed manifest against. Regenerate it after committing a
+# The results index: the SHA-256 of every committed manifest (manifests/SHA256SUMS, `sha256sum -c` format, paths
+# relative to manifests/), which verify-manifest checks a listed manifest against. Regenerate it after committing a
 # new manifest.
 manifest-index: $(STAMP)
-	$(BIN)/python -c 'from graftbench.results.anchor import write_index; print(write_index("results"))'
+	$(BIN)/python -c 'from graftbench.results.anchor import write_index; print(write_index("manifests"))'
 
 # The CLI reference, generated from the app by typer's own command (tests/test_meta.py checks it is current).
 docs: $(STAMP)
@@ -159,7 +159,7 @@ results-index: $(STAMP)
 
 # Replay 5 pairs of every committed exactness expectation recorded on a CPU, of every kind of machine, whose model
 # and libraries are installed (the optional models after `make models`), one at a time under its own pin, and append
-# each completed comparison (equal or not) with this machine's CPU to results/replays.jsonl: commit that log. Every
+# each completed comparison (equal or not) with this machine's CPU to manifests/replays.jsonl: commit that log. Every
 # file is tried; the exit status is non-zero at the end if a replay crashed or differed on a kind of CPU the
 # expectation is known to reproduce on (graftbench/eval/replay_committed.py). EXPECT="FILE ...": those files only.
 # A GPU's certificates (config.device cuda) replay on their GPU. REPLAY_ACROSS_CPU_KINDS=1: a llama.cpp certificate
@@ -170,19 +170,19 @@ EXPECT ?=
 REPLAY_ACROSS_CPU_KINDS ?=
 replay-exact: $(STAMP) $(LLAMA_STAMP)
 	$(BIN)/python -c 'import sys; from graftbench.eval.replay_committed import main; \
-	  sys.exit(main(".", int(sys.argv[1]), "results/replays.jsonl", sys.argv[3:], across_cpu_kinds=sys.argv[2] == "1"))' \
+	  sys.exit(main(".", int(sys.argv[1]), "manifests/replays.jsonl", sys.argv[3:], across_cpu_kinds=sys.argv[2] == "1"))' \
 	  $(REPLAY_PAIRS) "$(REPLAY_ACROSS_CPU_KINDS)" $(EXPECT)
 
 # Record the committed expectations of the bundled models under the portable pin (about 1.5 h on 2 cores), into
 # the folder of the kind of machine they were first recorded on (REFERENCE_KIND, graftbench/results/layout.py).
 REFERENCE_KIND := amd-epyc-avx512
-REF_DIR := results/$(REFERENCE_KIND)/manifests
+REF_DIR := manifests/$(REFERENCE_KIND)
 record-exact: $(STAMP)
 	$(MAKE) -j2 $(REF_DIR)/exact-smollm2-135m.json $(REF_DIR)/exact-smollm2-135m-bf16.json \
 	  $(REF_DIR)/exact-gemma3-270m.json $(REF_DIR)/exact-gemma3-270m-bf16.json
-# The same four recorded on another kind of machine, into results/$(CPU)/manifests/ (`make record-exact-cpu
+# The same four recorded on another kind of machine, into manifests/$(CPU)/ (`make record-exact-cpu
 # CPU=<kind>`): the portable pin gave other bytes on an Intel Xeon than on the AMD EPYC the first four were recorded on.
-CPU_DIR = results/$(CPU)/manifests
+CPU_DIR = manifests/$(CPU)
 record-exact-cpu: $(STAMP)
 	@test -n "$(CPU)" || { echo "usage: make record-exact-cpu CPU=<this kind of machine, e.g. intel-xeon-amx>"; exit 1; }
 	mkdir -p $(CPU_DIR)
@@ -195,7 +195,7 @@ record-exact-cpu: $(STAMP)
 record-exact-qwen: models
 	$(MAKE) -B -j2 $(REF_DIR)/exact-qwen2.5-coder-0.5b.json $(REF_DIR)/exact-qwen2.5-coder-0.5b-bf16.json
 	$(MAKE) -B -j2 $(REF_DIR)/exact-qwen2.5-coder-1.5b.json $(REF_DIR)/exact-qwen2.5-coder-1.5b-bf16.json
-# The expectations under the portable pins (docs/portable-pin.md), into results/$(CPU)/manifests/, smallest first:
+# The expectations under the portable pins (docs/portable-pin.md), into manifests/$(CPU)/, smallest first:
 # llama.cpp on the portable build (GRAFTBENCH_LLAMA_BUILD=portable, f16 and q8_0 caches) and torch under --isa portable
 # (MKL's SSE2 branch: hours on 2 cores). Each recording journals its pairs, so a re-run resumes where it stopped, and
 # a torch expectation already written is extended (--extend), never measured again. The qwen model needs `make models`.

@@ -3,7 +3,7 @@
 # aime2024-MODEL[-bf16]-baseline (the 1,024-token baseline of issue #13). MODE=program: 512 decode tokens, the model
 # writes a Python program, the sandbox runs it and the verifier judges its last printed line, the run
 # aime2024-MODEL[-bf16]-program-baseline (issue #13's program-mode baseline). TOKENS overrides the budget. The run
-# resumes; its finished manifest goes to results/<kind>/manifests/ (skipped when it is already there,
+# resumes; its finished manifest goes to manifests/<kind>/ (skipped when it is already there,
 # experiments/arms.sh). The committed ones were run as aime2024-baseline-MODEL and aime2024-program-baseline-MODEL.
 # ENGINE=llama.cpp runs it on the llama.cpp engine with a KV cache of KV (f16 by default), named -llama-KV.
 # Usage: experiments/aime2024_baseline.sh MODEL [DTYPE]   (THREADS=1 by default)

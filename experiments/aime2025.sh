@@ -2,7 +2,7 @@
 # Issue #12: AIME 2025 as held-out against the verified AIME 2024 library, greedy, 1,024 decode tokens per problem:
 # baseline, graft behind the similarity gate (--min-similarity 0.6), and graft with the gate off (--graft-from
 # top-ranked: the top-ranked AIME 2024 example of the whole library for every problem, whether or not it shares a
-# MinHash band with one). Each run resumes; finished manifests go to results/<kind>/manifests/
+# MinHash band with one). Each run resumes; finished manifests go to manifests/<kind>/
 # (an arm already there is skipped, experiments/arms.sh).
 # MODE=program (issue #13): every run in program mode, 512 decode tokens, named aime2025-MODEL-program-*; the
 # library is the same store of AIME 2024 reference solutions. TOKENS overrides the budget.

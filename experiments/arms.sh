@@ -1,10 +1,10 @@
 # Sourced by the experiment scripts: one arm is one resumable graftbench run whose finished manifest is copied to
-# OUT (results/<this kind of machine>/manifests/, CPU=amd-epyc-avx512 by default: docs/manifests.md) and verified
+# OUT (manifests/<this kind of machine>/, CPU=amd-epyc-avx512 by default: docs/manifests.md) and verified
 # there. An arm whose manifest is already in OUT is skipped (not re-run, and its committed manifest not rewritten); a
 # failing arm stops the calling script (set -e). Run names follow the results' naming scheme, so a file is its run.
 # The copy is verified as a reader of the results will verify it: anchored to its problem set, without the store
 # (artifact stores are not committed), so its artifact payloads are accepted as not checked.
-OUT=${OUT:-results/${CPU:-amd-epyc-avx512}/manifests}
+OUT=${OUT:-manifests/${CPU:-amd-epyc-avx512}}
 keep() {
   mkdir -p "$OUT"; cp "runs/$1/manifest.json" "$OUT/$1.json"
   "$G" verify-manifest "$OUT/$1.json" --allow-unchecked-payloads | tail -1

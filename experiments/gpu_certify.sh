@@ -37,7 +37,7 @@ GPU_ENERGY_TOKENS=${GPU_ENERGY_TOKENS:-8192}
 GPU_ENERGY_DECODE=${GPU_ENERGY_DECODE:-64}
 GPU_ENERGY_REPEATS=${GPU_ENERGY_REPEATS:-3}
 GPU_ENERGY_TIMEOUT=${GPU_ENERGY_TIMEOUT:-60}
-GPU_REPLAY_EXPECT=${GPU_REPLAY_EXPECT:-results/nvidia-h200/manifests/exact-random-gemma3-12b-bf16.json}
+GPU_REPLAY_EXPECT=${GPU_REPLAY_EXPECT:-manifests/nvidia-h200/exact-random-gemma3-12b-bf16.json}
 GPU_REPLAY_PAIRS=${GPU_REPLAY_PAIRS:-3:20}
 GPU_REPLAY_TIMEOUT=${GPU_REPLAY_TIMEOUT:-90}
 GPU_COUNTS_MODEL=${GPU_COUNTS_MODEL:-$GPU_TTFT_MODEL}
@@ -46,7 +46,7 @@ GPU_COUNTS_DECODE=${GPU_COUNTS_DECODE:-32}
 GPU_COUNTS_TIMEOUT=${GPU_COUNTS_TIMEOUT:-60}
 GPU_CARRY=${GPU_CARRY:-.gpu-carry}
 GPU_RUNS=${GPU_RUNS:-runs}
-GPU_REPLAY_LOG=${GPU_REPLAY_LOG:-results/replays.jsonl}
+GPU_REPLAY_LOG=${GPU_REPLAY_LOG:-manifests/replays.jsonl}
 GPU_PROBLEMS=${GPU_PROBLEMS:-$GPU_CARRY/data/aime2024.jsonl}
 GPU_PYTHONPATH=${GPU_PYTHONPATH:-$ROOT:$ROOT/$GPU_CARRY/site}
 GPU_CACHE=${GPU_CACHE-$ROOT/$GPU_CARRY/cache}  # set empty: graftbench's own cache
@@ -68,7 +68,7 @@ if [ -z "${GPU_OUT:-}" ] || [ -z "${GPU_BENCH:-}" ]; then
   name=$("${PY[@]}" -c 'import sys
 from graftbench.bench.gpu_name import folder_name
 print(folder_name(sys.argv[1]))' "$GPU_DEVICE") || exit 1
-  GPU_OUT=${GPU_OUT:-results/$name/manifests}; GPU_BENCH=${GPU_BENCH:-results/$name/bench}
+  GPU_OUT=${GPU_OUT:-manifests/$name}; GPU_BENCH=${GPU_BENCH:-results/$name/bench}
 fi
 # The dtype the runs take and the naming scheme's marker for it (graftbench.results.layout.dtype_marker)
 read -r dtype mark < <("${PY[@]}" -c 'import sys

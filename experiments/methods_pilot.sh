@@ -3,7 +3,7 @@
 # baseline arm only, on methods:0-4 (4 problems per family: disjoint from the held-out methods:4-12, never used
 # again), 4 samples per problem at temperature 0.7, top-p 0.95, seed 0, in program then text mode. Its per-family
 # avg@4 (graftbench report's per-family table) decides which families and which mode the pre-registration keeps
-# (those in 5-40%). Every arm resumes; a finished arm's manifest is copied to results/<kind>/manifests/ and verified
+# (those in 5-40%). Every arm resumes; a finished arm's manifest is copied to manifests/<kind>/ and verified
 # (experiments/arms.sh), and an arm already there is skipped.
 # ENGINE=llama.cpp (the default: the fastest engine for the model, certified for it) or ENGINE=torch DTYPE=bfloat16.
 # Usage: experiments/methods_pilot.sh [MODEL] [DTYPE]   (THREADS=1 by default)

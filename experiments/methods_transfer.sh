@@ -7,7 +7,7 @@
 #   prompt        eval --graft --example-as prompt: the graft arm's example prefilled as prompt text (same chunks)
 # The library: the worked reference solutions of methods:12-14 (2 per family, disjoint from the pilot and the
 # held-out problems), re-verified against their keys and deposited. Every arm resumes; a finished arm's manifest is
-# copied to results/<kind>/manifests/ and verified, and an arm already there is skipped (experiments/arms.sh). The
+# copied to manifests/<kind>/ and verified, and an arm already there is skipped (experiments/arms.sh). The
 # report pools the pilot's kept families of the mode (--families) for the pre-registered primary test.
 # MODE=text|program and the budget are the pre-registration's; ENGINE=llama.cpp (default) or torch.
 # Usage: experiments/methods_transfer.sh [MODEL]   (THREADS=1 by default)

@@ -4,7 +4,7 @@
 # summary (NAME-summary.json, written by `graftbench flywheel`) is not a report output and is left as it is.
 # Usage: experiments/reports.sh [OUT_ROOT]   (OUT_ROOT: results/$CPU/reports by default)
 set -euo pipefail
-G="${G:-.venv/bin/graftbench}"; M="results/${CPU:-amd-epyc-avx512}/manifests"
+G="${G:-.venv/bin/graftbench}"; M="manifests/${CPU:-amd-epyc-avx512}"
 OUT_ROOT=${1:-results/${CPU:-amd-epyc-avx512}/reports}
 report() { local name=$1; shift; "$G" report "$@" --out "$OUT_ROOT/$name" >/dev/null; echo "$OUT_ROOT/$name"; }
 arms() { local prefix=$1; shift; for arm in "$@"; do echo "$M/$prefix-$arm.json"; done; }

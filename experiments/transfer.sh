@@ -2,7 +2,7 @@
 # Issue #12's held-out transfer on the built-in families, for one model: a library of the first 2 problems of each
 # family, 60 held-out problems (the next 10 of each family), 256 decode tokens.
 # Arms: baseline, graft (solve layout), graft from another family (the control); with SAMPLED=1 also avg@4 arms
-# (temperature 0.7, top-p 0.95, seed 0). Every run resumes; a finished run's manifest is copied to results/<kind>/manifests/, and an
+# (temperature 0.7, top-p 0.95, seed 0). Every run resumes; a finished run's manifest is copied to manifests/<kind>/, and an
 # arm whose manifest is already there is skipped (experiments/arms.sh).
 # MODE=text (default): the library holds the reference solutions. MODE=program (issue #13): every run is in program
 # mode and the library holds the model's own verified programs for the library problems (a program-mode solve of

@@ -28,7 +28,7 @@ from graftbench.results import layout
 from graftbench.util import isa
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / layout.RESULTS
+RESULTS = ROOT / layout.MANIFESTS
 BUNDLED_MODELS = ("smollm2-135m", "gemma3-270m")  # installed by `make`; optional models replay via `make replay-exact`
 
 
@@ -44,7 +44,7 @@ def _bundled(path: Path) -> bool:
 REFERENCE_FOLDER = layout.manifest_folder(ROOT, layout.REFERENCE_KIND)
 _OTHER_FOLDERS = [f for f in layout.manifest_folders(ROOT) if f != REFERENCE_FOLDER]
 EXPECTATION_FOLDERS = [f for f in [REFERENCE_FOLDER, *_OTHER_FOLDERS] if any(_bundled(p) for p in f.glob("exact-*.json"))]
-# Each expectation by its path under results/ (<kind>/manifests/exact-<model>[-bf16].json)
+# Each expectation by its path under manifests/ (<kind>/exact-<model>[-bf16].json)
 COMMITTED = sorted(str(p.relative_to(RESULTS)) for folder in EXPECTATION_FOLDERS for p in folder.glob("exact-*.json")
                    if _bundled(p))
 REPLAY_PAIRS = 5

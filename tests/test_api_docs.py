@@ -1,5 +1,5 @@
 """docs/api.md's examples run as written: every ``python`` block of the page, in order, from a fresh working folder
-holding a link to the checkout's ``results/``. The blocks of the section without a model run in a fresh process that
+holding a link to the checkout's ``manifests/``. The blocks of the section without a model run in a fresh process that
 must not import torch or transformers; the whole page runs with the default model (``model`` marker)."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def blocks_by_section(text: str) -> dict[str, list[str]]:
 
 
 def _work_folder(folder: Path) -> Path:
-    (folder / "results").symlink_to(ROOT / "results", target_is_directory=True)
+    (folder / "manifests").symlink_to(ROOT / "manifests", target_is_directory=True)
     return folder
 
 

@@ -82,14 +82,14 @@ def test_bad_model_is_named(tmp_path):
 
 
 @pytest.mark.parametrize("path", [p for folder in manifest_folders(ROOT) for p in sorted(folder.glob("*.json"))],
-                         ids=lambda p: p.relative_to(ROOT / "results").as_posix())
+                         ids=lambda p: p.relative_to(ROOT / "manifests").as_posix())
 def test_committed_manifests_of_every_kind_of_machine_verify_anchored(path):
     """Every committed manifest verifies anchored to its problem set, without --allow-unanchored. The artifact
     stores of the graft runs are not committed (gigabytes of KV caches): a manifest that lists artifacts exits 4
     (payloads not checked) on its own and 0 only when the caller accepts that with --allow-unchecked-payloads."""
     result = runner.invoke(app, ["verify-manifest", str(path)], env={"COLUMNS": "250"})
     assert "problem set anchored to " in result.output and "not anchored" not in result.output, result.output
-    assert "the file's SHA-256 is the one" in result.output  # each is listed in results/SHA256SUMS
+    assert "the file's SHA-256 is the one" in result.output  # each is listed in manifests/SHA256SUMS
     listed = json.loads(path.read_text(encoding="utf-8")).get("artifacts")
     if listed:
         assert result.exit_code == 4, result.output

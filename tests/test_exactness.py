@@ -295,11 +295,11 @@ def test_committed_expectation_replays_on_this_machine(name, replays):
     """The cross-machine check: 5 pairs of each committed expectation recomputed here under its own pin, hash for
     hash, judged from the replay record the replay logged (:func:`graftbench.eval.replay_committed.judge`), not
     from its exit status alone. Strict on every kind of CPU the expectation is known to reproduce on (where it was
-    recorded, and each kind with an equal replay in results/replays.jsonl). On another kind, a completed comparison
+    recorded, and each kind with an equal replay in manifests/replays.jsonl). On another kind, a completed comparison
     that found a difference is a finding to log (``make replay-exact``), reported as an expected failure naming the
     difference and both CPUs. A replay that crashed, logged no record, or was not comparable (the pins are set by
     ``make``, so a pin difference here is a broken install) fails on every CPU."""
-    expected = json.loads((ROOT / layout.RESULTS / name).read_text())
+    expected = json.loads((ROOT / layout.MANIFESTS / name).read_text())
     reason = cannot_run(name, expected)
     if reason is not None:
         pytest.skip(reason)

@@ -16,7 +16,7 @@ from graftbench.util.float_sums import (SUMMATIONS, compensated, differing_value
 from graftbench.util.hashing import sha256_json
 
 ROOT = Path(__file__).resolve().parents[1]
-GPU_CERTIFICATE = ROOT / "results" / "nvidia-h200" / "manifests" / "exact-random-gemma3-12b-bf16.json"
+GPU_CERTIFICATE = ROOT / "manifests" / "nvidia-h200" / "exact-random-gemma3-12b-bf16.json"
 
 
 def test_python_3_12s_own_example_and_an_overflow_sum_as_each_python_gives_them():

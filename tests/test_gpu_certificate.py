@@ -13,7 +13,7 @@ from graftbench.results.layout import REPLAY_LOG
 from graftbench.util.isa import describe_cpu
 
 ROOT = Path(__file__).resolve().parents[1]
-NAME = "results/nvidia-h200/manifests/exact-random-gemma3-12b-bf16.json"
+NAME = "manifests/nvidia-h200/exact-random-gemma3-12b-bf16.json"
 CERTIFICATE = json.loads((ROOT / NAME).read_text())
 README = (ROOT / "README.md").read_text()
 GPU_DOC = (ROOT / "docs" / "gpu.md").read_text()

@@ -156,7 +156,7 @@ def test_the_window_runs_the_steps_in_order_within_nine_minutes(tmp_path):
     what = [line.split("app()", 1)[1].split(" > ")[0].split() for line in commands]
     assert [w[0] + " " + (w[2] if w[1] in ("--model", "--expect", "--only") else w[1]) for w in what] == [
         "check-exact random:qwen2.5-7b", "check-exact random:gemma3-27b", "bench ttft", "bench energy",
-        "check-exact results/nvidia-h200/manifests/exact-random-gemma3-12b-bf16.json",
+        "check-exact manifests/nvidia-h200/exact-random-gemma3-12b-bf16.json",
         "bench sample-counts", "bench sample-counts"]
     limits = [int(line.split()[1]) for line in commands]
     assert limits == [150, 200, 120, 60, 90, 60, 60]
@@ -165,7 +165,7 @@ def test_the_window_runs_the_steps_in_order_within_nine_minutes(tmp_path):
         in commands[1]
     assert "--model random:gemma3-12b --device cuda --dtype auto --sizes 8192,32768" in commands[2]
     assert "--no-memory-probes" in commands[2] and "--sizes 8192 --decode-tokens 64" in commands[3]
-    assert "--pairs 3:20 --device cuda --log results/replays.jsonl" in commands[4]
+    assert "--pairs 3:20 --device cuda --log manifests/replays.jsonl" in commands[4]
     assert "--kernels certified" in commands[5] and "--kernels fast" in commands[6]
 
 

@@ -107,10 +107,10 @@ def test_committed_pins_keep_their_fingerprints_with_the_new_pin_offered():
 
     from graftbench.results.fingerprint import pin_fingerprint
 
-    root = Path(__file__).resolve().parents[1] / "results"
+    root = Path(__file__).resolve().parents[1] / "manifests"
     checked = 0
-    for name in ("amd-epyc-avx512/manifests/exact-smollm2-135m.json", "intel-xeon-amx/manifests/exact-smollm2-135m.json",
-                 "amd-epyc-avx512/manifests/exact-qwen2.5-coder-0.5b-llama-f16.json"):
+    for name in ("amd-epyc-avx512/exact-smollm2-135m.json", "intel-xeon-amx/exact-smollm2-135m.json",
+                 "amd-epyc-avx512/exact-qwen2.5-coder-0.5b-llama-f16.json"):
         manifest = json.loads((root / name).read_text())
         assert pin_fingerprint(manifest["config"]) == manifest["config_fingerprint"], name
         checked += 1

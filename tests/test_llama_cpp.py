@@ -163,7 +163,7 @@ def _committed_llama_certificates() -> list[str]:
     """The committed llama.cpp certificates of the bundled models, by path under the results root (the optional
     Qwen models' replay with ``make replay-exact`` where ``make models`` installed them)."""
     found = []
-    for path in sorted((ROOT / "results").glob("*/manifests/exact-*-llama-*.json")):
+    for path in sorted((ROOT / "manifests").glob("*/exact-*-llama-*.json")):
         config = json.loads(path.read_text())["config"]
         if config["model"] in BUNDLED_MODELS and config["engine"]["engine"] == "llama.cpp":
             found.append(path.relative_to(ROOT).as_posix())
@@ -249,7 +249,7 @@ def test_across_cpu_kinds_compares_a_certificate_of_other_cpu_features_and_prove
     - another llama.cpp (a version or build switch): still not comparable, a named skip as in the replay above."""
     from graftbench.engine.llama_cpp.engine import system_info
 
-    name = "results/amd-epyc-avx512/manifests/exact-smollm2-135m-llama-f16.json"
+    name = "manifests/amd-epyc-avx512/exact-smollm2-135m-llama-f16.json"
     expected = json.loads((ROOT / name).read_text())
     need("llama.cpp", why_not_runnable(expected))
     done, record = replay_once(ROOT, ROOT / name, 1, tmp_path / "replay", timeout_s=1800, across_cpu_kinds=True)

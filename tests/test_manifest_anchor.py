@@ -1,7 +1,7 @@
 """What a self-hash cannot vouch for: forgeries re-sealed with graftbench's own functions are caught by the problem
 set (its SHA-256, every key, every problem sampled as often as the settings say), by the schema (a document whose
 content is not what its schema says, a verifier version lower than its schema requires) and by the results index
-(results/SHA256SUMS). No model: committed manifests, edited and sealed again."""
+(manifests/SHA256SUMS). No model: committed manifests, edited and sealed again."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from tests.conftest import REFERENCE_MANIFESTS
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFESTS = REFERENCE_MANIFESTS
-RESULTS = ROOT / "results"  # the results root: the index lists paths relative to it
+RESULTS = ROOT / "manifests"  # the manifests root: the index lists paths relative to it
 AIME2025 = MANIFESTS / "aime2025-smollm2-135m-baseline.json"
 AVG4 = MANIFESTS / "transfer-qwen2.5-coder-0.5b-baseline-avg4.json"
 runner = CliRunner()
@@ -191,14 +191,14 @@ def test_the_results_index_lists_every_committed_manifest_with_its_sha256_and_no
     index = RESULTS / INDEX_NAME
     assert index.read_text(encoding="utf-8") == index_text(RESULTS)
     listed = read_index(index)
-    assert sorted(listed) == sorted(p.relative_to(RESULTS).as_posix() for p in RESULTS.glob("*/manifests/**/*.json"))
-    assert "intel-xeon-amx/manifests/exact-smollm2-135m.json" in listed
-    assert "amd-epyc-avx512/bench/bench-smollm2-135m.json" not in listed and (RESULTS / "amd-epyc-avx512" / "bench" /
-                                                                             "bench-smollm2-135m.json").is_file()
+    assert sorted(listed) == sorted(p.relative_to(RESULTS).as_posix() for p in RESULTS.glob("*/**/*.json"))
+    assert "intel-xeon-amx/exact-smollm2-135m.json" in listed
+    bench = ROOT / "results" / "amd-epyc-avx512" / "bench" / "bench-smollm2-135m.json"
+    assert bench.is_file() and all(not name.endswith(bench.name) for name in listed)
 
 
-@pytest.mark.parametrize("name", ["amd-epyc-avx512/manifests/aime2025-smollm2-135m-baseline.json",
-                                  "intel-xeon-amx/manifests/exact-smollm2-135m.json"])
+@pytest.mark.parametrize("name", ["amd-epyc-avx512/aime2025-smollm2-135m-baseline.json",
+                                  "intel-xeon-amx/exact-smollm2-135m.json"])
 def test_a_resealed_forgery_under_a_committed_name_is_caught_by_the_index(tmp_path, name):
     (tmp_path / name).parent.mkdir(parents=True)
     shutil.copy(RESULTS / INDEX_NAME, tmp_path / INDEX_NAME)
@@ -400,10 +400,10 @@ def test_no_committed_manifest_records_a_path_of_the_machine_that_made_it():
     """Every committed manifest names its problem set as a generated set or as ``../shared/data/<file>``. One
     exception, named: the H200 certificate records ``.gpu-carry/data/aime2024.jsonl`` (the GPU machine's copy of
     the data folder, relative to its checkout); it is anchored by that file name and its SHA-256, and it is not
-    sealed again because results/replays.jsonl, a log never rewritten, names it by its manifest_sha256."""
-    exceptions = {"nvidia-h200/manifests/exact-random-gemma3-12b-bf16.json": ".gpu-carry/data/aime2024.jsonl"}
+    sealed again because manifests/replays.jsonl, a log never rewritten, names it by its manifest_sha256."""
+    exceptions = {"nvidia-h200/exact-random-gemma3-12b-bf16.json": ".gpu-carry/data/aime2024.jsonl"}
     sources = {p.relative_to(RESULTS).as_posix(): json.loads(p.read_text(encoding="utf-8"))["problem_set"]["source"]
-               for p in RESULTS.glob("*/manifests/*.json")}
+               for p in RESULTS.glob("*/*.json")}
     assert len(sources) >= 75
     odd = {name: source for name, source in sources.items()
            if not is_generated(source) and PurePosixPath(source).parent != PurePosixPath("../shared/data")}

@@ -2,7 +2,7 @@
 their recorded verdicts and stop reasons (no model).
 
 The transfer baseline (60 programs) is replayed here; every committed program-mode manifest is replayed by
-``make replay-programs`` into ``results/program-replays.jsonl`` (about 1,200 distinct programs: longer than the suite
+``make replay-programs`` into ``manifests/program-replays.jsonl`` (about 1,200 distinct programs: longer than the suite
 should take), and that log is checked here: a line for each committed manifest at its current seal, in the program
 environment, with no difference but the ones declared below with their reason."""
 
@@ -19,6 +19,7 @@ from graftbench.eval import program_replay
 from graftbench.eval.program_replay import COMMITTED, LOG_SCHEMA, replay_programs, starved
 from graftbench.programs import sandbox
 from graftbench.programs.sandbox import ProgramResult
+from graftbench.results.layout import current_path
 from graftbench.results.manifest import load_manifest
 from graftbench.settings import SandboxLimits
 from tests.conftest import REFERENCE_MANIFESTS
@@ -26,7 +27,7 @@ from tests.prereqs import need
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = REFERENCE_MANIFESTS / "transfer-qwen2.5-coder-0.5b-program-baseline.json"
-LOG = ROOT / "results" / "program-replays.jsonl"
+LOG = ROOT / "manifests" / "program-replays.jsonl"
 LIMITS_OF_BASELINE = SandboxLimits(**load_manifest(BASELINE)["settings"]["sandbox"])
 # Replayed programs whose outcome may differ from the record, by (manifest file name, sample), with why.
 _NEAR_THE_LIMIT = ("print(47**7658112 % 569) takes about the CPU limit of 10 s: recorded once as finishing (262, "
@@ -87,7 +88,8 @@ def test_every_committed_program_manifest_was_replayed_in_the_program_environmen
     assert {r["schema"] for r in records} == {LOG_SCHEMA}
     committed = sorted(glob.glob(COMMITTED, root_dir=ROOT))
     assert len(committed) == 25
-    latest = {r["manifest"]: r for r in records}  # the log is appended to: the last line of a manifest counts
+    # The log is appended to: the last line of a manifest counts. Its older lines name a manifest by its earlier path.
+    latest = {current_path(r["manifest"]): r for r in records}
     for name in committed:
         manifest = load_manifest(ROOT / name)
         record = latest.get(name)

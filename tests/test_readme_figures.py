@@ -1,5 +1,5 @@
 """The README's headline figures equal what the committed manifests and benchmark files they link to say (the
-reference machine's folder, results/amd-epyc-avx512/)."""
+reference machine's folders, manifests/amd-epyc-avx512/ and results/amd-epyc-avx512/)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from tests.conftest import REFERENCE_MANIFESTS
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 MANIFESTS = REFERENCE_MANIFESTS
-RESULTS = REFERENCE_MANIFESTS.parent / "bench"
+RESULTS = ROOT / "results" / REFERENCE_MANIFESTS.name / "bench"
 BENCH_LINK = RESULTS.relative_to(ROOT).as_posix()
-LINK = MANIFESTS.relative_to(ROOT).as_posix()  # a README link to a manifest: (results/<kind>/manifests/NAME.json)
+LINK = MANIFESTS.relative_to(ROOT).as_posix()  # a README link to a manifest: (manifests/<kind>/NAME.json)
 
 
 def _totals(name: str) -> dict:

@@ -82,15 +82,15 @@ def _committed_root(tmp_path: Path) -> tuple[Path, list[str]]:
     """A results tree of four CPU expectations and one GPU certificate (copies of committed files)."""
     names = ["exact-smollm2-135m.json", "exact-gemma3-270m.json", "exact-smollm2-135m-bf16.json",
              "exact-smollm2-135m-llama-f16.json"]
-    folder = tmp_path / "results" / "amd-epyc-avx512" / "manifests"
+    folder = tmp_path / "manifests" / "amd-epyc-avx512"
     folder.mkdir(parents=True)
     for name in names:
         (folder / name).write_bytes((REFERENCE_MANIFESTS / name).read_bytes())
-    gpu = tmp_path / "results" / "nvidia-h200" / "manifests"
+    gpu = tmp_path / "manifests" / "nvidia-h200"
     gpu.mkdir(parents=True)
     (gpu / "exact-random-gemma3-12b-bf16.json").write_bytes(
-        (ROOT / "results/nvidia-h200/manifests/exact-random-gemma3-12b-bf16.json").read_bytes())
-    return tmp_path, [f"results/amd-epyc-avx512/manifests/{name}" for name in names]
+        (ROOT / "manifests/nvidia-h200/exact-random-gemma3-12b-bf16.json").read_bytes())
+    return tmp_path, [f"manifests/amd-epyc-avx512/{name}" for name in names]
 
 
 def test_every_expectation_is_tried_each_completed_comparison_logged_and_the_exit_status_says_a_failure(
@@ -126,14 +126,14 @@ def test_every_expectation_is_tried_each_completed_comparison_logged_and_the_exi
     # the completed comparisons and the pin found not comparable are logged; the crash logged nothing to keep
     assert [(r["compared"], r["equal"], r["pin_differences"]) for r in read_replay_log(log)] == [
         (1, 0, []), (0, 0, ["engine.system_info"]), (5, 5, [])]
-    assert said[0] == ("results/amd-epyc-avx512/manifests/exact-gemma3-270m.json: failed: no replay record logged "
+    assert said[0] == ("manifests/amd-epyc-avx512/exact-gemma3-270m.json: failed: no replay record logged "
                        "(exit status 1): RuntimeError: boom")
     assert rc.exit_status(outcomes) == 1
     assert rc.summary(outcomes) == ("1 failed; 1 differs on a kind of CPU not proven to reproduce; 1 not comparable; "
-                                    "1 equal. Failed: results/amd-epyc-avx512/manifests/exact-gemma3-270m.json")
+                                    "1 equal. Failed: manifests/amd-epyc-avx512/exact-gemma3-270m.json")
     assert rc.exit_status(outcomes[1:]) == 0  # an unproven difference is a finding, not a failure
     with pytest.raises(ValueError, match="not a committed CPU expectation"):
-        rc.replay_committed(root, 5, log, only=[root / "results/nvidia-h200/manifests/exact-random-gemma3-12b-bf16.json"])
+        rc.replay_committed(root, 5, log, only=[root / "manifests/nvidia-h200/exact-random-gemma3-12b-bf16.json"])
 
 
 def test_an_expectation_whose_library_or_model_is_not_installed_is_not_run_and_says_why():
@@ -275,14 +275,14 @@ def test_replay_exact_passes_replay_across_cpu_kinds_through():
 
 
 def test_every_committed_qwen_certificate_has_a_completed_five_pair_comparison_logged():
-    """The committed replay log (results/replays.jsonl) holds, for every committed Qwen certificate, 5 pairs compared
+    """The committed replay log (manifests/replays.jsonl) holds, for every committed Qwen certificate, 5 pairs compared
     equal on the kind of CPU it was recorded on, or, for a llama.cpp certificate whose recorded build reports CPU
     features no machine that replayed it had, a completed comparison across CPU kinds (``--across-cpu-kinds``: 5
     pairs equal, or up to its first difference; logged, proving no kind). The torch certificates pin --isa avx2 and have their recorded-kind replay."""
     from graftbench.util.isa import same_cpu_kind
 
-    records = read_replay_log(ROOT / "results" / "replays.jsonl")
-    certificates = sorted(ROOT.glob("results/*/manifests/exact-qwen*.json"))
+    records = read_replay_log(ROOT / "manifests" / "replays.jsonl")
+    certificates = sorted(ROOT.glob("manifests/*/exact-qwen*.json"))
     assert len(certificates) == 8
     awaiting = []
     for path in certificates:

@@ -40,7 +40,7 @@ def test_every_committed_manifest_has_one_row_with_its_own_figures():
 
 
 def test_the_recurring_aime_2024_row_reads_29_of_30_in_142_decode_tokens():
-    row = _row(results_index.render(ROOT), "results/amd-epyc-avx512/manifests/aime2024-smollm2-135m-recurring.json")
+    row = _row(results_index.render(ROOT), "manifests/amd-epyc-avx512/aime2024-smollm2-135m-recurring.json")
     assert row[1:5] == ["eval", "smollm2-135m", "float32", "text"]
     assert row[7:10] == ["29 / 30", "142", "30"]
 
@@ -48,14 +48,14 @@ def test_the_recurring_aime_2024_row_reads_29_of_30_in_142_decode_tokens():
 def test_rows_are_grouped_under_the_cpu_each_file_records():
     page = results_index.render(ROOT)
     intel = page.index("### Intel(R) Xeon(R) Processor (AVX512; amx")
-    assert page.index("| [`results/intel-xeon-amx/manifests/exact-smollm2-135m.json`]") > intel
-    assert page.index("| [`results/amd-epyc-avx512/manifests/exact-smollm2-135m.json`]") < intel
+    assert page.index("| [`manifests/intel-xeon-amx/exact-smollm2-135m.json`]") > intel
+    assert page.index("| [`manifests/amd-epyc-avx512/exact-smollm2-135m.json`]") < intel
 
 
 def _tiny_repo(tmp_path: Path, manifest: dict) -> Path:
-    (tmp_path / "results" / "kind" / "manifests").mkdir(parents=True)
-    (tmp_path / "results" / "kind" / "bench").mkdir()
-    (tmp_path / "results" / "kind" / "manifests" / "run.json").write_text(json.dumps(manifest))
+    (tmp_path / "manifests" / "kind").mkdir(parents=True)
+    (tmp_path / "results" / "kind" / "bench").mkdir(parents=True)
+    (tmp_path / "manifests" / "kind" / "run.json").write_text(json.dumps(manifest))
     return tmp_path
 
 
@@ -63,7 +63,7 @@ def test_text_from_a_file_is_escaped_so_no_row_or_link_can_be_forged(tmp_path):
     committed = json.loads((REFERENCE_MANIFESTS / "aime2024-smollm2-135m-recurring.json").read_text())
     hostile = {**committed, "config": {**committed["config"], "model": "x | 1 / 1 |\n| [a](javascript:alert(1))"}}
     page = results_index.render(_tiny_repo(tmp_path, hostile))
-    row = _row(page, "results/kind/manifests/run.json")
+    row = _row(page, "manifests/kind/run.json")
     assert len(row) == 11  # the model's pipes and line break did not add a column or a row
     assert "[a](javascript" not in page and "[a\\](javascript" in row[2] and "\\|" in row[2]
 

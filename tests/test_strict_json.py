@@ -26,7 +26,7 @@ from tests.conftest import REFERENCE_MANIFESTS
 ROOT = Path(__file__).resolve().parents[1]
 RUN_MANIFEST = REFERENCE_MANIFESTS / "aime2024-smollm2-135m-baseline.json"
 EXACT_MANIFEST = REFERENCE_MANIFESTS / "exact-smollm2-135m.json"
-REPLAY_LOG = REFERENCE_MANIFESTS.parents[1] / "replays.jsonl"  # results/replays.jsonl
+REPLAY_LOG = REFERENCE_MANIFESTS.parent / "replays.jsonl"  # manifests/replays.jsonl
 runner = CliRunner()
 
 

@@ -19,7 +19,7 @@ from graftbench.report.view import (ViewError, csp_hash, embed_json, read_run, r
 from graftbench.results.manifest import seal_sha256
 
 ROOT = Path(__file__).resolve().parents[1]
-MANIFESTS = ROOT / "results" / "amd-epyc-avx512" / "manifests"
+MANIFESTS = ROOT / "manifests" / "amd-epyc-avx512"
 BASELINE = MANIFESTS / "aime2024-qwen2.5-coder-0.5b-baseline.json"
 RECURRING = MANIFESTS / "aime2024-qwen2.5-coder-0.5b-recurring.json"
 AIME2024 = ROOT.parent / "shared" / "data" / "aime2024.jsonl"

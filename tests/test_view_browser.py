@@ -25,7 +25,7 @@ from graftbench.problems.loading import load_problems
 from graftbench.report.view import read_run, render_page, view_data, write_view
 
 ROOT = Path(__file__).resolve().parents[1]
-MANIFESTS = ROOT / "results" / "amd-epyc-avx512" / "manifests"
+MANIFESTS = ROOT / "manifests" / "amd-epyc-avx512"
 BASELINE = MANIFESTS / "aime2024-qwen2.5-coder-0.5b-baseline.json"
 RECURRING = MANIFESTS / "aime2024-qwen2.5-coder-0.5b-recurring.json"
 AIME2024 = ROOT.parent / "shared" / "data" / "aime2024.jsonl"

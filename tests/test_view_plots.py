@@ -13,7 +13,7 @@ from graftbench.report.plots import accuracy_figure, family_figure, write_plots
 from graftbench.results.metrics import summarize
 
 ROOT = Path(__file__).resolve().parents[1]
-MANIFESTS = ROOT / "results" / "amd-epyc-avx512" / "manifests"
+MANIFESTS = ROOT / "manifests" / "amd-epyc-avx512"
 NAMES = ("aime2024-smollm2-135m-baseline", "aime2024-smollm2-135m-recurring", "aime2024-qwen2.5-coder-0.5b-baseline",
          "aime2024-qwen2.5-coder-0.5b-recurring", "aime2024-qwen2.5-coder-1.5b-llama-f16-baseline",
          "aime2024-qwen2.5-coder-1.5b-llama-f16-recurring")

@@ -29,10 +29,11 @@ from .memory import DECODE_ROOM
 from .ttft import deposit_tokens
 
 _ROOT = Path(__file__).resolve().parents[2]
-_RESULTS = _ROOT / "results" / "amd-epyc-avx512" / "manifests"
+_MANIFESTS = _ROOT / "manifests" / "amd-epyc-avx512"
 # The committed CPU runs whose token counts the modelled ratio uses: AIME 2024 on smollm2-135m, the baseline and the
 # recurring run (each problem grafted with its own verified solution)
-MODELLED_RUNS = (_RESULTS / "aime2024-smollm2-135m-baseline.json", _RESULTS / "aime2024-smollm2-135m-recurring.json")
+MODELLED_RUNS = (_MANIFESTS / "aime2024-smollm2-135m-baseline.json",
+                 _MANIFESTS / "aime2024-smollm2-135m-recurring.json")
 MODELLED_LABEL = ("modelled: this device's joules per token and per graft times the token counts of the committed "
                   "CPU runs named; the device ran none of those problems")
 

@@ -1,6 +1,6 @@
 """The prepared GPU script's helpers: the folder a GPU's manifests go in, and the tokenizer files that travel.
 
-The manifests of a CUDA run go under ``results/<gpu>/manifests/`` (its TTFT result under ``results/<gpu>/bench/``),
+The manifests of a CUDA run go under ``manifests/<gpu>/`` (its TTFT result under ``results/<gpu>/bench/``),
 ``<gpu>`` the device's name as a plain folder name (``nvidia-h200``, a MIG slice's profile appended): a kind of
 machine, as :mod:`graftbench.results.layout` lays the results out. The GPU host has no network and no bundled GGUF
 files: the random-weights models' tokenizers travel as their files alone, in the cache layout

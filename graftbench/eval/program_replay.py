@@ -31,7 +31,7 @@ from ..util import isa
 LOG_SCHEMA = "graftbench.program-replay/1"
 STARVED_CPU_SHARE = 0.9  # a timeout with under this share of cpu_s used came from the wall clock on a busy machine
 STARVED_WALL_FACTOR = 12  # a starved run's second try has a wall-time limit of this many times cpu_s
-COMMITTED = "results/*/manifests/*program*.json"  # every committed program-mode manifest (a glob below the checkout)
+COMMITTED = "manifests/*/*program*.json"  # every committed program-mode manifest (a glob below the checkout)
 
 
 @dataclass(frozen=True)

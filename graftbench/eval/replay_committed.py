@@ -298,7 +298,7 @@ def replay_once(root: Path, expectation: Path, limit: int, work: Path, env: dict
 
 def committed_cpu_expectations(root: Path) -> list[Path]:
     """Every committed exactness expectation recorded on a CPU (``config.device`` ``cpu`` or absent), under
-    ``root/results/<kind>/manifests/``, in path order. A GPU's certificates replay on their GPU (docs/gpu.md)."""
+    ``root/manifests/<kind>/``, in path order. A GPU's certificates replay on their GPU (docs/gpu.md)."""
     found = []
     for folder in layout.manifest_folders(root):
         for path in sorted(folder.glob("exact-*.json")):
@@ -374,7 +374,7 @@ def replay_committed(root: Path, limit: int, log: Path, only: list[Path] | None 
         chosen = [Path(p) if Path(p).is_absolute() else root / p for p in only]
         unknown = [str(p) for p in chosen if p.resolve() not in {c.resolve() for c in committed}]
         if unknown:
-            raise ValueError(f"not a committed CPU expectation under {root / layout.RESULTS}: {', '.join(unknown)}")
+            raise ValueError(f"not a committed CPU expectation under {root / layout.MANIFESTS}: {', '.join(unknown)}")
         committed = chosen
     env = {k: v for k, v in os.environ.items() if k != isa.ENV_VAR}  # each replay adopts its own pin
     here, outcomes = isa.environment(), []

@@ -2,16 +2,16 @@
 
 Three tables, each grouped by the kind of CPU the file records (:func:`graftbench.util.isa.describe_cpu`):
 
-- run manifests under ``results/<kind>/manifests/`` (command, model, dtype, problem set, samples, correct, decode
+- run manifests under ``manifests/<kind>/`` (command, model, dtype, problem set, samples, correct, decode
   tokens, grafts);
-- exactness expectations under ``results/<kind>/manifests/`` (model, dtype, pin, byte-exact pairs);
+- exactness expectations under ``manifests/<kind>/`` (model, dtype, pin, byte-exact pairs);
 - benchmark results under ``results/<kind>/bench/`` and ``reports/`` (the JSON files a bench command wrote, grouped
   by the CPU model name they record, with the date and code version each records; earlier runs moved to a
   ``runs/`` folder are listed too).
 
 Every figure is read from its file, never typed; ``make results-index`` regenerates the page and
 ``tests/test_results_index.py`` checks that the committed page equals a fresh generation, so the index cannot drift
-from the files. The manifests' own SHA-256s are in ``results/SHA256SUMS``; the layout is
+from the files. The manifests' own SHA-256s are in ``manifests/SHA256SUMS``; the layout is
 :mod:`graftbench.results.layout`. Imports no torch.
 """
 
@@ -37,9 +37,10 @@ HEADER = """# Results index
 
 Every committed result file, one row each, generated from the files by `make results-index` (a test checks that
 this page equals a fresh generation). Each file records its own machine, date and code version; `graftbench
-verify-manifest FILE` re-checks a manifest, and `results/SHA256SUMS` holds each manifest's SHA-256. Files lie
-under `results/<kind of machine>/` ([the layout](manifests.md#where-results-live)); rows are grouped by the kind of
-CPU the file records (model name, torch's native capability and, where recorded, kernel flags such as AMX).
+verify-manifest FILE` re-checks a manifest, and `manifests/SHA256SUMS` holds each manifest's SHA-256. Manifests
+lie under `manifests/<kind of machine>/`, benchmark results and reports under `results/<kind of machine>/` ([the
+layout](manifests.md#where-manifests-and-results-live)); rows are grouped by the kind of CPU the file records (model
+name, torch's native capability and, where recorded, kernel flags such as AMX).
 """
 
 

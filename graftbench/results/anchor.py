@@ -328,9 +328,9 @@ def read_index(index: Path) -> dict[str, str]:
 
 
 def index_text(folder: Path) -> str:
-    """The results index of ``folder``, a results root (:mod:`graftbench.results.layout`): one ``<sha256>  <path>``
+    """The results index of ``folder``, a manifests root (:mod:`graftbench.results.layout`): one ``<sha256>  <path>``
     line (``sha256sum`` format, paths relative to ``folder``, sorted) for every ``*.json`` manifest in a kind's
-    ``manifests`` folder (``<kind>/manifests/...``); benchmark and report files are not listed."""
+    folder (``<kind>/...``); the files at the root (the index, the replay logs) are not listed."""
     from ..util.hashing import sha256_file
     from .layout import is_manifest
 

@@ -1,5 +1,5 @@
 """Which committed expectation a replay on this machine should use: expectations are recorded per kind of CPU
-(``results/<kind>/manifests/``), so the documented replay names a file and this module finds the one recorded for
+(``manifests/<kind>/``), so the documented replay names a file and this module finds the one recorded for
 this machine's kind, or says that there is none and which kinds have one.
 
 - A bare file name (``exact-smollm2-135m.json``, no folder) that is not a file in the working directory is looked
@@ -35,7 +35,7 @@ class KindLookup:
 
 
 def lookup(name: str, root: Path, here_env: dict, records: list[dict]) -> KindLookup:
-    """The expectations named ``name`` under ``root/results/<kind>/manifests/``, and the one known to reproduce on
+    """The expectations named ``name`` under ``root/manifests/<kind>/``, and the one known to reproduce on
     the CPU ``here_env`` (:func:`graftbench.util.isa.environment`) given the replay log's ``records``: recorded on
     this kind, or replayed equal on it. A file that is not JSON is skipped (verify-manifest reports it)."""
     kinds, here = [], None

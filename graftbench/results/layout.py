@@ -1,35 +1,44 @@
-"""Where committed results live: one root, one folder per kind of machine, one naming scheme. Imports no torch.
+"""Where committed manifests and results live: two roots, one folder per kind of machine in each, one naming
+scheme. Imports no torch.
 
-``results/<kind>/manifests/`` holds the run manifests and exactness expectations recorded on that kind of machine,
-``results/<kind>/bench/`` its benchmark results (earlier runs under ``bench/runs/``), ``results/<kind>/reports/``
-its report folders; ``results/SHA256SUMS`` (every manifest's SHA-256) and ``results/replays.jsonl`` (the replay
-log) sit at the root. ``<kind>`` names a kind of machine, e.g. ``amd-epyc-avx512`` or ``intel-xeon-amx``
-(docs/manifests.md gives the naming scheme of the files).
+``manifests/<kind>/`` holds the run manifests and exactness expectations recorded on that kind of machine;
+``manifests/SHA256SUMS`` (every manifest's SHA-256, paths relative to ``manifests/``), ``manifests/replays.jsonl``
+(the replay log of the expectations) and ``manifests/program-replays.jsonl`` (the program replay log) sit at its
+root. ``results/<kind>/bench/`` holds the benchmark results recorded on that kind (earlier runs under
+``bench/runs/``), ``results/<kind>/reports/`` its report folders. ``<kind>`` names a kind of machine, e.g.
+``amd-epyc-avx512`` or ``intel-xeon-amx`` (docs/manifests.md gives the naming scheme of the files).
+
+Manifests lay under ``results/<kind>/manifests/`` before: files written then (a report's ``summary.json``, the
+program replay log's older lines) name that path, and are never rewritten; :func:`current_path` finds where such a
+recorded path lies now.
 """
 
 from __future__ import annotations
 
-from pathlib import Path, PurePath
+from pathlib import Path, PurePath, PurePosixPath
 
+MANIFESTS = Path("manifests")
 RESULTS = Path("results")
-MANIFESTS = "manifests"
 BENCH = "bench"
 REPORTS = "reports"
 # The kind of machine the portable-pin expectations were first recorded on: every bundled model and dtype has one
 # there, while another kind's folder fills over sessions.
 REFERENCE_KIND = "amd-epyc-avx512"
-REPLAY_LOG = RESULTS / "replays.jsonl"
+REPLAY_LOG = MANIFESTS / "replays.jsonl"
+PROGRAM_REPLAY_LOG = MANIFESTS / "program-replays.jsonl"
+_EARLIER_MANIFESTS = "manifests"  # the folder name under results/<kind>/ that held a kind's manifests before
 
 
 def kinds(root: Path) -> list[str]:
-    """The kinds of machine with a folder under ``root/results``, sorted by name (empty when there is none)."""
-    folder = Path(root) / RESULTS
-    return sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+    """The kinds of machine with a folder under ``root/manifests`` or ``root/results``, sorted by name (empty when
+    there is none)."""
+    folders = (Path(root) / MANIFESTS, Path(root) / RESULTS)
+    return sorted({p.name for folder in folders if folder.is_dir() for p in folder.iterdir() if p.is_dir()})
 
 
 def manifest_folder(root: Path, kind: str) -> Path:
-    """``root/results/<kind>/manifests``: where the manifests recorded on ``kind`` live."""
-    return Path(root) / RESULTS / kind / MANIFESTS
+    """``root/manifests/<kind>``: where the manifests recorded on ``kind`` live."""
+    return Path(root) / MANIFESTS / kind
 
 
 def manifest_folders(root: Path) -> list[Path]:
@@ -44,8 +53,20 @@ def result_folders(root: Path) -> list[Path]:
 
 
 def is_manifest(relative: PurePath) -> bool:
-    """Whether ``relative`` (a path relative to the results root) lies in a kind's ``manifests`` folder."""
-    return len(relative.parts) >= 3 and relative.parts[1] == MANIFESTS
+    """Whether ``relative`` (a path relative to the manifests root) lies in a kind's folder (``<kind>/<name>``), not
+    at the root beside the index and the logs."""
+    return len(relative.parts) >= 2
+
+
+def current_path(recorded: str) -> str:
+    """Where a committed manifest that a file names by the earlier layout's path lies now: ``results/<kind>/
+    manifests/<name>`` (relative to the checkout, ``/`` separators, as written into reports and the program replay
+    log) is ``manifests/<kind>/<name>``; any other path is returned as given. The recorded file is never rewritten
+    (its bytes are its record), so code that follows a recorded path reads it through this function."""
+    parts = PurePosixPath(recorded).parts
+    if len(parts) >= 4 and parts[0] == RESULTS.name and parts[2] == _EARLIER_MANIFESTS:
+        return PurePosixPath(MANIFESTS.name, parts[1], *parts[3:]).as_posix()
+    return recorded
 
 
 def dtype_marker(dtype: str) -> str:

@@ -1,7 +1,7 @@
 """Who wrote an artifact: the kind of CPU (and the pin) a deposit ran on, kept beside the artifact, outside its bytes.
 
 Two CPUs can share one pin (its fingerprint) and still compute other bytes: expectations recorded under ``--isa
-avx2`` on an AMD EPYC differ from an Intel Xeon's at the first pair (``results/replays.jsonl``), while neither pin
+avx2`` on an AMD EPYC differ from an Intel Xeon's at the first pair (``manifests/replays.jsonl``), while neither pin
 field tells them apart. So an artifact written under a pin that is not proven portable
 (:data:`PORTABLE_PINS`) is grafted only on the kind of CPU that wrote it (:func:`kind_refusal`); on another
 kind it is refused like an artifact of another pin.
@@ -38,7 +38,7 @@ KIND_FIELDS = ("cpu_model", "cpu_capability_native", "cpu_kernel_flags")  # what
 
 # Pins (config fingerprints) proven to give the same bytes on every kind of CPU, each with the replay records that
 # prove it. A pin listed here is grafted on any kind; every other pin only on a kind that wrote the artifact. Empty:
-# no pin is proven portable across CPU vendors yet (the avx2 pin is not, results/replays.jsonl).
+# no pin is proven portable across CPU vendors yet (the avx2 pin is not, manifests/replays.jsonl).
 PORTABLE_PINS: Mapping[str, str] = MappingProxyType({})
 
 

@@ -70,7 +70,7 @@ def problem_set_json(obj: Any) -> str:
     lists, so no key order arises there). The result is pure ASCII, so its UTF-8 encoding is its ASCII encoding.
 
     Frozen: digests of exactly these bytes are recorded in run manifests (``problem_set.sha256`` in the committed
-    ``results/*/manifests/*.json``, under their seal), in exactness expectations (``check-exact --expect`` refuses a
+    ``manifests/*/*.json``, under their seal), in exactness expectations (``check-exact --expect`` refuses a
     problem set whose digest differs) and in each run folder's settings (a resume with another digest is
     refused), so aligning it with :func:`canonical_json` would invalidate every recorded problem-set digest.
     Raises ``TypeError`` for objects JSON cannot represent and ``ValueError`` for NaN or infinity.

@@ -15,7 +15,7 @@ torch's CPU math picks code by instruction set in three places, and each has a d
 ``native`` leaves all of them alone (fastest, numbers tied to this CPU's instruction set). ``avx2`` caps every
 library at AVX2, first meant as the portable pin: the same bytes on an AVX-512 machine and on an AVX2 machine. Measured,
 it is not portable across CPU vendors: expectations recorded under it on an AMD EPYC gave other bytes on an Intel
-Xeon (float32 and bfloat16, ``results/replays.jsonl``), so an expectation is trusted only on the kind of CPU
+Xeon (float32 and bfloat16, ``manifests/replays.jsonl``), so an expectation is trusted only on the kind of CPU
 (:func:`same_cpu_kind`) it was recorded or replayed on. ``portable`` is the candidate across vendors: ATen at AVX2,
 MKL's ``COMPATIBLE`` branch (SSE2, no approximate reciprocals) with its dynamic threading off, oneDNN capped and
 unused; it is proven portable only by a logged replay on a CPU of the other vendor (docs/portable-pin.md).
@@ -56,7 +56,7 @@ CAP_VARIABLES = tuple(sorted({name for caps in CAPS.values() for name in caps}))
 REQUIRED_FLAGS = {"native": (), "avx2": ("avx2", "fma"), "portable": ("avx2", "fma")}
 # Flags beyond the native capability that the math libraries dispatch on (bfloat16 and float16 arithmetic, VNNI dot
 # products, AMX tiles). Not part of the pin: they tell apart two CPUs of one capability, which may still compute
-# other bytes under one pin (an AMD EPYC and an Intel Xeon with AMX did, float32 included: results/replays.jsonl).
+# other bytes under one pin (an AMD EPYC and an Intel Xeon with AMX did, float32 included: manifests/replays.jsonl).
 KERNEL_FLAGS = ("amx_bf16", "amx_int8", "amx_tile", "avx512_bf16", "avx512_fp16", "avx512_vnni", "avx_vnni")
 
 
