@@ -60,7 +60,7 @@ program-env: $(STAMP)
 # minutes on 2 busy cores) and append one line per manifest to manifests/program-replays.jsonl: commit that log
 # (tests/test_program_replay.py checks it covers every committed manifest with no undeclared difference).
 replay-programs: $(STAMP) sandbox-tools program-env
-	$(BIN)/python -m graftbench.eval.program_replay --log manifests/program-replays.jsonl \
+	$(BIN)/graftbench replay-programs --log manifests/program-replays.jsonl \
 	  $$(ls manifests/*/*program*.json)
 
 # graftbench view's page is tested in headless Chromium (tests/test_view_browser.py), driven by selenium through

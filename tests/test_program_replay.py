@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from graftbench.eval import program_replay
-from graftbench.eval.program_replay import COMMITTED, LOG_SCHEMA, replay_programs, starved
+from graftbench.programs import replay as program_replay
+from graftbench.programs.replay import LOG_SCHEMA, starved
 from graftbench.programs import sandbox
 from graftbench.programs.sandbox import ProgramResult
-from graftbench.results.layout import current_path
-from graftbench.results.manifest import load_manifest
+from graftbench.results.layout import PROGRAM_MANIFESTS, current_path
+from graftbench.results.manifest import load_manifest, recorded_verifier_version
 from graftbench.settings import SandboxLimits
 from tests.conftest import REFERENCE_MANIFESTS
 from tests.prereqs import need
@@ -35,6 +35,13 @@ _NEAR_THE_LIMIT = ("print(47**7658112 % 569) takes about the CPU limit of 10 s: 
 DECLARED: dict[tuple[str, str], str] = {
     (f"methods-qwen2.5-coder-1.5b-llama-f16-program-{arm}.json", "fermat-11#3"): _NEAR_THE_LIMIT
     for arm in ("graft", "other-family", "prompt")}
+
+
+def replay_programs(path: Path) -> list:
+    """The replay of the manifest at ``path`` as ``graftbench replay-programs`` runs it: loaded and checked, judged
+    under its recorded verifier version."""
+    manifest = load_manifest(path)
+    return program_replay.replay_programs(manifest, recorded_verifier_version(manifest), label=str(path))
 
 
 @pytest.mark.slow
@@ -86,7 +93,7 @@ def test_a_text_mode_manifest_is_not_replayed():
 def test_every_committed_program_manifest_was_replayed_in_the_program_environment():
     records = [json.loads(line) for line in LOG.read_text(encoding="utf-8").splitlines()]
     assert {r["schema"] for r in records} == {LOG_SCHEMA}
-    committed = sorted(glob.glob(COMMITTED, root_dir=ROOT))
+    committed = sorted(glob.glob(PROGRAM_MANIFESTS, root_dir=ROOT))
     assert len(committed) == 25
     # The log is appended to: the last line of a manifest counts. Its older lines name a manifest by its earlier path.
     latest = {current_path(r["manifest"]): r for r in records}

@@ -17,7 +17,7 @@ import typer
 from rich.markup import escape
 
 from . import bench, exact, flywheel, report, trace
-from . import merge, route, view
+from . import merge, programs, route, view
 from ..engine.registry import DEFAULT_ENGINE
 from ..eval.errors import NotVerified
 from ..scale.eval_job import EvalRequest, cluster_options
@@ -503,6 +503,7 @@ app.command(name="trace-pair")(trace.trace_pair)
 app.command(name="trace-compare")(trace.trace_compare)
 app.command(name="merge")(merge.merge)
 app.command(name="view")(view.view)
+app.command(name="replay-programs")(programs.replay_programs)
 place_options(app)  # after every command is registered: each option's help panel
 map_errors(app)  # every command's errors through one mapping to exit statuses and messages
 

@@ -26,6 +26,7 @@ REPORTS = "reports"
 REFERENCE_KIND = "amd-epyc-avx512"
 REPLAY_LOG = MANIFESTS / "replays.jsonl"
 PROGRAM_REPLAY_LOG = MANIFESTS / "program-replays.jsonl"
+PROGRAM_MANIFESTS = "manifests/*/*program*.json"  # every committed program-mode manifest (a glob below the checkout)
 _EARLIER_MANIFESTS = "manifests"  # the folder name under results/<kind>/ that held a kind's manifests before
 
 

@@ -2,10 +2,11 @@
 reasons with the recorded ones: a check that a change of sandbox (its program environment included) changed no
 program's outcome. No model; imports no torch.
 
-:func:`replay_programs` replays one manifest; :func:`replay_manifests` (``make replay-programs``,
-``python -m graftbench.eval.program_replay``) replays many, running each distinct program text once per set of
-limits (a program recorded in several manifests, e.g. the flywheel's rounds, is judged against each record from the
-one run), and appends one line per manifest to a log (:data:`LOG_SCHEMA`).
+This module reads manifests as the dicts a caller loaded (``graftbench replay-programs`` loads and checks them with
+:mod:`graftbench.results.manifest`, the layer above): :func:`replay_programs` replays one; :func:`replay_manifests`
+(``make replay-programs``) replays many, running each distinct program text once per set of limits (a program
+recorded in several manifests, e.g. the flywheel's rounds, is judged against each record from the one run), and
+appends one line per manifest to a log (:data:`LOG_SCHEMA`).
 
 The CPU-time, memory and output limits are the manifest's own. So is the wall-time limit, except for a program
 whose run here the wall clock stopped with CPU time left (:func:`starved`: a busy machine gave it less than a CPU):
@@ -14,24 +15,21 @@ it runs once more with a longer wall time, and both runs are logged.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Iterable
 
-from ..results.manifest import load_manifest, recorded_verifier_version
-from ..programs.mode import program_verdict, sample_verdict
-from ..programs.sandbox import ProgramResult, SandboxError, isolation, run_program
+from .mode import program_verdict, sample_verdict
+from .sandbox import ProgramResult, isolation, run_program
 from ..settings import SandboxLimits
 from ..util import isa
 
 LOG_SCHEMA = "graftbench.program-replay/1"
 STARVED_CPU_SHARE = 0.9  # a timeout with under this share of cpu_s used came from the wall clock on a busy machine
 STARVED_WALL_FACTOR = 12  # a starved run's second try has a wall-time limit of this many times cpu_s
-COMMITTED = "manifests/*/*program*.json"  # every committed program-mode manifest (a glob below the checkout)
 
 
 @dataclass(frozen=True)
@@ -69,23 +67,24 @@ def starved(result: ProgramResult, limits: SandboxLimits) -> bool:
     return result.stopped == "timeout" and result.cpu_s < STARVED_CPU_SHARE * limits.cpu_s
 
 
-def replay_programs(path: str | Path, runs: dict | None = None) -> list[Replayed]:
-    """Run every recorded program of the manifest at ``path`` in the sandbox under the manifest's own sandbox
-    limits, and judge it under its recorded verifier version. A program whose run here was :func:`starved` is run
+def replay_programs(manifest: dict, verifier_version: str, runs: dict | None = None,
+                    label: str = "the manifest") -> list[Replayed]:
+    """Run every recorded program of ``manifest`` (a loaded manifest's dict, named ``label`` in errors) in the
+    sandbox under the manifest's own sandbox limits, and judge it under ``verifier_version`` (the one it recorded:
+    :func:`graftbench.results.manifest.recorded_verifier_version`). A program whose run here was :func:`starved` is run
     once more with the wall-time limit raised to :data:`STARVED_WALL_FACTOR` times ``cpu_s`` (the CPU-time and
     every other limit unchanged), and judged on that run (a starved ``timeout`` says nothing of whether the program
     would have finished within its CPU time, whatever was recorded); its :class:`Replayed`
     keeps the starved run's wall seconds (``starved_s``). ``runs``, when given, maps (program text, limits) to a
     :class:`ProgramResult` already run, and receives the new ones. Raises ``ValueError`` for a manifest of no
-    program (its settings record no ``sandbox`` limits), :class:`graftbench.results.manifest` errors for an
-    unreadable manifest, and :class:`graftbench.programs.sandbox.SandboxError` when the sandbox cannot be built."""
-    manifest = load_manifest(path)
+    program (its settings record no ``sandbox`` limits) and :class:`graftbench.programs.sandbox.SandboxError` when
+    the sandbox cannot be built."""
     recorded_limits = (manifest.get("settings") or {}).get("sandbox")
     if not isinstance(recorded_limits, dict):
-        raise ValueError(f"{path}: not a program-mode manifest (its settings record no sandbox limits)")
+        raise ValueError(f"{label}: not a program-mode manifest (its settings record no sandbox limits)")
     limits = SandboxLimits(**recorded_limits)
     patient = replace(limits, wall_s=max(limits.wall_s, STARVED_WALL_FACTOR * limits.cpu_s))
-    version = recorded_verifier_version(manifest)
+    version = verifier_version
     runs = {} if runs is None else runs
     replayed = []
     for sample in manifest["samples"]:
@@ -114,14 +113,13 @@ def _run_once(runs: dict, program: str, limits: SandboxLimits) -> ProgramResult:
     return runs[program, limits]
 
 
-def log_record(path: str | Path, replayed: list[Replayed], ran: int) -> dict:
-    """The log line of one manifest's replay: its path and seal, how many programs it holds, how many of them were
-    run for it (``ran``; the others reused a run of the same text and limits), how many gave the same verdict and
-    the same stop reason, every difference, every program whose first run was starved (judged on a run with more
-    wall time, :func:`replay_programs`), the isolation they ran in, this machine's CPU and its load average
-    (1, 5 and 15 minutes, from ``os.getloadavg``) when the line is written: a program stopped at the wall-time limit
-    on a busy machine may have finished on a quiet one."""
-    manifest = load_manifest(path)
+def log_record(path: str | Path, manifest: dict, replayed: list[Replayed], ran: int) -> dict:
+    """The log line of one manifest's replay: its path and seal (``manifest`` is its loaded dict), how many programs
+    it holds, how many of them were run for it (``ran``; the others reused a run of the same text and limits), how
+    many gave the same verdict and the same stop reason, every difference, every program whose first run was starved
+    (judged on a run with more wall time, :func:`replay_programs`), the isolation they ran in, this machine's CPU
+    and its load average (1, 5 and 15 minutes, from ``os.getloadavg``) when the line is written: a program stopped
+    at the wall-time limit on a busy machine may have finished on a quiet one."""
     return {"schema": LOG_SCHEMA, "manifest": str(path), "manifest_sha256": manifest.get("manifest_sha256"),
             "programs": len(replayed), "ran": ran, "same_verdict": sum(r.same_verdict for r in replayed),
             "same_stopped": sum(r.stopped == r.recorded_stopped for r in replayed),
@@ -132,43 +130,18 @@ def log_record(path: str | Path, replayed: list[Replayed], ran: int) -> dict:
             "replayed_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
-def replay_manifests(paths: list[Path], log: Path | None = None) -> list[dict]:
-    """Replay every manifest of ``paths`` in turn (:func:`replay_programs`, one run per distinct program and
-    limits), append each one's :func:`log_record` to ``log`` (JSON lines) as soon as it is done, and return the
-    records. Raises as :func:`replay_programs` does."""
+def replay_manifests(manifests: Iterable[tuple[str | Path, dict, str]], log: Path | None = None) -> list[dict]:
+    """Replay every manifest of ``manifests`` (its path, its loaded dict and its recorded verifier version; loaded
+    lazily by the caller, so a bad file stops the replay where it stands) in turn (:func:`replay_programs`, one run
+    per distinct program and limits), append each one's :func:`log_record` to ``log`` (JSON lines) as soon as it is
+    done, and return the records. Raises as :func:`replay_programs` does."""
     runs: dict = {}
     records = []
-    for path in paths:
+    for path, manifest, version in manifests:
         before = len(runs)
-        record = log_record(path, replay_programs(path, runs), len(runs) - before)
+        record = log_record(path, manifest, replay_programs(manifest, version, runs, str(path)), len(runs) - before)
         records.append(record)
         if log is not None:
             with open(log, "a", encoding="utf-8") as handle:
                 handle.write(json.dumps(record, sort_keys=True) + "\n")
     return records
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m graftbench.eval.program_replay [--log FILE] MANIFEST...``: replay, print one line per manifest,
-    and return 1 when any program's verdict or stop reason differs (2 when the sandbox cannot be built)."""
-    parser = argparse.ArgumentParser(prog="python -m graftbench.eval.program_replay", description=__doc__)
-    parser.add_argument("manifests", nargs="+", type=Path)
-    parser.add_argument("--log", type=Path, help="append one JSON line per manifest to this file")
-    args = parser.parse_args(argv)
-    try:
-        records = replay_manifests(args.manifests, args.log)
-    except SandboxError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    for record in records:
-        print(f"{record['manifest']}: {record['same_verdict']} of {record['programs']} same verdict, "
-              f"{record['same_stopped']} same stop reason ({record['ran']} run)")
-        for difference in record["differences"]:
-            print(f"  differs: {difference}")
-        for again in record["starved"]:
-            print(f"  starved on the wall clock, run again with more wall time: {again}")
-    return 1 if any(record["differences"] for record in records) else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
