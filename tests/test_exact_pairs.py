@@ -14,7 +14,7 @@ from graftbench.cli.app import app
 from graftbench.eval.exactness import replay, replay_and_log, run_check_exact
 
 
-SOLUTION_CHARS = 300  # characters of each worked solution kept: artifacts of about 200 tokens, not 768
+SOLUTION_CHARS = 300  # characters of each worked solution kept: artifacts of a few hundred tokens, not 768
 
 
 @pytest.fixture(scope="module")
