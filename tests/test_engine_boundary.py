@@ -17,21 +17,16 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "graftbench"
 ENGINE_FOLDERS = ("graftbench.engine.torch", "graftbench.engine.llama_cpp")
 ENGINE_NAMES = frozenset({"torch", "llama.cpp"})
-_TORCH_BENCH = ("measures the torch engine's own functions (forward, graft, KV pool, sampling), not a run through "
-                "the seam")
 _LLAMA_BENCH = "measures the llama.cpp engine against raw llama.cpp, with the torch engine's rows beside it"
 _TORCH_FAULTS = "plants faults in the torch engine's KV-tensor artifacts (their layers and tensors)"
-# The modules outside engine/ allowed to name an engine, each with why. Every one of them is a benchmark or a fault
-# harness of one engine's internals; a stage a run goes through (cli, eval, scale, results, store, report) has none.
+# The modules outside engine/ allowed to name an engine, each with why. A benchmark or a fault harness reaches an
+# engine's own operations through the registry (registry.benchmark_ops, registry.fault_ops); a stage a run goes
+# through (cli, eval, scale, results, store, report) has no exception.
 ALLOWED = {
     "graftbench/bench/llama_raw.py": "the benchmark's raw-llama.cpp reference: it drives llama.cpp's bindings itself",
     "graftbench/bench/overhead.py": _LLAMA_BENCH,
     "graftbench/bench/llama_overhead.py": _LLAMA_BENCH,
     "graftbench/bench/llama_samples.py": "measures the llama.cpp engine's own multi-sequence decode",
-    "graftbench/bench/portable_cost.py": "measures each engine's portable pin against its native one, engine by engine",
-    **{f"graftbench/bench/{name}.py": _TORCH_BENCH
-       for name in ("batched", "decode", "energy", "head_to_head", "isa_cost", "load", "long_context", "memory",
-                    "peer", "restore", "run", "sample_counts", "torch_rows", "ttft", "workload")},
     **{f"graftbench/faults/{name}.py": _TORCH_FAULTS for name in ("catalogue", "runner", "scenarios")},
 }
 STAGES_WITHOUT_EXCEPTION = ("cli", "eval", "scale", "results", "store", "report", "verify", "problems", "programs",

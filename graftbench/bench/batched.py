@@ -1,5 +1,5 @@
 """Batched samples: after one restore of a grafted artifact, N samples decoded as one batch
-(:func:`graftbench.engine.torch.sampling.sample_decode`) against the same N samples decoded one at a time, each after its own
+(the engine's sampled decode: :func:`graftbench.engine.torch.sampling.sample_decode` on torch) against the same N samples decoded one at a time, each after its own
 restore, side by side in one process.
 
 Every row runs the full token budget (no EOS, no stop string), so both sides decode exactly ``samples × tokens``
@@ -13,51 +13,46 @@ import os
 import time
 from pathlib import Path
 
-from ..engine.torch import forward, graft
-from ..engine.torch.sampling import SamplingSettings, sample_decode
+from ..engine.base import EngineSession, SamplingSettings
+from ..engine.registry import benchmark_ops
 from ..util.seeds import sample_seed
-from ..engine.torch.session import TorchSession
 from ..store.folder import Store
 from ..settings import GOAL_DECODE_RATIO, BatchedSettings
 from .stats import PeakRSS, summary
 from .ttft import deposit_tokens
 
 
-def _graft(session: TorchSession, store: Store, artifact_id: str, query: list[int]):
-    """Read and restore the artifact, prefill the query after it: (cache, the query's last logits)."""
-    cache = graft.restore(session.model, session.config, store.read(artifact_id))
-    return cache, forward.prefill(session.model, cache, query, session.config.chunk_size)
+def _graft(session: EngineSession, ops, store: Store, artifact_id: str, query: list[int]):
+    """Read and restore the artifact, prefill the query after it (``ops``: the engine's benchmark operations):
+    (cache, the query's last logits)."""
+    cache = ops.restore(session, store.read(artifact_id))
+    return cache, ops.prefill(session, cache, query)
 
 
-def _side(session: TorchSession, store: Store, artifact_id: str, query: list[int], settings: BatchedSettings,
+def _side(session: EngineSession, store: Store, artifact_id: str, query: list[int], settings: BatchedSettings,
           seeds: list[int], batched: bool) -> dict:
     """One repetition of one side: seconds from the first restore to the last token, decode seconds (summed over
     the samples one at a time), peak resident memory, the most KV bytes one cache held, and each sample's tokens."""
     sampling = SamplingSettings(settings.temperature, settings.top_p, settings.seed)
+    ops = benchmark_ops(session.engine_name)
     with PeakRSS() as peak:
         started = time.perf_counter()
         runs = [seeds] if batched else [[seed] for seed in seeds]
         decoded, decode_s, graft_s, kv_bytes = [], 0.0, 0.0, 0
         for run_seeds in runs:
             graft_start = time.perf_counter()
-            cache, logits = _graft(session, store, artifact_id, query)
+            cache, logits = _graft(session, ops, store, artifact_id, query)
             graft_s += time.perf_counter() - graft_start
-            out = sample_decode(session.model, session.tokenizer, cache, logits, settings.tokens, set(), sampling,
-                                run_seeds)
+            out = ops.sampled_decode(session, cache, logits, settings.tokens, sampling, run_seeds)
             decode_s += out[0].decode_s
             decoded += out
-            kv_bytes = max(kv_bytes, _kv_bytes(cache))
+            kv_bytes = max(kv_bytes, ops.cache_kv_bytes(cache))
         total_s = time.perf_counter() - started
     return {"total_s": total_s, "decode_s": decode_s, "graft_s": graft_s, "peak_rss_bytes": peak.start + peak.increase,
             "peak_rss_increase_bytes": peak.increase, "kv_bytes": kv_bytes, "tokens": [d.token_ids for d in decoded]}
 
 
-def _kv_bytes(cache) -> int:
-    """Bytes of keys and values a cache holds (every row)."""
-    return sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers)
-
-
-def measure_batched(session: TorchSession, store_root: Path, context: list[int], query: list[int], query_problem: str,
+def measure_batched(session: EngineSession, store_root: Path, context: list[int], query: list[int], query_problem: str,
                     settings: BatchedSettings, on_step=lambda: None) -> dict:
     """Deposit ``context[:settings.artifact_tokens]`` (untimed), then ``settings.repeats`` times each: the samples
     as one batch after one restore, and one at a time, each after its own restore.

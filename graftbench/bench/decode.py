@@ -3,30 +3,24 @@ and after a long graft against an empty cache."""
 
 from __future__ import annotations
 
-import torch
-
-from ..engine.torch import forward, graft
-from ..engine.torch.session import TorchSession
+from ..engine.base import EngineSession
+from ..engine.registry import benchmark_ops
 from .stats import summary, timed
 
 
-def _engine_decode(session: TorchSession, prompt: list[int], new_tokens: int) -> tuple[float, list[int]]:
-    cache = forward.new_cache(session.model)
-    logits = forward.prefill(session.model, cache, prompt, session.config.chunk_size)
-    decoded = forward.greedy_decode(session.model, session.tokenizer, cache, logits, new_tokens, session.eos_ids)
+def _engine_decode(session: EngineSession, prompt: list[int], new_tokens: int) -> tuple[float, list[int]]:
+    ops = benchmark_ops(session.engine_name)
+    cache = ops.new_cache(session)
+    logits = ops.prefill(session, cache, prompt)
+    decoded = ops.greedy_decode(session, cache, logits, new_tokens, session.eos_ids)
     return decoded.decode_s, decoded.token_ids
 
 
-def _generate(session: TorchSession, prompt: list[int], new_tokens: int) -> tuple[float, list[int]]:
-    input_ids = torch.tensor([prompt], device=session.model.device)
-    kwargs = {"attention_mask": torch.ones_like(input_ids), "do_sample": False, "num_beams": 1,
-              "max_new_tokens": new_tokens, "pad_token_id": session.tokenizer.eos_token_id or 0}
-    with torch.inference_mode():
-        seconds, out = timed(lambda: session.model.generate(input_ids, **kwargs))
-    return seconds, out[0, len(prompt):].tolist()
+def _generate(session: EngineSession, prompt: list[int], new_tokens: int) -> tuple[float, list[int]]:
+    return benchmark_ops(session.engine_name).generate(session, prompt, new_tokens, timed)
 
 
-def measure_decode(session: TorchSession, prompt: list[int], new_tokens: int, repeats: int) -> dict:
+def measure_decode(session: EngineSession, prompt: list[int], new_tokens: int, repeats: int) -> dict:
     """Decode tokens per second, median of ``repeats``, for both engines on ``prompt``.
 
     graftbench: ``(tokens - 1) / decode_s``, where ``decode_s`` runs from the prompt's logits to the last token
@@ -52,13 +46,14 @@ def measure_decode(session: TorchSession, prompt: list[int], new_tokens: int, re
     }
 
 
-def _decode_tok_per_s(session: TorchSession, cache, query: list[int], tokens: int) -> float:
-    logits = forward.prefill(session.model, cache, query, session.config.chunk_size)
-    decoded = forward.greedy_decode(session.model, session.tokenizer, cache, logits, tokens, set())
+def _decode_tok_per_s(session: EngineSession, cache, query: list[int], tokens: int) -> float:
+    ops = benchmark_ops(session.engine_name)
+    logits = ops.prefill(session, cache, query)
+    decoded = ops.greedy_decode(session, cache, logits, tokens, set())
     return (len(decoded.token_ids) - 1) / decoded.decode_s
 
 
-def measure_decode_after_graft(session: TorchSession, store, artifact_id: str, context_tokens: int, query: list[int],
+def measure_decode_after_graft(session: EngineSession, store, artifact_id: str, context_tokens: int, query: list[int],
                                tokens: int, repeats: int) -> dict:
     """Greedy decode tokens per second after grafting ``artifact_id`` (``context_tokens`` long) and prefilling
     ``query``, against the same decode after ``query`` alone in an empty cache; medians of ``repeats``, the two
@@ -70,12 +65,14 @@ def measure_decode_after_graft(session: TorchSession, store, artifact_id: str, c
     every decode step after a graft also reads the artifact's keys and values (the attention's cost grows with
     the positions held).
     """
+    ops = benchmark_ops(session.engine_name)
+
     def grafted():
         artifact = store.read(artifact_id, room=len(query) + tokens)
-        return _decode_tok_per_s(session, graft.restore(session.model, session.config, artifact), query, tokens)
+        return _decode_tok_per_s(session, ops.restore(session, artifact), query, tokens)
 
     def alone():
-        return _decode_tok_per_s(session, forward.new_cache(session.model), query, tokens)
+        return _decode_tok_per_s(session, ops.new_cache(session), query, tokens)
 
     after, empty = [], []
     for i in range(repeats):

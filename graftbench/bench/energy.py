@@ -19,10 +19,8 @@ import json
 import time
 from pathlib import Path
 
-import torch
-
-from ..engine.torch import forward, graft
-from ..engine.torch.session import TorchSession
+from ..engine.base import EngineSession
+from ..engine.registry import benchmark_ops
 from ..store.folder import Store
 from ..util.energy import EnergyMeter
 from .memory import DECODE_ROOM
@@ -38,22 +36,18 @@ MODELLED_LABEL = ("modelled: this device's joules per token and per graft times 
                   "CPU runs named; the device ran none of those problems")
 
 
-def _sync(session: TorchSession) -> None:
-    """Wait for the device's queued work (a CUDA device); nothing on the CPU."""
-    if session.device.startswith("cuda"):
-        torch.cuda.synchronize(torch.device(session.device))
-
-
-def _window(session: TorchSession, meter: EnergyMeter, work) -> tuple[float, float, object]:
-    """``(joules, seconds, result)`` of ``work()``, the device synchronized before each counter read."""
-    _sync(session)
+def _window(session: EngineSession, meter: EnergyMeter, work) -> tuple[float, float, object]:
+    """``(joules, seconds, result)`` of ``work()``, the device's queued work waited for before each counter read (a
+    CUDA device; nothing on the CPU)."""
+    sync = benchmark_ops(session.engine_name).synchronize
+    sync(session)
     joules, started = meter.read(), time.perf_counter()
     result = work()
-    _sync(session)
+    sync(session)
     return meter.read() - joules, time.perf_counter() - started, result
 
 
-def measure_energy(session: TorchSession, store_root: Path, context: list[int], query: list[int], prefill_tokens: int,
+def measure_energy(session: EngineSession, store_root: Path, context: list[int], query: list[int], prefill_tokens: int,
                    decode_tokens: int, repeats: int = 3, idle_s: float = 5.0, meter: EnergyMeter | None = None) -> dict:
     """Idle power, then joules per prefill token (``repeats`` chunked prefills of ``context[:prefill_tokens]``),
     per decode token (``decode_tokens`` greedy steps after the prefill, no EOS), and per graft (``repeats`` reads
@@ -66,26 +60,26 @@ def measure_energy(session: TorchSession, store_root: Path, context: list[int], 
         raise ValueError(f"energy needs {prefill_tokens} context tokens (the problems give {len(context)}) and "
                          f"positive decode tokens ({decode_tokens}), repeats ({repeats}) and idle seconds ({idle_s})")
     meter = meter or EnergyMeter(device=session.device)
-    model, chunk, ids = session.model, session.config.chunk_size, context[:prefill_tokens]
+    ops, ids = benchmark_ops(session.engine_name), context[:prefill_tokens]
     idle_j, idle_seconds, _ = _window(session, meter, lambda: time.sleep(idle_s))
     idle_w = idle_j / idle_seconds
 
     def prefills():
         for _ in range(repeats):
-            cache = forward.new_cache(model)
-            logits = forward.prefill(model, cache, ids, chunk)
+            cache = ops.new_cache(session)
+            logits = ops.prefill(session, cache, ids)
         return cache, logits
 
     prefill_j, prefill_s, (cache, logits) = _window(session, meter, prefills)
-    decode_j, decode_s, decoded = _window(session, meter, lambda: forward.greedy_decode(
-        model, session.tokenizer, cache, logits, decode_tokens, set()))
+    decode_j, decode_s, decoded = _window(session, meter, lambda: ops.greedy_decode(
+        session, cache, logits, decode_tokens, set()))
     store = Store(store_root)
     artifact_id = deposit_tokens(session, store, ids)
 
     def grafts():
         for _ in range(repeats):
-            grafted = graft.restore(model, session.config, store.read(artifact_id, room=len(query) + DECODE_ROOM))
-            forward.prefill(model, grafted, query, chunk)
+            grafted = ops.restore(session, store.read(artifact_id, room=len(query) + DECODE_ROOM))
+            ops.prefill(session, grafted, query)
 
     graft_j, graft_s, _ = _window(session, meter, grafts)
     decoded_tokens = len(decoded.token_ids)

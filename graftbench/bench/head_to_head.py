@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ..engine.torch.session import TorchSession
+from ..engine.base import EngineSession
 from ..store.folder import Store
 from .peer import peer_command, peer_skip
 from .stats import summary
@@ -68,7 +68,7 @@ class PeerServer:
         self._stderr.close()
 
 
-def measure_head_to_head(session: TorchSession, python: Path | None, workload: Workload, store_root: Path, tokens: int,
+def measure_head_to_head(session: EngineSession, python: Path | None, workload: Workload, store_root: Path, tokens: int,
                          repeats: int, threads: int, on_step=lambda: None) -> dict:
     """Graft + 1-token query (XXH3-128) against llama.cpp's state load + 1-token query on ``workload.context[:
     tokens]``, ``repeats`` pairs, graftbench first in even repetitions and llama.cpp first in odd ones.
@@ -103,7 +103,7 @@ def measure_head_to_head(session: TorchSession, python: Path | None, workload: W
     return _result(tokens, peer.ready, pairs)
 
 
-def _pair(session: TorchSession, store: Store, artifact_id: str, query: list[int], peer: PeerServer,
+def _pair(session: EngineSession, store: Store, artifact_id: str, query: list[int], peer: PeerServer,
           graftbench_first: bool, on_step) -> dict:
     def graft():
         return graft_once(session, store, artifact_id, query, "xxh3_128")

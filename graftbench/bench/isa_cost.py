@@ -23,11 +23,11 @@ from .history import write_json_and_markdown
 
 
 def _probe(model: str, dtype: str, prompt_tokens: int, decode_tokens: int, threads: int, problems: str) -> dict:
-    from ..engine.torch import forward
+    from ..engine.registry import DEFAULT_ENGINE, benchmark_ops
     from ..problems.loading import load_problems
-    from ..engine.torch.session import open_session
 
-    session = open_session(model, dtype=dtype, threads=threads)
+    ops = benchmark_ops(DEFAULT_ENGINE)  # the engine whose instruction-set pins (GRAFTBENCH_ISA) are compared
+    session = ops.open_for_benchmark(model, dtype, threads=threads)
     usable = [p for p in load_problems(problems) if p.solution]
     ids: list[int] = []
     for problem in usable:
@@ -35,11 +35,11 @@ def _probe(model: str, dtype: str, prompt_tokens: int, decode_tokens: int, threa
         if len(ids) >= prompt_tokens:
             break
     ids = ids[:prompt_tokens]
-    cache = forward.new_cache(session.model)
+    cache = ops.new_cache(session)
     started = time.perf_counter()
-    logits = forward.prefill(session.model, cache, ids, session.config.chunk_size)
+    logits = ops.prefill(session, cache, ids)
     prefill_s = time.perf_counter() - started
-    decoded = forward.greedy_decode(session.model, session.tokenizer, cache, logits, decode_tokens, set())
+    decoded = ops.greedy_decode(session, cache, logits, decode_tokens, set())
     return {"isa": session.config.isa, "cpu_capability": session.config.cpu_capability, "dtype": dtype,
             "prompt_tokens": len(ids), "prefill_s": prefill_s, "prefill_tok_per_s": len(ids) / prefill_s,
             "decode_tokens": len(decoded.token_ids),

@@ -15,8 +15,8 @@ import shutil
 import time
 from pathlib import Path
 
-from ..engine.torch import forward, graft
-from ..engine.torch.session import TorchSession
+from ..engine.base import EngineSession
+from ..engine.registry import benchmark_ops
 from ..store.folder import Store
 from .restore import evict
 from .memory import graft_memory
@@ -39,34 +39,36 @@ def key(i: int, n: int) -> str:
     return f"long-context/{i}/{n}"
 
 
-def build(session: TorchSession, store: Store, corpus: list[int], artifact_tokens: int, total_tokens: int,
+def build(session: EngineSession, store: Store, corpus: list[int], artifact_tokens: int, total_tokens: int,
           on_step=lambda: None) -> list[str]:
     """Deposit artifacts until the store holds at least ``total_tokens`` tokens in ``artifact_tokens``-token
     artifacts (those already there are kept); returns their ids in order. ``on_step`` after each artifact."""
     ids = []
+    ops = benchmark_ops(session.engine_name)
     fingerprint = session.config.fingerprint
     for i in range(-(-total_tokens // artifact_tokens)):
         found = store.find_exact(fingerprint, key(i, artifact_tokens))
         if found is None:
-            data, _ = graft.build_artifact(session.model, session.config, segment(corpus, i, artifact_tokens),
-                                           {"problem_key": key(i, artifact_tokens), "source": "long-context"})
+            data = ops.artifact_bytes(session, segment(corpus, i, artifact_tokens),
+                                      {"problem_key": key(i, artifact_tokens), "source": "long-context"})
             found = store.put(data)
         ids.append(found)
         on_step()
     return ids
 
 
-def reach(session: TorchSession, store: Store, i: int, artifact_tokens: int, query: list[int]) -> dict:
+def reach(session: EngineSession, store: Store, i: int, artifact_tokens: int, query: list[int]) -> dict:
     """Route to artifact ``i`` by its key, read, rebuild and forward ``query``: seconds of each and in all."""
+    ops = benchmark_ops(session.engine_name)
     route_s, artifact_id = timed(lambda: store.find_exact(session.config.fingerprint, key(i, artifact_tokens)))
     read_s, artifact = timed(lambda: store.read(artifact_id))
-    rebuild_s, cache = timed(lambda: graft.restore(session.model, session.config, artifact))
-    query_s, _ = timed(lambda: forward.prefill(session.model, cache, query, session.config.chunk_size))
+    rebuild_s, cache = timed(lambda: ops.restore(session, artifact))
+    query_s, _ = timed(lambda: ops.prefill(session, cache, query))
     return {"route_s": route_s, "read_s": read_s, "rebuild_s": rebuild_s, "query_s": query_s,
             "total_s": route_s + read_s + rebuild_s + query_s}
 
 
-def measure(session: TorchSession, model: str, root: Path, corpus: list[int], artifact_tokens: int, total_tokens: int,
+def measure(session: EngineSession, model: str, root: Path, corpus: list[int], artifact_tokens: int, total_tokens: int,
             probes: int, query: list[int], on_step=lambda: None) -> dict:
     """Build (or resume) the store under ``root`` and reach ``probes`` random artifacts twice each: with the file
     in the page cache and after evicting it; memory increase over the loaded model for one graft (in a fresh

@@ -26,18 +26,18 @@ DECODE_ROOM = 128  # tokens of room a TTFT graft reads the artifact with beyond 
 
 def _probe(store_root: str, artifact_id: str, model: str, dtype: str, chunk_size: int, query: list[int],
            pool_tokens: int = 0) -> dict:
-    from ..engine.torch import forward, graft
-    from ..engine.torch.session import open_session
+    from ..engine.registry import DEFAULT_ENGINE, benchmark_ops
     from ..store.folder import Store
 
-    session = open_session(model, dtype=dtype, chunk_size=chunk_size, kv_pool_tokens=pool_tokens)
+    ops = benchmark_ops(DEFAULT_ENGINE)  # the engine graftbench bench measures
+    session = ops.open_for_benchmark(model, dtype, chunk_size=chunk_size, kv_pool_tokens=pool_tokens)
     store = Store(store_root)
-    forward.prefill(session.model, forward.new_cache(session.model), query, chunk_size)  # warm the forward once
+    ops.prefill(session, ops.new_cache(session), query)  # warm the forward once
     with PeakRSS() as peak:
         at_rest = peak.start
         started = time.perf_counter()
-        cache = graft.restore(session.model, session.config, store.read(artifact_id, room=len(query) + DECODE_ROOM))
-        forward.prefill(session.model, cache, query, chunk_size)
+        cache = ops.restore(session, store.read(artifact_id, room=len(query) + DECODE_ROOM))
+        ops.prefill(session, cache, query)
         first_graft_s = time.perf_counter() - started
     return {"rss_at_rest_bytes": at_rest, "increase_bytes": peak.increase, "rss_after_bytes": rss_bytes(),
             "first_graft_in_process_s": first_graft_s, "kv_pool_bytes": session.kv_pool.bytes,

@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 from ..util import isa
-from ..engine.torch.session import TorchSession
+from ..engine.base import EngineSession
 from .workload import Workload
 
 SCRIPT = Path(__file__).resolve().with_name("peer_llama.py")
@@ -26,7 +26,7 @@ def peer_options(flags: set[str] | None = None) -> list[str]:
     return ["--no-extra-buffers"] if AMX_FLAGS & flags else []
 
 
-def peer_skip(session: TorchSession, python: Path | None) -> str | None:
+def peer_skip(session: EngineSession, python: Path | None) -> str | None:
     """Why the peer cannot run for ``session`` with ``python``: no peer Python given or found, a model that is not
     a GGUF file, or the script missing; ``None`` when it can."""
     if python is None:
@@ -38,7 +38,7 @@ def peer_skip(session: TorchSession, python: Path | None) -> str | None:
     return None
 
 
-def peer_command(session: TorchSession, python: Path, workload: Workload, context: list[int], folder: str, threads: int,
+def peer_command(session: EngineSession, python: Path, workload: Workload, context: list[int], folder: str, threads: int,
                  *options: str) -> list[str]:
     """Write ``context`` (token ids) with ``workload``'s query and decode prompt to ``folder/tokens.json`` and return
     the command line that runs the peer script on them with ``threads`` threads, ``options`` and this CPU's
@@ -49,7 +49,7 @@ def peer_command(session: TorchSession, python: Path, workload: Workload, contex
             "--threads", str(threads), "--work-dir", folder, *options, *peer_options()]
 
 
-def measure_peer(session: TorchSession, python: Path, workload: Workload, sizes: list[int], repeats: int,
+def measure_peer(session: EngineSession, python: Path, workload: Workload, sizes: list[int], repeats: int,
                  decode_tokens: int, threads: int) -> dict:
     """Run the peer script; returns its JSON, or ``{"skipped": reason}`` when the peer cannot run
     (:func:`peer_skip`) or the script fails (its stderr tail is kept)."""

@@ -21,16 +21,15 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from .history import write_json_and_markdown
 
-ENGINES = {"llama.cpp": "GRAFTBENCH_LLAMA_BUILD", "torch": "GRAFTBENCH_ISA"}  # the variable that picks the pin
 PINS = ("native", "portable")
 
 
 def _prompt_ids(session, problems: str, prompt_tokens: int) -> list[int]:
+    """The first ``prompt_tokens`` token ids of the deposit texts of ``problems``' problems with a solution."""
     from ..problems.loading import load_problems
 
     ids: list[int] = []
@@ -41,54 +40,22 @@ def _prompt_ids(session, problems: str, prompt_tokens: int) -> list[int]:
     return ids[:prompt_tokens]
 
 
-def _probe_llama(model: str, prompt_tokens: int, decode_tokens: int, threads: int, problems: str) -> dict:
-    import numpy as np
+def _probe(engine: str, model: str, prompt_tokens: int, decode_tokens: int, threads: int, problems: str) -> dict:
+    """One probe in this process's pin: the engine's own prefill, decode and graft timed by its benchmark operations
+    (:func:`graftbench.engine.registry.benchmark_ops`), on the first ``prompt_tokens`` tokens of ``problems``."""
+    from ..engine.registry import benchmark_ops
 
-    from ..engine.llama_cpp.session import open_llama_session
-
-    session = open_llama_session(model, chunk_size=256, threads=threads)
-    engine, ids = session.engine, _prompt_ids(session, problems, prompt_tokens)
-    cache = engine.new_cache()
-    started = time.perf_counter()
-    logits = engine.prefill(cache, ids)
-    prefill_s = time.perf_counter() - started
-    state = engine.capture(cache)
-    started = time.perf_counter()
-    for _ in range(decode_tokens):
-        logits = engine.decode_step(cache, int(np.argmax(logits)))
-    decode_s = time.perf_counter() - started
-    cache.close()
-    started = time.perf_counter()
-    grafted = engine.restore(state)
-    engine.decode_step(grafted, int(ids[-1]))
-    graft_s = time.perf_counter() - started
-    grafted.close()
-    return {"pin": session.config.isa, "cpu_capability": session.config.cpu_capability, "prompt_tokens": len(ids),
-            "prefill_tok_per_s": len(ids) / prefill_s, "decode_tok_per_s": decode_tokens / decode_s,
-            "graft_plus_one_s": graft_s}
-
-
-def _probe_torch(model: str, prompt_tokens: int, decode_tokens: int, threads: int, problems: str) -> dict:
-    from ..engine.torch import forward
-    from ..engine.torch.session import open_session
-
-    session = open_session(model, dtype="float32", threads=threads)
-    ids = _prompt_ids(session, problems, prompt_tokens)
-    cache = forward.new_cache(session.model)
-    started = time.perf_counter()
-    logits = forward.prefill(session.model, cache, ids, session.config.chunk_size)
-    prefill_s = time.perf_counter() - started
-    decoded = forward.greedy_decode(session.model, session.tokenizer, cache, logits, decode_tokens, set())
-    return {"pin": session.config.isa, "cpu_capability": session.config.cpu_capability, "prompt_tokens": len(ids),
-            "prefill_tok_per_s": len(ids) / prefill_s,
-            "decode_tok_per_s": (len(decoded.token_ids) - 1) / decoded.decode_s, "graft_plus_one_s": None}
+    return benchmark_ops(engine, "the portable pins' cost").portable_cost_probe(
+        model, decode_tokens, threads, lambda session: _prompt_ids(session, problems, prompt_tokens))
 
 
 def probe_in_subprocess(engine: str, pin: str, model: str, prompt_tokens: int, decode_tokens: int, threads: int,
                         problems: str) -> dict:
     """One probe in a fresh process with ``engine``'s pin variable set to ``pin``. Raises ``RuntimeError`` with the
     probe's stderr when it fails."""
-    env = {**os.environ, ENGINES[engine]: pin, "OMP_NUM_THREADS": str(threads)}
+    from ..engine.registry import get
+
+    env = {**os.environ, get(engine).isa_variable: pin, "OMP_NUM_THREADS": str(threads)}
     args = ["probe", engine, model, str(prompt_tokens), str(decode_tokens), str(threads), problems]
     done = subprocess.run([sys.executable, "-m", "graftbench.bench.portable_cost", *args], env=env,
                           capture_output=True, text=True)
@@ -157,8 +124,7 @@ def main(argv: list[str]) -> int:
     ENGINE:MODEL...``: measure and write ``portable-cost.{json,md}`` under ``OUT_DIR``."""
     if argv[:1] == ["probe"]:
         engine, model, prompt, decode, threads, problems = argv[1:7]
-        probe = _probe_llama if engine == "llama.cpp" else _probe_torch
-        print(json.dumps(probe(model, int(prompt), int(decode), int(threads), problems)))
+        print(json.dumps(_probe(engine, model, int(prompt), int(decode), int(threads), problems)))
         return 0
     if argv[:1] == ["run"]:
         out, problems, specs = Path(argv[1]), argv[2], argv[3:]

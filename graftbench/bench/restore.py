@@ -8,12 +8,11 @@ import random
 import time
 from pathlib import Path
 
-import torch
 import xxhash
 
-from ..engine.torch import graft
+from ..engine.base import EngineSession
+from ..engine.registry import benchmark_ops
 from ..store.codec import ArtifactError
-from ..engine.torch.session import TorchSession
 from ..store.folder import Store
 from .stats import gb_per_s, summary, timed
 
@@ -30,13 +29,15 @@ def raw_read_s(path: Path, buffer: bytearray) -> float:
     return seconds
 
 
-def raw_read_fresh_s(path: Path) -> float:
-    """Seconds to read ``path`` into newly allocated memory (a ``torch.empty`` of its size, as a restore must
-    allocate the cache it reads into): the raw read plus the kernel's zeroing of fresh pages."""
+def raw_read_fresh_s(session: EngineSession, path: Path) -> float:
+    """Seconds to read ``path`` into newly allocated memory (the engine's buffer of its size, as a restore must
+    allocate the cache it reads into; torch: a ``torch.empty``): the raw read plus the kernel's zeroing of fresh
+    pages."""
+    ops = benchmark_ops(session.engine_name)
     started = time.perf_counter()
-    buffer = torch.empty(path.stat().st_size, dtype=torch.uint8)
+    buffer = ops.fresh_buffer(path.stat().st_size)
     with open(path, "rb", buffering=0) as handle:
-        _fill(handle, memoryview(buffer.numpy()))
+        _fill(handle, buffer)
     return time.perf_counter() - started
 
 
@@ -97,7 +98,7 @@ def bit_flips_caught(store: Store, artifact_id: str, n: int, seed: int = 0) -> d
     return {"tried": len(positions), "caught": caught, "positions": positions}
 
 
-def measure_restore(session: TorchSession, store: Store, artifact_id: str, repeats: int, flips: int) -> dict:
+def measure_restore(session: EngineSession, store: Store, artifact_id: str, repeats: int, flips: int) -> dict:
     """Restore throughput of one artifact: raw read (into a warm buffer, and into fresh memory), read with each
     integrity method, and the whole restore (read, XXH3-128, cache rebuild), in seconds and GB/s; one cold-file
     restore; hash speeds; bit flips."""
@@ -107,7 +108,7 @@ def measure_restore(session: TorchSession, store: Store, artifact_id: str, repea
     raw_read_s(path, buffer)  # warm the page cache
     rows = {
         "raw_read": [raw_read_s(path, buffer) for _ in range(repeats)],
-        "raw_read_fresh_memory": [raw_read_fresh_s(path) for _ in range(repeats)],
+        "raw_read_fresh_memory": [raw_read_fresh_s(session, path) for _ in range(repeats)],
         "read_xxh3_128": [timed(lambda: store.read(artifact_id, "xxh3_128"))[0] for _ in range(repeats)],
         "read_sha256": [timed(lambda: store.read(artifact_id, "sha256"))[0] for _ in range(repeats)],
         "restore_xxh3_128": [timed(lambda: _restore(session, store, artifact_id))[0] for _ in range(repeats)],
@@ -128,5 +129,5 @@ def measure_restore(session: TorchSession, store: Store, artifact_id: str, repea
     }
 
 
-def _restore(session: TorchSession, store: Store, artifact_id: str):
-    return graft.restore(session.model, session.config, store.read(artifact_id, "xxh3_128"))
+def _restore(session: EngineSession, store: Store, artifact_id: str):
+    return benchmark_ops(session.engine_name).restore(session, store.read(artifact_id, "xxh3_128"))

@@ -9,12 +9,11 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-import torch
-
 from ..util import isa
 from ..util.checkout import checkout_commit
 from ..problems.types import Problem
-from ..engine.torch.session import TorchSession
+from ..engine.base import EngineSession
+from ..engine.registry import benchmark_ops
 from ..settings import BenchSettings
 from ..store.folder import Store
 from ..results.model_names import model_name
@@ -139,10 +138,15 @@ def _head_to_head_targets(h2h: dict | None, add) -> None:
         h2h["graft_ratio"], h2h["graft_ratio"] >= 1.0)
 
 
-def environment(session: TorchSession) -> dict:
+def _threads(session: EngineSession) -> int:
+    """The intra-op threads the session's engine runs with in this process."""
+    return benchmark_ops(session.engine_name).intra_op_threads()
+
+
+def environment(session: EngineSession) -> dict:
     """Machine, libraries and pinned config the figures were measured with."""
     return {"machine": platform.platform(), "processor": isa.cpu_model() or platform.processor() or platform.machine(),
-            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "cpu_count": os.cpu_count(), "torch_threads": _threads(session),
             "python": platform.python_version(), "libraries": session.config.libraries,
             "config_fingerprint": session.config.fingerprint, "chunk_size": session.config.chunk_size,
             "model": model_name(session.config.to_dict()), "dtype": session.config.dtype,
@@ -155,7 +159,7 @@ SECTIONS = ("batched-samples", "energy", "head-to-head", "load-decode", "sample-
             "ttft")  # sections that run alone with ``--only``
 
 
-def _load_and_decode(session: TorchSession, model: str, settings: BenchSettings, workload, task, result: dict,
+def _load_and_decode(session: EngineSession, model: str, settings: BenchSettings, workload, task, result: dict,
                      decode: bool = True) -> None:
     """Decode against ``generate`` (when ``decode``) and model load, cold and warm, into ``result``."""
     if decode:
@@ -166,7 +170,7 @@ def _load_and_decode(session: TorchSession, model: str, settings: BenchSettings,
     result["load"] = measure_load(model, session.config.dtype, settings.cold_load)
 
 
-def run_bench(session: TorchSession, model: str, problems: list[Problem], problems_source: str, settings: BenchSettings,
+def run_bench(session: EngineSession, model: str, problems: list[Problem], problems_source: str, settings: BenchSettings,
               progress=None, batched: BatchedSettings | None = None, only: str | None = None) -> dict:
     """Measure every section for ``session``'s model, or with ``only`` one section alone (``batched-samples``: that
     row; ``load-decode``: decode against ``generate`` and model load, for comparing models and dtypes;
@@ -215,23 +219,23 @@ def run_bench(session: TorchSession, model: str, problems: list[Problem], proble
     if not only:
         task("llama.cpp peer row", 1)
         result["peer"] = measure_peer(session, settings.peer_python, workload, settings.sizes, settings.repeats,
-                                      settings.decode_tokens, torch.get_num_threads())
+                                      settings.decode_tokens, _threads(session))
         _head_to_head(session, settings, workload, task, result)
     task(None, 0)
     result["targets"] = targets(result)
     return result
 
 
-def _head_to_head(session: TorchSession, settings: BenchSettings, workload, task, result: dict) -> None:
+def _head_to_head(session: EngineSession, settings: BenchSettings, workload, task, result: dict) -> None:
     """graftbench's graft against llama.cpp's state load at the largest size, alternating (:mod:`.head_to_head`)."""
     tokens = max(settings.sizes)
     step = task(f"graft against llama.cpp's state load at {tokens:,} tokens, alternating", settings.head_to_head_repeats)
     with tempfile.TemporaryDirectory(prefix="graftbench-bench-") as folder:
         result["head_to_head"] = measure_head_to_head(session, settings.peer_python, workload, Path(folder), tokens,
-                                                      settings.head_to_head_repeats, torch.get_num_threads(), step)
+                                                      settings.head_to_head_repeats, _threads(session), step)
 
 
-def _store_scale_alone(session: TorchSession, problems: list[Problem], problems_source: str, settings: BenchSettings,
+def _store_scale_alone(session: EngineSession, problems: list[Problem], problems_source: str, settings: BenchSettings,
                        task) -> dict:
     """The store-scale section alone (``--only store-scale``): lookups and memory at ``settings.store_sizes``
     artifacts, in a temporary folder, with its targets."""
@@ -245,7 +249,7 @@ def _store_scale_alone(session: TorchSession, problems: list[Problem], problems_
     return result
 
 
-def _ttft(session: TorchSession, model: str, settings: BenchSettings, workload, folder: Path, task, result: dict) -> None:
+def _ttft(session: EngineSession, model: str, settings: BenchSettings, workload, folder: Path, task, result: dict) -> None:
     """Time to first token, graft against chunked prefill, at each of ``settings.sizes`` (the ``ttft`` section)."""
     step = task("TTFT: prefill against graft", len(settings.sizes) * (settings.repeats + 1))
     result["ttft"] = [measure_size(session, model, folder / "ttft", workload.context[:n], workload.query,
@@ -253,7 +257,7 @@ def _ttft(session: TorchSession, model: str, settings: BenchSettings, workload, 
                       for n in settings.sizes]
 
 
-def _energy(session: TorchSession, model: str, settings: BenchSettings, workload, folder: Path, task, result: dict) -> None:
+def _energy(session: EngineSession, model: str, settings: BenchSettings, workload, folder: Path, task, result: dict) -> None:
     """Joules per prefill token, decode token and graft at the largest of ``settings.sizes``, idle power
     subtracted, and the recurring case's ratio modelled from the committed CPU runs (:mod:`.energy`)."""
     task(f"energy at {max(settings.sizes):,} tokens", 1)
@@ -265,7 +269,7 @@ def _energy(session: TorchSession, model: str, settings: BenchSettings, workload
         result["energy_ratio"] = modelled_ratio(measured, *(run_totals(path) for path in runs))
 
 
-def _sample_counts(session: TorchSession, model: str, settings: BenchSettings, workload, folder: Path, task,
+def _sample_counts(session: EngineSession, model: str, settings: BenchSettings, workload, folder: Path, task,
                    result: dict) -> None:
     """Decode tokens/s for 1, 4 and 16 samples after one graft of the largest of ``settings.sizes``, under the
     session's kernels (:mod:`.sample_counts`)."""
@@ -275,7 +279,7 @@ def _sample_counts(session: TorchSession, model: str, settings: BenchSettings, w
                                                     settings.decode_tokens, repeats=settings.repeats, on_step=step)
 
 
-def _main_sections(session: TorchSession, model: str, problems: list[Problem], settings: BenchSettings, workload,
+def _main_sections(session: EngineSession, model: str, problems: list[Problem], settings: BenchSettings, workload,
                    folder: Path, task, result: dict) -> None:
     """TTFT, restore, decode (against generate, and after the largest graft), load and store scale, one after
     another, into ``result``."""

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..engine.torch import forward, graft
-from ..engine.torch.sampling import SamplingSettings, sample_decode
-from ..engine.torch.session import TorchSession
+from ..engine.base import EngineSession, SamplingSettings
+from ..engine.registry import benchmark_ops
 from ..store.folder import Store
 from ..util.seeds import sample_seed
 from .stats import summary
@@ -22,7 +21,7 @@ from .ttft import deposit_tokens
 SAMPLE_COUNTS = (1, 4, 16)
 
 
-def measure_sample_counts(session: TorchSession, store_root: Path, context: list[int], query: list[int],
+def measure_sample_counts(session: EngineSession, store_root: Path, context: list[int], query: list[int],
                           query_problem: str, artifact_tokens: int, tokens: int = 32,
                           counts: tuple[int, ...] = SAMPLE_COUNTS, repeats: int = 2, on_step=lambda: None) -> dict:
     """Deposit ``context[:artifact_tokens]`` (untimed), then for each N in ``counts``, ``repeats`` times: graft it,
@@ -48,11 +47,12 @@ def measure_sample_counts(session: TorchSession, store_root: Path, context: list
             "tokens_per_sample": tokens, "repeats": repeats, "rows": rows}
 
 
-def _batch(session: TorchSession, store: Store, artifact_id: str, query: list[int], seeds: list[int], budget: int) -> float:
+def _batch(session: EngineSession, store: Store, artifact_id: str, query: list[int], seeds: list[int], budget: int) -> float:
     """Graft, prefill the query, decode ``len(seeds)`` samples of ``budget`` tokens as one batch: decode seconds."""
-    cache = graft.restore(session.model, session.config, store.read(artifact_id, room=len(query) + budget + 1))
-    logits = forward.prefill(session.model, cache, query, session.config.chunk_size)
-    decoded = sample_decode(session.model, session.tokenizer, cache, logits, budget, set(), SamplingSettings(), seeds)
+    ops = benchmark_ops(session.engine_name)
+    cache = ops.restore(session, store.read(artifact_id, room=len(query) + budget + 1))
+    logits = ops.prefill(session, cache, query)
+    decoded = ops.sampled_decode(session, cache, logits, budget, SamplingSettings(), seeds)
     return decoded[0].decode_s
 
 

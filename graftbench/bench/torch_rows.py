@@ -7,22 +7,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..engine.torch import forward
-from ..engine.torch.session import TorchSession
+from ..engine.base import EngineSession
+from ..engine.registry import benchmark_ops
 from ..store.folder import Store
 from .decode import _decode_tok_per_s, measure_decode_after_graft
 from .stats import summary
 from .ttft import deposit_tokens, graft_once, prefill_once
 
 
-def decode_row(session: TorchSession, prompt: list[int], tokens: int, repeats: int) -> dict:
+def decode_row(session: EngineSession, prompt: list[int], tokens: int, repeats: int) -> dict:
     """Greedy decode tokens per second after ``prompt`` in an empty cache, no EOS stop: ``(tokens - 1) /
     seconds``, median of ``repeats``."""
-    rates = [_decode_tok_per_s(session, forward.new_cache(session.model), prompt, tokens) for _ in range(repeats)]
+    ops = benchmark_ops(session.engine_name)
+    rates = [_decode_tok_per_s(session, ops.new_cache(session), prompt, tokens) for _ in range(repeats)]
     return {"prompt_tokens": len(prompt), "decode_tokens": tokens, "tok_per_s": summary(rates)}
 
 
-def state_row(session: TorchSession, folder: Path, ids: list[int], token: int, repeats: int) -> dict:
+def state_row(session: EngineSession, folder: Path, ids: list[int], token: int, repeats: int) -> dict:
     """At ``len(ids)`` tokens: graft (XXH3-128) + 1-token query, median of ``repeats``, against one chunked
     prefill of ``ids`` + the token (``ttft_ratio``: prefill over graft); ``logits_equal`` across both."""
     store = Store(folder / "store")
@@ -36,7 +37,7 @@ def state_row(session: TorchSession, folder: Path, ids: list[int], token: int, r
             "logits_equal": {g["logits"] for g in grafts} == {prefill["query_1_logits"]}}
 
 
-def decode_after_graft_row(session: TorchSession, folder: Path, ids: list[int], prompt: list[int], tokens: int,
+def decode_after_graft_row(session: EngineSession, folder: Path, ids: list[int], prompt: list[int], tokens: int,
                            repeats: int) -> dict:
     """:func:`graftbench.bench.decode.measure_decode_after_graft` after a graft of ``ids``, the query the last
     prompt token."""

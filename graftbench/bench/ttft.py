@@ -5,31 +5,22 @@ NVML where it is available)."""
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
-import torch
-
-from ..engine.torch import forward, graft
-from ..engine.torch.session import TorchSession
+from ..engine.base import EngineSession
+from ..engine.registry import benchmark_ops
 from ..store.folder import Store
 from ..util.energy import EnergyMeter
 from .memory import DECODE_ROOM, graft_memory
 from .stats import summary, timed
 
 
-def deposit_tokens(session: TorchSession, store: Store, ids: list[int]) -> str:
+def deposit_tokens(session: EngineSession, store: Store, ids: list[int]) -> str:
     """Deposit ``ids`` as a top-level artifact (untimed set-up); returns its id."""
-    data, _ = graft.build_artifact(session.model, session.config, ids, {"source": "bench"})
-    return store.put(data)
+    return store.put(benchmark_ops(session.engine_name).artifact_bytes(session, ids, {"source": "bench"}))
 
 
-def _first_token(session: TorchSession, cache, query: list[int]) -> tuple[int, str]:
-    logits = forward.prefill(session.model, cache, query, session.config.chunk_size)
-    return int(torch.argmax(logits[-1]).item()), forward.logits_sha256(logits)
-
-
-def prefill_once(session: TorchSession, ids: list[int], queries: dict[str, list[int]],
+def prefill_once(session: EngineSession, ids: list[int], queries: dict[str, list[int]],
                  meter: EnergyMeter | None = None) -> dict:
     """One cold chunked prefill of ``ids``, then each query on its own copy of the cache.
 
@@ -37,12 +28,13 @@ def prefill_once(session: TorchSession, ids: list[int], queries: dict[str, list[
     SHA-256 of each query's last position (``{name}_logits``). Copying the cache for the second query is untimed.
     With ``meter``, joules too: ``prefill_j`` and ``{name}_j``.
     """
-    cache = forward.new_cache(session.model)
-    seconds, _, joules = _measured(lambda: forward.prefill(session.model, cache, ids, session.config.chunk_size), meter)
+    ops = benchmark_ops(session.engine_name)
+    cache = ops.new_cache(session)
+    seconds, _, joules = _measured(lambda: ops.prefill(session, cache, ids), meter)
     out = {"prefill_s": seconds, **({"prefill_j": joules} if meter else {})}
     for i, (name, query) in enumerate(queries.items()):
-        target = cache if i == len(queries) - 1 else copy.deepcopy(cache)
-        seconds, (_, digest), joules = _measured(lambda: _first_token(session, target, query), meter)
+        target = cache if i == len(queries) - 1 else ops.copy_cache(cache)
+        seconds, (_, digest), joules = _measured(lambda: ops.first_token(session, target, query), meter)
         out[f"{name}_s"], out[f"{name}_logits"] = seconds, digest
         if meter:
             out[f"{name}_j"] = joules
@@ -56,7 +48,7 @@ def _measured(fn, meter: EnergyMeter | None) -> tuple[float, object, float | Non
     return seconds, result, meter.read() - before if meter else None
 
 
-def graft_once(session: TorchSession, store: Store, artifact_id: str, query: list[int], integrity: str,
+def graft_once(session: EngineSession, store: Store, artifact_id: str, query: list[int], integrity: str,
                meter: EnergyMeter | None = None) -> dict:
     """One graft of ``artifact_id`` and ``query``: seconds of each component and in all, and the logits SHA-256.
     The artifact is read with room for the query and :data:`DECODE_ROOM` decode tokens, as ``eval --graft`` reads
@@ -67,11 +59,12 @@ def graft_once(session: TorchSession, store: Store, artifact_id: str, query: lis
     ``rebuild_s`` (cache layers set from the artifact), ``query_s`` (query forward plus argmax), ``total_s``; with
     ``meter``, ``energy_j`` (joules of the whole graft and query).
     """
+    ops = benchmark_ops(session.engine_name)
     before = meter.read() if meter else None
     read_total, artifact = timed(lambda: store.read(artifact_id, integrity, room=len(query) + DECODE_ROOM))
     timing: dict = {}
-    restore_s, cache = timed(lambda: graft.restore(session.model, session.config, artifact, timing=timing))
-    query_s, (_, digest) = timed(lambda: _first_token(session, cache, query))
+    restore_s, cache = timed(lambda: ops.restore(session, artifact, timing=timing))
+    query_s, (_, digest) = timed(lambda: ops.first_token(session, cache, query))
     t = artifact.timing
     return {"read_s": t.read_s, "integrity_s": t.integrity_s, "parse_s": t.parse_s,
             "checks_s": read_total - t.read_s - t.integrity_s - t.parse_s, **timing,
@@ -88,7 +81,7 @@ def _summaries(runs: list[dict], keys: list[str]) -> dict:
 _GRAFT_KEYS = ["read_s", "integrity_s", "parse_s", "checks_s", "copy_s", "rebuild_s", "query_s", "total_s", "energy_j"]
 
 
-def ttft_meter(session: TorchSession) -> EnergyMeter | None:
+def ttft_meter(session: EngineSession) -> EnergyMeter | None:
     """The energy meter of the TTFT rows: on a CUDA model the meter of its GPU (NVML where ``pynvml`` imports and
     the GPU counts energy, else the method :class:`EnergyMeter` falls back to); ``None`` on the CPU, whose rows
     carry no energy."""
@@ -96,7 +89,7 @@ def ttft_meter(session: TorchSession) -> EnergyMeter | None:
     return EnergyMeter(device=device) if device.startswith("cuda") else None
 
 
-def measure_size(session: TorchSession, model: str, store_root: Path, ids: list[int], query: list[int], repeats: int,
+def measure_size(session: EngineSession, model: str, store_root: Path, ids: list[int], query: list[int], repeats: int,
                  graft_repeats: int, on_step=lambda: None, memory_probes: bool = True) -> dict:
     """Every TTFT figure for one artifact size (``len(ids)`` tokens): prefill against graft, with a 1-token
     query and with ``query``; the graft with XXH3-128 and with SHA-256 integrity; memory; logits equality.

@@ -6,7 +6,7 @@ import statistics
 from dataclasses import dataclass
 
 from ..problems.types import Problem
-from ..engine.torch.session import TorchSession
+from ..engine.base import EngineSession
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ def _with_solutions(problems: list[Problem]) -> list[Problem]:
     return usable
 
 
-def corpus_ids(session: TorchSession, problems: list[Problem]) -> list[int]:
+def corpus_ids(session: EngineSession, problems: list[Problem]) -> list[int]:
     """Token ids of every problem with a solution, in the deposit layout, joined (start tokens once).
 
     Raises ``ValueError`` when no problem has a solution.
@@ -39,7 +39,7 @@ def corpus_ids(session: TorchSession, problems: list[Problem]) -> list[int]:
     return session.tokenizer(text).input_ids
 
 
-def build_workload(session: TorchSession, problems: list[Problem], max_tokens: int) -> Workload:
+def build_workload(session: EngineSession, problems: list[Problem], max_tokens: int) -> Workload:
     """Token streams for artifacts of up to ``max_tokens`` tokens from ``problems`` (those with a solution).
 
     Raises ``ValueError`` when no problem has a solution or the text cannot reach ``max_tokens`` tokens.

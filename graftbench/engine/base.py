@@ -26,6 +26,9 @@ EXTEND_EXPECTATION = "extend-expectation"  # check-exact --extend: a committed e
 REPLAY_RANGE = "replay-range"  # check-exact --expect --pairs START:END with START > 0
 ACROSS_CPU_KINDS = "across-cpu-kinds"  # check-exact --expect --across-cpu-kinds: a pin differing in CPU features alone
 LAYER_TRACE = "layer-trace"  # trace-pair: each layer's output hashes through one pair (EngineSession.layer_trace)
+BENCHMARK = "benchmark"  # graftbench bench: its own operations timed one by one (EngineFactory.benchmark_module)
+FAULT_SCENARIOS = "fault-scenarios"  # the fault harness: artifacts of its own format built and grafted
+# (EngineFactory.faults_module)
 CONTROL_SHIFTS = (8, 128, 1024)  # positions the shift-k exactness controls move a restored state by (every engine)
 CAPABILITIES = {
     SAMPLE_BATCH: "sampling in a batch (N samples after one prefill)",
@@ -34,6 +37,8 @@ CAPABILITIES = {
     EXTEND_EXPECTATION: "extending an expectation (check-exact --extend)",
     REPLAY_RANGE: "replaying a range of pairs (check-exact --pairs START:END, START > 0)",
     LAYER_TRACE: "tracing each layer through a pair (trace-pair)",
+    BENCHMARK: "the benchmark's measurements of its own operations (graftbench bench)",
+    FAULT_SCENARIOS: "the fault harness's artifact scenarios (benchmarks/faults.py)",
     ACROSS_CPU_KINDS: "comparing a certificate on another kind of CPU (check-exact --across-cpu-kinds): an "
                       "engine pinned by its own instruction-set option is compared wherever that pin runs",
 }

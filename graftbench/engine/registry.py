@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from importlib import import_module
 from importlib.metadata import entry_points
+from types import ModuleType
 from typing import Callable
 
-from .base import EngineFactory, EngineOptions, EngineSession
+from .base import BENCHMARK, FAULT_SCENARIOS, EngineFactory, EngineOptions, EngineSession, require
 
 ENTRY_POINT_GROUP = "graftbench.engines"
 DEFAULT_ENGINE = "torch"
@@ -126,6 +127,29 @@ def engine_names() -> tuple[str, ...]:
 def get(name: str) -> EngineFactory:
     """The engine ``name`` (:meth:`Registry.get`). Raises :class:`UnknownEngineError`."""
     return ENGINES.get(name)
+
+
+def benchmark_ops(name: str, what: str = "graftbench bench") -> ModuleType:
+    """The engine ``name``'s benchmark operations: the module its factory's ``benchmark_module`` names (the
+    engine's own prefill, restore, decode and load, each as the benchmark times it), imported. Raises
+    :class:`graftbench.engine.base.CapabilityError` naming the engine and ``benchmark`` when it declares no
+    :data:`graftbench.engine.base.BENCHMARK`, and what :func:`get` raises."""
+    return _part(name, BENCHMARK, "benchmark_module", what)
+
+
+def fault_ops(name: str, what: str = "the fault harness") -> ModuleType:
+    """The engine ``name``'s fault scenarios: the module its factory's ``faults_module`` names (build an artifact
+    of its own format under any pin, graft an artifact's chain), imported. Raises
+    :class:`graftbench.engine.base.CapabilityError` naming the engine and ``fault-scenarios`` when it declares no
+    :data:`graftbench.engine.base.FAULT_SCENARIOS`, and what :func:`get` raises."""
+    return _part(name, FAULT_SCENARIOS, "faults_module", what)
+
+
+def _part(name: str, capability: str, attribute: str, what: str) -> ModuleType:
+    """The module an engine's factory names in ``attribute`` for ``capability``, once ``require`` let it by."""
+    factory = get(name)
+    require(factory, capability, what)
+    return import_module(getattr(factory, attribute))
 
 
 def open_engine(name: str, options: EngineOptions) -> EngineSession:

@@ -17,6 +17,8 @@ class LlamaCppEngineFactory:
     capabilities = CAPABILITIES
     options = frozenset({"threads", "kv_type", "flash_attn", "n_ctx"})
     pinned_dtype = "gguf"  # the weights as the file stores them
+    benchmark_module = "graftbench.engine.llama_cpp.bench_ops"  # its benchmark operations (base.BENCHMARK)
+    isa_variable = "GRAFTBENCH_LLAMA_BUILD"  # the environment variable that picks a process's build (its isa pin)
 
     def open(self, options: EngineOptions) -> EngineSession:
         """Load the GGUF file ``options.model`` with ``options.kv_type`` and flash attention (default: on for a

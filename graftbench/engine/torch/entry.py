@@ -16,6 +16,9 @@ class TorchEngineFactory:
     capabilities = CAPABILITIES
     options = frozenset({"dtype", "threads", "device", "kernels", "isa"})
     pinned_dtype = None  # --dtype chooses it
+    benchmark_module = "graftbench.engine.torch.bench_ops"  # its benchmark operations (base.BENCHMARK)
+    faults_module = "graftbench.engine.torch.faults"  # its fault scenarios (base.FAULT_SCENARIOS)
+    isa_variable = "GRAFTBENCH_ISA"  # the environment variable that picks a process's instruction-set pin
 
     def open(self, options: EngineOptions) -> EngineSession:
         """Load ``options.model`` on ``options.device`` (resolved: :func:`graftbench.engine.device.resolve`) in
