@@ -17,16 +17,12 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "graftbench"
 ENGINE_FOLDERS = ("graftbench.engine.torch", "graftbench.engine.llama_cpp")
 ENGINE_NAMES = frozenset({"torch", "llama.cpp"})
-_LLAMA_BENCH = "measures the llama.cpp engine against raw llama.cpp, with the torch engine's rows beside it"
 _TORCH_FAULTS = "plants faults in the torch engine's KV-tensor artifacts (their layers and tensors)"
 # The modules outside engine/ allowed to name an engine, each with why. A benchmark or a fault harness reaches an
 # engine's own operations through the registry (registry.benchmark_ops, registry.fault_ops); a stage a run goes
 # through (cli, eval, scale, results, store, report) has no exception.
 ALLOWED = {
     "graftbench/bench/llama_raw.py": "the benchmark's raw-llama.cpp reference: it drives llama.cpp's bindings itself",
-    "graftbench/bench/overhead.py": _LLAMA_BENCH,
-    "graftbench/bench/llama_overhead.py": _LLAMA_BENCH,
-    "graftbench/bench/llama_samples.py": "measures the llama.cpp engine's own multi-sequence decode",
     **{f"graftbench/faults/{name}.py": _TORCH_FAULTS for name in ("catalogue", "runner", "scenarios")},
 }
 STAGES_WITHOUT_EXCEPTION = ("cli", "eval", "scale", "results", "store", "report", "verify", "problems", "programs",

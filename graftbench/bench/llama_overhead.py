@@ -32,10 +32,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..engine.llama_cpp import decode as llama_decode
-from ..engine.llama_cpp.session import LlamaSession
+from ..engine.base import EngineSession
+from ..engine.registry import benchmark_ops
 from ..store.folder import Store
-from .llama_raw import RawLlama
+from .llama_raw import ENGINE, RawLlama, load_model_alone_s
 from .stats import summary, timed
 
 PROMPT_TOKENS = 16  # the short prompt an empty-cache decode starts from
@@ -83,7 +83,7 @@ def _ratio(numerator: dict, denominator: dict) -> float:
     return numerator["median"] / denominator["median"]
 
 
-def prefill_row(session: LlamaSession, raw: RawLlama, ids: list[int], repeats: int) -> dict:
+def prefill_row(session: EngineSession, raw: RawLlama, ids: list[int], repeats: int) -> dict:
     """Tokens per second of a chunked prefill of ``ids`` into a fresh context (context creation untimed)."""
     def ours():
         cache = session.engine.new_cache()
@@ -104,11 +104,12 @@ def prefill_row(session: LlamaSession, raw: RawLlama, ids: list[int], repeats: i
             "ratio": _ratio(summary(a), summary(b))}
 
 
-def _our_decode(session: LlamaSession, prompt: list[int], tokens: int) -> tuple[float, list[int]]:
+def _our_decode(session: EngineSession, prompt: list[int], tokens: int) -> tuple[float, list[int]]:
+    ops = benchmark_ops(session.engine_name)
     cache = session.engine.new_cache()
     try:
         logits = session.engine.prefill(cache, prompt)
-        done = llama_decode.decode(session.engine, session.tokenizer, cache, logits, tokens, set())
+        done = ops.greedy_decode(session, cache, logits, tokens, set())
         return (len(done.token_ids) - 1) / done.decode_s, done.token_ids
     finally:
         cache.close()
@@ -126,7 +127,7 @@ def _raw_decode(raw: RawLlama, prompt: list[int], tokens: int) -> tuple[float, l
         cache.close()
 
 
-def decode_row(session: LlamaSession, raw: RawLlama, prompt: list[int], tokens: int, repeats: int) -> dict:
+def decode_row(session: EngineSession, raw: RawLlama, prompt: list[int], tokens: int, repeats: int) -> dict:
     """Greedy decode tokens per second after ``prompt``: ``(tokens - 1) / seconds`` from the first token chosen to
     the last (one ``llama_decode`` per token after the first), no EOS stop; ``same_tokens`` compares the two
     sides' greedy tokens."""
@@ -136,7 +137,7 @@ def decode_row(session: LlamaSession, raw: RawLlama, prompt: list[int], tokens: 
             "llama_cpp_tok_per_s": theirs, "ratio": _ratio(ours, theirs), "same_tokens": a[0][1] == b[0][1]}
 
 
-def _graft_and_query(session: LlamaSession, store: Store, artifact_id: str, token: int) -> dict:
+def _graft_and_query(session: EngineSession, store: Store, artifact_id: str, token: int) -> dict:
     timing: dict = {}
     started = time.perf_counter()
     grafted = session.graft(store, artifact_id, room=1, timing=timing)
@@ -150,7 +151,7 @@ def _graft_and_query(session: LlamaSession, store: Store, artifact_id: str, toke
             "logits": session.logits_sha256(logits)}
 
 
-def _prefill_and_query(session: LlamaSession, ids: list[int], token: int) -> dict:
+def _prefill_and_query(session: EngineSession, ids: list[int], token: int) -> dict:
     cache = session.engine.new_cache()
     try:
         seconds, logits = timed(lambda: session.engine.prefill(cache, [*ids, token]))
@@ -159,7 +160,7 @@ def _prefill_and_query(session: LlamaSession, ids: list[int], token: int) -> dic
     return {"ttft_s": seconds, "logits": session.logits_sha256(logits)}
 
 
-def deposit_and_save(session: LlamaSession, raw: RawLlama, folder: Path, ids: list[int]) -> tuple[Store, str, Path]:
+def deposit_and_save(session: EngineSession, raw: RawLlama, folder: Path, ids: list[int]) -> tuple[Store, str, Path]:
     """``ids`` deposited by graftbench into a store in ``folder`` and, independently, prefilled by llama.cpp
     (:meth:`RawLlama.prefill`) and saved to a state file there (``llama_state_seq_save_file``): two prefills,
     untimed. Returns ``(store, artifact id, state file)``."""
@@ -175,7 +176,7 @@ def deposit_and_save(session: LlamaSession, raw: RawLlama, folder: Path, ids: li
     return store, artifact_id, state_file
 
 
-def state_row(session: LlamaSession, raw: RawLlama, deposited: tuple[Store, str, Path], ids: list[int], token: int,
+def state_row(session: EngineSession, raw: RawLlama, deposited: tuple[Store, str, Path], ids: list[int], token: int,
               repeats: int, prefill_repeats: int = 1) -> dict:
     """At ``len(ids)`` tokens, deposited (:func:`deposit_and_save`): graft + 1-token query against llama.cpp's
     state load + the same token (``ratio``: graftbench over llama.cpp, ≤ 1.1 is the target), and the graft's time
@@ -203,17 +204,18 @@ def state_row(session: LlamaSession, raw: RawLlama, deposited: tuple[Store, str,
             "prefill_1tok_s": prefill_s, "ttft_ratio": _ratio(prefill_s, graft_s), "logits_equal": len(digests) == 1}
 
 
-def _decode_after(session: LlamaSession, store: Store, artifact_id: str, token: int, tokens: int) -> float:
+def _decode_after(session: EngineSession, store: Store, artifact_id: str, token: int, tokens: int) -> float:
+    ops = benchmark_ops(session.engine_name)
     grafted = session.graft(store, artifact_id, room=1 + tokens)
     try:
         logits = session.prefill_after(grafted.cache, [token])
-        done = llama_decode.decode(session.engine, session.tokenizer, grafted.cache, logits, tokens, set())
+        done = ops.greedy_decode(session, grafted.cache, logits, tokens, set())
         return (len(done.token_ids) - 1) / done.decode_s
     finally:
         grafted.cache.close()
 
 
-def deposit_state(session: LlamaSession, raw: RawLlama, folder: Path, ids: list[int]) -> tuple[Store, str, Path]:
+def deposit_state(session: EngineSession, raw: RawLlama, folder: Path, ids: list[int]) -> tuple[Store, str, Path]:
     """``ids`` deposited into a store in ``folder`` (one prefill) and the same state written by llama.cpp's
     ``llama_state_seq_save_file`` from a graft of it (a graft is the prefill's state, certified byte-exact), for
     llama.cpp's side of :func:`decode_after_graft_row`. Returns ``(store, artifact id, state file)``."""
@@ -228,7 +230,7 @@ def deposit_state(session: LlamaSession, raw: RawLlama, folder: Path, ids: list[
     return store, artifact_id, state_file
 
 
-def decode_after_graft_row(session: LlamaSession, raw: RawLlama, deposited: tuple[Store, str, Path], prompt: list[int],
+def decode_after_graft_row(session: EngineSession, raw: RawLlama, deposited: tuple[Store, str, Path], prompt: list[int],
                            token: int, tokens: int, repeats: int) -> dict:
     """Greedy decode tokens per second after a graft of the deposited state (``deposited``: store, artifact id and
     llama.cpp's own state file of it, :func:`deposit_state`), three sides in turn, the first rotating each
@@ -236,12 +238,10 @@ def decode_after_graft_row(session: LlamaSession, raw: RawLlama, deposited: tupl
     adds after a graft) and graftbench on an empty cache (after ``prompt``); with the bound the bytes allow:
     empty-cache rate × W / (W + C) (module docstring). ``of_bound``: the measured rate over the bound (≥ 0.9 is the
     target); ``llama_cpp_of_bound`` the same for llama.cpp's own decode after its load."""
-    from ..engine.llama_cpp.engine import bindings
-
     store, artifact_id, state_file = deposited
     _, ids, state = store.read_state(artifact_id)
     n, cache_bytes = len(ids), len(state)
-    weight_bytes = int(bindings().llama_model_size(session.engine.model))
+    weight_bytes = benchmark_ops(session.engine_name).weight_bytes(session)
     after, raw_after, empty = rotate(repeats, lambda: _decode_after(session, store, artifact_id, token, tokens),
                                      lambda: raw.load_state_and_decode(state_file, n, token, tokens)[0],
                                      lambda: _our_decode(session, prompt, tokens)[0])
@@ -260,26 +260,16 @@ def decode_after_graft_row(session: LlamaSession, raw: RawLlama, deposited: tupl
 def load_row(model: str, engine_threads: int, chunk: int, n_ctx: int) -> dict:
     """Seconds to load ``model``: a graftbench llama.cpp session against ``llama_model_load_from_file`` alone, one
     each, graftbench second (the page cache warm for both)."""
-    from ..engine.llama_cpp.engine import bindings
-    from ..engine.llama_cpp.session import open_llama_session
-
-    def theirs():
-        lib = bindings()
-        params = lib.llama_model_default_params()
-        params.use_extra_bufts = False
-        model_ptr = lib.llama_model_load_from_file(session_path.encode(), params)
-        lib.llama_model_free(model_ptr)
-
-    seconds, session = timed(lambda: open_llama_session(model, chunk_size=chunk, threads=engine_threads,
-                                                        n_ctx=n_ctx))
-    session_path = session.engine.gguf_path
-    raw_s, _ = timed(theirs)
+    ops = benchmark_ops(ENGINE, "bench-llama")
+    seconds, session = timed(lambda: ops.open_for_benchmark(model, chunk_size=chunk, threads=engine_threads,
+                                                            n_ctx=n_ctx))
+    raw_s = load_model_alone_s(session.engine.gguf_path)
     session.engine.close()
     return {"graftbench_s": seconds, "llama_cpp_s": raw_s,
             "graftbench_includes": "GGUF load, graftbench's tokenizer, the GGUF file's SHA-256 (first time)"}
 
 
-def _workload_ids(session: LlamaSession, problems, tokens: int) -> list[int]:
+def _workload_ids(session: EngineSession, problems, tokens: int) -> list[int]:
     from .workload import corpus_ids
 
     ids = corpus_ids(session, problems)
@@ -288,14 +278,14 @@ def _workload_ids(session: LlamaSession, problems, tokens: int) -> list[int]:
     return ids[:tokens]
 
 
-def variant_name(session: LlamaSession) -> str:
+def variant_name(session: EngineSession) -> str:
     """The KV cache variant a session runs: its cache type, ``+fa`` for an f16 cache with flash attention on (a
     quantized cache always has it on)."""
     engine = session.engine
     return engine.kv_type + ("+fa" if engine.kv_type == "f16" and engine.flash_attn else "")
 
 
-def run_llama_rows(session: LlamaSession, problems, settings: LlamaBenchSettings, others: list[LlamaSession] = (),
+def run_llama_rows(session: EngineSession, problems, settings: LlamaBenchSettings, others: list[EngineSession] = (),
                    on_step=lambda name: None) -> dict:
     """Every llama.cpp row for ``session`` (f16 KV cache, flash attention off) and, for decode after a graft, for
     each of ``others`` (other KV cache variants, :func:`variant_name`): prefill, decode, state at each size, decode

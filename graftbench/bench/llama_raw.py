@@ -5,6 +5,8 @@ with the same parameters). The benchmark's reference for what graftbench adds on
 - decode: one ``llama_decode`` of a one-token batch (``llama_batch_get_one``) per token, the next token chosen by
   llama.cpp's greedy sampler (``llama_sampler_init_greedy``: the argmax in C);
 - prefill: ``llama_batch_get_one`` batches of the chunk size, the last position's logits only;
+- N sequences (:class:`RawSamples`): one context of N sequences, a state put into each by
+  ``llama_state_seq_set_data``, one ``llama_batch`` of N tokens per step, each llama.cpp's greedy choice in C;
 - state: ``llama_state_seq_save_file`` of sequence 0 and ``llama_state_seq_load_file`` into a kept context cleared
   with ``llama_memory_clear`` (the file holds the token ids and llama.cpp's sequence state; nothing checks a hash
   or a model); decode after a state load: the load, a one-token query, then the greedy loop above.
@@ -19,7 +21,12 @@ import time
 
 import numpy as np
 
+from ..engine.llama_cpp import NAME
 from ..engine.llama_cpp.engine import SEQ, LlamaCache, LlamaCppEngine, LlamaCppError, bindings
+from ..engine.llama_cpp.fanout import stream_cells
+from ..engine.llama_cpp.state_layout import in_streams
+
+ENGINE = NAME  # the engine the raw reference runs beside: the llama.cpp benchmarks reach it by this name
 
 
 class RawLlama:
@@ -136,3 +143,67 @@ class RawLlama:
         if self._kept is not None:
             self._kept.close()
             self._kept = None
+
+
+def load_model_alone_s(gguf_path: str) -> float:
+    """Seconds of llama.cpp's own load of ``gguf_path`` and nothing else: the default model parameters (extra
+    buffers off, as the engine loads), ``llama_model_load_from_file``, then ``llama_model_free``, all timed."""
+    started = time.perf_counter()
+    lib = bindings()
+    params = lib.llama_model_default_params()
+    params.use_extra_bufts = False
+    model_ptr = lib.llama_model_load_from_file(gguf_path.encode(), params)
+    lib.llama_model_free(model_ptr)
+    return time.perf_counter() - started
+
+
+class RawSamples:
+    """llama.cpp's own N-sequence decode on ``engine``'s model, in contexts made with the engine's parameters."""
+
+    def __init__(self, engine: LlamaCppEngine):
+        self.engine, self.lib = engine, bindings()
+
+    def run(self, prefix, width: int, tokens: int) -> dict:
+        """``prefix`` (a :class:`graftbench.bench.llama_samples.Prefix`: its ``state`` and the query's ``last`` token)
+        put into ``width`` sequences of a fresh context of the engine's parameters (each sequence's
+        stream as :func:`graftbench.engine.llama_cpp.fanout.fan_out` sizes it), the query's last token for every
+        sequence as one batch, then ``tokens`` greedy tokens per sequence, one batch of ``width`` tokens per step.
+        Returns seconds (``decode_s`` from the first token chosen to the last, ``total_s`` from the load) and the
+        tokens per sequence. Raises :class:`LlamaCppError` when llama.cpp refuses a call."""
+        lib, engine = self.lib, self.engine
+        cells = stream_cells(len(prefix.state.token_ids) + 1 + tokens)
+        data = in_streams(prefix.state.state, width) if width > 1 else prefix.state.state
+        buffer = np.frombuffer(data, dtype=np.uint8)
+        pointer = buffer.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
+        ctx = engine._new_context(engine.chunk_size, n_ctx=cells * width, sequences=width)
+        batch, sampler = lib.llama_batch_init(width, 0, 1), lib.llama_sampler_init_greedy()
+        chosen: list[list[int]] = [[] for _ in range(width)]
+        try:
+            started = time.perf_counter()
+            for seq in range(width):
+                if lib.llama_state_seq_set_data(ctx, pointer, len(data), seq) != len(data):
+                    raise LlamaCppError(f"llama_state_seq_set_data refused the state for sequence {seq}")
+            position = len(prefix.state.token_ids)
+            self._decode(ctx, batch, [prefix.last] * width, position)
+            for step in range(tokens):
+                picks = [int(lib.llama_sampler_sample(sampler, ctx, seq)) for seq in range(width)]
+                for seq, token in enumerate(picks):
+                    chosen[seq].append(token)
+                if step == 0:
+                    decode_start = time.perf_counter()
+                if step + 1 < tokens:
+                    self._decode(ctx, batch, picks, position + 1 + step)
+            ended = time.perf_counter()
+        finally:
+            lib.llama_sampler_free(sampler)
+            lib.llama_batch_free(batch)
+            lib.llama_free(ctx)
+        return {"decode_s": ended - decode_start, "total_s": ended - started, "tokens": chosen}
+
+    def _decode(self, ctx, batch, picks: list[int], position: int) -> None:
+        batch.n_tokens = len(picks)
+        for seq, token in enumerate(picks):
+            batch.token[seq], batch.pos[seq], batch.n_seq_id[seq] = token, position, 1
+            batch.seq_id[seq][0], batch.logits[seq] = seq, True
+        if self.lib.llama_decode(ctx, batch) != 0:
+            raise LlamaCppError(f"llama_decode failed at position {position}")

@@ -36,22 +36,17 @@ Needs llama-cpp-python (the ``llama`` extra); the draw imports torch.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-import numpy as np
-
-from ..engine.base import SamplingSettings
-from ..engine.llama_cpp import decode as llama_decode
-from ..engine.llama_cpp.engine import LlamaCppEngine, LlamaCppError, LlamaState, bindings
-from ..engine.llama_cpp.fanout import Sequences, fan_out, stream_cells
-from ..engine.llama_cpp.session import LlamaSession
-from ..engine.llama_cpp.state_layout import in_streams
+from ..engine.base import EngineSession, SamplingSettings
+from ..engine.registry import benchmark_ops
 from ..util.seeds import sample_seed
 from .llama_overhead import rotate
+from .llama_raw import ENGINE, RawSamples
 from .stats import summary
 
 SIDES = ("batched", "batched_greedy", "sequential", "reference")
@@ -77,130 +72,40 @@ class Prefix:
     """A state to decode from: ``state`` holds every token but the query's last (``last``), ``kind`` names it."""
 
     kind: str
-    state: LlamaState
+    state: Any  # the engine's captured state: its token_ids and state bytes
     last: int
-
-
-class RawSamples:
-    """llama.cpp's own N-sequence decode on ``engine``'s model, in contexts made with the engine's parameters."""
-
-    def __init__(self, engine: LlamaCppEngine):
-        self.engine, self.lib = engine, bindings()
-
-    def run(self, prefix: Prefix, width: int, tokens: int) -> dict:
-        """The state put into ``width`` sequences of a fresh context of the engine's parameters (each sequence's
-        stream as :func:`graftbench.engine.llama_cpp.fanout.fan_out` sizes it), the query's last token for every
-        sequence as one batch, then ``tokens`` greedy tokens per sequence, one batch of ``width`` tokens per step.
-        Returns seconds (``decode_s`` from the first token chosen to the last, ``total_s`` from the load) and the
-        tokens per sequence. Raises :class:`LlamaCppError` when llama.cpp refuses a call."""
-        lib, engine = self.lib, self.engine
-        cells = stream_cells(len(prefix.state.token_ids) + 1 + tokens)
-        data = in_streams(prefix.state.state, width) if width > 1 else prefix.state.state
-        buffer = np.frombuffer(data, dtype=np.uint8)
-        pointer = buffer.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
-        ctx = engine._new_context(engine.chunk_size, n_ctx=cells * width, sequences=width)
-        batch, sampler = lib.llama_batch_init(width, 0, 1), lib.llama_sampler_init_greedy()
-        chosen: list[list[int]] = [[] for _ in range(width)]
-        try:
-            started = time.perf_counter()
-            for seq in range(width):
-                if lib.llama_state_seq_set_data(ctx, pointer, len(data), seq) != len(data):
-                    raise LlamaCppError(f"llama_state_seq_set_data refused the state for sequence {seq}")
-            position = len(prefix.state.token_ids)
-            self._decode(ctx, batch, [prefix.last] * width, position)
-            for step in range(tokens):
-                picks = [int(lib.llama_sampler_sample(sampler, ctx, seq)) for seq in range(width)]
-                for seq, token in enumerate(picks):
-                    chosen[seq].append(token)
-                if step == 0:
-                    decode_start = time.perf_counter()
-                if step + 1 < tokens:
-                    self._decode(ctx, batch, picks, position + 1 + step)
-            ended = time.perf_counter()
-        finally:
-            lib.llama_sampler_free(sampler)
-            lib.llama_batch_free(batch)
-            lib.llama_free(ctx)
-        return {"decode_s": ended - decode_start, "total_s": ended - started, "tokens": chosen}
-
-    def _decode(self, ctx, batch, picks: list[int], position: int) -> None:
-        batch.n_tokens = len(picks)
-        for seq, token in enumerate(picks):
-            batch.token[seq], batch.pos[seq], batch.n_seq_id[seq] = token, position, 1
-            batch.seq_id[seq][0], batch.logits[seq] = seq, True
-        if self.lib.llama_decode(ctx, batch) != 0:
-            raise LlamaCppError(f"llama_decode failed at position {position}")
 
 
 def _sampling(settings: SamplesBenchSettings) -> SamplingSettings:
     return SamplingSettings(settings.temperature, settings.top_p, settings.seed)
 
 
-def batched(session: LlamaSession, prefix: Prefix, width: int, settings: SamplesBenchSettings,
+def batched(session: EngineSession, prefix: Prefix, width: int, settings: SamplesBenchSettings,
             seeds: list[int], greedy: bool = False) -> dict:
     """graftbench's batched side once (see the module docstring; ``greedy``: argmax in place of the draw): seconds
     and each sample's tokens."""
-    started = time.perf_counter()
-    sequences = fan_out(session.engine, prefix.state, width, 1 + settings.tokens)
-    try:
-        first = sequences.step({seq: prefix.last for seq in range(width)})
-        decoded = llama_decode.decode_samples(session.tokenizer, sequences, first, settings.tokens, set(), None,
-                                              None if greedy else _sampling(settings), seeds)
-    finally:
-        sequences.close()
-    ended = time.perf_counter()
-    # from the first token chosen to the last (decode_s and first_token_s count from the same start)
-    decode_s = max(d.decode_s for d in decoded) - max(d.first_token_s for d in decoded)
-    return {"decode_s": decode_s, "total_s": ended - started, "tokens": [d.token_ids for d in decoded]}
+    ops = benchmark_ops(session.engine_name)
+    return ops.batched_samples(session, prefix.state, prefix.last, width, settings.tokens,
+                               None if greedy else _sampling(settings), seeds)
 
 
-def sequential(session: LlamaSession, prefix: Prefix, width: int, settings: SamplesBenchSettings,
+def sequential(session: EngineSession, prefix: Prefix, width: int, settings: SamplesBenchSettings,
                seeds: list[int]) -> dict:
     """graftbench's sequential side once: per sample its own restore and decode; seconds summed."""
-    engine, decode_s, out = session.engine, 0.0, []
-    started = time.perf_counter()
-    for seed in seeds[:width]:
-        cache = engine.restore(prefix.state)
-        try:
-            logits = engine.prefill(cache, [prefix.last], 1)
-            decoded = llama_decode.decode(engine, session.tokenizer, cache, logits, settings.tokens, set(), None,
-                                          settings=_sampling(settings), seed=seed)
-        finally:
-            cache.close()
-        decode_s += decoded.decode_s - decoded.first_token_s  # from its first token chosen to its last
-        out.append(decoded.token_ids)
-    return {"decode_s": decode_s, "total_s": time.perf_counter() - started, "tokens": out}
+    ops = benchmark_ops(session.engine_name)
+    return ops.sequential_samples(session, prefix.state, prefix.last, width, settings.tokens, _sampling(settings),
+                                  seeds)
 
 
-def width_dependence(session: LlamaSession, prefix: Prefix, steps: int = 6, width: int = 8) -> dict:
+def width_dependence(session: EngineSession, prefix: Prefix, steps: int = 6, width: int = 8) -> dict:
     """Whether a sequence's logits depend on how many others share its batch: ``width`` sequences fed their own
     tokens for ``steps`` steps, each row against the same sequence decoded alone in the engine's own context, for the
     non-unified cache and the unified one. Returns per cache kind ``rows_equal`` (every row byte-equal) and the
     largest absolute difference."""
-    engine, ids = session.engine, prefix.state.token_ids
-    feeds = [[ids[(7 * step + 13 * seq) % len(ids)] for seq in range(width)] for step in range(steps)]
-    alone = []
-    for seq in range(width):
-        cache = engine.restore(prefix.state)
-        try:
-            alone.append([engine.decode_step(cache, feed[seq]) for feed in feeds])
-        finally:
-            cache.close()
-    found = {}
-    for unified in (False, True):
-        sequences = fan_out(engine, prefix.state, width, steps, unified=unified)
-        try:  # every sequence in one llama_decode per step: the width itself is what is measured
-            rows = [sequences.step(dict(enumerate(feed)), width=width) for feed in feeds]
-        finally:
-            sequences.close()
-        gaps = [float(np.abs(rows[step][seq] - alone[seq][step]).max()) for step in range(steps)
-                for seq in range(width)]
-        found["unified" if unified else "non_unified"] = {"rows_equal": max(gaps) == 0.0,
-                                                          "max_abs_diff": max(gaps)}
-    return {"width": width, "steps": steps, **found}
+    return benchmark_ops(session.engine_name).width_dependence(session, prefix.state, steps, width)
 
 
-def prefixes(session: LlamaSession, context: list[int], settings: SamplesBenchSettings, query: list[int],
+def prefixes(session: EngineSession, context: list[int], settings: SamplesBenchSettings, query: list[int],
              keep: Path | None = None) -> list:
     """The two prefixes (untimed): ``graft`` (``settings.graft_tokens`` of ``context``, then ``query``) and
     ``prompt`` (``query`` alone), each captured without its last token. With ``keep`` (a folder), each state is
@@ -215,26 +120,13 @@ def prefixes(session: LlamaSession, context: list[int], settings: SamplesBenchSe
     return out
 
 
-def _captured(session: LlamaSession, ids: list[int], keep: Path | None) -> LlamaState:
+def _captured(session: EngineSession, ids: list[int], keep: Path | None):
     """The state after prefilling ``ids``: read from ``keep`` when a run under this pin left it there, else
     prefilled (and left there when ``keep`` is given)."""
-    from ..engine.llama_cpp.codec import decode_llama_artifact, encode_llama_artifact
-    from ..engine.llama_cpp.exactness import deposit_state
-    from ..store.ids import artifact_id_of
-    from ..util.hashing import sha256_json
-
-    path = None if keep is None else Path(keep) / f"{sha256_json([session.config.fingerprint, ids])}.state"
-    if path is not None and path.is_file():
-        data = path.read_bytes()
-        return decode_llama_artifact(artifact_id_of(data), data, session.config)
-    state = deposit_state(session, ids)
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(encode_llama_artifact(session.config, state))
-    return state
+    return benchmark_ops(session.engine_name).captured_state(session, ids, keep)
 
 
-def measure_width(session: LlamaSession, raw: RawSamples, prefix: Prefix, width: int,
+def measure_width(session: EngineSession, raw: RawSamples, prefix: Prefix, width: int,
                   settings: SamplesBenchSettings, seeds: list[int]) -> dict:
     """One row: ``width`` samples from ``prefix``, every side ``settings.repeats`` times, rotating."""
     load_before = os.getloadavg()
@@ -259,22 +151,18 @@ def measure_width(session: LlamaSession, raw: RawSamples, prefix: Prefix, width:
                                       / row["sequential"]["decode_tok_per_s"]["median"])
     row["samples_batched_over_sequential"] = (row["batched"]["samples_per_s"]["median"]
                                               / row["sequential"]["samples_per_s"]["median"])
-    probe = Sequences(session.engine, width, stream_cells(row["prefix_tokens"] + settings.tokens))
-    try:
-        row["kv_bytes_batched"] = probe.kv_bytes(prefix.state)
-    finally:
-        probe.close()
-    per_cell = row["kv_bytes_batched"] // (width * probe.cells)
+    row["kv_bytes_batched"], cells = benchmark_ops(session.engine_name).batched_kv_bytes(
+        session, prefix.state, width, row["prefix_tokens"] + settings.tokens)
+    per_cell = row["kv_bytes_batched"] // (width * cells)
     row["kv_bytes_sequential"] = per_cell * session.engine.n_ctx  # one context of the engine's own at a time
     return row
 
 
-def run_model(session: LlamaSession, context: list[int], query: list[int], settings: SamplesBenchSettings,
+def run_model(session: EngineSession, context: list[int], query: list[int], settings: SamplesBenchSettings,
               on_row=lambda name: None, keep: Path | None = None) -> dict:
     """Every row for the loaded model: the width measurement, then per prefix and width the three sides, and the
     bound. Returns the model's result (rows in order)."""
-    lib, engine = bindings(), session.engine
-    raw = RawSamples(engine)
+    raw = RawSamples(session.engine)
     seeds = [sample_seed(settings.seed, "bench-llama-samples", i) for i in range(max(settings.widths))]
     found = prefixes(session, context, settings, query, keep)
     dependence = [width_dependence(session, found[1], width=width) for width in range(1, 9)]
@@ -284,7 +172,7 @@ def run_model(session: LlamaSession, context: list[int], query: list[int], setti
         for width in settings.widths:
             rows.append(measure_width(session, raw, prefix, width, settings, seeds))
             on_row(f"{prefix.kind} N={width}")
-    weights = int(lib.llama_model_size(engine.model))
+    weights = benchmark_ops(session.engine_name).weight_bytes(session)
     one = next(r for r in rows if r["prefix"] == "prompt" and r["width"] == 1)["reference"]["decode_tok_per_s"]
     for row, prefix in ((r, next(p for p in found if p.kind == r["prefix"])) for r in rows):
         cache = len(prefix.state.state)
@@ -309,17 +197,13 @@ def run_samples_bench(model: str, problems, problems_source: str, settings: Samp
     ``ValueError`` when the text is shorter than the graft."""
     import platform
 
-    from ..engine.llama_cpp.engine import binding_version, system_info
-    from ..engine.llama_cpp.session import open_llama_session
     from ..util import isa
     from ..util.checkout import checkout_commit
     from .llama_overhead import _workload_ids
 
-    import torch
-
-    torch.set_num_threads(threads)  # the draw's threads: as many as llama.cpp's, as a run under OMP_NUM_THREADS
-    n_ctx = stream_cells(settings.graft_tokens + 256 + settings.tokens)
-    session = open_llama_session(model, chunk_size=chunk, threads=threads, n_ctx=n_ctx)
+    ops = benchmark_ops(ENGINE, "bench-llama --only samples")
+    n_ctx = ops.stream_cells(settings.graft_tokens + 256 + settings.tokens)
+    session = ops.open_for_samples(model, chunk, threads, n_ctx)  # the draw's threads: as many as llama.cpp's
     try:
         query = session.solve_prompt_ids(problems[0].problem)
         context = _workload_ids(session, problems, settings.graft_tokens)
@@ -336,7 +220,7 @@ def run_samples_bench(model: str, problems, problems_source: str, settings: Samp
             "llama_cpp": rows,
             "environment": {"machine": platform.platform(), "processor": isa.cpu_model() or platform.processor(),
                             "cpu_count": os.cpu_count(), "python": platform.python_version(),
-                            "llama_cpp_python": binding_version(), "system_info": system_info(),
+                            "llama_cpp_python": ops.binding_version(), "system_info": ops.system_info(),
                             "weights_sha256": config.weights_sha256, "config_fingerprint": config.fingerprint,
                             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                             "graftbench_commit": checkout_commit()}}

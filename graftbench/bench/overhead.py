@@ -9,11 +9,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..engine.registry import DEFAULT_ENGINE, benchmark_ops
 from ..util import isa
 from .llama_overhead import LlamaBenchSettings, PROMPT_TOKENS, _workload_ids, load_row, run_llama_rows
+from .llama_raw import ENGINE
 from ..util.checkout import checkout_commit
 
 CHUNK = 256
+TORCH_ROWS = "torch"  # the result's key of the torch engine's rows, opened as the registry's default engine
 # Context in tokens: the largest state, its query and the decode after it fit.
 def context_for(settings: LlamaBenchSettings) -> int:
     """Context (tokens) for the runs: the largest size, a query token and the decode, rounded up to 256."""
@@ -25,10 +28,9 @@ def parse_variants(text: str) -> list[str]:
     """The KV cache variants of ``--kv-types``: comma-separated, ``f16`` first (the state rows run on it), then any of
     ``f16+fa`` (f16 with flash attention on) and the quantized types (flash attention always on). Raises
     ``ValueError`` naming what was wrong."""
-    from ..engine.llama_cpp.engine import KV_TYPES
-
+    kv_types = benchmark_ops(ENGINE, "bench-llama --kv-types").KV_TYPES
     names = [k.strip() for k in text.split(",") if k.strip()]
-    offered = ("f16", "f16+fa", *KV_TYPES[1:])
+    offered = ("f16", "f16+fa", *kv_types[1:])
     if not names or names[0] != "f16" or any(k not in offered for k in names) or len(set(names)) != len(names):
         raise ValueError(f"--kv-types must start with f16 and list each of {', '.join(offered)} at most once, "
                          f"got {text!r}")
@@ -37,27 +39,23 @@ def parse_variants(text: str) -> list[str]:
 
 def llama_sessions(model: str, settings: LlamaBenchSettings, threads: int, variants: list[str]) -> list:
     """One llama.cpp session per KV cache variant (:func:`parse_variants`; ``f16`` first, flash attention off)."""
-    from ..engine.llama_cpp.session import open_llama_session
-
+    ops = benchmark_ops(ENGINE, "bench-llama")
     sessions = []
     for name in variants:
         kv = name.removesuffix("+fa")
-        sessions.append(open_llama_session(model, chunk_size=CHUNK, threads=threads, kv_type=kv,
-                                           flash_attn=kv != "f16" or name.endswith("+fa"),
-                                           n_ctx=context_for(settings)))
+        sessions.append(ops.open_for_benchmark(model, chunk_size=CHUNK, threads=threads, kv_type=kv,
+                                               flash_attn=kv != "f16" or name.endswith("+fa"),
+                                               n_ctx=context_for(settings)))
     return sessions
 
 
 def run_torch_rows(model: str, problems, settings: LlamaBenchSettings, sizes: tuple[int, ...], threads: int,
                    on_step) -> dict:
     """The torch engine's rows (float32, ``threads`` intra-op threads) at ``sizes`` (none: the decode row only)."""
-    import torch
-
-    from ..engine.torch.session import open_session
     from . import torch_rows
 
-    torch.set_num_threads(threads)
-    session = open_session(model, dtype="float32", chunk_size=CHUNK, threads=threads)
+    ops = benchmark_ops(DEFAULT_ENGINE, "bench-llama's torch rows")
+    session = ops.open_for_benchmark(model, "float32", chunk_size=CHUNK, threads=threads)
     corpus = _workload_ids(session, problems, max(settings.sizes) + 1)
     prompt = corpus[:PROMPT_TOKENS]
     rows = {"dtype": "float32", "decode": torch_rows.decode_row(session, prompt, settings.decode_tokens,
@@ -80,8 +78,7 @@ def run_engine_bench(model: str, problems, problems_source: str, settings: Llama
                      kv_types: list[str], torch_sizes: tuple[int, ...] | None, on_step=lambda name: None) -> dict:
     """Every row for ``model``: load, then the llama.cpp rows for each KV cache type, then (unless
     ``torch_sizes`` is ``None``) the torch engine's rows. Returns the result with its environment."""
-    from ..engine.llama_cpp.engine import binding_version, system_info
-
+    ops = benchmark_ops(ENGINE, "bench-llama")
     load = load_row(model, threads, CHUNK, context_for(settings))
     on_step("load")
     sessions = llama_sessions(model, settings, threads, kv_types)
@@ -97,12 +94,12 @@ def run_engine_bench(model: str, problems, problems_source: str, settings: Llama
               "llama_cpp": llama,
               "environment": {"machine": platform.platform(), "processor": isa.cpu_model() or platform.processor(),
                               "cpu_count": os.cpu_count(), "python": platform.python_version(),
-                              "llama_cpp_python": binding_version(), "system_info": system_info(),
+                              "llama_cpp_python": ops.binding_version(), "system_info": ops.system_info(),
                               "weights_sha256": config.weights_sha256,
                               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                               "graftbench_commit": checkout_commit()}}
     if torch_sizes is not None:
-        result["torch"] = run_torch_rows(model, problems, settings, torch_sizes, threads, on_step)
+        result[TORCH_ROWS] = run_torch_rows(model, problems, settings, torch_sizes, threads, on_step)
     return result
 
 
@@ -132,7 +129,7 @@ def markdown(result: dict) -> str:
                  f"{dec['llama_cpp_tok_per_s']['median']:.1f} | {dec['ratio']:.2f}× |")
     if "skipped" in llama:
         lines += ["", f"Not measured: {llama['skipped']}."]
-        return "\n".join(lines + (_torch_lines(result["torch"]) if "torch" in result else [])) + "\n"
+        return "\n".join(lines + (_torch_lines(result[TORCH_ROWS]) if TORCH_ROWS in result else [])) + "\n"
     for row in llama["state"]:
         lines.append(f"| graft + 1 token vs state load + 1 token at {row['tokens']:,} (ms) | "
                      f"{row['graft_1tok_s']['median'] * 1e3:.1f} | {row['llama_cpp_load_1tok_s']['median'] * 1e3:.1f} "
@@ -160,8 +157,8 @@ def markdown(result: dict) -> str:
         lines.append(f"| {kind} | {row['context_tokens']:,} | {row['empty_cache_tok_per_s']['median']:.1f} "
                      f"| {row['after_graft_tok_per_s']['median']:.1f} | {raw_cells} | {row['bound_tok_per_s']:.1f} | "
                      f"{row['of_bound']:.2f} | {raw_bound} |")
-    if "torch" in result:
-        lines += _torch_lines(result["torch"])
+    if TORCH_ROWS in result:
+        lines += _torch_lines(result[TORCH_ROWS])
     return "\n".join(lines) + "\n"
 
 
