@@ -3,6 +3,7 @@ and the first op in which two traces (two machines, two pins) differ (:mod:`graf
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -10,48 +11,42 @@ import typer
 
 from ..engine.registry import DEFAULT_ENGINE
 from ..settings import DEFAULT_CHUNK_SIZE, DEFAULT_MODEL, ModelOptions
-from .common import apply_isa, console, fail, load_problem_set, open_model
-from .options import ChunkSizeArg, DtypeArg, ModelArg
+from .common import console, engine_factory, fail, load_problem_set, open_model, require_capability
+from .options import ChunkSizeArg, DtypeArg, EngineArg, FlashAttnArg, KvTypeArg, ModelArg
 from ..problems.sources import MissingDataFile, data_file
 
 
 def trace_pair(
     out: Path = typer.Option(..., "--out", help="write the trace (JSON) to this file"),
-    expect: Optional[Path] = typer.Option(None, "--expect", help="trace a pair of this torch expectation under its "
-                                          "pin (model, dtype, chunk size, threads, --isa, problem set)"),
+    expect: Optional[Path] = typer.Option(None, "--expect", help="trace a pair of this expectation under its pin "
+                                          "(engine, model, chunk size, threads, problem set; torch's dtype and "
+                                          "--isa, llama.cpp's build and cache options)"),
     pair: int = typer.Option(0, "--pair", min=0, help="the pair's index (0-based, as check-exact numbers them)"),
     model: ModelArg = DEFAULT_MODEL, dtype: DtypeArg = "auto", chunk_size: ChunkSizeArg = DEFAULT_CHUNK_SIZE,
-    isa: Optional[str] = typer.Option(None, "--isa", help="instruction-set pin: native, avx2 or portable; with "
-                                      "--expect the expectation's [default: native]"),
-    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch intra-op threads (pinned)"),
+    isa: Optional[str] = typer.Option(None, "--isa", help="torch's instruction-set pin: native, avx2 or portable; "
+                                      "with --expect the expectation's [default: native]"),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="threads (pinned)"),
     problems: str = typer.Option("../shared/data/aime2024.jsonl", "--problems", "-p",
                                  help="problems with solutions the pairs are built from (without --expect)"),
+    engine: EngineArg = DEFAULT_ENGINE, kv_type: KvTypeArg = "f16", flash_attn: FlashAttnArg = None,
 ) -> None:
-    """Trace one check-exact pair on the torch engine: the SHA-256 of every module's output, of each layer's K and V after the artifact, and of the query's logits."""
+    """Trace one check-exact pair: the SHA-256 of every op's output (a torch module's, a llama.cpp ggml op's), of each layer's K and V after the artifact, and of the query's logits."""
+    from ..engine.base import LAYER_TRACE
     from ..eval.layer_trace import trace_session_pair, write_trace
 
-    expected = None
+    options = ModelOptions(engine=engine, model=model, dtype=dtype, chunk_size=chunk_size, threads=threads, isa=isa,
+                           kv_type=kv_type, flash_attn=flash_attn)
+    expected, pinned = None, None
     if expect is not None:
-        from ..results.exact_manifest import load_expectation
-        from ..results.manifest import ManifestError
-
-        try:
-            expected = load_expectation(expect)
-        except ManifestError as exc:  # it names the path
-            fail(str(exc))
-        pin = expected["config"]
-        if pin.get("engine"):
-            fail(f"{expect}: trace-pair traces torch expectations; a llama.cpp pin has no per-op trace yet")
-        model, dtype, chunk_size, threads = pin["model"], pin["dtype"], pin["chunk_size"], pin["threads"]
-        isa, problems = pin.get("isa", "native"), expected["problem_set"]["source"]
-    apply_isa(isa)  # before torch is imported
+        expected, options, pinned = _adopt_expectation(expect, options)
+        problems = expected["problem_set"]["source"]
+    require_capability(LAYER_TRACE, "trace-pair", options.engine)
     try:  # a ../shared/data/ default is also found beside the checkout, so it works from any folder
         problems = data_file(problems)
     except MissingDataFile as exc:
         fail(str(exc))
     problem_list = load_problem_set(problems, None, "id", "problem", "answer", "solution")
-    session = open_model(ModelOptions(engine=DEFAULT_ENGINE, model=model, dtype=dtype, chunk_size=chunk_size,
-                                      threads=threads, isa=isa), architecture_only=True)
+    session = open_model(options, architecture_only=True, pinned=pinned)
     try:
         document = trace_session_pair(session, problem_list, pair, expected)
     except ValueError as exc:
@@ -60,6 +55,38 @@ def trace_pair(
     last = document["steps"][-1]
     console.print(f"{len(document['steps'])} steps of {document['pair']['id']} written to {out}; query logits "
                   f"{last['output_sha256'][:16]}", markup=False, highlight=False)
+
+
+def _adopt_expectation(expect: Path, given: ModelOptions) -> tuple[dict, ModelOptions, dict]:
+    """The expectation at ``expect``, the options that reopen its engine under its pin (an engine that takes
+    ``--isa`` adopts the recorded one unless ``--isa`` is given; another adopts what its pin fixes, e.g. a llama.cpp
+    build), and the engine option fields its pin records (:meth:`graftbench.engine.base.EngineFactory.replay_options`).
+    Fails with one line for an unreadable expectation, an engine this graftbench does not run or a pin it cannot
+    adopt."""
+    from ..engine.base import EngineOpenError
+    from ..engine.pin_terms import engine_of
+    from ..engine.registry import engine_names
+    from ..results.exact_manifest import load_expectation
+    from ..results.manifest import ManifestError
+
+    try:
+        expected = load_expectation(expect)
+    except ManifestError as exc:  # it names the path
+        fail(str(exc))
+    pin = expected["config"]
+    name = engine_of(pin)
+    if name not in engine_names():
+        fail(f"{expect}: engine {name!r} is not one this graftbench runs")
+    factory = engine_factory(name)
+    isa = (given.isa or pin.get("isa", "native")) if "isa" in factory.options else None
+    try:
+        factory.adopt_pin(pin)
+    except EngineOpenError as exc:
+        fail(f"{expect}: {exc}")
+    recorded = factory.replay_options(pin)
+    options = replace(given, engine=name, isa=isa, model=recorded.pop("model"), dtype=recorded.pop("dtype", "auto"),
+                      chunk_size=recorded.pop("chunk_size"), threads=recorded.pop("threads", None))
+    return expected, options, recorded
 
 
 def trace_compare(

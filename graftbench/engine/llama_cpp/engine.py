@@ -259,10 +259,15 @@ class LlamaCppEngine:
             n = lib.llama_tokenize(self.vocab, raw, len(raw), out, -n, add_special, True)
         return list(out[:n])
 
-    def new_cache(self, chunk_size: int | None = None, variant: ContextVariant | None = None) -> LlamaCache:
+    def new_cache(self, chunk_size: int | None = None, variant: ContextVariant | None = None,
+                  eval_callback=None) -> LlamaCache:
         """A fresh context (empty sequence) with ``n_batch`` = ``n_ubatch`` = ``chunk_size`` (default: the
         engine's). A context of the engine's own parameters goes back to the engine's spare when its cache is
-        closed (:meth:`cleared_cache` reuses it).
+        closed (:meth:`cleared_cache` reuses it), unless it has an ``eval_callback``.
+
+        ``eval_callback``: a ggml eval callback (``llama_cpp.ggml_backend_sched_eval_callback``) set as the
+        context's ``cb_eval``, which sees each graph node computed (the layer trace only,
+        :mod:`graftbench.engine.llama_cpp.layer_trace`); the caller keeps it alive until the cache is closed.
 
         ``variant`` makes a context that differs from the pin in the fields it sets (flash attention, KV cache
         type, threads, context size): the negative controls only, never a run. Raises ``ValueError`` for a variant
@@ -272,8 +277,9 @@ class LlamaCppEngine:
         own = variant is None or variant == ContextVariant()
         params = self._context_params(variant or ContextVariant())
         _check_options(params["n_ctx"], chunk, params["threads"], params["kv_type"], params["flash_attn"])
-        return LlamaCache(self._new_context(chunk, **params), params["n_ctx"], chunk,
-                          recycle=self._recycle if own and chunk == self.chunk_size else None)
+        return LlamaCache(self._new_context(chunk, **params, eval_callback=eval_callback), params["n_ctx"], chunk,
+                          recycle=self._recycle if own and chunk == self.chunk_size and eval_callback is None
+                          else None)
 
     def _context_params(self, variant: ContextVariant) -> dict:
         """The engine's context parameters with ``variant``'s fields in place of those it sets."""
@@ -305,11 +311,12 @@ class LlamaCppEngine:
 
     def _new_context(self, chunk: int, n_ctx: int | None = None, threads: int | None = None,
                      kv_type: str | None = None, flash_attn: bool | None = None, sequences: int = 1,
-                     unified: bool = False):
+                     unified: bool = False, eval_callback=None):
         """A llama.cpp context of ``chunk``-token batches; the other parameters default to the engine's.
         ``sequences`` > 1 makes a context of that many sequences, each in its own stream of ``n_ctx / sequences``
         cells (a non-unified cache: a sequence attends to its own stream only), or with ``unified`` all in one
-        stream of ``n_ctx`` cells (llama.cpp's unified cache: a measurement only, never a run)."""
+        stream of ``n_ctx`` cells (llama.cpp's unified cache: a measurement only, never a run). ``eval_callback``:
+        the context's ``cb_eval`` (:meth:`new_cache`)."""
         n_ctx, threads = n_ctx or self.n_ctx, threads or self.threads
         kv_type = kv_type or self.kv_type
         flash_attn = self.flash_attn if flash_attn is None else flash_attn
@@ -321,6 +328,8 @@ class LlamaCppEngine:
                                   else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED)
         params.type_k = params.type_v = _ggml_type(kv_type)
         params.swa_full, params.kv_unified, params.no_perf = True, unified, True
+        if eval_callback is not None:
+            params.cb_eval = eval_callback
         ctx = lib.llama_init_from_model(self.model, params)
         if not ctx:
             raise LlamaCppError(f"llama.cpp could not make a context (n_ctx {n_ctx}, chunk {chunk}, "

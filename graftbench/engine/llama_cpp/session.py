@@ -178,6 +178,14 @@ class LlamaSession(PromptIds):
 
         return LlamaExactness(self)
 
+    def layer_trace(self, artifact: list[int], query: list[int]) -> list[dict]:
+        """The steps of one (artifact, query) pair under this session's pin
+        (:func:`graftbench.engine.llama_cpp.layer_trace.trace_pair`: each ggml op's output hashes, each layer's K
+        and V after the artifact, the query's logits). Raises ``ValueError`` for an empty artifact or query."""
+        from .layer_trace import trace_pair
+
+        return trace_pair(self.engine, artifact, query)
+
     def describe(self, model: str) -> str:
         """The line naming the loaded model: the llama.cpp build, KV cache type, flash attention, threads, pin."""
         return (f"model {model} on llama.cpp {self.config.engine['llama_cpp_python']} · KV {self.engine.kv_type} · "

@@ -43,6 +43,20 @@ class KeyRows:
     positions: tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class ValueBlock:
+    """One layer's values in one cache of a state: ``offset`` (bytes into the state) and ``size`` (bytes) of the
+    block, the ggml ``value_type`` id and whether it is ``transposed`` (llama.cpp stores V transposed without flash
+    attention: ``n_embd_v`` rows of one element per cell, else one row per cell)."""
+
+    cache: int
+    layer: int
+    value_type: int
+    offset: int
+    size: int
+    transposed: bool
+
+
 class _Reader:
     def __init__(self, data: bytes):
         self.data, self.at = data, 0
@@ -63,7 +77,8 @@ class _Reader:
         return start
 
 
-def _stream(reader: _Reader, cache: int, cells: int, seq_offsets: list[int] | None = None) -> list[KeyRows]:
+def _stream(reader: _Reader, cache: int, cells: int, seq_offsets: list[int] | None = None,
+            values: list[ValueBlock] | None = None) -> list[KeyRows]:
     positions = []
     for _ in range(cells):
         positions.append(reader.take("<i"))
@@ -82,13 +97,16 @@ def _stream(reader: _Reader, cache: int, cells: int, seq_offsets: list[int] | No
         if key_type not in KEY_TYPES:
             raise ValueError(f"layer {layer}'s key type {key_type} is not f16, q8_0 or q4_0")
         keys.append(KeyRows(cache, layer, key_type, reader.skip(cells * row_bytes), row_bytes, tuple(positions)))
-    for _ in range(n_layer):
-        reader.take("<i")
+    for layer in range(n_layer):
+        value_type = reader.take("<i")
         if v_trans:
             element_bytes, n_embd = reader.take("<I"), reader.take("<I")
-            reader.skip(n_embd * cells * element_bytes)
+            size = n_embd * cells * element_bytes
         else:
-            reader.skip(cells * reader.take("<Q"))
+            size = cells * reader.take("<Q")
+        at = reader.skip(size)
+        if values is not None:
+            values.append(ValueBlock(cache, layer, value_type, at, size, bool(v_trans)))
     return keys
 
 
@@ -97,6 +115,19 @@ def parse_state(state: bytes) -> list[KeyRows]:
 
     Raises ``ValueError`` when the bytes do not follow the layout in the module docstring to their very end (another
     llama.cpp version's layout, a truncated or foreign state, a cache type other than f16, q8_0 or q4_0)."""
+    return _parse(state)
+
+
+def layer_blocks(state: bytes) -> list[tuple[KeyRows, ValueBlock]]:
+    """Every layer's key rows and value block in llama.cpp's sequence state ``state``, cache by cache, layer by
+    layer (the per-layer K and V of a layer trace). Raises ``ValueError`` as :func:`parse_state`."""
+    values: list[ValueBlock] = []
+    keys = _parse(state, values)
+    return list(zip(keys, values, strict=True))
+
+
+def _parse(state: bytes, values: list[ValueBlock] | None = None) -> list[KeyRows]:
+    """:func:`parse_state`, appending each layer's :class:`ValueBlock` to ``values`` when given."""
     reader, keys, cache = _Reader(state), [], 0
     magic = reader.take("<I")
     if magic != SEQ_STATE_MAGIC:
@@ -110,7 +141,7 @@ def parse_state(state: bytes) -> list[KeyRows]:
         for _ in range(n_stream):
             cells = reader.take("<I")
             if cells:
-                keys += _stream(reader, cache, cells)
+                keys += _stream(reader, cache, cells, values=values)
         cache += 1
     if not keys:
         raise ValueError("the state holds no cached keys")
