@@ -4,9 +4,10 @@ differ in: where a pin does not reproduce on another CPU, two machines' traces s
 A trace is a JSON document: ``schema`` (:data:`SCHEMA`), ``pin`` (the pinned config's dict, with ``fingerprint``),
 ``pair`` (its id, kind and token ids' SHA-256), ``environment`` (:func:`graftbench.util.isa.environment`) and
 ``steps``, a list in execution order of ``{"op": name, "call": n, "input_sha256": hex or "", "output_sha256": hex,
-"shape": [...], "dtype": str}``: every module's output as it completes (``call`` counts the module's calls: one a
-prefill chunk), then each layer's K and V block after the artifact's prefill (``op`` ``kv.<layer>.k`` /
-``kv.<layer>.v``), then the query's logits. Hashes are SHA-256 of the tensor's raw bytes in row-major order.
+"shape": [...], "dtype": str}``: every op's output as it completes (a torch module's, a ggml op's on llama.cpp;
+``call`` counts the op's calls: one a prefill chunk), then each layer's K and V block after the artifact's prefill
+(``op`` ``kv.<layer>.k`` / ``kv.<layer>.v``), then the query's logits. Hashes are SHA-256 of the tensor's raw bytes
+in row-major order.
 
 :func:`first_difference` walks two traces in step order: the first step whose output hash differs is the first op
 that computed other bytes; when its input hashes were equal the op itself differs, when not the bytes changed
@@ -88,7 +89,8 @@ def trace_session_pair(session, problems: list, index: int, expected: dict | Non
     """The trace document of pair ``index`` (0-based) of ``check-exact``'s pairs over ``problems`` on a
     ``session`` (an engine that declares :data:`graftbench.engine.base.LAYER_TRACE`), without a file: ``pin``,
     ``pair``, ``environment`` and ``steps`` (its ``layer_trace``: on torch
-    :func:`graftbench.engine.torch.layer_trace.trace_pair`).
+    :func:`graftbench.engine.torch.layer_trace.trace_pair`, on llama.cpp
+    :func:`graftbench.engine.llama_cpp.layer_trace.trace_pair`).
 
     ``expected``: an exactness expectation this pair is of; its pair record's token ids' SHA-256 must be this pair's.
     Raises :class:`graftbench.engine.base.CapabilityError` for an engine without a layer trace, ``ValueError`` for an
