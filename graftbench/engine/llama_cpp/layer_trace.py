@@ -192,9 +192,9 @@ def _identity(tensor: GgmlTensor) -> tuple:
 
 def eval_callback(recorder: OpRecorder):
     """A ``ggml_backend_sched_eval_callback`` around ``recorder``: asked (``ask`` true), it wants the nodes
-    :meth:`OpRecorder.wanted` names; handed a computed node, it records it. It returns true always (false would
-    stop the graph) and keeps its first error in ``recorder.error``. Keep the returned object alive while a context
-    holds it."""
+    :meth:`OpRecorder.wanted` names; handed a computed node, it records it and returns true (false would stop the
+    graph). It keeps its first error in ``recorder.error`` and then wants no more nodes. Keep the returned object
+    alive while a context holds it."""
     lib = _lib()
 
     def callback(address, ask, _user_data):
@@ -205,7 +205,9 @@ def eval_callback(recorder: OpRecorder):
                 recorder.read(address)
         except Exception as exc:  # raised by trace_pair after the decode: llama.cpp cannot take an exception
             recorder.error = exc
-        return not ask if recorder.error is not None else True
+        if recorder.error is not None:
+            return not ask  # no more nodes wanted, and the graph never stopped
+        return True
 
     return lib.ggml_backend_sched_eval_callback(callback)
 
