@@ -118,3 +118,15 @@ def test_trace_pair_on_the_llama_cpp_engine_writes_a_trace(tmp_path):
     refused = CliRunner().invoke(app, ["trace-pair", "--engine", "llama.cpp", "--isa", "avx2", "--problems",
                                        str(problems), "--out", str(tmp_path / "no.json")])
     assert refused.exit_code == 2 and "--isa" in refused.output and not (tmp_path / "no.json").exists()
+
+
+@pytest.mark.model
+def test_an_error_inside_the_callback_is_raised_after_the_decode(llama, pair, monkeypatch):
+    from graftbench.engine.llama_cpp import layer_trace as llama_trace
+
+    def refuse(self, address, tensor):
+        raise RuntimeError("layout refused")
+
+    monkeypatch.setattr(llama_trace.OpRecorder, "_check_layout", refuse)
+    with pytest.raises(RuntimeError, match="layout refused"):
+        llama.layer_trace(*pair)
