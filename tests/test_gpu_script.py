@@ -184,12 +184,22 @@ def test_the_window_needs_no_make():
     assert "make " not in script.replace("make gpu-carry", "").replace("make gpu-certify", "")
 
 
+SOLUTION_CHARS = 300  # characters of each worked solution kept in the whole-window rehearsal's problems
+
+
 @pytest.mark.slow
 def test_the_whole_window_runs_on_the_cpu_with_tiny_random_configs(tmp_path):
     """Every step for real on the CPU (float32, ``random:gemma3-reduced``): the certificate, TTFT, energy (the
     declared estimate or RAPL here), the replay of pair 1 of the certificate just written, and the sample counts
-    under both kernel configurations; the archive holds each step's result."""
+    under both kernel configurations; the archive holds each step's result. The problems are AIME 2024's with each
+    worked solution cut to ``SOLUTION_CHARS`` characters: what is asked of each step is that it runs and writes its
+    result, the same at any pair length (the ``random:gemma3-reduced`` artifacts still cross its 64-token window),
+    and the certificate's pairs and its controls are then a few times shorter to compute."""
     out = tmp_path / "manifests"
+    problems = tmp_path / "aime2024-short.jsonl"
+    rows = [json.loads(line) for line in AIME2024.read_text().splitlines()]
+    problems.write_text("".join(json.dumps({**row, "solution": row["solution"][:SOLUTION_CHARS]}) + "\n"
+                                for row in rows))
     reduced = "random:gemma3-reduced"
     variables = {
         "GPU_PY": sys.executable, "GPU_PYTHONPATH": str(ROOT), "GPU_CACHE": "", "GPU_DEVICE": "cpu",
@@ -198,7 +208,7 @@ def test_the_whole_window_runs_on_the_cpu_with_tiny_random_configs(tmp_path):
         "GPU_ENERGY_DECODE": "4", "GPU_ENERGY_REPEATS": "1", "GPU_ENERGY_TIMEOUT": "1200",
         "GPU_REPLAY_EXPECT": str(out / "exact-random-gemma3-reduced.json"), "GPU_REPLAY_PAIRS": "1:2",
         "GPU_REPLAY_TIMEOUT": "1200", "GPU_COUNTS_TOKENS": "64", "GPU_COUNTS_DECODE": "3",
-        "GPU_COUNTS_TIMEOUT": "1200", "GPU_PROBLEMS": str(AIME2024), "GPU_OUT": str(out),
+        "GPU_COUNTS_TIMEOUT": "1200", "GPU_PROBLEMS": str(problems), "GPU_OUT": str(out),
         "GPU_BENCH": str(tmp_path / "bench"), "GPU_RUNS": str(tmp_path / "runs"), "GPU_LOGS": str(tmp_path / "logs"),
         "GPU_REPLAY_LOG": str(tmp_path / "replays.jsonl"), "GPU_ARCHIVE": str(tmp_path / "window.tar.gz"),
     }
