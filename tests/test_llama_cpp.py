@@ -122,14 +122,18 @@ def test_a_restore_into_a_cache_that_holds_tokens_is_refused(llama, texts):
 
 @pytest.mark.model
 def test_another_batch_size_is_reported_as_measured_and_is_another_pin(llama, texts, tmp_path):
-    from graftbench.eval.exactness import build_pairs
+    """check-exact's first pair cut to 100 artifact tokens and 24 query tokens: both batch sizes still split the
+    artifact into several batches and a last partial one, and a pair's controls cost a few times less than on the
+    whole pair (312 and 148 tokens)."""
+    from graftbench.eval.exactness import Pair, build_pairs
     from graftbench.engine.llama_cpp.session import open_llama_session
     from graftbench.engine.llama_cpp.exactness import fresh_logits, window_of
     from graftbench.eval.exactness import check_pair
     from graftbench.problems.loading import load_problems
 
     problems = load_problems(str(_short_problems(tmp_path / "short.jsonl")))
-    pair = build_pairs(llama, problems, 1, window=window_of(llama))[0]
+    whole = build_pairs(llama, problems, 1, window=window_of(llama))[0]
+    pair = Pair(whole.id, whole.kind, whole.problems, whole.artifact[:100], whole.query[:24])
     record = check_pair(llama, pair, with_controls=True)
     other = CHUNK // 2
     measured = (llama.engine.logits_sha256(fresh_logits(llama, pair.artifact, pair.query))
