@@ -17,13 +17,11 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "graftbench"
 ENGINE_FOLDERS = ("graftbench.engine.torch", "graftbench.engine.llama_cpp")
 ENGINE_NAMES = frozenset({"torch", "llama.cpp"})
-_TORCH_FAULTS = "plants faults in the torch engine's KV-tensor artifacts (their layers and tensors)"
 # The modules outside engine/ allowed to name an engine, each with why. A benchmark or a fault harness reaches an
 # engine's own operations through the registry (registry.benchmark_ops, registry.fault_ops); a stage a run goes
 # through (cli, eval, scale, results, store, report) has no exception.
 ALLOWED = {
     "graftbench/bench/llama_raw.py": "the benchmark's raw-llama.cpp reference: it drives llama.cpp's bindings itself",
-    **{f"graftbench/faults/{name}.py": _TORCH_FAULTS for name in ("catalogue", "runner", "scenarios")},
 }
 STAGES_WITHOUT_EXCEPTION = ("cli", "eval", "scale", "results", "store", "report", "verify", "problems", "programs",
                             "util")

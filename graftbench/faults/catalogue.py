@@ -25,7 +25,7 @@ import torch
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
-from ..engine.torch import graft
+from ..engine.registry import fault_ops
 from ..store.codec import HEADER_KEY, decode_header, payload_sha256
 from ..store.ids import artifact_id_of
 from ..eval.deposit import deposit_meta
@@ -146,7 +146,7 @@ class Lab:
         to what ``deposit`` writes for a reference solution."""
         ids = ids or self.session.deposit_ids(problem.problem, problem.answer, problem.solution)
         meta = self.meta(problem, ids) if routable else {"source": "reference"}
-        return graft.build_artifact(self.session.model, config or self.session.config, ids, meta, parent)
+        return fault_ops(self.session.engine_name).build_artifact(self.session, ids, meta, config, parent)
 
     def deposit(self, problem: Problem) -> str:
         """Build and store a valid artifact for ``problem``; returns its id."""

@@ -41,8 +41,8 @@ print("DONE", flush=True)
 
 SESSION_CODE = """
 import sys
-from graftbench.engine.torch.session import open_session
-session = open_session(sys.argv[1], dtype=sys.argv[2], chunk_size=int(sys.argv[3]))
+from graftbench.engine.registry import DEFAULT_ENGINE, fault_ops
+session = fault_ops(DEFAULT_ENGINE).open_for_faults(sys.argv[1], dtype=sys.argv[2], chunk_size=int(sys.argv[3]))
 print("READY", flush=True)
 """
 

@@ -402,10 +402,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from rich.console import Console
 
-    from ..engine.torch.session import open_session
+    from ..engine.registry import DEFAULT_ENGINE, fault_ops
 
     started = time.perf_counter()
-    session = open_session(args.model)
+    session = fault_ops(DEFAULT_ENGINE).open_for_faults(args.model)
     with tempfile.TemporaryDirectory(prefix="graftbench-faults-") as tmp:
         bench = Bench(session, Path(tmp), args.seed)
         bench.setup()

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..engine.torch import graft
 from ..store.codec import ArtifactError
 from ..eval.deposit import DepositReport, deposit_items, items_from_problems
 from ..util.durable import StorageError
@@ -43,10 +42,10 @@ SOURCE = "faults"  # the problem-set source recorded by every run the scenarios 
 
 
 def graft_refusal(session, store: Store, artifact_id: str) -> ArtifactError | None:
-    """Restore ``artifact_id``'s chain into a cache; the :class:`ArtifactError` that refused it, or None when it
-    grafted (any other exception propagates)."""
+    """Graft ``artifact_id``'s chain (:meth:`graftbench.engine.base.EngineSession.graft`); the
+    :class:`ArtifactError` that refused it, or None when it grafted (any other exception propagates)."""
     try:
-        graft.restore_chain(session.model, session.config, store, artifact_id)
+        session.graft(store, artifact_id)
     except ArtifactError as exc:
         return exc
     return None
