@@ -31,26 +31,20 @@ console = Console(soft_wrap=True, emoji=False)
 
 
 def engine_factory(name: str):
-    """The engine ``name`` from :mod:`graftbench.engine.registry`; fails with one line naming it when it is unknown
-    or cannot be imported (a missing extra)."""
-    from ..engine.base import EngineOpenError
-    from ..engine.registry import UnknownEngineError, get
+    """The engine ``name`` from :mod:`graftbench.engine.registry`. Raises
+    :class:`graftbench.engine.registry.UnknownEngineError` naming it when it is unknown and
+    :class:`graftbench.engine.base.EngineOpenError` when it cannot be imported (a missing extra)."""
+    from ..engine.registry import get
 
-    try:
-        return get(name)
-    except (UnknownEngineError, EngineOpenError) as exc:
-        fail(str(exc))
+    return get(name)
 
 
 def require_capability(capability: str, what: str, name: str) -> None:
-    """Exit 2 naming the engine and the capability when the engine ``name`` lacks ``capability``
-    (:func:`graftbench.engine.base.require`), before any model loads."""
-    from ..engine.base import CapabilityError, require
+    """Raise :class:`graftbench.engine.base.CapabilityError` naming the engine and the capability when the engine
+    ``name`` lacks ``capability`` (:func:`graftbench.engine.base.require`); call it before any model loads."""
+    from ..engine.base import require
 
-    try:
-        require(engine_factory(name), capability, what)
-    except CapabilityError as exc:
-        fail(str(exc))
+    require(engine_factory(name), capability, what)
 
 
 def refuse_options_not_taken(engine: str) -> None:
@@ -88,12 +82,9 @@ def announce_sandbox(mode: str) -> None:
         fail(f"mode {mode!r} is not one of {', '.join(MODES)}")
     if mode != "program":
         return
-    from ..programs.sandbox import SandboxError, isolation
+    from ..programs.sandbox import isolation
 
-    try:
-        found = isolation()
-    except SandboxError as exc:
-        fail(str(exc))
+    found = isolation()  # SandboxError: what is missing and how to get it
     console.print(f"program sandbox: [green]{found.description}[/green]", markup=True, highlight=False)
 
 
@@ -107,12 +98,11 @@ def quiet_transformers() -> None:
 
 
 def apply_isa(isa: str | None) -> None:
-    from ..util.isa import ENV_VAR, IsaError, apply
+    """Apply the instruction-set pin ``isa`` (``None``: ``$GRAFTBENCH_ISA``, else ``native``) before torch is
+    imported; raises :class:`graftbench.util.isa.IsaError` for one this CPU or process cannot take."""
+    from ..util.isa import ENV_VAR, apply
 
-    try:
-        apply(isa or os.environ.get(ENV_VAR) or "native")
-    except IsaError as exc:
-        fail(str(exc))
+    apply(isa or os.environ.get(ENV_VAR) or "native")
 
 
 def check_hub_model(model: str) -> None:
@@ -134,21 +124,10 @@ def refuse_random(model: str) -> None:
         fail(f"model '{model}' has {LABEL}: no accuracy is reported for one; use check-exact or bench with it")
 
 
-def run_dtype(options: ModelOptions) -> str:
-    """``options.dtype`` as a run in this process uses it (:func:`graftbench.scale.eval_job.run_dtype`: ``auto``
-    per device, or the dtype the engine pins). Exits 2 for a device that cannot be resolved."""
-    from ..engine.device import DeviceError
-    from ..scale.eval_job import run_dtype as resolved
-
-    try:
-        return resolved(options)
-    except DeviceError as exc:
-        fail(str(exc))
-
-
 def open_model(options: ModelOptions, *, architecture_only: bool = False, pinned: dict | None = None):
     """Load ``options.model`` on the engine ``options.engine`` (:mod:`graftbench.engine.registry`) with the device,
-    kernels, KV cache type and flash attention ``options`` gives, in its dtype (``auto``: :func:`run_dtype`), and
+    kernels, KV cache type and flash attention ``options`` gives, in its dtype (``auto``:
+    :func:`graftbench.scale.eval_job.run_dtype`), and
     pin the config; ``pinned``: other :class:`graftbench.engine.base.EngineOptions` fields that replace those of
     ``options`` (a replay's recorded pin). An engine that takes ``--isa`` runs under this process's instruction-set
     pin ``options.isa``, applied first (before torch is imported), and may load a hub id (checked first:
@@ -158,6 +137,7 @@ def open_model(options: ModelOptions, *, architecture_only: bool = False, pinned
     from ..engine.base import EngineOpenError, EngineOptions
     from ..engine.device import DeviceError
     from ..engine.models import ModelError
+    from ..scale.eval_job import run_dtype
 
     if not architecture_only:
         refuse_random(options.model)
@@ -183,14 +163,12 @@ def open_model(options: ModelOptions, *, architecture_only: bool = False, pinned
 
 
 def load_problem_set(source: str, limit, id_field, problem_field, answer_field, solution_field):
+    """The problems of ``source`` (:func:`graftbench.problems.loading.load_problems`); raises
+    :class:`graftbench.problems.types.ProblemSetError` naming the source and what is wrong."""
     from ..problems.loading import load_problems
-    from ..problems.types import ProblemSetError
 
-    try:
-        return load_problems(source, id_field=id_field, problem_field=problem_field, answer_field=answer_field,
-                             solution_field=solution_field, limit=limit)
-    except ProblemSetError as exc:
-        fail(str(exc))
+    return load_problems(source, id_field=id_field, problem_field=problem_field, answer_field=answer_field,
+                         solution_field=solution_field, limit=limit)
 
 
 def progress_columns():

@@ -12,6 +12,7 @@ input). An error of any other type is a bug and is not hidden.
 from __future__ import annotations
 
 import functools
+import sys
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
@@ -30,24 +31,26 @@ def exit_code(kind: str) -> int:
     return dict(EXIT_CODES).get(kind, EXIT_REFUSED)
 
 
-def refusal_types() -> tuple[type[BaseException], ...]:
-    """The library's error types that refuse an input (exit 2). Imported when an error is being mapped, so the
-    command line starts without them."""
-    from ..engine.base import CapabilityError, EngineOpenError
-    from ..engine.device import DeviceError
-    from ..engine.models import ModelError
-    from ..engine.registry import UnknownEngineError
-    from ..problems.sources import MissingDataFile
-    from ..problems.types import ProblemSetError
-    from ..programs.sandbox import SandboxError
-    from ..results.runs import RunError
-    from ..scale.dispatch import DispatchError
-    from ..store.index import StoreError
-    from ..util.durable import StorageError
-    from ..util.isa import IsaError
+# The library's error types that refuse an input (exit 2), by module and name: an input that cannot be used (a store,
+# run folder, problem set, manifest, model, device, engine, instruction-set pin, sandbox, Ray cluster, shards to
+# merge, trace, runs to report or view) or a write that failed (words of graftbench.eval.errors.error_text).
+REFUSALS = (
+    ("graftbench.store.index", "StoreError"), ("graftbench.util.durable", "StorageError"),
+    ("graftbench.results.runs", "RunError"), ("graftbench.results.manifest", "ManifestError"),
+    ("graftbench.problems.types", "ProblemSetError"), ("graftbench.problems.sources", "MissingDataFile"),
+    ("graftbench.engine.models", "ModelError"), ("graftbench.engine.device", "DeviceError"),
+    ("graftbench.engine.base", "EngineOpenError"), ("graftbench.engine.base", "CapabilityError"),
+    ("graftbench.engine.registry", "UnknownEngineError"), ("graftbench.util.isa", "IsaError"),
+    ("graftbench.programs.sandbox", "SandboxError"), ("graftbench.scale.dispatch", "DispatchError"),
+    ("graftbench.scale.merge", "MergeError"), ("graftbench.eval.layer_trace", "TraceError"),
+    ("graftbench.report.compare", "ReportError"), ("graftbench.report.view", "ViewError"),
+)
 
-    return (StoreError, StorageError, RunError, ProblemSetError, MissingDataFile, ModelError, DeviceError,
-            EngineOpenError, UnknownEngineError, CapabilityError, IsaError, SandboxError, DispatchError)
+
+def refusal_types() -> tuple[type[BaseException], ...]:
+    """The :data:`REFUSALS` types of the modules this process has imported: an error of a module not imported
+    cannot have been raised, so mapping one imports nothing (no torch behind ``verify-manifest``)."""
+    return tuple(getattr(sys.modules[module], name) for module, name in REFUSALS if module in sys.modules)
 
 
 @contextmanager

@@ -17,7 +17,8 @@ from ..engine.base import ACROSS_CPU_KINDS, EXTEND_EXPECTATION, REPLAY_RANGE, En
 from ..engine.registry import DEFAULT_ENGINE, engine_names
 from ..settings import CERTIFIED_KERNELS, DEFAULT_CHUNK_SIZE, DEFAULT_MODEL, DEFAULT_RUNS_DIR, ModelOptions
 from .common import (apply_isa, console, engine_factory, fail, load_problem_set, model_label, open_model, progress,
-                     require_capability, run_dtype)
+                     require_capability)
+from ..scale.eval_job import run_dtype
 from .options import (ChunkSizeArg, DeviceArg, DtypeArg, EngineArg, FlashAttnArg, KernelsArg, KvTypeArg, ModelArg,
                       ProblemsArg, RunsDirArg)
 
@@ -106,14 +107,11 @@ def _label(what: str, session) -> str:
 
 
 def _load_expectation(expect: Path) -> dict:
-    """The exactness manifest at ``expect``; fails naming the path when it is missing or not one."""
+    """The exactness manifest at ``expect``; raises :class:`graftbench.results.manifest.ManifestError` naming the
+    path when it is missing or not one."""
     from ..results.exact_manifest import load_expectation
-    from ..results.manifest import ManifestError
 
-    try:
-        return load_expectation(expect)
-    except ManifestError as exc:  # it names the path
-        fail(str(exc))
+    return load_expectation(expect)  # a ManifestError names the path
 
 
 def _check_extendable_before_load(expect: Path, expected: dict, model: str, dtype: str, chunk_size: int,
@@ -123,13 +121,10 @@ def _check_extendable_before_load(expect: Path, expected: dict, model: str, dtyp
     whose GGUF file is pinned), the problem set, the pair layout and count (:func:`check_extendable`)."""
     from ..results.exact_manifest import pin_differences
     from ..eval.exactness import check_extendable
-    from ..engine.models import ModelError, resolve_model
+    from ..engine.models import resolve_model
 
     known = {"dtype": dtype, "chunk_size": chunk_size, **({"threads": threads} if threads is not None else {})}
-    try:
-        resolved = resolve_model(model)
-    except ModelError as exc:
-        fail(str(exc))
+    resolved = resolve_model(model)  # a ModelError names the model
     if resolved.sha256:
         known["weights_sha256"] = resolved.sha256
     differing = pin_differences({name: expected["config"].get(name) for name in known}, known)

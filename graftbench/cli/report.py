@@ -44,7 +44,7 @@ def report(
     allow_unanchored: AllowUnanchoredArg = False,
 ) -> None:
     """Compare runs from their manifests: accuracy with 95% intervals, pass@k, maj@N, tokens, energy, copy controls; writes markdown and plots."""
-    from ..report.compare import ReportError, UnanchoredRun, build_report, check_out_dir, default_out_dir
+    from ..report.compare import UnanchoredRun, build_report, check_out_dir, default_out_dir
     from ..report.compare import fallback_lines
     from ..results.check import EXIT_UNANCHORED
     from ..report.write import write_report
@@ -55,10 +55,8 @@ def report(
                              families=tuple(name_list(families)), allow_unanchored=allow_unanchored)
         out_dir = out if out is not None else default_out_dir(name)
         check_out_dir(out_dir)
-    except UnanchoredRun as exc:
+    except UnanchoredRun as exc:  # exit 3; another ReportError exits 2 (graftbench.cli.errors)
         fail(str(exc), EXIT_UNANCHORED)
-    except ReportError as exc:
-        fail(str(exc))
     for run in built.runs:
         for what in run.unverified:
             console.print(f"{console_markup(run.label)}: verified, except: {console_markup(what)}")

@@ -13,7 +13,7 @@ from ..engine.registry import DEFAULT_ENGINE
 from ..settings import DEFAULT_CHUNK_SIZE, DEFAULT_MODEL, ModelOptions
 from .common import console, engine_factory, fail, load_problem_set, open_model, require_capability
 from .options import ChunkSizeArg, DtypeArg, EngineArg, FlashAttnArg, KvTypeArg, ModelArg
-from ..problems.sources import MissingDataFile, data_file
+from ..problems.sources import data_file
 
 
 def trace_pair(
@@ -41,10 +41,7 @@ def trace_pair(
         expected, options, pinned = _adopt_expectation(expect, options)
         problems = expected["problem_set"]["source"]
     require_capability(LAYER_TRACE, "trace-pair", options.engine)
-    try:  # a ../shared/data/ default is also found beside the checkout, so it works from any folder
-        problems = data_file(problems)
-    except MissingDataFile as exc:
-        fail(str(exc))
+    problems = data_file(problems)  # a ../shared/data/ default is also found beside the checkout: any folder works
     problem_list = load_problem_set(problems, None, "id", "problem", "answer", "solution")
     session = open_model(options, architecture_only=True, pinned=pinned)
     try:
@@ -67,12 +64,8 @@ def _adopt_expectation(expect: Path, given: ModelOptions) -> tuple[dict, ModelOp
     from ..engine.pin_terms import engine_of
     from ..engine.registry import engine_names
     from ..results.exact_manifest import load_expectation
-    from ..results.manifest import ManifestError
 
-    try:
-        expected = load_expectation(expect)
-    except ManifestError as exc:  # it names the path
-        fail(str(exc))
+    expected = load_expectation(expect)  # a ManifestError names the path
     pin = expected["config"]
     name = engine_of(pin)
     if name not in engine_names():
@@ -94,13 +87,10 @@ def trace_compare(
     second: Path = typer.Argument(..., help="another trace of the same pair (another machine or pin)"),
 ) -> None:
     """Compare two traces of one pair: name the first op whose output bytes differ (exit 1), or say every step is equal."""
-    from ..eval.layer_trace import TraceError, first_difference, read_trace
+    from ..eval.layer_trace import first_difference, read_trace
     from ..util.isa import describe_cpu
 
-    try:
-        a, b = read_trace(first), read_trace(second)
-    except TraceError as exc:
-        fail(str(exc))
+    a, b = read_trace(first), read_trace(second)  # a TraceError names the file
     for label, doc in (("first", a), ("second", b)):
         console.print(f"{label}: {doc.get('pair', {}).get('id', '?')} on {describe_cpu(doc.get('environment', {}))}, "
                       f"--isa {doc.get('pin', {}).get('isa', '?')}, {len(a['steps'] if label == 'first' else b['steps'])}"

@@ -25,14 +25,12 @@ def view(
                                         "(read only) [default: none]"),
 ) -> None:
     """Write one self-contained HTML page of runs side by side (no server, no network): headers, a problem table, each problem's outputs."""
-    from ..report.view import ViewError, write_view
+    from ..report.view import write_view
     from .common import load_problem_set
 
     loaded = load_problem_set(problems, None, "id", "problem", "answer", "solution") if problems else None
     try:
         written, runs = write_view(paths, out, loaded, store)
-    except ViewError as exc:
-        fail(str(exc))
     except OSError as exc:
         fail(f"cannot write the page: {exc}")
     for run in runs:
