@@ -181,3 +181,34 @@ def test_max_new_tokens_is_followed_from_eval_to_run_problem_by_name():
         ("evaluate", "settings"), ("run_problem", "settings")]
     for caller, callee in zip(chain, chain[1:]):
         assert callee.__name__ in _calls(caller), f"{caller.__name__} does not call {callee.__name__}"
+
+
+# ---- one mapping from the stage's typed errors to exit statuses ----
+
+
+def test_every_kind_of_failure_has_its_exit_status_and_other_errors_pass():
+    import typer
+
+    from graftbench.cli.errors import EXIT_CODES, mapped_errors
+    from graftbench.eval.errors import KINDS, Interrupted, NotVerified, Refused, WriteFailed
+
+    assert {kind for kind, _ in EXIT_CODES} == set(KINDS)
+    for error, code in ((Refused("r"), 2), (NotVerified("n"), 1), (WriteFailed("w"), 2), (Interrupted("i"), 130)):
+        with pytest.raises(typer.Exit) as stopped, mapped_errors():
+            raise error
+        assert stopped.value.exit_code == code, error
+    with pytest.raises(KeyError), mapped_errors():  # not a refusal: a bug, shown as such
+        raise KeyError("x")
+
+
+def test_mapping_an_error_imports_nothing():
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom graftbench.cli.errors import mapped_errors\nfrom graftbench.eval.errors import Refused\n"
+            "try:\n    with mapped_errors():\n        raise Refused('r')\nexcept SystemExit:\n    pass\n"
+            "except BaseException as exc:\n    assert type(exc).__name__ == 'Exit', exc\n"
+            "print(sorted(m for m in ('torch', 'transformers', 'numpy') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout

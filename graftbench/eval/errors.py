@@ -13,8 +13,8 @@ it is data) and says what kind of failure it is (``kind``), so a caller maps kin
 from __future__ import annotations
 
 import errno
+import sys
 
-from ..store.index import StoreError
 from ..util.durable import StorageError
 
 
@@ -56,10 +56,11 @@ def error_text(exc: BaseException, what: str | None = None) -> str:
     """``exc`` as an error line: graftbench's own errors as they are (a failed write without its ``[Errno N]``
     prefix); a bare ``OSError`` (``[Errno 30] ...``) as what could not be done to which file, and, for a file
     system that refuses writes, that ``what`` (e.g. ``the store gs``) cannot be written and nothing in it was
-    changed."""
+    changed. Loads no store module (a store's error exists only once it is loaded: ``sys.modules``)."""
+    store = sys.modules.get("graftbench.store.index")
     if isinstance(exc, StorageError):
         return exc.strerror or str(exc)  # its own message, without the "[Errno 28]" prefix
-    if not isinstance(exc, OSError) or isinstance(exc, StoreError) or exc.errno is None:
+    if not isinstance(exc, OSError) or (store and isinstance(exc, store.StoreError)) or exc.errno is None:
         return str(exc)
     target = f" ({exc.filename})" if exc.filename else ""
     if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
