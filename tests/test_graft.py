@@ -24,9 +24,29 @@ def store(tmp_path):
     return Store(tmp_path / "store")
 
 
-def test_graft_is_byte_exact_against_fresh_chunked_recompute(session, store, aime2024):
+@pytest.fixture(scope="module")
+def deposits(session, aime2024):
+    """``_deposit``'s artifact bytes and deposit ids of AIME 2024's first three problems with their whole solutions,
+    by problem id, each built once for the module: the tests that need one put these bytes into their own store
+    (:func:`_put`) instead of prefilling the same solution again (a build is deterministic under the pin, so the
+    bytes are those the test would build)."""
+    built = {}
     for problem in aime2024[:3]:
-        artifact_id, ids = _deposit(session, store, problem)
+        ids = session.deposit_ids(problem.problem, problem.answer, problem.solution)
+        data, _ = graft.build_artifact(session.model, session.config, ids, {"problem_key": problem.id})
+        built[problem.id] = (data, ids)
+    return built
+
+
+def _put(store, deposits, problem):
+    """The module's artifact of ``problem`` (:func:`deposits`) put into ``store``: (its id, its deposit ids)."""
+    data, ids = deposits[problem.id]
+    return store.put(data), ids
+
+
+def test_graft_is_byte_exact_against_fresh_chunked_recompute(session, store, aime2024, deposits):
+    for problem in aime2024[:3]:
+        artifact_id, ids = _put(store, deposits, problem)
         query = session.query_ids(problem.problem)
         cache, _ = graft.restore_chain(session.model, session.config, store, artifact_id)
         grafted = forward.prefill(session.model, cache, query, session.config.chunk_size, all_logits=True)
@@ -49,12 +69,12 @@ def test_monolithic_forward_is_not_byte_exact(session, aime2024):
     assert torch.argmax(chunked) == torch.argmax(mono)
 
 
-def test_store_round_trip_is_bit_exact(session, store, aime2024):
+def test_store_round_trip_is_bit_exact(session, store, aime2024, deposits):
     problem = aime2024[1]
     ids = session.deposit_ids(problem.problem, problem.answer, problem.solution)
     cache = forward.new_cache(session.model)
     forward.prefill(session.model, cache, ids, session.config.chunk_size)
-    artifact_id, _ = _deposit(session, store, problem)
+    artifact_id, _ = _put(store, deposits, problem)
     artifact = store.read(artifact_id)
     assert artifact.token_ids.tolist() == ids
     for layer, (keys, values) in zip(cache.layers, artifact.layers):
@@ -83,8 +103,8 @@ def test_artifact_of_another_model_is_refused(session, store, aime2024):
     assert info.value.check == "config" and info.value.artifact_id == artifact_id
 
 
-def test_flipped_bit_is_refused(session, store, aime2024):
-    artifact_id, _ = _deposit(session, store, aime2024[0])
+def test_flipped_bit_is_refused(session, store, aime2024, deposits):
+    artifact_id, _ = _put(store, deposits, aime2024[0])
     path = store.path(artifact_id)
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0x01
@@ -94,10 +114,10 @@ def test_flipped_bit_is_refused(session, store, aime2024):
     assert info.value.artifact_id == artifact_id
 
 
-def test_changed_cache_value_changes_graft_hash_but_not_fresh(session, store, aime2024):
+def test_changed_cache_value_changes_graft_hash_but_not_fresh(session, store, aime2024, deposits):
     """--certify cannot pass by sharing state: the recompute ignores the grafted cache entirely."""
     problem = aime2024[0]
-    artifact_id, ids = _deposit(session, store, problem)
+    artifact_id, ids = _put(store, deposits, problem)
     query = session.query_ids(problem.problem)
     cache, _ = graft.restore_chain(session.model, session.config, store, artifact_id)
     clean = forward.logits_sha256(forward.prefill(session.model, cache, query, session.config.chunk_size))
@@ -117,14 +137,14 @@ def _graft_answer(session, store, artifact_id, problem, max_new_tokens=8):
                                 stop="\n")
 
 
-def test_grafted_model_repeats_a_wrong_deposited_answer(session, store, aime2024):
+def test_grafted_model_repeats_a_wrong_deposited_answer(session, store, aime2024, deposits):
     """The answer comes from the graft, not from the key: an artifact stating 777 makes the model say 777."""
     problem = aime2024[0]
     solution = problem.solution.replace("204", "777")
     artifact_id, _ = _deposit(session, store, problem, answer="777", solution=solution)
     decoded = _graft_answer(session, store, artifact_id, problem)
     assert decoded.text.strip() == "777"
-    honest_id, _ = _deposit(session, store, problem)
+    honest_id, _ = _put(store, deposits, problem)
     assert _graft_answer(session, store, honest_id, problem).text.strip() == "204"
 
 
