@@ -100,10 +100,9 @@ def evaluate(session: Session, problems: list[Problem], *, run: str, source: str
         if store is None:
             raise ValueError("evaluate(graft=True) needs the store to graft from: pass store=")
         if not new_store:
-            from .eval.preflight import preflight
-            from .store.writers import this_kind
+            from .scale.eval_job import store_pin_notes  # the command line's own check
 
-            notes = preflight(str(store), session.config.to_dict(), session.config.fingerprint, this_kind(), settings)
+            notes = store_pin_notes(str(store), session.config, settings)
             for note in notes:
                 (on_note or (lambda text: warnings.warn(text, stacklevel=3)))(note)
     return _run("eval", session, problems, run, source, runs_dir, settings, store if graft else None, new_store,
