@@ -148,6 +148,7 @@ def test_every_torch_control_differs_on_a_real_text_pair_the_bit_flip_included(s
 # ---- the llama.cpp engine ---------------------------------------------------------------------------------------
 
 LLAMA_ARTIFACT_TOKENS = 520  # with the query, past the 512 cells from which flash attention splits a decode step
+FLIP_ARTIFACT_TOKENS = 100  # the key-bit flip in llama.cpp's state: a full batch of the pin's 64 tokens and a part
 LLAMA_PINS = [("f16", False), ("f16", True), ("q8_0", True)]  # the KV cache types and flash attention certified
 
 
@@ -199,10 +200,14 @@ def test_each_control_the_llama_cpp_engine_claims_differs_on_real_text_and_the_o
 
 @pytest.mark.model
 def test_one_flipped_key_bit_in_llama_cpps_state_changes_the_grafts_logits(llama_pair):
+    """On the pair's first ``FLIP_ARTIFACT_TOKENS`` artifact tokens: the state's layout and what one flipped bit
+    does to the graft do not depend on the artifact's length (the 520 tokens are for the decode control)."""
     from graftbench.engine.llama_cpp.engine import LlamaState
     from graftbench.engine.llama_cpp.exactness import deposit_state, fresh_logits, graft_logits
+    from graftbench.eval.exactness import Pair
 
-    ls, pair = llama_pair
+    ls, whole = llama_pair
+    pair = Pair(whole.id, whole.kind, whole.problems, whole.artifact[:FLIP_ARTIFACT_TOKENS], whole.query)
     state = deposit_state(ls, pair.artifact)
     rows = parse_state(state.state)
     n = len(pair.artifact)
