@@ -77,6 +77,12 @@ def test_the_engines_modules_hold_every_operation_bench_and_faults_call():
     assert all(hasattr(faults, name) for name in fault_calls)
 
 
+def test_the_load_probe_imports_the_engines_loading_code_alone():
+    loader = registry.benchmark_loader("torch")
+    assert callable(loader.load_model)
+    assert not hasattr(loader, "prefill")  # not the benchmark operations: those would widen the timed imports
+
+
 def test_each_engine_with_a_portable_pin_names_its_variable_and_probe():
     assert registry.get("torch").isa_variable == isa.ENV_VAR
     assert registry.get("llama.cpp").isa_variable == portable_build.ENV_VAR

@@ -19,12 +19,12 @@ def _probe(model: str, dtype: str) -> dict:
     import torch  # noqa: F401
     import transformers  # noqa: F401
 
-    from ..engine.registry import DEFAULT_ENGINE, benchmark_ops
+    from ..engine.registry import DEFAULT_ENGINE, benchmark_loader
 
-    ops = benchmark_ops(DEFAULT_ENGINE)  # the engine graftbench bench measures: its loading code imported too
+    loader = benchmark_loader(DEFAULT_ENGINE)  # the engine graftbench bench measures: its loading code alone
     imported = time.perf_counter()
-    load_s, from_cache = ops.load(model, dtype)
-    return {"import_s": imported - started, "load_s": load_s, "from_cache": from_cache}
+    loaded = loader.load_model(model, dtype=dtype)
+    return {"import_s": imported - started, "load_s": loaded.load_s, "from_cache": loaded.from_cache}
 
 
 def probe_in_subprocess(model: str, dtype: str, cache: str | None = None) -> dict:

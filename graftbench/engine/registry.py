@@ -137,6 +137,15 @@ def benchmark_ops(name: str, what: str = "graftbench bench") -> ModuleType:
     return _part(name, BENCHMARK, "benchmark_module", what)
 
 
+def benchmark_loader(name: str, what: str = "graftbench bench's model load") -> ModuleType:
+    """The engine ``name``'s model loading code alone: the module its factory's ``loader_module`` names, whose
+    ``load_model(model, dtype=...)`` returns what it loaded with ``load_s`` (seconds) and ``from_cache``, imported
+    (so that a probe times the imports a load needs, no more). Raises
+    :class:`graftbench.engine.base.CapabilityError` naming the engine and ``benchmark`` when it declares no
+    :data:`graftbench.engine.base.BENCHMARK`, and what :func:`get` raises."""
+    return _part(name, BENCHMARK, "loader_module", what)
+
+
 def fault_ops(name: str, what: str = "the fault harness") -> ModuleType:
     """The engine ``name``'s fault scenarios: the module its factory's ``faults_module`` names (build an artifact
     of its own format under any pin, graft an artifact's chain), imported. Raises

@@ -1,8 +1,9 @@
 """The torch engine's operations as ``graftbench bench`` times them (the :data:`graftbench.engine.base.BENCHMARK`
 capability, reached through :func:`graftbench.engine.registry.benchmark_ops`): a chunked prefill into a cache, a
-restore of an artifact read from the store, greedy and sampled decode, an artifact's bytes, a model load, and
-``transformers``' own ``generate``, each the call the benchmark measures and nothing around it; and the probe of
-the portable pin's cost (:func:`portable_cost_probe`).
+restore of an artifact read from the store, greedy and sampled decode, an artifact's bytes, and ``transformers``'
+own ``generate``, each the call the benchmark measures and nothing around it; and the probe of the portable pin's
+cost (:func:`portable_cost_probe`). The load probe imports the engine's loading code alone
+(:func:`graftbench.engine.registry.benchmark_loader`).
 
 ``session`` is a :class:`graftbench.engine.torch.session.TorchSession`; ``ids`` are token ids; logits are the
 float rows ``[positions, vocab]`` of :func:`graftbench.engine.torch.forward.prefill`; seconds from
@@ -18,7 +19,6 @@ from typing import Callable
 import torch
 
 from . import forward, graft
-from .loading import load_model
 from .sampling import sample_decode
 from .session import TorchSession, open_session
 from ..base import SamplingSettings
@@ -108,13 +108,6 @@ def open_for_benchmark(model: str, dtype: str, chunk_size: int | None = None, th
     reserved at open; ``None``: the default chunk size and threads)."""
     extra = {"chunk_size": chunk_size} if chunk_size is not None else {}
     return open_session(model, dtype=dtype, threads=threads, kv_pool_tokens=kv_pool_tokens, **extra)
-
-
-def load(model: str, dtype: str) -> tuple[float, bool]:
-    """Load ``model`` in ``dtype`` the way a session does (GGUF weights de-quantized into the cache folder unless
-    already there): the load's seconds and whether the weights came from the cache."""
-    loaded = load_model(model, dtype=dtype)
-    return loaded.load_s, loaded.from_cache
 
 
 def portable_cost_probe(model: str, decode_tokens: int, threads: int,

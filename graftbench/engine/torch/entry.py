@@ -17,6 +17,7 @@ class TorchEngineFactory:
     options = frozenset({"dtype", "threads", "device", "kernels", "isa"})
     pinned_dtype = None  # --dtype chooses it
     benchmark_module = "graftbench.engine.torch.bench_ops"  # its benchmark operations (base.BENCHMARK)
+    loader_module = "graftbench.engine.torch.loading"  # its model loading code alone, for the load probe
     faults_module = "graftbench.engine.torch.faults"  # its fault scenarios (base.FAULT_SCENARIOS)
     isa_variable = "GRAFTBENCH_ISA"  # the environment variable that picks a process's instruction-set pin
 
