@@ -35,11 +35,13 @@ CHUNK = 32
 SOLUTION_CHARS = 300  # characters of each worked solution kept in the short problem set
 
 
-def _short_problems(path, count=4):
-    """The first ``count`` AIME 2024 problems with their solutions cut to ``SOLUTION_CHARS`` characters, written to
-    ``path`` (a JSON lines file) so that each pair's artifact is a few hundred tokens."""
+def _short_problems(path, count=4, problem_chars=None):
+    """The first ``count`` AIME 2024 problems with their solutions cut to ``SOLUTION_CHARS`` characters (and their
+    statements to ``problem_chars`` when given), written to ``path`` (a JSON lines file) so that each pair's artifact
+    is a few hundred tokens (fewer with ``problem_chars``, which shortens the queries too)."""
     rows = [json.loads(line) for line in AIME2024.read_text().splitlines()[:count]]
-    path.write_text("".join(json.dumps({**row, "solution": row["solution"][:SOLUTION_CHARS]}) + "\n" for row in rows))
+    path.write_text("".join(json.dumps({**row, "problem": row["problem"][:problem_chars],
+                                        "solution": row["solution"][:SOLUTION_CHARS]}) + "\n" for row in rows))
     return path
 
 
@@ -148,10 +150,13 @@ def test_another_batch_size_is_reported_as_measured_and_is_another_pin(llama, te
 @pytest.mark.model
 @pytest.mark.slow
 def test_a_llama_cpp_certificate_replays_in_a_second_process(llama, tmp_path):
+    """On problems whose statements are cut to 200 characters too: that a certificate replays in another process
+    does not depend on the pairs' length, and both processes compute both pairs (artifact + query tokens 223 + 59
+    and 174 + 55, not 312 + 148 and 174 + 102)."""
     from graftbench.eval.exactness import run_check_exact
     from graftbench.problems.loading import load_problems
 
-    source = str(_short_problems(tmp_path / "short.jsonl"))
+    source = str(_short_problems(tmp_path / "short.jsonl", problem_chars=200))
     manifest = run_check_exact(llama, load_problems(source), source, 2, with_controls=False, control_pairs=0)
     assert manifest["totals"]["pairs"] == 2 and manifest["totals"]["exact_pairs"] == 2
     assert verify_exactness_manifest(manifest) == []
