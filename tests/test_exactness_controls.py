@@ -270,14 +270,18 @@ def test_a_control_claimed_to_differ_that_came_out_equal_is_named_and_the_table_
 
 
 def test_the_committed_exactness_manifests_still_verify_with_their_controls_as_recorded():
+    """Every committed expectation verifies, and no control one claims (``settings.must_differ``: written by the
+    expectations recorded since claims exist; older ones claim none) came out byte-exact on some pair."""
     from graftbench.eval.exactness import controls_without_teeth
     from graftbench.results.exact_manifest import verify_exactness_manifest
 
     from .conftest import ROOT
 
     paths = sorted((ROOT / "manifests").glob("*/exact-*.json"))
-    assert paths
+    claimed = []
     for path in paths:
         manifest = json.loads(path.read_text())
         assert verify_exactness_manifest(manifest) == [], path
-        assert "must_differ" not in manifest["settings"] and controls_without_teeth(manifest) == [], path
+        assert controls_without_teeth(manifest) == [], path
+        claimed.append("must_differ" in manifest["settings"])
+    assert any(claimed) and not all(claimed)  # both kinds are committed, so both are checked
