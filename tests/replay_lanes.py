@@ -33,7 +33,7 @@ BUNDLED_MODELS = ("smollm2-135m", "gemma3-270m")  # installed by `make`; optiona
 
 
 def _bundled(path: Path) -> bool:
-    """A torch expectation of a bundled model (llama.cpp certificates replay in tests/test_llama_cpp.py)."""
+    """A torch expectation of a bundled model (llama.cpp certificates replay in tests/engine/test_llama_cpp.py)."""
     config = json.loads(path.read_text())["config"]
     return config["model"] in BUNDLED_MODELS and "engine" not in config
 

@@ -1,7 +1,7 @@
 """A stand-in engine used only by the tests: a third engine that imports neither torch nor llama_cpp, with its own
 model, tokenizer, KV state bytes and artifact format, registered through the public path
 (:func:`graftbench.engine.registry.register`), so that the conformance suite
-(``tests/test_engine_conformance.py``) and the commands (``solve``, ``deposit``, ``eval --graft --certify``,
+(``tests/contract/test_engine_conformance.py``) and the commands (``solve``, ``deposit``, ``eval --graft --certify``,
 ``check-exact --controls``, ``verify-manifest``) show what a new engine needs and nothing more.
 
 The model is a toy language model on numpy float32, small and fast, with the properties the exactness contract is

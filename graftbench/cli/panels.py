@@ -3,7 +3,7 @@ its engine, the problems, decoding, graft and store, output, ...), one table for
 
 :func:`place_options` sets each option's ``rich_help_panel`` from :data:`PANELS` (by its long name) or, where one
 command gives a name another meaning, from :data:`COMMAND_PANELS`; the app calls it once every command is
-registered. An option in neither table stays in typer's default panel, and tests/test_help.py fails naming it.
+registered. An option in neither table stays in typer's default panel, and tests/cli/test_help.py fails naming it.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def panel_of(command: str, option: str) -> str | None:
 
 def place_options(app: typer.Typer) -> None:
     """Set the help panel of every option of every command of ``app`` (an option object that several commands share
-    gets its panel once; tests/test_help.py checks that no two commands place it differently)."""
+    gets its panel once; tests/cli/test_help.py checks that no two commands place it differently)."""
     for command, callback in commands(app):
         for option, info in options(callback):
             panel = panel_of(command, option)

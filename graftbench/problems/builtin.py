@@ -270,7 +270,7 @@ _FAMILIES: tuple[_Family, ...] = (
 
 MAX_PER_FAMILY = 117
 """The most problems every family yields for seed 0 (the ``digits`` family runs out of distinct texts at 118);
-``tests/test_problems.py`` checks both sides of it."""
+``tests/problems/test_problems.py`` checks both sides of it."""
 
 
 def builtin_problems(n_per_family: int = 2, seed: int = 0) -> list[Problem]:

@@ -184,7 +184,7 @@ METHOD_FAMILIES: tuple[_Family, ...] = (
 
 METHODS_MAX_PER_FAMILY = 60
 """The most problems per family the ``methods`` set serves (answers are distinct across the whole set, so the
-families share the 1,000 answers; ``tests/test_problems.py`` checks this many generate)."""
+families share the 1,000 answers; ``tests/problems/test_problems.py`` checks this many generate)."""
 
 
 def method_problems(n_per_family: int = 2, seed: int = 0) -> list[Problem]:

@@ -10,7 +10,7 @@ Three tables, each grouped by the kind of CPU the file records (:func:`graftbenc
   ``runs/`` folder are listed too).
 
 Every figure is read from its file, never typed; ``make results-index`` regenerates the page and
-``tests/test_results_index.py`` checks that the committed page equals a fresh generation, so the index cannot drift
+``tests/results/test_results_index.py`` checks that the committed page equals a fresh generation, so the index cannot drift
 from the files. The manifests' own SHA-256s are in ``manifests/SHA256SUMS``; the layout is
 :mod:`graftbench.results.layout`. Imports no torch.
 """

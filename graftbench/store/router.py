@@ -22,7 +22,7 @@ a shorter document outscore the query itself). So ``--min-similarity`` keeps the
 had with the difflib ranker, and :attr:`Route.similarity` stays a ratio. Only the top candidate is gated: a weak
 best match means no graft, not a walk down the ranking. The ratio is computed by ``cydifflib`` (Max Bachmann's
 compiled port of the standard library's ``difflib``, whose ``SequenceMatcher`` it reproduces: same matching blocks,
-same ratio), about ten times faster on a problem statement; ``tests/test_route_bm25.py`` checks it against
+same ratio), about ten times faster on a problem statement; ``tests/store/test_router.py`` checks it against
 ``difflib`` on generated texts.
 
 Routing is deterministic: BM25 is computed in float64 and summed term by term in a fixed order, so a candidate's

@@ -2,7 +2,7 @@
 line calls when it starts (``graftbench/cli/__init__.py``), as do the benchmark's fresh-process probes and the Ray
 workers; ``import graftbench`` leaves the importing process's allocator alone. This module must not import torch.
 
-Both settings change where tensors live, never what they hold (the exactness replay in tests/test_exactness.py
+Both settings change where tensors live, never what they hold (the exactness replay in tests/eval/test_exactness.py
 checks logits hashes recorded without them):
 
 - PyTorch's CPU allocator gives tensors of 2 MiB and more 2 MiB-aligned, transparent-huge-page memory

@@ -1,0 +1,1 @@
+"""The command line: errors, help, inputs from any folder, a new user's first steps."""

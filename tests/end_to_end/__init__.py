@@ -1,0 +1,1 @@
+"""End to end: whole commands and documented workflows run as a user runs them."""

@@ -1,0 +1,1 @@
+"""The fault harness: damaged, forged and foreign artifacts on the default model."""

@@ -1,0 +1,1 @@
+"""The problems stage: problem files, shards, the method-transfer set."""

@@ -1,0 +1,1 @@
+"""The report stage: tables, the viewer and its plots."""

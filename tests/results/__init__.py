@@ -1,0 +1,1 @@
+"""The results stage: metrics, manifests (anchors, versions), the results index and layout."""

@@ -1,0 +1,1 @@
+"""The scale stage: merged shards and runs over Ray workers."""

@@ -1,0 +1,1 @@
+"""The util stage: allocator, strict JSON, float sums, instruction-set setting, energy."""

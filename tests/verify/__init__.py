@@ -1,0 +1,1 @@
+"""The verify stage: answer extraction and equivalence, verifier rules, reasoning outputs."""
