@@ -228,3 +228,29 @@ def load_samples(paths: Iterable[str | Path], *, allow_unanchored: bool = False)
     rows = [{"run": entry.label, **sample} for entry in _entries(paths, allow_unanchored, resamples=100)
             for sample in entry.manifest["samples"]]
     return pandas.DataFrame(rows)
+
+
+def replay_programs(paths: Iterable[str | Path], *, log: str | Path | None = None,
+                    on_record: Callable[[dict], None] | None = None) -> list[dict]:
+    """Re-run the recorded programs of the program-mode manifests at ``paths`` in today's sandbox and compare their
+    verdicts and stop reasons with the records (:func:`graftbench.programs.replay.replay_manifests`; no model).
+
+    Every manifest is loaded and re-checked first (its seal, fields and verdicts: :func:`verify_manifest`'s checks
+    without a store), so a damaged or edited file is refused before any program runs; ``log`` (JSON lines) is
+    opened for appending before any program runs too. Each manifest's record goes to ``on_record`` as soon as it is
+    done. Returns the records (one per manifest: programs, same verdicts, same stop reasons, each difference).
+    Raises :class:`graftbench.results.manifest.ManifestError` for a missing, unreadable or damaged manifest (naming
+    it and its first mismatch), ``ValueError`` for one of no program, ``OSError`` for a log that cannot be written,
+    and :class:`graftbench.programs.sandbox.SandboxError` when the sandbox cannot be built."""
+    from .programs.replay import replay_manifests
+    from .results.manifest import ManifestError, check_manifest, load_manifest, recorded_verifier_version
+
+    loaded = []
+    for path in paths:
+        manifest = load_manifest(path)
+        mismatches, _ = check_manifest(manifest)
+        if mismatches:
+            raise ManifestError(f"{path}: does not verify ({len(mismatches)} mismatch(es); first: {mismatches[0]}); "
+                                f"its programs were not replayed")
+        loaded.append((path, manifest, recorded_verifier_version(manifest)))
+    return replay_manifests(loaded, Path(log) if log is not None else None, on_record)

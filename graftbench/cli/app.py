@@ -291,7 +291,7 @@ def deposit(
     _print_cleaned(report.cleaned)
     console.print(deposit_table(report, store))
     for pid, reason in report.refused:
-        console.print(f"[yellow]refused[/yellow] {pid}: {reason}")
+        console.print(f"[yellow]refused[/yellow] {console_markup(f'{pid}: {reason}')}")
     console.print(f"{len(report.deposited)} deposited ({len(report.reused)} reused without a prefill), "
                   f"{len(report.refused)} refused")
     for fingerprint, held in sorted(report.other_pins.items()):

@@ -88,13 +88,14 @@ def trace_compare(
 ) -> None:
     """Compare two traces of one pair: name the first op whose output bytes differ (exit 1), or say every step is equal."""
     from ..eval.layer_trace import first_difference, read_trace
+    from ..util.display_text import visible
     from ..util.isa import describe_cpu
 
     a, b = read_trace(first), read_trace(second)  # a TraceError names the file
     for label, doc in (("first", a), ("second", b)):
-        console.print(f"{label}: {doc.get('pair', {}).get('id', '?')} on {describe_cpu(doc.get('environment', {}))}, "
-                      f"--isa {doc.get('pin', {}).get('isa', '?')}, {len(a['steps'] if label == 'first' else b['steps'])}"
-                      " steps", markup=False, highlight=False)
+        line = (f"{label}: {doc.get('pair', {}).get('id', '?')} on {describe_cpu(doc.get('environment', {}))}, "
+                f"--isa {doc.get('pin', {}).get('isa', '?')}, {len(a['steps'] if label == 'first' else b['steps'])} steps")
+        console.print(visible(line), markup=False, highlight=False)  # a trace file's fields are data
     if a.get("pair", {}).get("tokens_sha256") != b.get("pair", {}).get("tokens_sha256"):
         fail("the traces are of other pairs (their token ids' SHA-256 differ)")
     found = first_difference(a, b)

@@ -19,7 +19,7 @@ from importlib.metadata import entry_points
 from types import ModuleType
 from typing import Callable
 
-from .base import BENCHMARK, FAULT_SCENARIOS, EngineFactory, EngineOptions, EngineSession, require
+from .base import BENCHMARK, FAULT_SCENARIOS, CapabilityError, EngineFactory, EngineOptions, EngineSession, require
 
 ENTRY_POINT_GROUP = "graftbench.engines"
 DEFAULT_ENGINE = "torch"
@@ -155,10 +155,18 @@ def fault_ops(name: str, what: str = "the fault harness") -> ModuleType:
 
 
 def _part(name: str, capability: str, attribute: str, what: str) -> ModuleType:
-    """The module an engine's factory names in ``attribute`` for ``capability``, once ``require`` let it by."""
+    """The module an engine's factory names in ``attribute`` for ``capability``, once ``require`` let it by. A
+    factory that declares the capability but names no such module is refused as one that lacks it
+    (:class:`graftbench.engine.base.CapabilityError`, its message naming the missing attribute)."""
     factory = get(name)
     require(factory, capability, what)
-    return import_module(getattr(factory, attribute))
+    module = getattr(factory, attribute, None)
+    if not isinstance(module, str):
+        error = CapabilityError(name, capability, what)
+        error.args = (f"engine {name!r} declares {capability!r} but its factory names no {attribute}: "
+                      f"{what} cannot run on it",)
+        raise error
+    return import_module(module)
 
 
 def open_engine(name: str, options: EngineOptions) -> EngineSession:

@@ -20,7 +20,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from .mode import program_verdict, sample_verdict
 from .sandbox import ProgramResult, isolation, run_program
@@ -67,7 +67,7 @@ def starved(result: ProgramResult, limits: SandboxLimits) -> bool:
     return result.stopped == "timeout" and result.cpu_s < STARVED_CPU_SHARE * limits.cpu_s
 
 
-def replay_programs(manifest: dict, verifier_version: str, runs: dict | None = None,
+def replay_programs(manifest: dict, verifier_version: int | str, runs: dict | None = None,
                     label: str = "the manifest") -> list[Replayed]:
     """Run every recorded program of ``manifest`` (a loaded manifest's dict, named ``label`` in errors) in the
     sandbox under the manifest's own sandbox limits, and judge it under ``verifier_version`` (the one it recorded:
@@ -82,12 +82,18 @@ def replay_programs(manifest: dict, verifier_version: str, runs: dict | None = N
     recorded_limits = (manifest.get("settings") or {}).get("sandbox")
     if not isinstance(recorded_limits, dict):
         raise ValueError(f"{label}: not a program-mode manifest (its settings record no sandbox limits)")
-    limits = SandboxLimits(**recorded_limits)
+    samples = manifest.get("samples")
+    if not isinstance(samples, list) or not all(isinstance(sample, dict) for sample in samples):
+        raise ValueError(f"{label}: its samples are not a list of objects")
+    try:
+        limits = SandboxLimits(**recorded_limits)
+    except TypeError as exc:
+        raise ValueError(f"{label}: its sandbox limits are not the ones a run records: {exc}") from exc
     patient = replace(limits, wall_s=max(limits.wall_s, STARVED_WALL_FACTOR * limits.cpu_s))
     version = verifier_version
     runs = {} if runs is None else runs
     replayed = []
-    for sample in manifest["samples"]:
+    for sample in samples:
         if not isinstance(sample.get("program"), str):
             continue
         result = _run_once(runs, sample["program"], limits)
@@ -130,11 +136,16 @@ def log_record(path: str | Path, manifest: dict, replayed: list[Replayed], ran: 
             "replayed_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
-def replay_manifests(manifests: Iterable[tuple[str | Path, dict, str]], log: Path | None = None) -> list[dict]:
-    """Replay every manifest of ``manifests`` (its path, its loaded dict and its recorded verifier version; loaded
-    lazily by the caller, so a bad file stops the replay where it stands) in turn (:func:`replay_programs`, one run
+def replay_manifests(manifests: Iterable[tuple[str | Path, dict, int | str]], log: Path | None = None,
+                     on_record: Callable[[dict], None] | None = None) -> list[dict]:
+    """Replay every manifest of ``manifests`` (its path, its loaded dict and its recorded verifier version:
+    :func:`graftbench.api.replay_programs` loads and checks them all before any program runs) in turn (:func:`replay_programs`, one run
     per distinct program and limits), append each one's :func:`log_record` to ``log`` (JSON lines) as soon as it is
-    done, and return the records. Raises as :func:`replay_programs` does."""
+    done, hand it to ``on_record`` (when given) at once, and return the records. Raises as :func:`replay_programs`
+    does, and ``OSError`` when ``log`` cannot be appended to (tried before any program runs)."""
+    if log is not None:
+        with open(log, "a", encoding="utf-8"):
+            pass
     runs: dict = {}
     records = []
     for path, manifest, version in manifests:
@@ -144,4 +155,6 @@ def replay_manifests(manifests: Iterable[tuple[str | Path, dict, str]], log: Pat
         if log is not None:
             with open(log, "a", encoding="utf-8") as handle:
                 handle.write(json.dumps(record, sort_keys=True) + "\n")
+        if on_record is not None:
+            on_record(record)
     return records

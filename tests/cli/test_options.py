@@ -41,18 +41,51 @@ def _root_name(node: ast.expr) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
+CACHES = {"lru_cache", "cache", "cached_property"}
+
+
+def _module_names(tree: ast.Module) -> tuple[set[str], set[str]]:
+    """The names a module binds at its top level (tuple targets unpacked), and those of them bound to a dict, list
+    or set (an element of an unpacked tuple display counted by its own value)."""
+    bound, mutable = set(), set()
+    for node in tree.body:
+        if not isinstance(node, ast.Assign | ast.AnnAssign):
+            continue
+        for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+            pairs = (zip(target.elts, node.value.elts) if isinstance(target, ast.Tuple)
+                     and isinstance(node.value, ast.Tuple) else [(target, node.value)])
+            for name, value in pairs:
+                if isinstance(name, ast.Name):
+                    bound.add(name.id)
+                    if _mutable(value):
+                        mutable.add(name.id)
+            if isinstance(target, ast.Tuple) and not isinstance(node.value, ast.Tuple):
+                bound.update(e.id for e in target.elts if isinstance(e, ast.Name))
+    return bound, mutable
+
+
+def _decorator_name(decorator: ast.expr) -> str | None:
+    node = decorator.func if isinstance(decorator, ast.Call) else decorator
+    return getattr(node, "attr", None) or getattr(node, "id", None)
+
+
 def module_state(source: str) -> list[str]:
-    """Where the module ``source`` keeps state between calls: every ``global`` statement, and every place a function
-    changes a dict, list or set bound at module level (an item assigned or deleted, or a mutating method called).
-    Each as ``"line: what"``; empty when there is none."""
+    """Where the module ``source`` keeps state between calls: every ``global`` statement; every place a function
+    changes a dict, list or set bound at module level (an item assigned or deleted, or a mutating method called);
+    every attribute a function assigns on an object bound at module level; every function cached across calls
+    (``functools.lru_cache``, ``cache``); every mutable default argument. Each as ``"line: what"``; empty when there
+    is none."""
     tree = ast.parse(source)
-    names = {target.id for node in tree.body if isinstance(node, ast.Assign | ast.AnnAssign) and _mutable(node.value)
-             for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
-             if isinstance(target, ast.Name)}
+    bound, names = _module_names(tree)
     found = []
     for function in ast.walk(tree):
         if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
             continue
+        if not isinstance(function, ast.Lambda):
+            found += [f"{function.lineno}: {function.name} is cached across calls"
+                      for decorator in function.decorator_list if _decorator_name(decorator) in CACHES]
+        found += [f"{function.lineno}: a mutable default argument" for default in
+                  function.args.defaults + [d for d in function.args.kw_defaults if d is not None] if _mutable(default)]
         for node in ast.walk(function):
             if isinstance(node, ast.Global):
                 found.append(f"{node.lineno}: global {', '.join(node.names)}")
@@ -61,6 +94,8 @@ def module_state(source: str) -> list[str]:
             for target in targets:
                 if isinstance(target, ast.Subscript) and _root_name(target) in names:
                     found.append(f"{node.lineno}: an item of module-level {_root_name(target)} is set or deleted")
+                if isinstance(target, ast.Attribute) and _root_name(target) in bound:
+                    found.append(f"{node.lineno}: an attribute of module-level {_root_name(target)} is set")
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MUTATORS
                     and _root_name(node.func.value) in names):
                 found.append(f"{node.lineno}: module-level {_root_name(node.func.value)}.{node.func.attr}()")
@@ -91,6 +126,22 @@ BAD = textwrap.dedent('''
 def test_the_state_check_finds_each_kind_of_module_state():
     assert module_state(BAD) == ["10: an item of module-level _DEVICE is set or deleted", "11: module-level _SEEN.add()",
                                  "16: global COUNT", "18: module-level _LOG.append()"]
+    more = textwrap.dedent('''
+        import functools
+        EVAL, SEEN = object(), []
+
+
+        @functools.lru_cache(maxsize=None)
+        def checked(hub_id):
+            return hub_id
+
+
+        def remember(value, seen={}):
+            EVAL.device = value
+            SEEN.append(value)
+    ''')
+    assert module_state(more) == ["7: checked is cached across calls", "11: a mutable default argument",
+                                  "12: an attribute of module-level EVAL is set", "13: module-level SEEN.append()"]
     assert module_state("TABLE = {'a': 1}\n\ndef read(key):\n    local = {}\n    local[key] = TABLE[key]\n") == []
 
 
@@ -117,6 +168,10 @@ class _Recording:
 
 
 def test_two_invocations_in_one_process_each_open_the_model_with_their_own_options(monkeypatch, tmp_path):
+    """Each invocation's --engine, --device and --kernels reach the engine's open as its own values, whatever an
+    earlier invocation in the process passed. Click runs an option's callback on every invocation, so a callback
+    that stored its value in a module global would pass this too: what rules out state kept between invocations
+    (a global, a cache, an attribute set on a module-level object) is the AST check above."""
     registry.register(stand_in_engine.NAME, f"{stand_in_engine.__name__}:ENGINE")
     try:
         opened: list = []
@@ -212,3 +267,15 @@ def test_mapping_an_error_imports_nothing():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout
+
+
+def test_every_refusal_type_the_error_mapping_names_exists():
+    """cli/errors.REFUSALS names its error types by module and name (looked up only once imported): each must
+    still be an exception class there, or a rename would turn that refusal into a traceback."""
+    import importlib
+
+    from graftbench.cli.errors import REFUSALS
+
+    for module, name in REFUSALS:
+        error = getattr(importlib.import_module(module), name, None)
+        assert isinstance(error, type) and issubclass(error, Exception), f"{module}.{name}"

@@ -86,3 +86,13 @@ def test_the_load_probe_imports_the_engines_loading_code_alone():
 def test_each_engine_with_a_portable_pin_names_its_variable_and_probe():
     assert registry.get("torch").isa_variable == isa.ENV_VAR
     assert registry.get("llama.cpp").isa_variable == portable_build.ENV_VAR
+
+
+def test_an_engine_that_declares_the_benchmark_but_names_no_loader_is_refused_naming_what_is_missing():
+    """llama.cpp declares ``benchmark`` (its timed operations) but no ``loader_module``: asking for its load probe
+    is a CapabilityError naming the engine and the missing attribute, not an AttributeError."""
+    from graftbench.engine import registry
+    from graftbench.engine.base import CapabilityError
+
+    with pytest.raises(CapabilityError, match="'llama.cpp' declares 'benchmark' but its factory names no loader_module"):
+        registry.benchmark_loader("llama.cpp")

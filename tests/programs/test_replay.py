@@ -110,3 +110,24 @@ def test_every_committed_program_manifest_was_replayed_in_the_program_environmen
         assert all(entry["starved_s"] >= manifest["settings"]["sandbox"]["wall_s"] for entry in record["starved"])
         undeclared = [d["sample"] for d in record["differences"] if (Path(name).name, d["sample"]) not in DECLARED]
         assert undeclared == [], f"{name}: programs whose verdict or stop reason changed: {undeclared}"
+
+
+def test_a_damaged_manifest_or_an_unwritable_log_is_refused_before_any_program_runs(tmp_path, monkeypatch):
+    """graftbench replay-programs checks every manifest (its seal and fields) and opens its log before it runs a
+    program: an edited copy of the baseline, or a log that is a folder, exits 2 naming it, with nothing run."""
+    from typer.testing import CliRunner
+
+    from graftbench.cli.app import app
+
+    def no_program(program, limits):
+        raise AssertionError("a program ran")
+
+    monkeypatch.setattr(program_replay, "run_program", no_program)
+    edited = load_manifest(BASELINE)
+    edited["samples"] = edited["samples"][:1]
+    (tmp_path / "edited.json").write_text(json.dumps(edited), encoding="utf-8")
+    runner = CliRunner()
+    result = runner.invoke(app, ["replay-programs", str(BASELINE), str(tmp_path / "edited.json")])
+    assert result.exit_code == 2 and "edited.json: does not verify" in result.output, result.output
+    result = runner.invoke(app, ["replay-programs", "--log", str(tmp_path), str(BASELINE)])
+    assert result.exit_code == 2 and "cannot append to the log" in result.output, result.output

@@ -45,7 +45,7 @@ from .engine import LlamaCppEngine, _lib
 from .state_layout import KEY_TYPES, layer_blocks
 
 GGML_MAX_DIMS, GGML_MAX_SRC, GGML_MAX_OP_PARAMS, GGML_MAX_NAME = 4, 10, 64, 64  # ggml.h of the vendored llama.cpp
-NO_COMPUTE_OPS = frozenset({"NONE", "VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"})  # ggml_op_name: no bytes computed
+NO_COMPUTE_OPS = frozenset({"NONE", "VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"})  # ggml_op_desc: no bytes computed
 FUSED_FIRST_OPS = frozenset({"RMS_NORM"})  # computed with the next op by the CPU backend: never asked for alone
 
 
@@ -112,8 +112,11 @@ class OpRecorder:
 
     def wanted(self, address: int) -> bool:
         """Whether the node at ``address`` is one to read (:data:`NO_COMPUTE_OPS` and :data:`FUSED_FIRST_OPS` are
-        not)."""
-        op = self.ggml.ggml_op_name(GgmlTensor.from_address(address).op).decode()
+        not). The first node asked about checks :class:`GgmlTensor`'s layout before any field is read through it;
+        the op's name comes from ggml itself (``ggml_op_desc`` on the node), never from a field read here."""
+        if not self.layout_checked:
+            self._check_layout(address, GgmlTensor.from_address(address))
+        op = self.ggml.ggml_op_desc(address).decode()
         return op not in NO_COMPUTE_OPS and op not in FUSED_FIRST_OPS
 
     def read(self, address: int) -> None:
