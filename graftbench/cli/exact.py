@@ -4,7 +4,6 @@ registered engine (:mod:`graftbench.eval.exactness` over its :class:`graftbench.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -13,8 +12,8 @@ import typer
 from .exact_runs import open_run, report_manifest
 from .invocation import command_options
 from ..settings import require_certified_kernels
-from ..engine.base import ACROSS_CPU_KINDS, EXTEND_EXPECTATION, REPLAY_RANGE, EngineOpenError
-from ..engine.registry import DEFAULT_ENGINE, engine_names
+from ..engine.base import ACROSS_CPU_KINDS, EXTEND_EXPECTATION, REPLAY_RANGE
+from ..engine.registry import DEFAULT_ENGINE
 from ..settings import CERTIFIED_KERNELS, DEFAULT_CHUNK_SIZE, DEFAULT_MODEL, DEFAULT_RUNS_DIR, ModelOptions
 from .common import (apply_isa, console, engine_factory, fail, load_problem_set, model_label, open_model, progress,
                      require_capability)
@@ -169,7 +168,7 @@ def _replay(expect: Path, limit, given: ModelOptions, log: Path | None, first: i
     ``across_cpu_kinds``: where this machine's pin differs in CPU features alone, compare the pairs anyway
     (:func:`graftbench.eval.replay_committed.adopt_cpu_features`), logged as a comparison on another kind of CPU.
     Fails when not comparable or a hash differs."""
-    from ..engine.pin_terms import engine_of
+    from ..eval.expectation_pin import adopt_expectation
     from ..results.expectation_kind import replay_target
 
     try:  # expectations are per kind of CPU: a bare file name is this kind's, another kind's is named
@@ -178,32 +177,14 @@ def _replay(expect: Path, limit, given: ModelOptions, log: Path | None, first: i
         fail(str(exc))
     if kind_note:
         console.print(f"note: {kind_note}", markup=False, highlight=False)
-    expected = _load_expectation(expect)
-    pin = expected["config"]
-    if first >= len(expected["pairs"]):
-        fail(f"--pairs starts at pair {first}, but {expect} holds {len(expected['pairs'])} pairs (0-based)")
-    name = engine_of(pin)
-    if name not in engine_names():
-        fail(f"{expect}: engine {name!r} is not one this graftbench runs")
-    factory = engine_factory(name)
-    if first:
-        require_capability(REPLAY_RANGE, "--pairs START:END", name)
-    if across_cpu_kinds:
-        require_capability(ACROSS_CPU_KINDS, "--across-cpu-kinds", name)
-    isa = given.isa or pin.get("isa", "native") if "isa" in factory.options else None
-    if isa is not None:
-        apply_isa(isa)
+    needs = [*([(REPLAY_RANGE, "--pairs START:END")] if first else []),
+             *([(ACROSS_CPU_KINDS, "--across-cpu-kinds")] if across_cpu_kinds else [])]
+    adopted = adopt_expectation(expect, given, first_pair=first, needs=needs)  # applies the --isa pin: torch after
+    expected, options, recorded = adopted.expected, adopted.options, adopted.recorded
     problem_list = load_problem_set(expected["problem_set"]["source"], None, "id", "problem", "answer", "solution")
-    try:
-        factory.adopt_pin(pin)
-    except EngineOpenError as exc:
-        fail(f"{expect}: {exc}")
-    recorded = factory.replay_options(pin)
-    options = replace(given, engine=name, isa=isa, model=recorded.pop("model"), dtype=recorded.pop("dtype", "auto"),
-                      chunk_size=recorded.pop("chunk_size"), threads=recorded.pop("threads", None))
     session = open_model(options, architecture_only=True, pinned=recorded)
     result, record = _replay_pairs(expect, expected, session, problem_list, limit, log, first, across_cpu_kinds)
-    if "isa" in factory.options:
+    if "isa" in engine_factory(options.engine).options:
         from ..util.isa import describe_cpu
 
         console.print(f"recorded on {describe_cpu(record['recorded_on'])}, replayed on "

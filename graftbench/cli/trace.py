@@ -3,7 +3,6 @@ and the first op in which two traces (two machines, two pins) differ (:mod:`graf
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -11,7 +10,7 @@ import typer
 
 from ..engine.registry import DEFAULT_ENGINE
 from ..settings import DEFAULT_CHUNK_SIZE, DEFAULT_MODEL, ModelOptions
-from .common import console, engine_factory, fail, load_problem_set, open_model, require_capability
+from .common import console, fail, load_problem_set, open_model, require_capability
 from .options import ChunkSizeArg, DtypeArg, EngineArg, FlashAttnArg, KvTypeArg, ModelArg
 from ..problems.sources import data_file
 
@@ -32,13 +31,15 @@ def trace_pair(
 ) -> None:
     """Trace one check-exact pair: the SHA-256 of every op's output (a torch module's, a llama.cpp ggml op's), of each layer's K and V after the artifact, and of the query's logits."""
     from ..engine.base import LAYER_TRACE
+    from ..eval.expectation_pin import adopt_expectation
     from ..eval.layer_trace import trace_session_pair, write_trace
 
     options = ModelOptions(engine=engine, model=model, dtype=dtype, chunk_size=chunk_size, threads=threads, isa=isa,
                            kv_type=kv_type, flash_attn=flash_attn)
     expected, pinned = None, None
-    if expect is not None:
-        expected, options, pinned = _adopt_expectation(expect, options)
+    if expect is not None:  # its pin adopted (the --isa pin applied before torch is imported)
+        adopted = adopt_expectation(expect, options)
+        expected, options, pinned = adopted.expected, adopted.options, adopted.recorded
         problems = expected["problem_set"]["source"]
     require_capability(LAYER_TRACE, "trace-pair", options.engine)
     problems = data_file(problems)  # a ../shared/data/ default is also found beside the checkout: any folder works
@@ -52,34 +53,6 @@ def trace_pair(
     last = document["steps"][-1]
     console.print(f"{len(document['steps'])} steps of {document['pair']['id']} written to {out}; query logits "
                   f"{last['output_sha256'][:16]}", markup=False, highlight=False)
-
-
-def _adopt_expectation(expect: Path, given: ModelOptions) -> tuple[dict, ModelOptions, dict]:
-    """The expectation at ``expect``, the options that reopen its engine under its pin (an engine that takes
-    ``--isa`` adopts the recorded one unless ``--isa`` is given; another adopts what its pin fixes, e.g. a llama.cpp
-    build), and the engine option fields its pin records (:meth:`graftbench.engine.base.EngineFactory.replay_options`).
-    Fails with one line for an unreadable expectation, an engine this graftbench does not run or a pin it cannot
-    adopt."""
-    from ..engine.base import EngineOpenError
-    from ..engine.pin_terms import engine_of
-    from ..engine.registry import engine_names
-    from ..results.exact_manifest import load_expectation
-
-    expected = load_expectation(expect)  # a ManifestError names the path
-    pin = expected["config"]
-    name = engine_of(pin)
-    if name not in engine_names():
-        fail(f"{expect}: engine {name!r} is not one this graftbench runs")
-    factory = engine_factory(name)
-    isa = (given.isa or pin.get("isa", "native")) if "isa" in factory.options else None
-    try:
-        factory.adopt_pin(pin)
-    except EngineOpenError as exc:
-        fail(f"{expect}: {exc}")
-    recorded = factory.replay_options(pin)
-    options = replace(given, engine=name, isa=isa, model=recorded.pop("model"), dtype=recorded.pop("dtype", "auto"),
-                      chunk_size=recorded.pop("chunk_size"), threads=recorded.pop("threads", None))
-    return expected, options, recorded
 
 
 def trace_compare(

@@ -1,0 +1,74 @@
+"""An exactness expectation's engine reopened under its pin: the expectation, the options that open its engine as it
+was recorded, and the engine option fields its pin records (what ``check-exact --expect`` and ``trace-pair --expect``
+both open their model with)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ..engine.base import EngineOpenError, require
+from ..engine.pin_terms import engine_of
+from ..engine.registry import engine_names, get
+from ..results.exact_manifest import load_expectation
+from ..settings import ModelOptions
+from ..util import isa as isa_pin
+from .errors import Refused
+
+
+@dataclass(frozen=True)
+class AdoptedExpectation:
+    """An expectation whose pin this process has adopted: ``expected`` (the exactness manifest, as read),
+    ``options`` (the command's options with the engine, model, dtype, chunk size, threads and instruction-set pin
+    the expectation's pin records) and ``recorded`` (the other :class:`graftbench.engine.base.EngineOptions` fields
+    its pin records, e.g. llama.cpp's cache type and context size: they replace ``options``' when the model opens)."""
+
+    expected: dict
+    options: ModelOptions
+    recorded: dict
+
+
+def adopt_expectation(expect: Path, given: ModelOptions, *, first_pair: int | None = None,
+                      needs: Sequence[tuple[str, str]] = ()) -> AdoptedExpectation:
+    """Read the expectation at ``expect`` and put this process under its pin, before any model loads: an engine that
+    takes ``--isa`` runs under ``given.isa`` when given, else the recorded pin (``native`` when none is recorded),
+    applied here (:func:`graftbench.util.isa.apply`) before anything imports torch; then the engine adopts what its
+    pin fixes beyond the options (:meth:`graftbench.engine.base.EngineFactory.adopt_pin`, e.g. a llama.cpp build).
+    An engine that does not take ``--isa`` gets none. ``given``'s device, kernels and llama.cpp cache options stay
+    where the pin does not record them (:meth:`graftbench.engine.base.EngineFactory.replay_options`).
+
+    ``first_pair``: the first pair the caller will replay (0-based; ``None``: not checked); ``needs``:
+    ``(capability, what)`` pairs the engine must declare, ``what`` naming the command or option that needs it
+    (:func:`graftbench.engine.base.require`). Both are checked before the pin is adopted.
+
+    Raises:
+        graftbench.results.manifest.ManifestError: ``expect`` is missing or not an exactness manifest (naming it).
+        graftbench.eval.errors.Refused: the expectation holds no pair at ``first_pair``, its engine is not one this
+            graftbench runs, or the engine cannot adopt its pin (naming ``expect`` and why).
+        graftbench.engine.base.CapabilityError: the engine lacks a capability of ``needs``.
+        graftbench.engine.base.EngineOpenError: the engine's module cannot be imported (a missing extra).
+        graftbench.util.isa.IsaError: this CPU or process cannot take the instruction-set pin.
+    """
+    expected = load_expectation(expect)
+    pin = expected["config"]
+    if first_pair is not None and first_pair >= len(expected["pairs"]):
+        raise Refused(f"--pairs starts at pair {first_pair}, but {expect} holds {len(expected['pairs'])} pairs "
+                      "(0-based)")
+    name = engine_of(pin)
+    if name not in engine_names():
+        raise Refused(f"{expect}: engine {name!r} is not one this graftbench runs")
+    factory = get(name)
+    for capability, what in needs:
+        require(factory, capability, what)
+    isa = (given.isa or pin.get("isa", "native")) if "isa" in factory.options else None
+    if isa is not None:
+        isa_pin.apply(isa)  # before anything below (the engine, the model) imports torch
+    try:
+        factory.adopt_pin(pin)
+    except EngineOpenError as exc:
+        raise Refused(f"{expect}: {exc}") from exc
+    recorded = factory.replay_options(pin)
+    options = replace(given, engine=name, isa=isa, model=recorded.pop("model"), dtype=recorded.pop("dtype", "auto"),
+                      chunk_size=recorded.pop("chunk_size"), threads=recorded.pop("threads", None))
+    return AdoptedExpectation(expected, options, recorded)

@@ -1,0 +1,113 @@
+"""An expectation's engine reopened under its pin (:func:`graftbench.eval.expectation_pin.adopt_expectation`), what
+``check-exact --expect`` and ``trace-pair --expect`` open their model with: read from committed expectations, without
+loading a model."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from unittest import mock
+
+import pytest
+
+from graftbench.engine.base import ACROSS_CPU_KINDS, CapabilityError
+from graftbench.eval.errors import Refused
+from graftbench.eval.expectation_pin import adopt_expectation
+from graftbench.settings import ModelOptions
+from graftbench.util import isa
+
+from tests.conftest import REFERENCE_MANIFESTS, ROOT
+
+TORCH_EXPECTATION = REFERENCE_MANIFESTS / "exact-smollm2-135m.json"  # torch, --isa avx2, float32, chunk 256, 1 thread
+LLAMA_EXPECTATION = REFERENCE_MANIFESTS / "exact-smollm2-135m-llama-f16.json"  # llama.cpp, native build, f16 cache
+GIVEN = ModelOptions(engine="torch", model="gemma3-270m", dtype="bfloat16", chunk_size=64, threads=4, device="cpu",
+                     kernels="graftbench", kv_type="q8_0", flash_attn=True)
+
+# Run in a fresh process: the instruction-set pin can only be applied before torch is imported.
+ADOPT_IN_A_FRESH_PROCESS = """
+import json, os, sys
+from pathlib import Path
+from graftbench.eval.expectation_pin import adopt_expectation
+from graftbench.settings import ModelOptions
+given = ModelOptions(**json.loads(sys.argv[2]))
+try:
+    adopted = adopt_expectation(Path(sys.argv[1]), given)
+except Exception as exc:
+    print(json.dumps({"error": type(exc).__name__, "message": str(exc)}))
+else:
+    print(json.dumps({"options": adopted.options.__dict__, "recorded": adopted.recorded,
+                      "pairs": len(adopted.expected["pairs"]), "torch_imported": "torch" in sys.modules,
+                      "process_isa": os.environ.get("GRAFTBENCH_ISA")}))
+"""
+
+
+def _adopt_in_a_fresh_process(expectation, given: ModelOptions) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != isa.ENV_VAR and k not in isa.CAP_VARIABLES}
+    done = subprocess.run([sys.executable, "-c", ADOPT_IN_A_FRESH_PROCESS, str(expectation),
+                           json.dumps(given.__dict__)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_a_torch_expectation_reopens_under_its_pin_with_its_isa_applied_before_torch():
+    found = _adopt_in_a_fresh_process(TORCH_EXPECTATION, GIVEN)
+    if not isa.supported("avx2"):  # a CPU without AVX2 cannot take the recorded pin: refused, naming it
+        assert found["error"] == "IsaError" and "--isa avx2" in found["message"], found
+        return
+    assert found["options"] == {**GIVEN.__dict__, "engine": "torch", "isa": "avx2", "model": "smollm2-135m",
+                                "dtype": "float32", "chunk_size": 256, "threads": 1}
+    assert found["recorded"] == {} and found["pairs"] == 50
+    assert found["process_isa"] == "avx2" and not found["torch_imported"]
+
+
+def test_an_isa_given_replaces_the_recorded_one():
+    found = _adopt_in_a_fresh_process(TORCH_EXPECTATION, ModelOptions(engine="torch", model="x", isa="native"))
+    assert found["options"]["isa"] == "native" and found["process_isa"] == "native", found
+
+
+def test_a_llama_cpp_expectation_reopens_with_its_cache_options_and_no_isa():
+    with mock.patch.dict(os.environ):  # adopting the pin selects the build it names (an environment variable)
+        adopted = adopt_expectation(LLAMA_EXPECTATION, replace(GIVEN, isa="avx2"))
+    assert adopted.options == ModelOptions(engine="llama.cpp", model="smollm2-135m", dtype="auto", chunk_size=256,
+                                           threads=1, isa=None, device="cpu", kernels="graftbench", kv_type="q8_0",
+                                           flash_attn=True)
+    assert adopted.recorded == {"kv_type": "f16", "flash_attn": False, "n_ctx": 8192}  # they replace the given ones
+    assert adopted.expected["manifest_sha256"] == json.loads(LLAMA_EXPECTATION.read_text())["manifest_sha256"]
+
+
+def _copy(tmp_path, source, change) -> os.PathLike:
+    manifest = json.loads(source.read_text())
+    change(manifest)
+    path = tmp_path / source.name
+    path.write_text(json.dumps(manifest))
+    return path
+
+
+def test_an_engine_this_graftbench_does_not_run_is_refused_naming_the_file(tmp_path):
+    path = _copy(tmp_path, LLAMA_EXPECTATION, lambda m: m["config"]["engine"].update(engine="no-such-engine"))
+    with pytest.raises(Refused, match=f"{path}: engine 'no-such-engine' is not one this graftbench runs"):
+        adopt_expectation(path, GIVEN)
+
+
+def test_a_pin_the_engine_cannot_adopt_is_refused_naming_the_file(tmp_path):
+    path = _copy(tmp_path, LLAMA_EXPECTATION, lambda m: m["config"]["engine"].update(build="no-such-build"))
+    with mock.patch.dict(os.environ), pytest.raises(Refused, match=f"^{path}: .*no-such-build"):
+        adopt_expectation(path, GIVEN)
+
+
+def test_a_first_pair_past_the_last_and_a_missing_capability_are_refused_before_the_pin_is_adopted(tmp_path):
+    with pytest.raises(Refused, match=r"--pairs starts at pair 50, but .* holds 50 pairs \(0-based\)"):
+        adopt_expectation(TORCH_EXPECTATION, GIVEN, first_pair=50)
+    with mock.patch.object(isa, "apply", side_effect=AssertionError("the pin was applied")), \
+            pytest.raises(CapabilityError, match="torch"):
+        adopt_expectation(TORCH_EXPECTATION, GIVEN, needs=[(ACROSS_CPU_KINDS, "--across-cpu-kinds")])
+
+
+def test_a_file_that_is_not_an_expectation_is_refused_naming_it(tmp_path):
+    from graftbench.results.manifest import ManifestError
+
+    with pytest.raises(ManifestError, match="does not exist"):
+        adopt_expectation(tmp_path / "none.json", GIVEN)
