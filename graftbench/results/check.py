@@ -12,7 +12,8 @@ from pathlib import Path
 
 from .exact_manifest import SCHEMA as EXACTNESS_SCHEMA
 from .exact_manifest import load_expectation, verify_exactness_manifest
-from .manifest import ManifestRefused, check_body, load_manifest
+from .layout import moved_manifest
+from .manifest import ManifestError, ManifestRefused, check_body, load_manifest
 from .anchor import ProblemSet, anchor_manifest, exactness_shape, index_mismatch, run_shape
 from ..util.strict_json import StrictJSONError, load_strict
 
@@ -106,10 +107,15 @@ def verify_file(path: str | Path, store: str | Path | None = None, require_artif
     ``problem_set.sha256`` to ``problems``, else to the problem file it records
     (:func:`graftbench.results.anchor.anchor_manifest`), and checked against the results index.
 
-    Raises :class:`graftbench.results.manifest.ManifestError` when the file is not a manifest at all, and its subclass
+    Raises :class:`graftbench.results.manifest.ManifestError` when the file is not a manifest at all (a path of the
+    earlier layout, ``results/<kind>/manifests/<name>``, names where the file lies now), and its subclass
     :class:`~graftbench.results.manifest.ManifestRefused` when its content is not what its declared schema says.
     """
     path = manifest_file(path)
+    moved = moved_manifest(path)
+    if moved is not None:  # named by the earlier layout (results/<kind>/manifests/)
+        raise ManifestError(f"manifest '{path}' does not exist: the committed manifests moved to manifests/<kind>/, "
+                            f"and this one to {moved}")
     if _schema_of(path) != EXACTNESS_SCHEMA:
         return verify_run(load_manifest(path), path, store, require_artifacts, problems)
     manifest = load_expectation(path)

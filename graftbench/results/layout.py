@@ -70,6 +70,22 @@ def current_path(recorded: str) -> str:
     return recorded
 
 
+def moved_manifest(path: Path) -> Path | None:
+    """Where the manifest file ``path`` (relative, or absolute, named by the earlier layout's
+    ``…/results/<kind>/manifests/<name>``: :func:`current_path`) lies now, when nothing is at ``path`` and a file is
+    at its new place ``…/manifests/<kind>/<name>``; else ``None``."""
+    path = Path(path)
+    if path.exists():
+        return None
+    parts = path.parts
+    for start in (i for i, part in enumerate(parts) if part == RESULTS.name):
+        tail = PurePosixPath(*parts[start:]).as_posix()
+        now = Path(*parts[:start]) / current_path(tail)
+        if current_path(tail) != tail and now.is_file():
+            return now
+    return None
+
+
 def dtype_marker(dtype: str) -> str:
     """The naming scheme's dtype part of a file name: ``""`` for float32 (the unmarked default), ``"-bf16"`` for
     bfloat16, ``"-<dtype>"`` for any other."""

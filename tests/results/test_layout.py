@@ -119,3 +119,35 @@ def test_every_manifest_the_program_replay_log_and_the_reports_name_by_an_earlie
     earlier = sorted(path for path in named if path.startswith("results/"))
     assert len(earlier) >= 25
     assert [path for path in earlier if not (ROOT / layout.current_path(path)).is_file()] == []
+
+
+def test_a_manifest_named_by_its_earlier_path_is_found_where_it_lies_now(tmp_path, monkeypatch):
+    moved = tmp_path / "manifests" / "a-kind" / "exact-m.json"
+    moved.parent.mkdir(parents=True)
+    moved.write_text("{}")
+    earlier = tmp_path / "results" / "a-kind" / "manifests" / "exact-m.json"
+    assert layout.moved_manifest(earlier) == moved  # an absolute path
+    monkeypatch.chdir(tmp_path)
+    assert layout.moved_manifest(Path("results/a-kind/manifests/exact-m.json")) == Path("manifests/a-kind/exact-m.json")
+    assert layout.moved_manifest(Path("results/a-kind/manifests/none.json")) is None  # not at its new place either
+    assert layout.moved_manifest(Path("manifests/a-kind/exact-m.json")) is None  # where it lies now
+    earlier.parent.mkdir(parents=True)
+    earlier.write_text("{}")
+    assert layout.moved_manifest(earlier) is None  # a file at the earlier path is that file
+
+
+def test_verify_manifest_of_an_earlier_path_names_where_the_manifest_lies_now(monkeypatch):
+    from typer.testing import CliRunner
+
+    from graftbench.cli.app import app
+
+    monkeypatch.chdir(ROOT)
+    result = CliRunner().invoke(app, ["verify-manifest", "results/amd-epyc-avx512/manifests/exact-smollm2-135m.json"],
+                                terminal_width=400)
+    assert result.exit_code == 2, result.output
+    assert ("error: manifest 'results/amd-epyc-avx512/manifests/exact-smollm2-135m.json' does not exist: the committed "
+            "manifests moved to manifests/<kind>/, and this one to manifests/amd-epyc-avx512/exact-smollm2-135m.json"
+            ) in " ".join(result.output.split())
+    missing = CliRunner().invoke(app, ["verify-manifest", "results/amd-epyc-avx512/manifests/none.json"])
+    assert missing.exit_code == 2 and missing.output.split() == [
+        "error:", "manifest", "'results/amd-epyc-avx512/manifests/none.json'", "does", "not", "exist"]
