@@ -77,10 +77,19 @@ def _cpu(document: dict) -> str:
     return describe_cpu(env) if env.get("cpu_model") else "CPU not recorded"
 
 
+def _provenance(document: dict) -> dict:
+    """A benchmark file's ``provenance`` block (:func:`graftbench.util.provenance.provenance`); ``{}`` in files
+    written before it was recorded."""
+    block = document.get("provenance")
+    return block if isinstance(block, dict) else {}
+
+
 def _processor(document: dict) -> str:
-    """The CPU model name a benchmark file records (``processor``, or ``cpu_model`` in the oldest files)."""
+    """The CPU model name a benchmark file records (``environment.processor``, or ``cpu_model`` in the oldest
+    files, or its provenance's ``machine.cpu_model``)."""
     env = document.get("environment") or {}
-    return env.get("processor") or env.get("cpu_model") or "CPU not recorded"
+    machine = _provenance(document).get("machine") or {}
+    return env.get("processor") or env.get("cpu_model") or machine.get("cpu_model") or "CPU not recorded"
 
 
 def _json_files(folder: Path) -> list[Path]:
@@ -112,11 +121,18 @@ def exactness_row(root: Path, path: Path, manifest: dict) -> list[object]:
 
 
 def bench_row(root: Path, path: Path, result: dict) -> list[object]:
-    """One benchmark file's row: file, model, dtype, date and code version (the commit's first 12 hex digits) as the
-    file records them."""
-    env = result.get("environment") or {}
+    """One benchmark file's row: file, model, dtype, date and code version (the commit's first 12 hex digits, with
+    ``+ uncommitted changes`` when the file's provenance says so) as the file records them: the run's start
+    (``environment.date``), else its ``provenance.created_utc``; the provenance's commit, else (files written before
+    it) ``environment.graftbench_commit``."""
+    env, block = result.get("environment") or {}, _provenance(result)
+    code = block.get("code") if isinstance(block.get("code"), dict) else {}
+    if code.get("commit"):
+        commit = str(code["commit"])[:12] + (" + uncommitted changes" if code.get("dirty") else "")
+    else:
+        commit = str(env.get("graftbench_commit") or "")[:12] or None
     return [_link(root, path), env.get("model") or result.get("model"), env.get("dtype") or result.get("dtype"),
-            env.get("date"), (env.get("graftbench_commit") or "")[:12] or None]
+            env.get("date") or block.get("created_utc"), commit]
 
 
 def _grouped(title: str, header: list[str], rows: list[tuple[str, list[object]]]) -> list[str]:
@@ -139,7 +155,7 @@ def render(root: Path) -> str:
             runs.append((_cpu(document), run_row(root, path, document)))
     for path in (p for folder in result_folders(root) for p in _json_files(folder)):
         document = _load(path)
-        if isinstance(document.get("environment"), dict):
+        if isinstance(document.get("environment"), dict) or _provenance(document):
             bench.append((_processor(document), bench_row(root, path, document)))
     lines = [HEADER]
     lines += _grouped("Run manifests", ["file", "command", "model", "dtype", "mode", "problem set (n)",
