@@ -43,28 +43,32 @@ def _mallopt():
     return mallopt
 
 
-def set_allocator_for_grafts() -> bool:
+def set_allocator_for_grafts(trim_bytes: int = DEFAULT_TRIM_BYTES) -> bool:
     """Set this process's allocators for repeated grafts: transparent huge pages for PyTorch's CPU tensors of
     2 MiB and more (``THP_MEM_ALLOC_ENABLE=1`` unless the environment already sets it; takes effect only if torch
-    has not allocated yet, so call it before importing torch) and :func:`keep_freed_memory` with its default trim
-    threshold. Returns what :func:`keep_freed_memory` returned (False where the C library is not glibc or
-    ``GRAFTBENCH_MALLOC`` says otherwise). Idempotent."""
+    has not allocated yet, so call it before importing torch) and :func:`keep_freed_memory` with ``trim_bytes``
+    (bytes; default :data:`DEFAULT_TRIM_BYTES`, 1 GiB). Returns what :func:`keep_freed_memory` returned (False
+    where the C library is not glibc or ``GRAFTBENCH_MALLOC`` says otherwise). Idempotent."""
     os.environ.setdefault(THP_VAR, "1")
-    return keep_freed_memory()
+    return keep_freed_memory(trim_bytes)
 
 
-def keep_freed_memory(trim_bytes: int = DEFAULT_TRIM_BYTES) -> bool:
-    """Keep freed blocks of up to 32 MiB, and up to ``trim_bytes`` of free heap top (capped at 2 GiB - 1, a C int),
-    from the kernel. Never lowers the trim threshold this module set before. Returns False (nothing done) where
-    the C library is not glibc or ``GRAFTBENCH_MALLOC`` says otherwise."""
-    global _trim
+def keep_freed_memory(trim_bytes: int) -> bool:
+    """Keep freed blocks of up to 32 MiB, and up to ``trim_bytes`` bytes of free heap top (capped at 2 GiB - 1, a
+    C int), from the kernel: ``mallopt(M_MMAP_THRESHOLD, 32 MiB)``, then ``mallopt(M_TRIM_THRESHOLD,
+    trim_bytes)``. The threshold is the caller's whole need, set as given (glibc keeps one per process, and one
+    lower than an earlier call's lowers it: a caller that must not lower the graft setting passes at least
+    :data:`DEFAULT_TRIM_BYTES`, as :func:`graft_trim_bytes` does). Returns False (nothing done) where the C library
+    is not glibc or ``GRAFTBENCH_MALLOC`` says otherwise."""
     mallopt = _mallopt() if os.environ.get(POLICY_VAR, "keep") == "keep" else None
     if mallopt is None:
         return False
-    _trim = max(_trim, min(_INT_MAX, trim_bytes))
     mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX)
-    mallopt(M_TRIM_THRESHOLD, _trim)
+    mallopt(M_TRIM_THRESHOLD, min(_INT_MAX, trim_bytes))
     return True
 
 
-_trim = 0
+def graft_trim_bytes(kept_bytes: int) -> int:
+    """The trim threshold (bytes) that keeps ``kept_bytes`` of free heap top from the kernel without lowering the
+    graft setting's :data:`DEFAULT_TRIM_BYTES` (:func:`set_allocator_for_grafts`)."""
+    return max(DEFAULT_TRIM_BYTES, kept_bytes)

@@ -48,14 +48,6 @@ def test_without_the_packages_allocator_setting_there_is_no_pool_and_it_says_why
     assert off["growth"] > 40 << 20
 
 
-def test_the_trim_threshold_only_grows():
-    from graftbench.util import allocator
-
-    assert allocator.keep_freed_memory(2 << 30)  # past a C int: capped
-    assert allocator._trim == 2**31 - 1
-    assert allocator.keep_freed_memory(1 << 20) and allocator._trim == 2**31 - 1
-
-
 def _model(layers, heads, kv_heads, hidden, dtype, head_dim=None):
     config = SimpleNamespace(num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
                              hidden_size=hidden, head_dim=head_dim)

@@ -10,7 +10,8 @@ tokens), not at state load; the pool does the same, and the benchmark reports it
 graft it speeds up.
 
 How: the package keeps freed heap blocks of up to 32 MiB from the kernel (:mod:`graftbench.util.allocator`). The pool
-writes ``bytes`` of heap in blocks and frees them, raising the trim threshold to keep them all: later KV buffers of
+writes ``bytes`` of heap in blocks and frees them, raising the trim threshold to keep them all (never below the graft
+setting: :func:`graftbench.util.allocator.graft_trim_bytes`): later KV buffers of
 up to 32 MiB each, allocated on the same thread (the main arena), reuse those pages. Only with glibc and the
 package's allocator setting (``GRAFTBENCH_MALLOC`` unset or ``keep``); elsewhere :func:`reserve` does nothing and
 says so. Resident memory stays at least the pool's size for the life of the process.
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ...util.allocator import MMAP_THRESHOLD_MAX, keep_freed_memory
+from ...util.allocator import MMAP_THRESHOLD_MAX, graft_trim_bytes, keep_freed_memory
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ def reserve(nbytes: int, block_bytes: int = 16 << 20) -> PoolReport:
     if nbytes == 0:
         return NO_POOL
     started = time.perf_counter()
-    if not keep_freed_memory(nbytes + MMAP_THRESHOLD_MAX):
+    if not keep_freed_memory(graft_trim_bytes(nbytes + MMAP_THRESHOLD_MAX)):  # never below the graft setting
         return PoolReport(0, 0.0, "freed memory is not kept (not glibc, or GRAFTBENCH_MALLOC): no pool")
     blocks = [torch.empty(min(block_bytes, nbytes - start), dtype=torch.uint8) for start in range(0, nbytes, block_bytes)]
     for block in blocks:
