@@ -26,6 +26,7 @@ from .mode import program_verdict, sample_verdict
 from .sandbox import ProgramResult, isolation, run_program
 from ..settings import SandboxLimits
 from ..util import isa
+from ..util.provenance import code_version
 
 LOG_SCHEMA = "graftbench.program-replay/1"
 STARVED_CPU_SHARE = 0.9  # a timeout with under this share of cpu_s used came from the wall clock on a busy machine
@@ -124,14 +125,16 @@ def log_record(path: str | Path, manifest: dict, replayed: list[Replayed], ran: 
     it holds, how many of them were run for it (``ran``; the others reused a run of the same text and limits), how
     many gave the same verdict and the same stop reason, every difference, every program whose first run was starved
     (judged on a run with more wall time, :func:`replay_programs`), the isolation they ran in, this machine's CPU
-    and its load average (1, 5 and 15 minutes, from ``os.getloadavg``) when the line is written: a program stopped
-    at the wall-time limit on a busy machine may have finished on a quiet one."""
+    and its load average (1, 5 and 15 minutes, from ``os.getloadavg``) when the line is written (a program stopped
+    at the wall-time limit on a busy machine may have finished on a quiet one), and the code version that replayed
+    them (``code``: :func:`graftbench.util.provenance.code_version`)."""
     return {"schema": LOG_SCHEMA, "manifest": str(path), "manifest_sha256": manifest.get("manifest_sha256"),
             "programs": len(replayed), "ran": ran, "same_verdict": sum(r.same_verdict for r in replayed),
             "same_stopped": sum(r.stopped == r.recorded_stopped for r in replayed),
             "differences": [asdict(r) for r in replayed if not r.same],
             "starved": [asdict(r) for r in replayed if r.starved_s is not None],
             "isolation": isolation().description, "replayed_on": isa.describe_cpu(isa.environment()),
+            "code": code_version(),
             "load_average": [round(value, 2) for value in os.getloadavg()], "cpus": os.cpu_count(),
             "replayed_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 

@@ -15,6 +15,7 @@ from ..util.float_sums import recompute, total
 from ..util.hashing import sha256_json
 from ..util.isa import environment as cpu_environment
 from ..util.isa import same_cpu_kind
+from ..util.provenance import code_version
 from .manifest import environment, load_manifest
 from ..util.strict_json import loads_strict
 
@@ -135,7 +136,8 @@ def replay_record(expected: dict, *, compared: int, equal: int, first_difference
                   across_cpu_kinds: dict | None = None) -> dict:
     """One line of a replay log: which expectation (by its ``manifest_sha256``) was replayed where, under which
     pin, and with what outcome. ``recorded_on`` and ``replayed_on`` name the CPUs (model and native capability)
-    and, for a run on a GPU, the GPU (``gpu``: the recorded pin's ``accelerator.gpu``, and ``replayed_gpu``).
+    and, for a run on a GPU, the GPU (``gpu``: the recorded pin's ``accelerator.gpu``, and ``replayed_gpu``);
+    ``code`` the code version that replayed it (:func:`graftbench.util.provenance.code_version`).
     ``across_cpu_kinds`` (``{"recorded_only": [...], "replayed_only": [...]}``, the CPU features that differ; only
     when given): the pairs were compared although the pin differs in ``pin_differences_found``, CPU features alone
     (``check-exact --across-cpu-kinds``, :mod:`graftbench.eval.replay_committed`), so the record verifies no CPU
@@ -152,6 +154,7 @@ def replay_record(expected: dict, *, compared: int, equal: int, first_difference
         "recorded_on": {**{k: recorded[k] for k in ("cpu_model", "cpu_capability_native", "cpu_kernel_flags")
                            if k in recorded}, **({"gpu": recorded_gpu} if recorded_gpu else {})},
         "replayed_on": {**cpu_environment(), **({"gpu": replayed_gpu} if replayed_gpu else {})},
+        "code": code_version(),
         "compared": compared,
         "equal": equal,
         "first_difference": first_difference,

@@ -2,10 +2,11 @@
 
 A manifest (schema ``graftbench.manifest/2``) is written as RFC 8785 canonical JSON; one of schema ``/1`` was sealed
 over :func:`graftbench.util.hashing.canonical_json` and is still checked that way. It holds the config pin and its
-fingerprint, the environment, the settings (with the verifier version its samples were scored under), the problem
-set's hash, each problem's id, text hash and key (never its text), each sample with its output text and the
-output's SHA-256, verdicts, tokens, energy, the artifacts used with their SHA-256, the totals, ``sealed_fields``
-and ``manifest_sha256``: the SHA-256 of the canonical bytes of everything else.
+fingerprint, the environment (with the code version that wrote it: :func:`environment`), the settings (with the
+verifier version its samples were scored under), the problem set's hash, each problem's id, text hash and key
+(never its text), each sample with its output text and the output's SHA-256, verdicts, tokens, energy, the
+artifacts used with their SHA-256, the totals, ``sealed_fields`` and ``manifest_sha256``: the SHA-256 of the
+canonical bytes of everything else.
 
 ``sealed_fields`` holds a short digest (16 hex digits of SHA-256) of every top-level section (of each key of an
 object section such as ``config``) and of every field of every problem and sample (keyed by id). It does not add
@@ -23,7 +24,6 @@ from outside (:mod:`graftbench.results.anchor`: the problem set, the results ind
 from __future__ import annotations
 
 import os
-import platform
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -33,7 +33,7 @@ from ..store.ids import artifact_path, artifacts_dir, is_artifact_id
 from .fingerprint import pin_fingerprint
 from ..util.float_sums import recompute, total
 from ..util.hashing import canonical_json, jcs_json, sha256_bytes, sha256_text
-from ..util.isa import environment as cpu_environment
+from ..util.provenance import code_version, machine
 from ..programs.mode import PROGRAM_FIELDS, extract_program, sample_verdict
 from ..util.safe_files import MAX_ARTIFACT_BYTES, UnsafeFileError, sha256_regular
 from ..programs.sandbox import STOPPED
@@ -122,9 +122,12 @@ def graft_use_note(manifest: dict) -> str | None:
 
 
 def environment() -> dict:
-    """Where the run happened: Python, OS, machine, CPU model and native capability (no host or user names)."""
-    return {"python": platform.python_version(), "platform": platform.platform(), "machine": platform.machine(),
-            **cpu_environment()}
+    """Where the run happened and what ran it: Python, OS, machine, CPU model, native capability and kernel flags
+    (:func:`graftbench.util.provenance.machine`; no host or user names) and ``code``, the code version
+    (:func:`graftbench.util.provenance.code_version`: graftbench's version, the checkout's commit and whether its
+    tracked files differed from it). Sealed with the rest of a manifest; not part of the pin (``config``), so no
+    replay or comparison of runs looks at it. Raises nothing."""
+    return {**machine(), "code": code_version()}
 
 
 def canonical_bytes(obj, schema: str = SCHEMA) -> bytes:
