@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
-TORCH = "torch"
+from ..results.pin_engine import ENGINE_WITHOUT_SECTION, engine_of
+
+TORCH = ENGINE_WITHOUT_SECTION  # the torch engine's name: its pins have no engine section
 LLAMA = "llama.cpp"
 SHOWN_CHARS = 40  # most characters of a recorded value shown in a message (hashes and long strings are cut)
 
@@ -75,12 +77,6 @@ TERMS: Mapping[str, Mapping[str, Term]] = MappingProxyType({
         "engine.swa_full": Term("sliding-window cache mode"),
     }),
 })
-
-
-def engine_of(pin: dict) -> str:
-    """The engine a pin (or an artifact header) is of: its ``engine`` dict's name, else ``torch``."""
-    engine = pin.get("engine")
-    return str(engine.get("engine", "?")) if isinstance(engine, dict) and engine else TORCH
 
 
 def _flat(pin: dict) -> dict:

@@ -26,6 +26,7 @@ from ..problems.types import Problem, family, problem_text_sha256
 from ..programs.mode import PROGRAM_FIELDS
 from ..results.manifest import ManifestError, load_manifest, recorded_verifier_version
 from ..results.metrics import family_of, summarize
+from ..results.pin_engine import engine_of
 from ..util.strict_json import StrictJSONError, loads_strict
 from ..verify.answers import REASONING_VERSION, answer_span
 from ..verify.reasoning import split_reasoning
@@ -195,20 +196,13 @@ def _reasoning(run: ViewRun) -> tuple[str, str] | None:
     return (pair[0], pair[1]) if ok else None
 
 
-def _engine(config: dict) -> str:
-    engine = config.get("engine")
-    if isinstance(engine, dict):
-        return str(engine.get("engine", "torch"))
-    return str(engine) if engine else "torch"
-
-
 def _header(run: ViewRun) -> dict:
     """The run's header fields; metrics only for a verified run (a failed or unsealed run is not a result)."""
     config, settings = _config(run), _settings(run)
     header = {
         "label": run.label, "source": _shown_path(run.source), "status": run.status, "mismatches": run.mismatches[:50],
         "mismatch_count": len(run.mismatches), "notes": run.notes,
-        "model": config.get("model"), "engine": _engine(config), "device": config.get("device"),
+        "model": config.get("model"), "engine": engine_of(config), "device": config.get("device"),
         "dtype": config.get("dtype"), "isa": config.get("isa"), "cpu_capability": config.get("cpu_capability"),
         "pin": (run.manifest or {}).get("config_fingerprint"), "command": (run.manifest or {}).get("command"),
         "mode": settings.get("mode") or "text", "graft": settings.get("graft"), "samples": settings.get("samples"),

@@ -19,6 +19,7 @@ from pathlib import Path, PurePosixPath
 
 from ..util.hashing import sha256_text
 from ..problems.types import Problem, ProblemSetError, problem_set_sha256
+from .pin_engine import ENGINE_WITHOUT_SECTION
 
 MAX_PROBLEM_FILE_BYTES = 64 * 1024 * 1024  # a recorded problem file larger than this is not read by default
 _DATA_FOLDER = PurePosixPath("..", "shared", "data")  # recorded sources graftbench reads without being asked
@@ -89,7 +90,7 @@ def _deposit_kind(manifest: dict) -> tuple[str | None, object]:
     config = manifest.get("config")
     section = config.get("engine") if isinstance(config, dict) else None
     if section is None:
-        return TENSOR_ARTIFACT, "torch"
+        return TENSOR_ARTIFACT, ENGINE_WITHOUT_SECTION
     if not isinstance(section, dict):
         return None, section
     name = section.get("engine")

@@ -77,6 +77,18 @@ def test_committed_recurring_runs_give_thirty_problems_each():
     assert first["output"][start:end].strip() == first["extracted"]
 
 
+def test_each_run_is_labelled_with_the_engine_its_pin_is_of():
+    from graftbench.engine import pin_terms
+    from graftbench.results import pin_engine
+
+    llama = MANIFESTS / "aime2024-qwen2.5-coder-1.5b-llama-f16-baseline.json"
+    headers = view_data([read_run(BASELINE), read_run(llama)])["runs"]
+    assert [h["engine"] for h in headers] == ["torch", "llama.cpp"]  # a pin without an engine section is torch's
+    assert pin_terms.engine_of is pin_engine.engine_of and pin_terms.TORCH == pin_engine.ENGINE_WITHOUT_SECTION
+    assert [pin_engine.engine_of(pin) for pin in ({}, {"engine": {}}, {"engine": {"n_ctx": 1}}, {"engine": "x"})] == [
+        "torch", "torch", "?", "torch"]
+
+
 def test_grafted_example_text_is_rebuilt_from_the_problem_file():
     data = view_data([read_run(RECURRING)], _aime())
     sample = data["problems"][1]["runs"][0][0]
