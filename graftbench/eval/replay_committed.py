@@ -119,7 +119,7 @@ def judge(name: str, expected: dict, record: dict | None, returncode: int, outpu
     if record.get("expectation_sha256") != expected.get("manifest_sha256"):
         return Outcome(name, FAILED, f"the logged record is of expectation {str(record.get('expectation_sha256'))[:16]},"
                                      f" not {str(expected.get('manifest_sha256'))[:16]}", record)
-    compared, equal, difference = record.get("compared"), record.get("equal"), record.get("first_difference")
+    compared, difference = record.get("compared"), record.get("first_difference")
     if record.get("across_cpu_kinds") is not None:
         return _judge_across(name, expected, record, returncode, last_line, limit, here)
     if record.get("pin_differences"):
@@ -128,21 +128,11 @@ def judge(name: str, expected: dict, record: dict | None, returncode: int, outpu
             return Outcome(name, FAILED, f"a not-comparable record (pin differs in {fields}) with {compared} "
                                          f"compared and exit status {returncode}: {last_line}", record)
         return Outcome(name, NOT_COMPARABLE, f"this machine's pin differs in {fields}", record)
-    asked = pairs_asked(expected, limit)
     cpus = f"recorded on {isa.describe_cpu(expected.get('environment', {}))}, replayed on {isa.describe_cpu(here)}"
-    agree = _counts_agree(compared, equal, difference, returncode, asked)
-    if difference is None:
-        if not agree:
-            return Outcome(name, FAILED, f"{compared} compared, {equal} equal of {asked} asked, no difference "
-                                         f"recorded, exit status {returncode}: {last_line}", record)
-        return Outcome(name, EQUAL, f"{compared} compared, {equal} equal ({cpus})", record)
-    if not agree:
-        return Outcome(name, FAILED, f"a difference recorded ({difference}) with {compared} compared, {equal} equal "
-                                     f"and exit status {returncode}: {last_line}", record)
-    detail = f"{compared} compared, {equal} equal, first difference {difference} ({cpus})"
-    if known_to_reproduce(expected, known_records, here):
-        return Outcome(name, DIFFERS, detail, record)
-    return Outcome(name, DIFFERS_UNPROVEN, detail, record)
+    differs = DIFFERS if difference is not None and known_to_reproduce(expected, known_records, here) \
+        else DIFFERS_UNPROVEN
+    return _judge_completed(name, record, returncode, last_line, pairs_asked(expected, limit), cpus, "",
+                            (EQUAL, differs))
 
 
 def _counts_agree(compared, equal, difference, returncode: int, asked: int) -> bool:
@@ -159,7 +149,6 @@ def _judge_across(name: str, expected: dict, record: dict, returncode: int, last
     """The verdict on a record of a comparison across CPU kinds (``across_cpu_kinds`` set): :data:`EQUAL_ACROSS`,
     :data:`DIFFERS_ACROSS`, or :data:`FAILED` when its pin differences are not CPU features alone, or its counts or
     exit status contradict it."""
-    compared, equal, difference = record.get("compared"), record.get("equal"), record.get("first_difference")
     fields = record.get("pin_differences") or []
     if not fields or not set(fields) <= set(CPU_FEATURE_FIELDS):
         return Outcome(name, FAILED, f"a record compared across CPU kinds whose pin differs in "
@@ -167,17 +156,27 @@ def _judge_across(name: str, expected: dict, record: dict, returncode: int, last
     features = record["across_cpu_kinds"]
     cpus = (f"pin differs in {', '.join(fields)}: {describe_features(features)}; recorded on "
             f"{isa.describe_cpu(expected.get('environment', {}))}, compared on {isa.describe_cpu(here)}")
-    asked = pairs_asked(expected, limit)
+    return _judge_completed(name, record, returncode, last_line, pairs_asked(expected, limit), cpus,
+                            " across CPU kinds", (EQUAL_ACROSS, DIFFERS_ACROSS))
+
+
+def _judge_completed(name: str, record: dict, returncode: int, last_line: str, asked: int, cpus: str, where: str,
+                     verdicts: tuple[str, str]) -> Outcome:
+    """The verdict on a comparable record of ``asked`` pairs: ``verdicts`` (equal, differs) when its counts and exit
+    status agree with it (:func:`_counts_agree`), else :data:`FAILED` saying how they contradict it; ``cpus`` names
+    where it was recorded and replayed, ``where`` is put after what the message says was compared or recorded
+    (``" across CPU kinds"``, or ``""``)."""
+    compared, equal, difference = record.get("compared"), record.get("equal"), record.get("first_difference")
     agree = _counts_agree(compared, equal, difference, returncode, asked)
     if difference is None:
         if not agree:
-            return Outcome(name, FAILED, f"{compared} compared, {equal} equal of {asked} asked across CPU kinds, no "
-                                         f"difference recorded, exit status {returncode}: {last_line}", record)
-        return Outcome(name, EQUAL_ACROSS, f"{compared} compared, {equal} equal ({cpus})", record)
+            return Outcome(name, FAILED, f"{compared} compared, {equal} equal of {asked} asked{where}, no difference "
+                                         f"recorded, exit status {returncode}: {last_line}", record)
+        return Outcome(name, verdicts[0], f"{compared} compared, {equal} equal ({cpus})", record)
     if not agree:
-        return Outcome(name, FAILED, f"a difference recorded across CPU kinds ({difference}) with {compared} "
-                                     f"compared, {equal} equal and exit status {returncode}: {last_line}", record)
-    return Outcome(name, DIFFERS_ACROSS, f"{compared} compared, {equal} equal, first difference {difference} ({cpus})",
+        return Outcome(name, FAILED, f"a difference recorded{where} ({difference}) with {compared} compared, {equal} "
+                                     f"equal and exit status {returncode}: {last_line}", record)
+    return Outcome(name, verdicts[1], f"{compared} compared, {equal} equal, first difference {difference} ({cpus})",
                    record)
 
 
