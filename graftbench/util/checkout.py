@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
+
+from .provenance import code_version
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def checkout_commit() -> str | None:
-    """The commit (40 hex digits) of the git checkout graftbench runs from; ``None`` outside a git checkout or
-    when git cannot be run (10 s at most)."""
-    try:
-        done = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout.strip() or None
+    """The commit (40 hex digits) of the git checkout graftbench runs from; ``None`` outside a git checkout, in one
+    that does not track graftbench's source, or when git cannot be run (:func:`graftbench.util.provenance.code_version`,
+    which also says why and whether tracked files differ from it)."""
+    return code_version()["commit"]

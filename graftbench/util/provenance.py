@@ -139,5 +139,5 @@ def provenance_line(block: dict) -> str:
     """One markdown line naming a :func:`provenance` block's machine (:func:`graftbench.util.isa.describe_cpu`),
     date and code version (:func:`describe_code`), every recorded value shown as text, never markup."""
     where = isa.describe_cpu(block.get("machine") or {})
-    text = f"Measured on {where}, {block.get('created_utc') or 'date unknown'}, {describe_code(block.get('code') or {})}."
-    return markdown_text(text)
+    date, code = block.get("created_utc") or "date unknown", describe_code(block.get("code") or {})
+    return markdown_text(f"Measured on {where}, {date}, {code}.")
