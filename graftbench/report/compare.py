@@ -146,13 +146,20 @@ def manifest_path(path: str | Path) -> Path:
 
 def _read(path: str | Path) -> tuple[Path, dict]:
     source = manifest_path(path)
+    return source, load_run_manifest(path, source)
+
+
+def load_run_manifest(path: str | Path, source: Path) -> dict:
+    """The run manifest at ``source`` (the file the caller's ``path``, a run folder or manifest, names), read
+    unverified (:func:`graftbench.results.manifest.load_manifest`) and holding ``samples`` and ``problems`` lists.
+    Raises :class:`ReportError` naming ``path`` when it is not a manifest or lacks either list."""
     try:
         manifest = load_manifest(source)
     except ManifestError as exc:
         raise ReportError(f"'{path}' is neither a run folder nor a run manifest: {exc}") from exc
     if not isinstance(manifest.get("samples"), list) or not isinstance(manifest.get("problems"), list):
         raise ReportError(f"'{path}' is a manifest without samples and problems lists")
-    return source, manifest
+    return manifest
 
 
 def _verified(path: str | Path, source: Path, manifest: dict, allow_unanchored: bool = False) -> tuple[str, ...]:

@@ -24,13 +24,13 @@ from pathlib import Path
 
 from ..problems.types import Problem, family, problem_text_sha256
 from ..programs.mode import PROGRAM_FIELDS
-from ..results.manifest import ManifestError, load_manifest, recorded_verifier_version
+from ..results.manifest import ManifestError, recorded_verifier_version
 from ..results.metrics import family_of, summarize
 from ..results.pin_engine import engine_of
 from ..util.strict_json import StrictJSONError, loads_strict
 from ..verify.answers import REASONING_VERSION, answer_span
 from ..verify.reasoning import split_reasoning
-from .compare import MANIFEST_NAME
+from .compare import MANIFEST_NAME, ReportError, load_run_manifest
 
 SAMPLES_NAME = "samples.jsonl"
 RUN_SETTINGS_NAME = "run.json"
@@ -161,11 +161,9 @@ def read_run(path: str | Path) -> ViewRun:
     if folder is not None:
         return _unsealed(source, folder)
     try:
-        manifest = load_manifest(source)
-    except ManifestError as exc:
-        raise ViewError(f"'{path}' is neither a run folder nor a run manifest: {exc}") from exc
-    if not isinstance(manifest.get("samples"), list) or not isinstance(manifest.get("problems"), list):
-        raise ViewError(f"'{path}' is a manifest without samples and problems lists")
+        manifest = load_run_manifest(path, source)
+    except ReportError as exc:  # the viewer's own error, the same words
+        raise ViewError(str(exc)) from exc
     samples = [s for s in manifest["samples"] if isinstance(s, dict) and isinstance(s.get("problem_id"), str)]
     problems = [p for p in manifest["problems"] if isinstance(p, dict) and isinstance(p.get("id"), str)]
     label = str(manifest.get("run") or source.parent.name)
