@@ -329,19 +329,10 @@ class Store(IndexedStore):
         """:meth:`read` of the artifact file at ``path`` (this store's file, or a store on object storage's
         checked local copy), with the checks :meth:`read` lists."""
         indexed_bytes, indexed_xxh3 = self._indexed(artifact_id)  # a damaged index raises StoreError, not a refusal
-        try:
-            size = regular_file_size(path, max_bytes=MAX_ARTIFACT_BYTES, within=path.parent.parent,
-                                     what="artifact file")
-            if indexed_bytes is not None and size != indexed_bytes:
-                raise ArtifactError(artifact_id, "size", f"file is {size} bytes, the index says {indexed_bytes}")
+        with _file_errors(artifact_id, path):
+            _check_size(artifact_id, path, path.parent.parent, indexed_bytes)
             method = "xxh3_128" if integrity == "xxh3_128" and indexed_xxh3 else "sha256"
             raw = read_safetensors(path, method, room)
-        except FileNotFoundError as exc:
-            raise ArtifactError(artifact_id, "missing", f"no file {path}") from exc
-        except UnsafeFileError as exc:  # a FIFO, a device, a symlink out of the store, over the size cap
-            raise ArtifactError(artifact_id, "read", str(exc)) from exc
-        except OSError as exc:
-            raise ArtifactError(artifact_id, "read", f"cannot read {path}: {exc}") from exc
         if raw.digest != (indexed_xxh3 if method == "xxh3_128" else artifact_id):
             source = "the XXH3-128 indexed at deposit" if method == "xxh3_128" else "its id"
             raise ArtifactError(artifact_id, "hash", f"{method} of the file does not equal {source} (corrupt or edited)")
@@ -455,20 +446,12 @@ class Store(IndexedStore):
         when it is a regular file inside the store, under the size cap and of the size the index records
         (``indexed``). Raises :class:`ArtifactError` (``missing``, ``size``, ``read``)."""
         path = self.path(artifact_id)
-        try:
-            size = regular_file_size(path, max_bytes=MAX_ARTIFACT_BYTES, within=self.root, what="artifact file")
-            if indexed[0] is not None and size != indexed[0]:  # refused before a byte is read
-                raise ArtifactError(artifact_id, "size", f"file is {size} bytes, the index says {indexed[0]}")
+        with _file_errors(artifact_id, path):
+            _check_size(artifact_id, path, self.root, indexed[0])
             if buffer is not None or on_block is not None:
                 return read_regular_into(path, bytearray() if buffer is None else buffer, max_bytes=MAX_ARTIFACT_BYTES,
                                          within=self.root, what="artifact file", on_block=on_block)
             return read_regular(path, max_bytes=MAX_ARTIFACT_BYTES, within=self.root, what="artifact file")
-        except FileNotFoundError as exc:
-            raise ArtifactError(artifact_id, "missing", f"no file {path}") from exc
-        except UnsafeFileError as exc:  # a FIFO, a device, a symlink out of the store, over the size cap
-            raise ArtifactError(artifact_id, "read", str(exc)) from exc
-        except OSError as exc:
-            raise ArtifactError(artifact_id, "read", f"cannot read {path}: {exc}") from exc
 
     @staticmethod
     def _audit(artifact_id: str, data: bytes, indexed: tuple[int | None, str | None], decode=decode_artifact):
@@ -508,6 +491,30 @@ class Store(IndexedStore):
         flight, or left by writers killed before their rename (``store clean`` removes those)."""
         return sorted(entry.name for folder in (self.artifacts, self.root) if folder.is_dir()
                       for entry in os.scandir(folder) if entry.name.startswith(TEMP_PREFIX))
+
+
+@contextmanager
+def _file_errors(artifact_id: str, path: Path):
+    """Refuse ``artifact_id`` with :class:`ArtifactError` when its file ``path`` cannot be read inside the block:
+    ``missing`` (no file), ``read`` (a FIFO, a device, a symlink out of the store, over the size cap, or any other
+    ``OSError``)."""
+    try:
+        yield
+    except FileNotFoundError as exc:
+        raise ArtifactError(artifact_id, "missing", f"no file {path}") from exc
+    except UnsafeFileError as exc:  # a FIFO, a device, a symlink out of the store, over the size cap
+        raise ArtifactError(artifact_id, "read", str(exc)) from exc
+    except OSError as exc:
+        raise ArtifactError(artifact_id, "read", f"cannot read {path}: {exc}") from exc
+
+
+def _check_size(artifact_id: str, path: Path, within: Path, indexed_bytes: int | None) -> None:
+    """Before a byte of it is read: ``path`` is a regular file inside ``within``, of at most
+    :data:`MAX_ARTIFACT_BYTES`, and of the size the index records (``indexed_bytes``; ``None``: not indexed), else
+    :class:`ArtifactError` (``size``) or what :func:`graftbench.util.safe_files.regular_file_size` raises."""
+    size = regular_file_size(path, max_bytes=MAX_ARTIFACT_BYTES, within=within, what="artifact file")
+    if indexed_bytes is not None and size != indexed_bytes:
+        raise ArtifactError(artifact_id, "size", f"file is {size} bytes, the index says {indexed_bytes}")
 
 
 def _token_span(artifact_id: str, table: dict, header: dict) -> tuple[int, int]:
