@@ -88,7 +88,8 @@ def first_difference(a: dict, b: dict) -> Difference | None:
 def trace_session_pair(session, problems: list, index: int, expected: dict | None = None) -> dict:
     """The trace document of pair ``index`` (0-based) of ``check-exact``'s pairs over ``problems`` on a
     ``session`` (an engine that declares :data:`graftbench.engine.base.LAYER_TRACE`), without a file: ``pin``,
-    ``pair``, ``environment`` and ``steps`` (its ``layer_trace``: on torch
+    ``pair``, ``environment`` (the CPU), ``provenance`` (date, code version, machine:
+    :func:`graftbench.util.provenance.provenance`; never compared) and ``steps`` (its ``layer_trace``: on torch
     :func:`graftbench.engine.torch.layer_trace.trace_pair`, on llama.cpp
     :func:`graftbench.engine.llama_cpp.layer_trace.trace_pair`).
 
@@ -98,6 +99,7 @@ def trace_session_pair(session, problems: list, index: int, expected: dict | Non
     expectation's (another problem set or tokenizer)."""
     from ..engine.base import LAYER_TRACE, require
     from ..util.isa import environment
+    from ..util.provenance import provenance
     from .exactness import build_pairs
 
     require(session, LAYER_TRACE, "trace-pair")
@@ -114,4 +116,5 @@ def trace_session_pair(session, problems: list, index: int, expected: dict | Non
     steps = session.layer_trace(pair.artifact, pair.query)
     return {"schema": SCHEMA, "pin": {**session.config.to_dict(), "fingerprint": session.config.fingerprint},
             "pair": {"id": pair.id, "kind": pair.kind, "tokens_sha256": pair.tokens_sha256},
-            "environment": environment(), "steps": steps}
+            "environment": environment(), "provenance": provenance(gpu=(session.config.accelerator or {}).get("gpu")),
+            "steps": steps}

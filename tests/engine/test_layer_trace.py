@@ -86,6 +86,7 @@ def test_two_traces_of_a_real_pair_are_equal_and_cover_every_layer_and_its_kv(se
     layers = session.model.config.num_hidden_layers
     assert all(f"model.layers.{i}" in ops and f"kv.{i}.k" in ops and f"kv.{i}.v" in ops for i in range(layers))
     assert ops[-1] == "logits.query" and first["pin"]["fingerprint"] == session.config.fingerprint
+    assert set(first["provenance"]) == {"created_utc", "code", "machine"}  # a trace says its date, code and machine
     altered = copy.deepcopy(second)
     where = ops.index(f"model.layers.{layers // 2}.self_attn.o_proj")
     altered["steps"][where]["output_sha256"] = "0" * 64
