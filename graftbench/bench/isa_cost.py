@@ -13,28 +13,22 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from .history import write_json_and_markdown
+from .portable_cost import prompt_ids
+from .stats import alternating, speed_cell
 
 
 def _probe(model: str, dtype: str, prompt_tokens: int, decode_tokens: int, threads: int, problems: str) -> dict:
     from ..engine.registry import DEFAULT_ENGINE, benchmark_ops
-    from ..problems.loading import load_problems
 
     ops = benchmark_ops(DEFAULT_ENGINE)  # the engine whose instruction-set pins (GRAFTBENCH_ISA) are compared
     session = ops.open_for_benchmark(model, dtype, threads=threads)
-    usable = [p for p in load_problems(problems) if p.solution]
-    ids: list[int] = []
-    for problem in usable:
-        ids += session.deposit_ids(problem.problem, problem.answer, problem.solution)
-        if len(ids) >= prompt_tokens:
-            break
-    ids = ids[:prompt_tokens]
+    ids = prompt_ids(session, problems, prompt_tokens)
     cache = ops.new_cache(session)
     started = time.perf_counter()
     logits = ops.prefill(session, cache, ids)
@@ -67,21 +61,9 @@ def measure(model: str, dtypes: list[str], problems: str, prompt_tokens: int = 5
 
     rows = []
     for dtype in dtypes:
-        runs: dict[str, list[dict]] = {"native": [], "avx2": []}
-        for _ in range(repeats):
-            for isa in ("native", "avx2"):
-                runs[isa].append(probe_in_subprocess(isa, model, dtype, prompt_tokens, decode_tokens, threads,
-                                                     problems))
-                if on_probe:
-                    on_probe()
-        row = {"dtype": dtype}
-        for isa, probes in runs.items():
-            row[isa] = {
-                "cpu_capability": probes[0]["cpu_capability"],
-                "prefill_tok_per_s": statistics.median(p["prefill_tok_per_s"] for p in probes),
-                "decode_tok_per_s": statistics.median(p["decode_tok_per_s"] for p in probes),
-                "runs": probes,
-            }
+        runs = alternating(("native", "avx2"), repeats, lambda isa: probe_in_subprocess(
+            isa, model, dtype, prompt_tokens, decode_tokens, threads, problems), (lambda _: on_probe()) if on_probe else None)
+        row = {"dtype": dtype, **{isa: speed_cell(probes) for isa, probes in runs.items()}}
         row["prefill_ratio"] = row["avx2"]["prefill_tok_per_s"] / row["native"]["prefill_tok_per_s"]
         row["decode_ratio"] = row["avx2"]["decode_tok_per_s"] / row["native"]["decode_tok_per_s"]
         rows.append(row)

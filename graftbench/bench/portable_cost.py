@@ -24,11 +24,12 @@ import sys
 from pathlib import Path
 
 from .history import write_json_and_markdown
+from .stats import alternating, speed_cell
 
 PINS = ("native", "portable")
 
 
-def _prompt_ids(session, problems: str, prompt_tokens: int) -> list[int]:
+def prompt_ids(session, problems: str, prompt_tokens: int) -> list[int]:
     """The first ``prompt_tokens`` token ids of the deposit texts of ``problems``' problems with a solution."""
     from ..problems.loading import load_problems
 
@@ -46,7 +47,7 @@ def _probe(engine: str, model: str, prompt_tokens: int, decode_tokens: int, thre
     from ..engine.registry import benchmark_ops
 
     return benchmark_ops(engine, "the portable pins' cost").portable_cost_probe(
-        model, decode_tokens, threads, lambda session: _prompt_ids(session, problems, prompt_tokens))
+        model, decode_tokens, threads, lambda session: prompt_ids(session, problems, prompt_tokens))
 
 
 def probe_in_subprocess(engine: str, pin: str, model: str, prompt_tokens: int, decode_tokens: int, threads: int,
@@ -73,20 +74,12 @@ def measure(rows: list[tuple[str, str]], problems: str, prompt_tokens: int = 512
 
     out = []
     for engine, model in rows:
-        runs: dict[str, list[dict]] = {pin: [] for pin in PINS}
-        for _ in range(repeats):
-            for pin in PINS:
-                runs[pin].append(probe_in_subprocess(engine, pin, model, prompt_tokens, decode_tokens, threads,
-                                                     problems))
-                if on_probe:
-                    on_probe(runs[pin][-1])
+        runs = alternating(PINS, repeats, lambda pin: probe_in_subprocess(
+            engine, pin, model, prompt_tokens, decode_tokens, threads, problems), on_probe)
         row = {"engine": engine, "model": model}
         for pin, probes in runs.items():
             graft = [p["graft_plus_one_s"] for p in probes if p["graft_plus_one_s"] is not None]
-            row[pin] = {"cpu_capability": probes[0]["cpu_capability"],
-                        "prefill_tok_per_s": statistics.median(p["prefill_tok_per_s"] for p in probes),
-                        "decode_tok_per_s": statistics.median(p["decode_tok_per_s"] for p in probes),
-                        "graft_plus_one_s": statistics.median(graft) if graft else None, "runs": probes}
+            row[pin] = {**speed_cell(probes), "graft_plus_one_s": statistics.median(graft) if graft else None}
         for key in ("prefill_tok_per_s", "decode_tok_per_s", "graft_plus_one_s"):
             n, p = row["native"][key], row["portable"][key]
             row[f"{key}_ratio"] = p / n if n and p is not None else None

@@ -6,7 +6,7 @@ import gc
 import statistics
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 
 def summary(values: list[float]) -> dict:
@@ -24,6 +24,28 @@ def timed(fn: Callable[[], object]) -> tuple[float, object]:
     started = time.perf_counter()
     result = fn()
     return time.perf_counter() - started, result
+
+
+def alternating(pins: Sequence[str], repeats: int, probe: Callable[[str], dict],
+                on_probe: Callable[[dict], None] | None = None) -> dict[str, list[dict]]:
+    """``repeats`` rounds of ``probe(pin)`` for each of ``pins`` in turn (the pins alternate, so that each sees the
+    machine in the same state), ``on_probe`` called with each result as it comes; returns each pin's results in the
+    order they were made."""
+    runs: dict[str, list[dict]] = {pin: [] for pin in pins}
+    for _ in range(repeats):
+        for pin in pins:
+            runs[pin].append(probe(pin))
+            if on_probe:
+                on_probe(runs[pin][-1])
+    return runs
+
+
+def speed_cell(probes: list[dict]) -> dict:
+    """One pin's cell of a speed table from its probes: the first probe's ``cpu_capability``, the medians of
+    ``prefill_tok_per_s`` and ``decode_tok_per_s`` (tokens/s), and the probes themselves (``runs``)."""
+    return {"cpu_capability": probes[0]["cpu_capability"],
+            "prefill_tok_per_s": statistics.median(p["prefill_tok_per_s"] for p in probes),
+            "decode_tok_per_s": statistics.median(p["decode_tok_per_s"] for p in probes), "runs": probes}
 
 
 def gb_per_s(n_bytes: int, seconds: float) -> float:
