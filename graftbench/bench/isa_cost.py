@@ -59,10 +59,10 @@ def measure(model: str, dtypes: list[str], problems: str, prompt_tokens: int = 5
     avx2/native ratios. ``on_probe`` is called after each process."""
     from ..util.isa import environment
 
-    rows = []
+    rows, after = [], (lambda _: on_probe()) if on_probe else None
     for dtype in dtypes:
         runs = alternating(("native", "avx2"), repeats, lambda isa: probe_in_subprocess(
-            isa, model, dtype, prompt_tokens, decode_tokens, threads, problems), (lambda _: on_probe()) if on_probe else None)
+            isa, model, dtype, prompt_tokens, decode_tokens, threads, problems), after)
         row = {"dtype": dtype, **{isa: speed_cell(probes) for isa, probes in runs.items()}}
         row["prefill_ratio"] = row["avx2"]["prefill_tok_per_s"] / row["native"]["prefill_tok_per_s"]
         row["decode_ratio"] = row["avx2"]["decode_tok_per_s"] / row["native"]["decode_tok_per_s"]
