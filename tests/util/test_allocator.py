@@ -13,8 +13,9 @@ from graftbench.util.allocator import (DEFAULT_TRIM_BYTES, M_MMAP_THRESHOLD, M_T
                                        graft_trim_bytes)
 
 # Import each module named in argv (or call graftbench.util.allocator's function named by "call:NAME", with one
-# whole-number argument by "call:NAME:N"; or reserve a KV pool of N bytes by "pool:N") in a fresh process whose ctypes records every call of glibc's mallopt made through it (the only way Python code reaches
-# mallopt), and print those calls and THP_MEM_ALLOC_ENABLE afterwards.
+# whole-number argument by "call:NAME:N"; or reserve a KV pool of N bytes by "pool:N") in a fresh process whose
+# ctypes records every call of glibc's mallopt made through it (the only way Python code reaches mallopt), and print
+# those calls and THP_MEM_ALLOC_ENABLE afterwards.
 _PROBE = """
 import ctypes, importlib, json, os, sys
 calls = []
