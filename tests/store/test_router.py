@@ -151,7 +151,9 @@ def test_the_quality_measurement_returns_what_the_table_shows(tmp_path):
     assert rows[0][:3] == ["mod", "3", str(mod["with_candidates"])]
     assert measure_route_quality(2, 3, 0.6, 0) == result  # deterministic
     json_path, md_path = write_results(result, tmp_path)
-    assert json.loads(json_path.read_text()) == result
+    written = json.loads(json_path.read_text())
+    assert set(written.pop("provenance")) == {"created_utc", "code", "machine"}  # added by the writer
+    assert written == result
     assert "| " + " | ".join(rows[-1]) + " |" in md_path.read_text()
     with pytest.raises(ValueError, match="min_similarity"):
         measure_route_quality(min_similarity=1.5)
