@@ -65,6 +65,30 @@ def probe_in_subprocess(engine: str, pin: str, model: str, prompt_tokens: int, d
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+DEFAULT_ROWS = ("llama.cpp:smollm2-135m", "torch:smollm2-135m")
+
+
+def parse_rows(specs: list[str] | tuple[str, ...]) -> list[tuple[str, str]]:
+    """``ENGINE:MODEL`` specs as ``(engine, model)`` rows, in order. Raises ``ValueError`` naming the spec when it is
+    not ``ENGINE:MODEL``, names no registered engine, or names an engine without a portable pin (no ``isa_variable``
+    in its factory) or without benchmark operations (:data:`graftbench.engine.base.BENCHMARK`)."""
+    from ..engine.base import BENCHMARK
+    from ..engine.registry import engine_names, get
+
+    rows = []
+    for spec in specs:
+        engine, _, model = spec.partition(":")
+        if not engine or not model:
+            raise ValueError(f"{spec!r} is not ENGINE:MODEL (e.g. llama.cpp:smollm2-135m)")
+        if engine not in engine_names():
+            raise ValueError(f"{spec!r}: no engine {engine!r} (engines: {', '.join(engine_names())})")
+        factory = get(engine)
+        if not getattr(factory, "isa_variable", None) or BENCHMARK not in factory.capabilities:
+            raise ValueError(f"{spec!r}: the {engine} engine has no portable pin to measure")
+        rows.append((engine, model))
+    return rows
+
+
 def measure(rows: list[tuple[str, str]], problems: str, prompt_tokens: int = 512, decode_tokens: int = 32,
             threads: int = 1, repeats: int = 3, on_probe=None) -> dict:
     """Median figures per (engine, model) in ``rows`` and pin over ``repeats`` alternating fresh processes, with
@@ -112,6 +136,12 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_outputs(result: dict, out_dir: Path) -> list[Path]:
+    """``portable-cost.json`` and ``portable-cost.md`` under ``out_dir`` (:func:`graftbench.bench.history.
+    write_json_and_markdown`: an earlier pair is kept under ``runs/``). Raises OSError when they cannot be written."""
+    return write_json_and_markdown(result, markdown(result), out_dir, "portable-cost")
+
+
 def main(argv: list[str]) -> int:
     """``probe ENGINE MODEL PROMPT DECODE THREADS PROBLEMS``: print one probe; ``run OUT_DIR PROBLEMS
     ENGINE:MODEL...``: measure and write ``portable-cost.{json,md}`` under ``OUT_DIR``."""
@@ -121,9 +151,8 @@ def main(argv: list[str]) -> int:
         return 0
     if argv[:1] == ["run"]:
         out, problems, specs = Path(argv[1]), argv[2], argv[3:]
-        rows = [tuple(spec.split(":", 1)) for spec in specs]
-        result = measure(rows, problems, on_probe=lambda r: print(json.dumps(r), flush=True))
-        for path in write_json_and_markdown(result, markdown(result), out, "portable-cost"):
+        result = measure(parse_rows(specs), problems, on_probe=lambda r: print(json.dumps(r), flush=True))
+        for path in write_outputs(result, out):
             print(path)
         return 0
     print(main.__doc__, file=sys.stderr)

@@ -489,6 +489,7 @@ def run(
 app.command(name="check-exact")(exact.check_exact)
 app.command(name="bench")(bench.bench)
 app.command(name="bench-isa")(bench.bench_isa)
+app.command(name="bench-portable")(bench.bench_portable)
 app.command(name="bench-llama")(bench.bench_llama)
 app.command(name="bench-long-context")(bench.bench_long_context)
 app.command(name="report")(report.report)

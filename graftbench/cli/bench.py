@@ -1,6 +1,6 @@
-"""The benchmark commands: ``bench`` (graft against prefill and more), ``bench-isa`` (what the portable pin costs),
-``bench-llama`` (the llama.cpp engine against raw llama.cpp) and ``bench-long-context`` (a store far larger than the
-window)."""
+"""The benchmark commands: ``bench`` (graft against prefill and more), ``bench-isa`` (what ``--isa avx2`` costs),
+``bench-portable`` (what the portable pins cost on each engine), ``bench-llama`` (the llama.cpp engine against raw
+llama.cpp) and ``bench-long-context`` (a store far larger than the window)."""
 
 from __future__ import annotations
 
@@ -148,7 +148,8 @@ def bench_isa(
     repeats: int = typer.Option(3, "--repeats", min=1, help="fresh processes per (pin, dtype); medians reported"),
     out: Path = typer.Option(BENCH_OUT, "--out", help="folder for the JSON and markdown"),
 ) -> None:
-    """Measure what the portable pin (--isa avx2) costs against native kernels: prefill and decode tokens/s."""
+    """Measure what the within-vendor pin (--isa avx2) costs against native kernels in torch: prefill and decode
+    tokens/s per dtype (bench-portable measures the portable pins)."""
     from ..bench.isa_cost import markdown, measure, write_outputs
 
     names = name_list(dtypes)
@@ -164,6 +165,40 @@ def bench_isa(
     paths = write_outputs(result, out, f"isa-cost-{model_label(model)}")
     console.print(markdown(result))
     console.print("wrote " + ", ".join(str(p) for p in paths))
+
+
+def bench_portable(
+    rows: Optional[list[str]] = typer.Argument(None, metavar="ENGINE:MODEL",
+                                               help="engine and model of each row (default: llama.cpp:smollm2-135m "
+                                                    "torch:smollm2-135m)"),
+    problems: str = typer.Option("../shared/data/aime2024.jsonl", "--problems", "-p",
+                                 help="problems with solutions: the prompt text"),
+    prompt_tokens: int = typer.Option(512, "--prompt-tokens", min=1, help="tokens prefilled (the prompt)"),
+    decode_tokens: int = typer.Option(32, "--decode-tokens", min=2, help="greedy tokens decoded after it"),
+    threads: int = typer.Option(1, "--threads", min=1, help="threads in each process"),
+    repeats: int = typer.Option(3, "--repeats", min=1, help="fresh processes per (row, pin); medians reported"),
+    out: Path = typer.Option(BENCH_OUT, "--out", help="folder for portable-cost.json and .md"),
+) -> None:
+    """Measure what the portable pins cost against native on each engine (torch --isa portable, llama.cpp's portable
+    build): prefill and decode tokens/s and, on llama.cpp, a graft plus one token, the pins alternating in fresh
+    processes."""
+    from ..bench.portable_cost import DEFAULT_ROWS, markdown, measure, parse_rows, write_outputs
+
+    try:
+        parsed = parse_rows(rows or DEFAULT_ROWS)
+    except ValueError as exc:
+        fail(f"bench-portable: {exc}")
+    problem_file = _problem_file(problems)
+    load_problem_set(problem_file, None, "id", "problem", "answer", "solution")  # a bad problem file is named before any probe
+    try:
+        with progress_bar("fresh processes", 2 * repeats * len(parsed)) as advance:
+            result = measure(parsed, problem_file, prompt_tokens, decode_tokens, threads, repeats,
+                             on_probe=lambda _probe: advance())
+    except RuntimeError as exc:
+        fail(str(exc))
+    paths = write_outputs(result, out)
+    console.print(markdown(result), markup=False, highlight=False)
+    console.print("wrote " + ", ".join(str(p) for p in paths), markup=False, highlight=False)
 
 
 def bench_llama(

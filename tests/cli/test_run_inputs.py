@@ -91,7 +91,7 @@ def test_a_shared_data_file_is_found_from_the_working_folder_then_beside_the_che
 
 def test_bench_from_an_empty_folder_names_its_fix_when_the_data_is_nowhere(tmp_path, monkeypatch):
     monkeypatch.setattr("graftbench.util.checkout.ROOT", tmp_path / "no-checkout" / "here")
-    for args in (["bench", "--smoke"], ["bench-isa"]):  # both refuse before any model loads
+    for args in (["bench", "--smoke"], ["bench-isa"], ["bench-portable"]):  # each refuses before any model loads
         code, output = _invoke(*args)
         assert code == 2 and "../shared/data/aime2024.jsonl: no such file" in output, output
         assert "pass --problems builtin" in output
