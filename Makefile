@@ -120,8 +120,14 @@ $(LLAMA_PORTABLE)/.installed: | $(STAMP)
 llama-portable: $(LLAMA_PORTABLE)/.installed
 
 # --durations: where the suite's time goes, in every CI log.
+# The suite runs on TEST_WORKERS pytest-xdist workers (one core and one torch thread each; 0: in one process), a test
+# file at a time on one worker (--dist loadfile): tests that share a resource live in one file (the local Ray cluster's
+# in tests/scale/test_executor_ray.py, the replays of the committed expectations in tests/eval/test_exactness.py, run
+# while the other worker goes on; tests/conftest.py).
+TEST_WORKERS ?= 2
+PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadfile
 test: $(STAMP) $(LLAMA_STAMP) $(LLAMA_PORTABLE)/.installed sandbox-tools browser-tools program-env
-	$(BIN)/python -m pytest --durations=30
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL) --durations=30
 
 # Where the suite's time goes on this machine (`make test-durations CPU=<this kind of machine>`): the whole suite
 # with pytest's --durations, written under a header naming the CPU, into results/$(CPU)/bench/; commit it.
@@ -130,12 +136,12 @@ test-durations: $(STAMP) $(LLAMA_STAMP)
 	mkdir -p results/$(CPU)/bench
 	{ $(BIN)/python -c 'from graftbench.util import isa; print("# CPU:", isa.describe_cpu(isa.environment()))'; \
 	  echo "# cores: $$(nproc); code: $$(git rev-parse --short HEAD); started: $$(date -u +%Y-%m-%dT%H:%MZ)"; \
-	  $(BIN)/python -m pytest --durations=50 -p no:cacheprovider 2>&1 | tail -n 100; } \
+	  $(BIN)/python -m pytest $(PYTEST_PARALLEL) --durations=50 -p no:cacheprovider 2>&1 | tail -n 100; } \
 	  > results/$(CPU)/bench/test-durations.txt
 
 # The tests that load no model and start no replay: about a minute.
 test-quick: $(STAMP) sandbox-tools program-env
-	$(BIN)/python -m pytest -m "not model and not slow"
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL) -m "not model and not slow"
 
 # The results index: the SHA-256 of every committed manifest (manifests/SHA256SUMS, `sha256sum -c` format, paths
 # relative to manifests/), which verify-manifest checks a listed manifest against. Regenerate it after committing a

@@ -32,7 +32,13 @@ SESSION_MODEL = "smollm2-135m"
 settings.register_profile("hermetic", database=None)  # no .hypothesis/ folder in the checkout
 settings.load_profile("hermetic")
 
-_SESSION_HOME = Path(tempfile.mkdtemp(prefix="graftbench-test-home-"))
+# One temporary home per test run. Under pytest-xdist (``make test`` runs two workers) the controller makes it and
+# its workers, started after ``pytest_configure``, inherit it through SESSION_HOME_VARIABLE: they share one model cache
+# (written under file locks and by atomic renames, so two workers loading one model both read a whole copy), and only
+# the process that made the home removes it.
+SESSION_HOME_VARIABLE = "GRAFTBENCH_TEST_SESSION_HOME"
+_INHERITED_HOME = os.environ.get(SESSION_HOME_VARIABLE)
+_SESSION_HOME = Path(_INHERITED_HOME or tempfile.mkdtemp(prefix="graftbench-test-home-"))
 HERMETIC_ENV = {
     "HOME": str(_SESSION_HOME / "home"),
     "GRAFTBENCH_CACHE": str(_SESSION_HOME / "graftbench-cache"),
@@ -48,7 +54,12 @@ def pytest_configure(config):
     for path in HERMETIC_ENV.values():
         Path(path).mkdir(parents=True, exist_ok=True)
     os.environ.update(HERMETIC_ENV)
+    os.environ[SESSION_HOME_VARIABLE] = str(_SESSION_HOME)
     os.environ.pop("GRAFTBENCH_ISA", None)  # tests choose their pin explicitly
+    if is_xdist_worker():
+        # Each worker takes one core: torch and the processes a test starts run one thread, so two workers never
+        # contend for two cores with four threads (a pin records its thread count; no test depends on this one).
+        os.environ["OMP_NUM_THREADS"] = "1"
 
 
 def pytest_collection_modifyitems(config, items):
@@ -61,10 +72,17 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: getattr(item, "originalname", "") == REPLAY_TEST)  # stable: the rest keep their order
 
 
+def is_xdist_worker() -> bool:
+    """This process is a pytest-xdist worker (xdist sets the variable before the worker reads its configuration)."""
+    return "PYTEST_XDIST_WORKER" in os.environ
+
+
 def pytest_collection_finish(session):
     """When the session runs the replay tests, start the replays of the models the ``session`` fixture does not
-    load (that fixture starts its model's lane once the model is in the cache)."""
-    if session.config.option.collectonly or not any(
+    load (that fixture starts its model's lane once the model is in the cache). An xdist worker starts none here:
+    every worker collects every test, and only the one that is given the replay tests' file (``--dist loadfile``)
+    starts them, when it reaches them, while the other worker runs the rest."""
+    if session.config.option.collectonly or is_xdist_worker() or not any(
             getattr(item, "originalname", "") == REPLAY_TEST for item in session.items):
         return
     replays = start_session_replays()
@@ -80,7 +98,8 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def pytest_unconfigure(config):
-    shutil.rmtree(_SESSION_HOME, ignore_errors=True)
+    if not _INHERITED_HOME:
+        shutil.rmtree(_SESSION_HOME, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
