@@ -60,8 +60,9 @@ def probe_in_subprocess(engine: str, pin: str, model: str, prompt_tokens: int, d
     args = ["probe", engine, model, str(prompt_tokens), str(decode_tokens), str(threads), problems]
     done = subprocess.run([sys.executable, "-m", "graftbench.bench.portable_cost", *args], env=env,
                           capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"{engine} probe ({pin}) failed: {done.stderr.strip()[-500:]}")
+    if done.returncode != 0:  # the probe's last line is its exception; the whole stderr is no message
+        last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        raise RuntimeError(f"the {engine} probe of {model} ({pin}) failed: {last[-500:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -116,7 +117,7 @@ def measure(rows: list[tuple[str, str]], problems: str, prompt_tokens: int = 512
 def markdown(result: dict) -> str:
     """The figures as a markdown table."""
     env = result["environment"]
-    lines = [f"# Cost of the portable pins", "",
+    lines = ["# Cost of the portable pins", "",
              f"CPU: {env['cpu_model']} (native {env['cpu_capability_native']}), {result['threads']} thread(s); "
              f"prefill of {result['prompt_tokens']} tokens of AIME text, then {result['decode_tokens']} greedy "
              f"tokens; graft + 1 token on llama.cpp; median of {result['repeats']} fresh processes per cell.", "",

@@ -184,9 +184,13 @@ def bench_portable(
     processes."""
     from ..bench.portable_cost import DEFAULT_ROWS, markdown, measure, parse_rows, write_outputs
 
+    from ..engine.models import ModelError, resolve_model
+
     try:
         parsed = parse_rows(rows or DEFAULT_ROWS)
-    except ValueError as exc:
+        for _, model in parsed:  # a model no probe could load is named before any probe starts
+            resolve_model(model)
+    except (ValueError, ModelError) as exc:
         fail(f"bench-portable: {exc}")
     problem_file = _problem_file(problems)
     load_problem_set(problem_file, None, "id", "problem", "answer", "solution")  # a bad problem file is named before any probe

@@ -4,6 +4,7 @@ native, and the table shows what was not measured as such."""
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 from typer.testing import CliRunner
@@ -58,6 +59,20 @@ def test_bench_portable_refuses_a_bad_row_before_any_probe(monkeypatch):
     monkeypatch.setattr(portable_cost, "probe_in_subprocess", lambda *a: pytest.fail("probed"))
     result = CliRunner().invoke(app, ["bench-portable", "torch:smollm2-135m", "smollm2-135m"])
     assert result.exit_code == 2 and "'smollm2-135m' is not ENGINE:MODEL" in result.output, result.output
+
+
+def test_bench_portable_names_a_model_it_cannot_load_before_any_probe(monkeypatch):
+    monkeypatch.setattr(portable_cost, "probe_in_subprocess", lambda *a: pytest.fail("probed"))
+    result = CliRunner().invoke(app, ["bench-portable", "torch:../no-such-model"])
+    assert result.exit_code == 2 and "model '../no-such-model'" in result.output, result.output
+    assert "Traceback" not in result.output
+
+
+def test_a_failed_probe_is_named_by_its_last_line(monkeypatch):
+    failed = subprocess.CompletedProcess([], 1, "", "Traceback (most recent call last):\n  File x\nOSError: disk full\n")
+    monkeypatch.setattr(portable_cost.subprocess, "run", lambda *a, **k: failed)
+    with pytest.raises(RuntimeError, match=r"^the torch probe of m \(native\) failed: OSError: disk full$"):
+        portable_cost.probe_in_subprocess("torch", "native", "m", 8, 2, 1, "p.jsonl")
 
 
 def test_bench_portable_writes_the_table_it_prints(monkeypatch, tmp_path):
