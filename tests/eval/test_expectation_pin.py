@@ -54,13 +54,13 @@ def _adopt_in_a_fresh_process(expectation, given: ModelOptions) -> dict:
 
 def test_a_torch_expectation_reopens_under_its_pin_with_its_isa_applied_before_torch():
     found = _adopt_in_a_fresh_process(TORCH_EXPECTATION, GIVEN)
-    if not isa.supported("avx2"):  # a CPU without AVX2 cannot take the recorded pin: refused, naming it
+    if isa.supported("avx2"):
+        assert found["options"] == {**GIVEN.__dict__, "engine": "torch", "isa": "avx2", "model": "smollm2-135m",
+                                    "dtype": "float32", "chunk_size": 256, "threads": 1}
+        assert found["recorded"] == {} and found["pairs"] == 50
+        assert found["process_isa"] == "avx2" and not found["torch_imported"]
+    else:  # a CPU without AVX2 cannot take the recorded pin: refused, naming it
         assert found["error"] == "IsaError" and "--isa avx2" in found["message"], found
-        return
-    assert found["options"] == {**GIVEN.__dict__, "engine": "torch", "isa": "avx2", "model": "smollm2-135m",
-                                "dtype": "float32", "chunk_size": 256, "threads": 1}
-    assert found["recorded"] == {} and found["pairs"] == 50
-    assert found["process_isa"] == "avx2" and not found["torch_imported"]
 
 
 def test_an_isa_given_replaces_the_recorded_one():
