@@ -130,3 +130,16 @@ def aime2024():
     from graftbench.problems.loading import load_problems
 
     return load_problems(str(AIME2024))
+
+
+@pytest.fixture
+def stand_in():
+    """The stand-in engine (``tests/stand_in_engine.py``) registered by its ``module:attribute`` for one test; yields
+    its name."""
+    from graftbench.engine import registry
+
+    from . import stand_in_engine
+
+    registry.register(stand_in_engine.NAME, f"{stand_in_engine.__name__}:ENGINE")
+    yield stand_in_engine.NAME
+    registry.unregister(stand_in_engine.NAME)

@@ -11,19 +11,10 @@ import pytest
 from typer.testing import CliRunner
 
 from graftbench.cli.app import app
-from graftbench.engine import registry
 
 from tests import stand_in_engine
 
 MODEL = ["--engine", stand_in_engine.NAME, "--model", stand_in_engine.MODEL_PREFIX, "--chunk-size", "16"]
-
-
-@pytest.fixture
-def stand_in():
-    """The stand-in registered by its ``module:attribute`` for one test."""
-    registry.register(stand_in_engine.NAME, f"{stand_in_engine.__name__}:ENGINE")
-    yield
-    registry.unregister(stand_in_engine.NAME)
 
 
 def _invoke(*args: str) -> str:

@@ -14,17 +14,9 @@ from graftbench.engine.base import BENCHMARK, FAULT_SCENARIOS, CapabilityError
 from graftbench.engine.llama_cpp import portable_build
 from graftbench.util import isa
 
-from tests import stand_in_engine
 from tests.prereqs import need
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def stand_in():
-    registry.register(stand_in_engine.NAME, f"{stand_in_engine.__name__}:ENGINE")
-    yield stand_in_engine.NAME
-    registry.unregister(stand_in_engine.NAME)
 
 
 @pytest.mark.parametrize("part, capability", [(registry.benchmark_ops, BENCHMARK),

@@ -12,11 +12,9 @@ import json
 import re
 from types import SimpleNamespace
 
-import pytest
 from typer.testing import CliRunner
 
 from graftbench.cli.app import app
-from graftbench.engine import registry
 from graftbench.programs import replay as program_replay
 from graftbench.results.anchor import exactness_shape
 from graftbench.results.exact_manifest import (build_exactness_manifest, replay_record, seal_exactness_manifest,
@@ -103,13 +101,6 @@ def test_a_program_replay_log_line_says_which_code_replayed_it(monkeypatch):
     monkeypatch.setattr(program_replay, "isolation", lambda: SimpleNamespace(description="no sandbox asked"))
     record = program_replay.log_record("m.json", {"manifest_sha256": "m" * 64}, [], 0)
     assert _is_code_version(record["code"]) and record["isolation"] == "no sandbox asked"
-
-
-@pytest.fixture
-def stand_in():
-    registry.register(stand_in_engine.NAME, f"{stand_in_engine.__name__}:ENGINE")
-    yield
-    registry.unregister(stand_in_engine.NAME)
 
 
 def _invoke(*args: str) -> str:
