@@ -17,9 +17,11 @@ from ..settings import (CERTIFIED_KERNELS, DEFAULT_CHUNK_SIZE, DEFAULT_MODEL, Ba
                         ModelOptions)
 from .common import (BENCH, BENCH_OUT, DTYPE_NAMES, apply_isa, console, fail, int_list, load_problem_set, model_label,
                      name_list, open_model, progress_bar)
-from .options import ChunkSizeArg, DeviceArg, DtypeArg, IsaArg, KernelsArg, ModelArg
+from .options import (BenchOutArg, BenchThreadsArg, ChunkSizeArg, DecodeTokensArg, DeviceArg, DtypeArg, IsaArg,
+                      KernelsArg, ModelArg, ProblemsArg, PromptTokensArg, RepeatsArg, SizesArg)
 
 BATCHED = BatchedSettings()
+PROBLEMS = "../shared/data/aime2024.jsonl"  # the problem file every benchmark cuts its text from by default
 
 
 class BenchSection(str, Enum):
@@ -49,18 +51,15 @@ def _problem_file(source: str) -> str:
 def bench(
     model: ModelArg = DEFAULT_MODEL, dtype: DtypeArg = "auto", chunk_size: ChunkSizeArg = DEFAULT_CHUNK_SIZE,
     isa: IsaArg = None, device: DeviceArg = "auto", kernels: KernelsArg = CERTIFIED_KERNELS,
-    problems: str = typer.Option("../shared/data/aime2024.jsonl", "--problems", "-p",
-                                 help="problems with solutions: the text the artifacts are cut from"),
-    sizes: str = typer.Option(",".join(map(str, BENCH.sizes)), "--sizes", help="artifact sizes in tokens, comma-separated"),
-    repeats: int = typer.Option(BENCH.repeats, "--repeats", min=1, help="timed repetitions of each prefill (medians reported)"),
+    problems: ProblemsArg = PROBLEMS, sizes: SizesArg = ",".join(map(str, BENCH.sizes)),
+    repeats: RepeatsArg = BENCH.repeats,
     graft_repeats: int = typer.Option(BENCH.graft_repeats, "--graft-repeats", min=1, help="timed repetitions of each graft"),
-    decode_tokens: int = typer.Option(BENCH.decode_tokens, "--decode-tokens", min=1, help="greedy tokens in the decode comparison"),
+    decode_tokens: DecodeTokensArg = BENCH.decode_tokens,
     store_sizes: str = typer.Option(",".join(map(str, BENCH.store_sizes)), "--store-sizes", help="artifact counts for the store scale test"),
     cold_load: bool = typer.Option(True, "--cold-load/--no-cold-load", help="also time a cold (de-quantizing) load"),
     peer_python: Optional[Path] = typer.Option(BENCH.peer_python, "--peer-python",
                                                help="a Python with llama-cpp-python for the peer row (make bench-peer-env)"),
-    out: Path = typer.Option(BENCH_OUT, "--out", help="folder for the JSON, markdown and PNG"),
-    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch intra-op threads (default: torch's)"),
+    out: BenchOutArg = BENCH_OUT, threads: BenchThreadsArg = None,
     batch_samples: int = typer.Option(BATCHED.samples, "--batch-samples", min=1, max=256, metavar="N",
                                       help="samples decoded as one batch after one graft, against one at a time"),
     batch_tokens: int = typer.Option(BATCHED.tokens, "--batch-tokens", min=2, max=4096, metavar="N",
@@ -89,7 +88,8 @@ def bench(
                                        "graft's memory in two fresh processes, each loading the model again"),
 ) -> None:
     """Measure graft against prefill (TTFT), restore throughput, decode, batched samples, model load, store scale and
-    llama.cpp."""
+    llama.cpp on problems with worked solutions (the text the artifacts are cut from). Writes bench-MODEL.json, .md
+    and bench-MODEL-ttft.png into --out (a section alone: the files --only names)."""
     apply_isa(isa)  # before the imports below bring in torch
     from ..bench.report import markdown, only_markdown, write_json_and_markdown, write_outputs
     from ..bench.run import run_bench
@@ -140,16 +140,12 @@ def _stem(only: BenchSection | None, model: str, dtype: str, batched: BatchedSet
 def bench_isa(
     model: ModelArg = DEFAULT_MODEL,
     dtypes: str = typer.Option(",".join(DTYPE_NAMES), "--dtypes", help="dtypes to measure, comma-separated"),
-    problems: str = typer.Option("../shared/data/aime2024.jsonl", "--problems", "-p",
-                                 help="problems with solutions: the prompt text"),
-    prompt_tokens: int = typer.Option(512, "--prompt-tokens", min=1, help="tokens prefilled (the prompt)"),
-    decode_tokens: int = typer.Option(64, "--decode-tokens", min=2, help="greedy tokens decoded after it"),
-    threads: int = typer.Option(1, "--threads", min=1, help="torch intra-op threads in each process"),
-    repeats: int = typer.Option(3, "--repeats", min=1, help="fresh processes per (pin, dtype); medians reported"),
-    out: Path = typer.Option(BENCH_OUT, "--out", help="folder for the JSON and markdown"),
+    problems: ProblemsArg = PROBLEMS, prompt_tokens: PromptTokensArg = 512, decode_tokens: DecodeTokensArg = 64,
+    threads: BenchThreadsArg = 1, repeats: RepeatsArg = 3, out: BenchOutArg = BENCH_OUT,
 ) -> None:
     """Measure what the within-vendor pin (--isa avx2) costs against native kernels in torch: prefill and decode
-    tokens/s per dtype (bench-portable measures the portable pins)."""
+    tokens/s per dtype (bench-portable measures the portable pins), each repetition one fresh process per (pin,
+    dtype). Writes isa-cost-MODEL.json and .md into --out."""
     from ..bench.isa_cost import markdown, measure, write_outputs
 
     names = name_list(dtypes)
@@ -171,17 +167,12 @@ def bench_portable(
     rows: Optional[list[str]] = typer.Argument(None, metavar="ENGINE:MODEL",
                                                help="engine and model of each row (default: llama.cpp:smollm2-135m "
                                                     "torch:smollm2-135m)"),
-    problems: str = typer.Option("../shared/data/aime2024.jsonl", "--problems", "-p",
-                                 help="problems with solutions: the prompt text"),
-    prompt_tokens: int = typer.Option(512, "--prompt-tokens", min=1, help="tokens prefilled (the prompt)"),
-    decode_tokens: int = typer.Option(32, "--decode-tokens", min=2, help="greedy tokens decoded after it"),
-    threads: int = typer.Option(1, "--threads", min=1, help="threads in each process"),
-    repeats: int = typer.Option(3, "--repeats", min=1, help="fresh processes per (row, pin); medians reported"),
-    out: Path = typer.Option(BENCH_OUT, "--out", help="folder for portable-cost.json and .md"),
+    problems: ProblemsArg = PROBLEMS, prompt_tokens: PromptTokensArg = 512, decode_tokens: DecodeTokensArg = 32,
+    threads: BenchThreadsArg = 1, repeats: RepeatsArg = 3, out: BenchOutArg = BENCH_OUT,
 ) -> None:
     """Measure what the portable pins cost against native on each engine (torch --isa portable, llama.cpp's portable
     build): prefill and decode tokens/s and, on llama.cpp, a graft plus one token, the pins alternating in fresh
-    processes."""
+    processes, each repetition one fresh process per (row, pin). Writes portable-cost.json and .md into --out."""
     from ..bench.portable_cost import DEFAULT_ROWS, markdown, measure, parse_rows, write_outputs
 
     from ..engine.models import ModelError, resolve_model
@@ -207,16 +198,13 @@ def bench_portable(
 
 def bench_llama(
     model: ModelArg = DEFAULT_MODEL,
-    problems: str = typer.Option("../shared/data/aime2024.jsonl", "--problems", "-p",
-                                 help="problems with solutions: the text the states are cut from"),
-    sizes: str = typer.Option("4096,8192", "--sizes", help="state sizes in tokens, comma-separated"),
+    problems: ProblemsArg = PROBLEMS, sizes: SizesArg = "4096,8192",
     kv_types: str = typer.Option("f16,f16+fa,q8_0", "--kv-types",
                                  help="KV cache variants for decode after a graft: f16 first, then f16+fa (flash "
                                       "attention on), q8_0, q4_0 (flash attention on)"),
-    threads: int = typer.Option(1, "--threads", min=1, help="threads for both engines"),
-    repeats: int = typer.Option(3, "--repeats", min=1, help="repetitions per side and row; medians reported"),
+    threads: BenchThreadsArg = 1, repeats: RepeatsArg = 3,
     prefill_tokens: int = typer.Option(512, "--prefill-tokens", min=1, help="tokens in the prefill row"),
-    decode_tokens: int = typer.Option(64, "--decode-tokens", min=2, help="greedy tokens per decode"),
+    decode_tokens: DecodeTokensArg = 64,
     torch_sizes: Optional[str] = typer.Option(None, "--torch-sizes",
                                               help="sizes for the torch engine's rows beside them (default: --sizes; "
                                                    "'none': its decode row only)"),
@@ -225,9 +213,10 @@ def bench_llama(
                                        "sequential and llama.cpp's own N-sequence decode after a graft of the "
                                        "largest --sizes and after a short prompt, --decode-tokens per sample)"),
     widths: str = typer.Option("1,4,8", "--widths", help="with --only samples: samples per state, comma-separated"),
-    out: Path = typer.Option(BENCH_OUT, "--out", help="folder for the JSON and markdown"),
+    out: BenchOutArg = BENCH_OUT,
 ) -> None:
-    """Measure graftbench's llama.cpp engine against raw llama.cpp on one GGUF file, torch's rows beside them.
+    """Measure graftbench's llama.cpp engine against raw llama.cpp on one GGUF file, torch's rows beside them, each
+    side and row repeated --repeats times.
     Writes llama-engine-MODEL.json and .md into --out (llama-samples-MODEL with --only samples), named -threads-N
     after the model for another thread count."""
     from ..bench.overhead import markdown, parse_variants, run_engine_bench, steps
@@ -279,18 +268,19 @@ def _bench_llama_samples(model: str, problems: str, graft_tokens: int, widths: l
 
 
 def bench_long_context(
-    model: str = typer.Option("gemma3-270m", "--model", "-m", help="alias, hub id, folder or .gguf"),
+    model: ModelArg = "gemma3-270m",
     dtype: DtypeArg = "auto", chunk_size: ChunkSizeArg = DEFAULT_CHUNK_SIZE, isa: IsaArg = None,
     device: DeviceArg = "auto",
-    problems: list[str] = typer.Option(["../shared/data/aime2024.jsonl", "../shared/data/aime2025.jsonl"], "--problems",
+    problems: list[str] = typer.Option([PROBLEMS, "../shared/data/aime2025.jsonl"], "--problems",
                                        "-p", help="problems with solutions (repeatable): the text the artifacts are cut from"),
     tokens: int = typer.Option(1_000_000, "--tokens", min=1, help="tokens of KV state to hold in the store"),
     artifact_tokens: int = typer.Option(4096, "--artifact-tokens", min=1, help="tokens per artifact"),
     probes: int = typer.Option(20, "--probes", min=1, help="random artifacts reached (each warm and cold)"),
     store: Path = typer.Option(Path("store-long-context"), "--store", help="store folder (resumable; large)"),
-    out: Path = typer.Option(BENCH_OUT, "--out", help="folder for the JSON and markdown"),
+    out: BenchOutArg = BENCH_OUT,
 ) -> None:
-    """Hold far more KV state than the window in the store and time reaching any artifact (a benchmark run)."""
+    """Hold far more KV state than the window in the store and time reaching any artifact (a benchmark run).
+    Writes long-context-MODEL.json and .md into --out."""
     apply_isa(isa)  # before the imports below bring in torch
     from ..bench.long_context import measure
     from ..bench.report import long_context_markdown, write_long_context

@@ -10,6 +10,7 @@ invocations.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -118,6 +119,22 @@ GraftFromArg = Annotated[str, typer.Option("--graft-from", help=(
 ExampleAsArg = Annotated[str, typer.Option("--example-as", help=(
     "with --graft: graft (the routed example's KV restored) or prompt (the control: the same example's tokens "
     "prefilled as plain prompt text, then the same query; its first logits equal the graft's)"))]
+
+# ---- benchmarks (bench, bench-isa, bench-portable, bench-llama, bench-long-context, route-quality); each command
+# gives its own default ----
+PromptTokensArg = Annotated[int, typer.Option("--prompt-tokens", min=1,
+                                              help="tokens of problem text prefilled as the prompt")]
+DecodeTokensArg = Annotated[int, typer.Option("--decode-tokens", min=2, help=(
+    "greedy tokens decoded per measurement (tok/s counts the steps after the first, so at least 2)"))]
+SizesArg = Annotated[str, typer.Option("--sizes", help=(
+    "sizes in tokens of the KV states cut from the problems' text and grafted, comma-separated"))]
+BenchThreadsArg = Annotated[Optional[int], typer.Option("--threads", min=1, help=(
+    "threads in each measuring process, for every engine measured (torch's intra-op threads, llama.cpp's "
+    "n_threads); with no default shown, torch's own count"))]
+RepeatsArg = Annotated[int, typer.Option("--repeats", min=1,
+                                         help="repetitions of each measurement (medians reported)")]
+BenchOutArg = Annotated[Path, typer.Option("--out", help=(
+    "folder the result files are written into (the command's help names them)"))]
 
 # ---- output ----
 RunsDirArg = Annotated[str, typer.Option("--runs-dir", envvar="GRAFTBENCH_RUNS_DIR",

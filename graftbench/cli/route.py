@@ -3,13 +3,12 @@ without a model (:mod:`graftbench.bench.route_quality`)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import typer
 from rich.box import SIMPLE_HEAD
 from rich.table import Table
 
 from .common import BENCH_OUT, EVAL, console, fail
+from .options import BenchOutArg
 
 
 def route_quality(
@@ -20,11 +19,11 @@ def route_quality(
     min_similarity: float = typer.Option(EVAL.min_similarity, "--min-similarity", min=0.0, max=1.0,
                                          help="the router's confidence gate: difflib ratio of the top candidate (0-1)"),
     seed: int = typer.Option(0, "--seed", min=0, max=2**31 - 1, help="seed of the built-in problem set"),
-    out: Path = typer.Option(BENCH_OUT, "--out",
-                             help="folder for route-quality.json and route-quality.md"),
+    out: BenchOutArg = BENCH_OUT,
 ) -> None:
     """Route held-out built-in problems against a library of others, with the difflib and the BM25 ranker, and
-    count how often the routed example is of the problem's own family (no model)."""
+    count how often the routed example is of the problem's own family (no model). Writes route-quality.json and
+    .md into --out."""
     from ..bench.route_quality import measure_route_quality, table_header, table_rows, write_results
 
     try:
