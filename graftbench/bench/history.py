@@ -93,13 +93,15 @@ def with_provenance_line(text: str, block: dict) -> str:
     return f"{title}\n\n{line}\n" + (f"\n{rest}" if rest else "")
 
 
-def write_json_and_markdown(result: dict, text: str, out_dir: Path, stem: str) -> list[Path]:
+def write_json_and_markdown(result: dict, text: str, out_dir: Path, stem: str,
+                            code: dict | None = None) -> list[Path]:
     """Write ``result`` as ``{stem}.json`` (sorted keys) and ``text`` as ``{stem}.md`` under ``out_dir`` (created if
     needed), each atomically, after moving an earlier run's pair into ``runs/`` (:func:`keep_earlier`); returns the
     two new paths. The JSON gains ``provenance`` (:func:`graftbench.util.provenance.provenance`: now, the code
-    version, this machine and the GPU of :func:`result_gpu`; ``result`` itself is not changed) and the markdown its
-    line under the title (:func:`with_provenance_line`). Raises OSError when a file cannot be moved or written."""
-    block = provenance(gpu=result_gpu(result))
+    version ``code`` read when the benchmark started (``None`` reads it now), this machine and the GPU of
+    :func:`result_gpu`; ``result`` itself is not changed) and the markdown its line under the title
+    (:func:`with_provenance_line`). Raises OSError when a file cannot be moved or written."""
+    block = provenance(gpu=result_gpu(result), code=code)
     out_dir.mkdir(parents=True, exist_ok=True)
     keep_earlier(out_dir, stem)
     json_path, md_path = out_dir / f"{stem}.json", out_dir / f"{stem}.md"

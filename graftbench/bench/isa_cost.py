@@ -89,9 +89,10 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_outputs(result: dict, out: Path, stem: str) -> list[Path]:
-    """Write ``stem.json`` and ``stem.md`` under ``out`` atomically; returns their paths."""
-    return write_json_and_markdown(result, markdown(result), out, stem)
+def write_outputs(result: dict, out: Path, stem: str, code: dict | None = None) -> list[Path]:
+    """Write ``stem.json`` and ``stem.md`` under ``out`` atomically, naming ``code``, the code version read when the
+    measurement started (:func:`graftbench.bench.history.write_json_and_markdown`); returns their paths."""
+    return write_json_and_markdown(result, markdown(result), out, stem, code)
 
 
 if __name__ == "__main__":

@@ -201,6 +201,7 @@ def run_samples_bench(model: str, problems, problems_source: str, settings: Samp
     from ..util.checkout import checkout_commit
     from .llama_overhead import _workload_ids
 
+    commit = checkout_commit()  # at the start: the checkout may move while the rows run
     ops = benchmark_ops(ENGINE, "bench-llama --only samples")
     n_ctx = ops.stream_cells(settings.graft_tokens + 256 + settings.tokens)
     session = ops.open_for_samples(model, chunk, threads, n_ctx)  # the draw's threads: as many as llama.cpp's
@@ -223,7 +224,7 @@ def run_samples_bench(model: str, problems, problems_source: str, settings: Samp
                             "llama_cpp_python": ops.binding_version(), "system_info": ops.system_info(),
                             "weights_sha256": config.weights_sha256, "config_fingerprint": config.fingerprint,
                             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                            "graftbench_commit": checkout_commit()}}
+                            "graftbench_commit": commit}}
 
 
 def _mib(n: int) -> str:

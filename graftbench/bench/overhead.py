@@ -77,7 +77,9 @@ def run_torch_rows(model: str, problems, settings: LlamaBenchSettings, sizes: tu
 def run_engine_bench(model: str, problems, problems_source: str, settings: LlamaBenchSettings, threads: int,
                      kv_types: list[str], torch_sizes: tuple[int, ...] | None, on_step=lambda name: None) -> dict:
     """Every row for ``model``: load, then the llama.cpp rows for each KV cache type, then (unless
-    ``torch_sizes`` is ``None``) the torch engine's rows. Returns the result with its environment."""
+    ``torch_sizes`` is ``None``) the torch engine's rows. Returns the result with its environment (its
+    ``graftbench_commit`` read before the first row)."""
+    commit = checkout_commit()  # at the start: the checkout may move while the rows run
     ops = benchmark_ops(ENGINE, "bench-llama")
     load = load_row(model, threads, CHUNK, context_for(settings))
     on_step("load")
@@ -97,7 +99,7 @@ def run_engine_bench(model: str, problems, problems_source: str, settings: Llama
                               "llama_cpp_python": ops.binding_version(), "system_info": ops.system_info(),
                               "weights_sha256": config.weights_sha256,
                               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                              "graftbench_commit": checkout_commit()}}
+                              "graftbench_commit": commit}}
     if torch_sizes is not None:
         result[TORCH_ROWS] = run_torch_rows(model, problems, settings, torch_sizes, threads, on_step)
     return result

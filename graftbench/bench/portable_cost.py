@@ -137,10 +137,11 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_outputs(result: dict, out_dir: Path) -> list[Path]:
+def write_outputs(result: dict, out_dir: Path, code: dict | None = None) -> list[Path]:
     """``portable-cost.json`` and ``portable-cost.md`` under ``out_dir`` (:func:`graftbench.bench.history.
-    write_json_and_markdown`: an earlier pair is kept under ``runs/``). Raises OSError when they cannot be written."""
-    return write_json_and_markdown(result, markdown(result), out_dir, "portable-cost")
+    write_json_and_markdown`: an earlier pair is kept under ``runs/``; ``code`` is the code version read when the
+    measurement started). Raises OSError when they cannot be written."""
+    return write_json_and_markdown(result, markdown(result), out_dir, "portable-cost", code)
 
 
 def main(argv: list[str]) -> int:

@@ -299,10 +299,11 @@ def plot(result: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def write_outputs(result: dict, out_dir: Path, stem: str) -> list[Path]:
-    """Write ``{stem}.json``, ``{stem}.md`` and ``{stem}-ttft.png`` under ``out_dir`` (each atomically); returns
-    the paths."""
-    json_path, md_path = write_json_and_markdown(result, markdown(result), out_dir, stem)
+def write_outputs(result: dict, out_dir: Path, stem: str, code: dict | None = None) -> list[Path]:
+    """Write ``{stem}.json``, ``{stem}.md`` and ``{stem}-ttft.png`` under ``out_dir`` (each atomically), the JSON
+    naming ``code``, the code version read when the benchmark started
+    (:func:`graftbench.bench.history.write_json_and_markdown`); returns the paths."""
+    json_path, md_path = write_json_and_markdown(result, markdown(result), out_dir, stem, code)
     png_path = out_dir / f"{stem}-ttft.png"
     tmp_png = png_path.with_suffix(".tmp.png")
     plot(result, tmp_png)
@@ -398,6 +399,7 @@ def long_context_markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_long_context(result: dict, out_dir: Path, stem: str) -> list[Path]:
-    """Write ``{stem}.json`` and ``{stem}.md`` under ``out_dir`` atomically; returns the paths."""
-    return write_json_and_markdown(result, long_context_markdown(result), out_dir, stem)
+def write_long_context(result: dict, out_dir: Path, stem: str, code: dict | None = None) -> list[Path]:
+    """Write ``{stem}.json`` and ``{stem}.md`` under ``out_dir`` atomically, naming ``code`` as
+    :func:`write_outputs` does; returns the paths."""
+    return write_json_and_markdown(result, long_context_markdown(result), out_dir, stem, code)

@@ -161,8 +161,8 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_results(result: dict, out_dir: Path, stem: str = RESULTS_STEM) -> list[Path]:
+def write_results(result: dict, out_dir: Path, stem: str = RESULTS_STEM, code: dict | None = None) -> list[Path]:
     """Write ``{stem}.json`` (the whole result, sorted keys) and ``{stem}.md`` under ``out_dir`` (created if
-    needed), each atomically, an earlier pair moving to ``runs/`` first; returns the two paths. Raises ``OSError``
-    when they cannot be written."""
-    return write_json_and_markdown(result, markdown(result), out_dir, stem)
+    needed), each atomically, an earlier pair moving to ``runs/`` first, naming ``code``, the code version read when
+    the measurement started; returns the two paths. Raises ``OSError`` when they cannot be written."""
+    return write_json_and_markdown(result, markdown(result), out_dir, stem, code)

@@ -13,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..engine.registry import DEFAULT_ENGINE
 from ..results.layout import dtype_marker
+from ..util.provenance import code_version
 from ..settings import (CERTIFIED_KERNELS, DEFAULT_CHUNK_SIZE, DEFAULT_MODEL, BatchedSettings, BenchSettings,
                         ModelOptions)
 from .common import (BENCH, BENCH_OUT, DTYPE_NAMES, apply_isa, console, fail, int_list, load_problem_set, model_label,
@@ -94,6 +95,7 @@ def bench(
     from ..bench.report import markdown, only_markdown, write_json_and_markdown, write_outputs
     from ..bench.run import run_bench
 
+    code = code_version()  # the code that starts the benchmark is what its result names
     settings = BenchSettings(sizes=sorted(int_list(sizes, "--sizes")), repeats=repeats, graft_repeats=graft_repeats,
                              decode_tokens=decode_tokens, store_sizes=int_list(store_sizes, "--store-sizes"),
                              cold_load=cold_load, peer_python=peer_python, memory_probes=memory_probes)
@@ -114,10 +116,10 @@ def bench(
     stem = _stem(only, model, session.config.dtype, batched, smoke, kernels)
     if only:
         text = only_markdown(result)
-        paths = write_json_and_markdown(result, text, out, stem)
+        paths = write_json_and_markdown(result, text, out, stem, code)
         console.print(text)
     else:
-        paths = write_outputs(result, out, stem)
+        paths = write_outputs(result, out, stem, code)
         console.print(markdown(result))
     console.print("wrote " + ", ".join(str(p) for p in paths))
 
@@ -148,6 +150,7 @@ def bench_isa(
     dtype). Writes isa-cost-MODEL.json and .md into --out."""
     from ..bench.isa_cost import markdown, measure, write_outputs
 
+    code = code_version()  # the code that starts the benchmark is what its result names
     names = name_list(dtypes)
     if not names or any(d not in DTYPE_NAMES for d in names):
         fail(f"--dtypes must list {' and/or '.join(DTYPE_NAMES)}, got {dtypes!r}")
@@ -158,7 +161,7 @@ def bench_isa(
             result = measure(model, names, problem_file, prompt_tokens, decode_tokens, threads, repeats, advance)
     except RuntimeError as exc:
         fail(str(exc))
-    paths = write_outputs(result, out, f"isa-cost-{model_label(model)}")
+    paths = write_outputs(result, out, f"isa-cost-{model_label(model)}", code)
     console.print(markdown(result))
     console.print("wrote " + ", ".join(str(p) for p in paths))
 
@@ -177,6 +180,7 @@ def bench_portable(
 
     from ..engine.models import ModelError, resolve_model
 
+    code = code_version()  # the code that starts the benchmark is what its result names
     try:
         parsed = parse_rows(rows or DEFAULT_ROWS)
         for _, model in parsed:  # a model no probe could load is named before any probe starts
@@ -191,7 +195,7 @@ def bench_portable(
                              on_probe=lambda _probe: advance())
     except RuntimeError as exc:
         fail(str(exc))
-    paths = write_outputs(result, out)
+    paths = write_outputs(result, out, code)
     console.print(markdown(result), markup=False, highlight=False)
     console.print("wrote " + ", ".join(str(p) for p in paths), markup=False, highlight=False)
 
@@ -223,11 +227,12 @@ def bench_llama(
     from ..bench.history import write_json_and_markdown
     from ..bench.llama_overhead import LlamaBenchSettings, result_name
 
+    code = code_version()  # the code that starts the benchmark is what its result names
     if only is not None:
         if only != "samples":
             fail(f"--only {only!r}: the one section of bench-llama that runs alone is 'samples'")
         return _bench_llama_samples(model, problems, max(int_list(sizes, "--sizes")), int_list(widths, "--widths"),
-                                    decode_tokens, repeats, threads, out)
+                                    decode_tokens, repeats, threads, out, code)
     try:
         kinds = parse_variants(kv_types)
     except ValueError as exc:
@@ -242,14 +247,15 @@ def bench_llama(
                                       lambda name: advance())
     except (ImportError, RuntimeError, ValueError, FileNotFoundError) as exc:
         fail(f"bench-llama: {exc}")
-    paths = write_json_and_markdown(result, markdown(result), out, result_name(model_label(model), threads))
+    paths = write_json_and_markdown(result, markdown(result), out, result_name(model_label(model), threads), code)
     console.print(markdown(result), markup=False, highlight=False)
     console.print("wrote " + ", ".join(str(p) for p in paths))
 
 
 def _bench_llama_samples(model: str, problems: str, graft_tokens: int, widths: list[int], tokens: int, repeats: int,
-                         threads: int, out: Path) -> None:
-    """bench-llama --only samples (:mod:`graftbench.bench.llama_samples`): parse, run, print, write."""
+                         threads: int, out: Path, code: dict) -> None:
+    """bench-llama --only samples (:mod:`graftbench.bench.llama_samples`): parse, run, print, write (naming
+    ``code``, the code version read when the command started)."""
     from ..bench.history import write_json_and_markdown
     from ..bench.llama_samples import SamplesBenchSettings, markdown, result_name, run_samples_bench
     from ..settings import cache_root
@@ -262,7 +268,7 @@ def _bench_llama_samples(model: str, problems: str, graft_tokens: int, widths: l
                                        on_row=lambda name: advance(), keep=cache_root() / "bench-llama-samples")
     except (ImportError, RuntimeError, ValueError, FileNotFoundError) as exc:
         fail(f"bench-llama --only samples: {exc}")
-    paths = write_json_and_markdown(result, markdown(result), out, result_name(model_label(model), threads))
+    paths = write_json_and_markdown(result, markdown(result), out, result_name(model_label(model), threads), code)
     console.print(markdown(result), markup=False, highlight=False)
     console.print("wrote " + ", ".join(str(p) for p in paths))
 
@@ -286,6 +292,7 @@ def bench_long_context(
     from ..bench.report import long_context_markdown, write_long_context
     from ..bench.workload import corpus_ids
 
+    code = code_version()  # the code that starts the benchmark is what its result names
     problem_list = [p for source in problems
                     for p in load_problem_set(_problem_file(source), None, "id", "problem", "answer", "solution")]
     session = open_model(ModelOptions(engine=DEFAULT_ENGINE, model=model, dtype=dtype, chunk_size=chunk_size, isa=isa,
@@ -298,6 +305,6 @@ def bench_long_context(
     except (ValueError, OSError) as exc:
         fail(str(exc))
     result["problems"] = problems
-    paths = write_long_context(result, out, f"long-context-{model_label(model)}")
+    paths = write_long_context(result, out, f"long-context-{model_label(model)}", code)
     console.print(long_context_markdown(result))
     console.print("wrote " + ", ".join(str(p) for p in paths))

@@ -50,6 +50,9 @@ def check_exact(
     device: DeviceArg = "auto", kernels: KernelsArg = CERTIFIED_KERNELS,
 ) -> None:
     """Prove the graft byte-exact against a fresh chunked recompute, with negative controls, or replay an expectation."""
+    from ..util.provenance import code_version
+
+    code = code_version()  # the code that starts the check is what its manifest or replay record names
     try:
         require_certified_kernels(kernels, "check-exact")
     except ValueError as exc:
@@ -58,7 +61,7 @@ def check_exact(
                            device=device, kernels=kernels, kv_type=kv_type, flash_attn=flash_attn)
     if expect is not None:
         first, end = _pair_range(pairs, limit)
-        return _replay(expect, end, options, log, first, across_cpu_kinds)
+        return _replay(expect, end, options, log, first, across_cpu_kinds, code)
     if pairs is not None or across_cpu_kinds:
         fail(f"{'--pairs' if pairs is not None else '--across-cpu-kinds'} applies with --expect only")
     factory = engine_factory(engine)
@@ -67,6 +70,7 @@ def check_exact(
     if "isa" in factory.options:
         apply_isa(isa)  # before the imports below bring in torch
     from ..eval.exactness import check_pair_source, run_check_exact
+    from ..results.exact_manifest import reused_code
 
     problem_list = load_problem_set(problems, None, "id", "problem", "answer", "solution")
     try:
@@ -80,7 +84,7 @@ def check_exact(
     session, recorded = open_model(options, architecture_only=True), []
     if extend:
         session, recorded = _extension(extend, expected, session, problem_list, samples)
-    run, done = open_run(runs_dir, model, session, problem_list)
+    run, done = open_run(runs_dir, model, session, problem_list, code)
     done = recorded + done  # the journal's records come last, so they win
     with run, progress(_label("check-exact", session), samples) as advance:
         def measured(record):
@@ -91,7 +95,8 @@ def check_exact(
             manifest = run_check_exact(session, problem_list, problems, samples, controls, control_pairs,
                                        on_pair=measured, done=done,
                                        on_reused=lambda r: advance(f"{r['id']} resumed"),
-                                       command_options=command_options())
+                                       command_options=command_options(), code=code,
+                                       code_resumed_from=reused_code(expected, run.earlier_code))
         except OSError as exc:
             fail(str(exc))
     agreement = manifest["settings"].get("tokenizer_agreement")  # an engine fed graftbench's ids by its own tokenizer
@@ -161,13 +166,14 @@ def _pair_range(pairs: str | None, limit: int | None) -> tuple[int, int | None]:
 
 
 def _replay(expect: Path, limit, given: ModelOptions, log: Path | None, first: int = 0,
-            across_cpu_kinds: bool = False) -> None:
+            across_cpu_kinds: bool = False, code: dict | None = None) -> None:
     """Replay the expectation at ``expect`` on the engine its pin names, under that pin (an engine that takes
     ``--isa`` adopts the recorded one unless ``--isa`` is given; another adopts what its pin fixes, e.g. a llama.cpp
     build), with the device, kernels and llama.cpp cache options of ``given`` where the pin does not fix them;
     ``across_cpu_kinds``: where this machine's pin differs in CPU features alone, compare the pairs anyway
-    (:func:`graftbench.eval.replay_committed.adopt_cpu_features`), logged as a comparison on another kind of CPU.
-    Fails when not comparable or a hash differs."""
+    (:func:`graftbench.eval.replay_committed.adopt_cpu_features`), logged as a comparison on another kind of CPU;
+    ``code``: the code version read when the command started, logged as the record's ``code``. Fails when not
+    comparable or a hash differs."""
     from ..eval.expectation_pin import adopt_expectation
     from ..results.expectation_kind import replay_target
 
@@ -183,7 +189,8 @@ def _replay(expect: Path, limit, given: ModelOptions, log: Path | None, first: i
     expected, options, recorded = adopted.expected, adopted.options, adopted.recorded
     problem_list = load_problem_set(expected["problem_set"]["source"], None, "id", "problem", "answer", "solution")
     session = open_model(options, architecture_only=True, pinned=recorded)
-    result, record = _replay_pairs(expect, expected, session, problem_list, limit, log, first, across_cpu_kinds)
+    result, record = _replay_pairs(expect, expected, session, problem_list, limit, log, first, across_cpu_kinds,
+                                   code)
     if "isa" in engine_factory(options.engine).options:
         from ..util.isa import describe_cpu
 
@@ -200,11 +207,11 @@ def _replay(expect: Path, limit, given: ModelOptions, log: Path | None, first: i
 
 
 def _replay_pairs(expect: Path, expected: dict, session, problem_list, limit, log: Path | None, first: int,
-                  across_cpu_kinds: bool):
+                  across_cpu_kinds: bool, code: dict | None = None):
     """Replay the pairs ``first`` to ``limit`` − 1 (:func:`graftbench.eval.exactness.replay`), against the
     expectation with its CPU-feature fields adopted when ``across_cpu_kinds`` finds only those differ; append the
-    replay record (:func:`graftbench.results.exact_manifest.replay_record`) to ``log`` when given. Returns
-    ``(outcome, record)``."""
+    replay record (:func:`graftbench.results.exact_manifest.replay_record`, naming ``code``) to ``log`` when given.
+    Returns ``(outcome, record)``."""
     from ..eval.exactness import replay
     from ..eval.replay_committed import adopt_cpu_features, describe_features
     from ..results.exact_manifest import append_replay_log, replay_record
@@ -228,7 +235,8 @@ def _replay_pairs(expect: Path, expected: dict, session, problem_list, limit, lo
         expected, compared=result.compared, equal=result.equal, first_difference=result.first_difference,
         pin_differences_found=[*(features["fields"] if features else []), *result.pin_differences],
         replayed_gpu=session.config.accelerator.get("gpu") if session.config.accelerator else None,
-        across_cpu_kinds={k: features[k] for k in ("recorded_only", "replayed_only")} if compared_across else None)
+        across_cpu_kinds={k: features[k] for k in ("recorded_only", "replayed_only")} if compared_across else None,
+        code=code)
     if first:
         record["first_pair"] = first
     if log is not None:

@@ -8,10 +8,11 @@ from pathlib import Path
 from .common import console, fail, model_label
 
 
-def open_run(runs_dir: str, model: str, session, problem_list):
+def open_run(runs_dir: str, model: str, session, problem_list, code: dict):
     """The run folder that journals each measured pair (``samples.jsonl``, one record a line), named by the model,
     the pin's fingerprint and the problem set's hash, so that a re-run under the same pin resumes it and another
-    pin never reads its records; returns it open, with the records already in it. Fails with the holder when
+    pin never reads its records; returns it open, with the records already in it, this process's code version
+    ``code`` recorded as appending to it (:meth:`graftbench.results.runs.RunDir.open`). Fails with the holder when
     another process has it open."""
     from ..problems.types import problem_set_sha256
     from ..results.runs import RunDir, RunError
@@ -20,7 +21,7 @@ def open_run(runs_dir: str, model: str, session, problem_list):
     name = f"exact-{model_label(model)}-{config.dtype}-{config.fingerprint[:12]}-{problems_sha[:8]}"
     run = RunDir(runs_dir, name, key="id")
     try:
-        done = run.open({"config_fingerprint": config.fingerprint, "problem_set_sha256": problems_sha})
+        done = run.open({"config_fingerprint": config.fingerprint, "problem_set_sha256": problems_sha}, code)
     except (RunError, OSError) as exc:
         fail(str(exc))
     if done:

@@ -25,7 +25,9 @@ def route_quality(
     count how often the routed example is of the problem's own family (no model). Writes route-quality.json and
     .md into --out."""
     from ..bench.route_quality import measure_route_quality, table_header, table_rows, write_results
+    from ..util.provenance import code_version
 
+    code = code_version()  # the code that starts the measurement is what its result names
     try:
         result = measure_route_quality(library_per_family, held_out_per_family, min_similarity, seed)
     except ValueError as exc:
@@ -35,7 +37,7 @@ def route_quality(
     for table in _ranker_tables(table_header(result), table_rows(result), result["rankers"]):
         console.print(table)
     try:
-        paths = write_results(result, out)
+        paths = write_results(result, out, code=code)
     except OSError as exc:
         fail(f"cannot write the results to {out}: {exc}")
     console.print("wrote " + ", ".join(str(p) for p in paths))

@@ -33,7 +33,9 @@ def trace_pair(
     from ..engine.base import LAYER_TRACE
     from ..eval.expectation_pin import adopt_expectation
     from ..eval.layer_trace import trace_session_pair, write_trace
+    from ..util.provenance import code_version
 
+    code = code_version()  # the code that starts the trace is what its provenance names
     options = ModelOptions(engine=engine, model=model, dtype=dtype, chunk_size=chunk_size, threads=threads, isa=isa,
                            kv_type=kv_type, flash_attn=flash_attn)
     expected, pinned = None, None
@@ -46,7 +48,7 @@ def trace_pair(
     problem_list = load_problem_set(problems, None, "id", "problem", "answer", "solution")
     session = open_model(options, architecture_only=True, pinned=pinned)
     try:
-        document = trace_session_pair(session, problem_list, pair, expected)
+        document = trace_session_pair(session, problem_list, pair, expected, code)
     except ValueError as exc:
         fail(f"{expect or problems}: {exc}")
     write_trace(out, document)

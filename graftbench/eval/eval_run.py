@@ -18,6 +18,7 @@ from ..settings import EvalSettings
 from ..problems.shards import parse_shard, select
 from ..store.folder import Store
 from ..store.open import open_store
+from ..util.provenance import code_version
 from .run_identity import run_record
 from .run_manifest import eval_manifest, options_section
 
@@ -67,24 +68,28 @@ def open_graft_store(store_root: str | Path, new_store: bool = False) -> Store:
 def run_eval(session: EngineSession, problems: list[Problem], source: str, run_name: str, settings: EvalSettings,
              command: str = "eval", runs_root: str | Path = "runs", store_root: str | Path | None = None,
              on_sample: Callable[[Sample], None] | None = None, new_store: bool = False,
-             command_options: dict | None = None) -> RunResult:
+             command_options: dict | None = None, code: dict | None = None) -> RunResult:
     """Open (or resume) ``runs/<run_name>`` holding its lock, evaluate every problem not yet recorded (of
     ``settings.shard`` only, when given), write ``manifest.json``, release the lock.
 
     With ``settings.graft`` the store at ``store_root`` must exist, unless ``new_store`` (then an empty one is
     created and every problem runs as the baseline). ``command_options``: the options the command was given (flag
-    to value), recorded as the manifest's ``command_options`` when not empty. Raises
+    to value), recorded as the manifest's ``command_options`` when not empty. ``code``: the code version the run
+    is made by (:func:`graftbench.util.provenance.code_version`, read here when ``None``, before any sample), the
+    manifest's ``environment.code`` however long the run takes; a resumed run's manifest also lists the code
+    versions of the earlier processes whose samples it holds (``environment.code_resumed_from``). Raises
     :class:`graftbench.results.runs.RunError` when the run folder holds a run with other settings or another process
     holds it, and :class:`graftbench.store.folder.StoreError` for a store that does not exist (without ``new_store``)
     or whose index is missing or damaged.
     """
+    code = code if code is not None else code_version()  # at the start: the checkout may move during the run
     run = RunDir(runs_root, run_name)
     shard_problems = [p for _, p in select(problems, parse_shard(settings.shard))]
     store = open_graft_store(store_root, new_store) if settings.graft and store_root is not None else None
     with run:
         run.lock()  # first: a run that another process holds is refused before anything else
         config = session.config.to_dict()
-        run.open(run_record(command, config, session.config.fingerprint, problems, settings))
+        run.open(run_record(command, config, session.config.fingerprint, problems, settings), code)
         # NVML reads the GPU the run uses (cuda:N); a session without a torch device gives its pin's device kind
         meter = EnergyMeter(device=getattr(session, "device", session.config.device))
         samples = evaluate(session, shard_problems, run, settings, store, meter, on_sample)
@@ -92,6 +97,6 @@ def run_eval(session: EngineSession, problems: list[Problem], source: str, run_n
             run_name=run_name, command=command, config=config, config_fingerprint=session.config.fingerprint,
             settings=settings, source=source, problems=problems, samples=[s.to_json() for s in samples],
             energy=meter.describe(), store_root=store_root if store is not None else None,
-            extra=options_section(command_options))
+            extra=options_section(command_options), code=code, code_resumed_from=run.earlier_code)
         write_manifest(manifest, run.manifest_path)
     return RunResult(run, samples, manifest, run.cleaned + (store.cleaned if store is not None else []))

@@ -235,7 +235,8 @@ def measure_pairs(pairs: list[Pair], check, with_controls: bool, control_pairs: 
 
 def run_check_exact(session: EngineSession, problems: list[Problem], source: str, samples: int, with_controls: bool,
                     control_pairs: int, on_pair=None, done: list[dict] | None = None, on_reused=None,
-                    command_options: dict | None = None) -> dict:
+                    command_options: dict | None = None, code: dict | None = None,
+                    code_resumed_from: list[dict] | None = None) -> dict:
     """Check ``samples`` pairs on the session's engine (controls on the first ``control_pairs`` when
     ``with_controls``) and return the sealed exactness manifest (see :mod:`graftbench.results.exact_manifest`); the
     engine adds its own settings (:meth:`graftbench.engine.base.ExactnessChecks.settings`: on llama.cpp the engine's
@@ -245,10 +246,15 @@ def run_check_exact(session: EngineSession, problems: list[Problem], source: str
     pair whose id, tokens and controls match one is not measured again (the last matching record counts), and
     ``on_reused`` is called with it; ``on_pair`` is called with each newly measured record (to journal it).
     ``command_options``: the options the command was given (flag to value), recorded in the settings when not
-    empty."""
+    empty. ``code``: the code version making the check (:func:`graftbench.util.provenance.code_version`, read here
+    when ``None``, before any pair), the manifest's ``environment.code`` however long the check takes;
+    ``code_resumed_from``: the code versions of the earlier processes that journalled ``done``
+    (:attr:`graftbench.results.runs.RunDir.earlier_code`), the manifest's ``environment.code_resumed_from``."""
     from ..results.exact_manifest import build_exactness_manifest
     from ..problems.types import problem_set_sha256
+    from ..util.provenance import code_version
 
+    code = code if code is not None else code_version()  # at the start: the checkout may move during the check
     checks = session.exactness()
     pairs = build_pairs(session, problems, samples, PAIR_LAYOUT, window=checks.window)
     records = measure_pairs(pairs, lambda pair, here: check_pair(session, pair, here), with_controls, control_pairs,
@@ -261,7 +267,7 @@ def run_check_exact(session: EngineSession, problems: list[Problem], source: str
                   "pair_layout": PAIR_LAYOUT.to_dict(), **(checks.control_settings() if with_controls else {}),
                   **checks.settings(problems, PAIR_LAYOUT),
                   **({"command_options": dict(command_options)} if command_options else {})},
-        records=records,
+        records=records, code=code, code_resumed_from=code_resumed_from,
     )
 
 
@@ -380,16 +386,19 @@ def replay(session: EngineSession, expected: dict, problems: list[Problem], limi
 
 
 def replay_and_log(session: EngineSession, expected: dict, problems: list[Problem], limit: int | None = None,
-                   log=None, on_pair=None, first: int = 0) -> tuple[Replay, dict]:
+                   log=None, on_pair=None, first: int = 0, code: dict | None = None) -> tuple[Replay, dict]:
     """:func:`replay` (pairs ``first`` to ``limit`` − 1), then the replay record naming both CPUs (and GPUs, on a
     GPU) (:func:`graftbench.results.exact_manifest.replay_record`; ``first_pair`` added when ``first`` > 0),
-    appended to the replay log ``log`` (a path) when given. Returns ``(outcome, record)``."""
+    appended to the replay log ``log`` (a path) when given; ``code``: the code version replaying (read here, before
+    the replay, when ``None``). Returns ``(outcome, record)``."""
     from ..results.exact_manifest import append_replay_log, replay_record
+    from ..util.provenance import code_version
 
+    code = code if code is not None else code_version()  # at the start: the checkout may move during the replay
     result = replay(session, expected, problems, limit, on_pair, first)
     record = replay_record(expected, compared=result.compared, equal=result.equal,
                            first_difference=result.first_difference, pin_differences_found=result.pin_differences,
-                           replayed_gpu=session.config.accelerator.get("gpu"))
+                           replayed_gpu=session.config.accelerator.get("gpu"), code=code)
     if first:
         record["first_pair"] = first
     if log is not None:

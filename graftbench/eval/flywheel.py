@@ -26,6 +26,7 @@ from ..engine.base import EngineSession
 from ..settings import EvalSettings, RoundsSettings
 from ..store.open import open_store
 from .eval_run import RunResult, run_eval
+from ..util.provenance import code_version
 from .run_identity import problem_entry
 
 
@@ -98,8 +99,10 @@ def run_rounds(session: EngineSession, settings: RoundsSettings, runs_root: str 
     items) it will report through ``on_sample`` (``on_item``).
 
     Raises :class:`graftbench.results.runs.RunError` when a run folder of the flywheel holds other settings (another
-    model or sampling), and the store and storage errors of :func:`graftbench.eval.eval_run.run_eval`.
+    model or sampling), and the store and storage errors of :func:`graftbench.eval.eval_run.run_eval`. Every run's
+    manifest names the code version read when the flywheel started (``environment.code``).
     """
+    code = code_version()  # at the start: the rounds may take hours while the checkout moves
     stage = on_stage or (lambda name, total: None)
     n = settings.samples
     slices, store = pool_slices(settings), open_store(store_root)
@@ -109,14 +112,14 @@ def run_rounds(session: EngineSession, settings: RoundsSettings, runs_root: str 
         library_size = len(store.ids())
         stage(f"round {round_}: {'held-out ' if round_ else ''}baseline", len(problems) * n)
         base = run_eval(session, problems, "builtin", f"{name}-baseline", _eval_settings(settings, round_, False),
-                        command="solve", runs_root=runs_root, on_sample=on_sample)
+                        command="solve", runs_root=runs_root, on_sample=on_sample, code=code)
         result = RoundResult(round_, library_size, [p.id for p in problems], base)
         arms = [base]
         if round_ > 0:
             stage(f"round {round_}: held-out graft (library of {library_size})", len(problems) * n)
             result.graft = run_eval(session, problems, "builtin", f"{name}-graft",
                                     _eval_settings(settings, round_, True), runs_root=runs_root,
-                                    store_root=store_root, on_sample=on_sample)
+                                    store_root=store_root, on_sample=on_sample, code=code)
             arms.append(result.graft)
             entries = [problem_entry(p) for p in problems]
             result.difference = paired_difference([s.to_json() for s in result.graft.samples],
@@ -126,7 +129,7 @@ def run_rounds(session: EngineSession, settings: RoundsSettings, runs_root: str 
                 stage(f"round {round_}: recurring", len(solved) * n)
                 result.recurring = run_eval(session, solved, "builtin", f"{name}-recurring",
                                             _eval_settings(settings, round_, True), runs_root=runs_root,
-                                            store_root=store_root, on_sample=on_sample)
+                                            store_root=store_root, on_sample=on_sample, code=code)
         if round_ < settings.rounds:
             items = verified_items(arms, problems, f"flywheel:{name}")
             stage(f"round {round_}: deposit", len(items))

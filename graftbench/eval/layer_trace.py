@@ -85,7 +85,8 @@ def first_difference(a: dict, b: dict) -> Difference | None:
     return None
 
 
-def trace_session_pair(session, problems: list, index: int, expected: dict | None = None) -> dict:
+def trace_session_pair(session, problems: list, index: int, expected: dict | None = None,
+                       code: dict | None = None) -> dict:
     """The trace document of pair ``index`` (0-based) of ``check-exact``'s pairs over ``problems`` on a
     ``session`` (an engine that declares :data:`graftbench.engine.base.LAYER_TRACE`), without a file: ``pin``,
     ``pair``, ``environment`` (the CPU), ``provenance`` (date, code version, machine:
@@ -94,14 +95,16 @@ def trace_session_pair(session, problems: list, index: int, expected: dict | Non
     :func:`graftbench.engine.llama_cpp.layer_trace.trace_pair`).
 
     ``expected``: an exactness expectation this pair is of; its pair record's token ids' SHA-256 must be this pair's.
+    ``code``: the code version tracing (the provenance's ``code``; read here, before the trace, when ``None``).
     Raises :class:`graftbench.engine.base.CapabilityError` for an engine without a layer trace, ``ValueError`` for an
     index past the pairs the problems give, or a pair whose tokens are not the
     expectation's (another problem set or tokenizer)."""
     from ..engine.base import LAYER_TRACE, require
     from ..util.isa import environment
-    from ..util.provenance import provenance
+    from ..util.provenance import code_version, provenance
     from .exactness import build_pairs
 
+    code = code if code is not None else code_version()  # at the start: the checkout may move during the trace
     require(session, LAYER_TRACE, "trace-pair")
     if index < 0:
         raise ValueError(f"pair index must be 0 or more, got {index}")
@@ -114,7 +117,7 @@ def trace_session_pair(session, problems: list, index: int, expected: dict | Non
             raise ValueError(f"pair {index}'s token ids are not the expectation's (SHA-256 {pair.tokens_sha256[:12]}, "
                              f"recorded {str(records[index].get('tokens_sha256'))[:12]}): another problem set?")
     steps = session.layer_trace(pair.artifact, pair.query)
+    gpu = (session.config.accelerator or {}).get("gpu")
     return {"schema": SCHEMA, "pin": {**session.config.to_dict(), "fingerprint": session.config.fingerprint},
             "pair": {"id": pair.id, "kind": pair.kind, "tokens_sha256": pair.tokens_sha256},
-            "environment": environment(), "provenance": provenance(gpu=(session.config.accelerator or {}).get("gpu")),
-            "steps": steps}
+            "environment": environment(), "provenance": provenance(gpu=gpu, code=code), "steps": steps}

@@ -13,6 +13,7 @@ from ..problems.types import Problem
 from ..engine.base import EngineSession
 from ..settings import EvalSettings
 from .eval_run import RunResult, run_eval
+from ..util.provenance import code_version
 from .deposit_plan import deposit_job
 
 
@@ -59,18 +60,20 @@ def flywheel(session: EngineSession, problems: list[Problem], source: str, *, pr
              runs_root: str | Path = "runs", store_root: str | Path = "store", on_sample=None, on_item=None,
              on_stage: Callable[[str], None] | None = None) -> FlywheelResult:
     """Solve all problems (baseline), deposit the recurring part's verified and reference solutions, eval with
-    graft (certified) on all, and verify both manifests."""
+    graft (certified) on all, and verify both manifests. Both manifests name the code version read when it started
+    (``environment.code``)."""
+    code = code_version()  # at the start: the checkout may move during the runs
     stage = on_stage or (lambda _: None)
     recurring, held_out = split_recurring(problems)
     stage("solve (baseline)")
     baseline = run_eval(session, problems, source, f"{prefix}-baseline", EvalSettings(max_new_tokens=max_new_tokens),
-                        command="solve", runs_root=runs_root, on_sample=on_sample)
+                        command="solve", runs_root=runs_root, on_sample=on_sample, code=code)
     stage("deposit")
     report = deposit_job(session, store_root, recurring, references=True, from_run=baseline.run, on_item=on_item)
     stage("eval --graft --certify")
     grafted = run_eval(session, problems, source, f"{prefix}-graft",
                        EvalSettings(max_new_tokens=max_new_tokens, graft=True, certify=True), command="eval",
-                       runs_root=runs_root, store_root=store_root, on_sample=on_sample)
+                       runs_root=runs_root, store_root=store_root, on_sample=on_sample, code=code)
     checks = {}
     for result in (baseline, grafted):
         mismatches, _ = verify_manifest(result.run.manifest_path, store_root, require_artifacts=True)

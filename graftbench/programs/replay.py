@@ -120,21 +120,23 @@ def _run_once(runs: dict, program: str, limits: SandboxLimits) -> ProgramResult:
     return runs[program, limits]
 
 
-def log_record(path: str | Path, manifest: dict, replayed: list[Replayed], ran: int) -> dict:
+def log_record(path: str | Path, manifest: dict, replayed: list[Replayed], ran: int,
+               code: dict | None = None) -> dict:
     """The log line of one manifest's replay: its path and seal (``manifest`` is its loaded dict), how many programs
     it holds, how many of them were run for it (``ran``; the others reused a run of the same text and limits), how
     many gave the same verdict and the same stop reason, every difference, every program whose first run was starved
     (judged on a run with more wall time, :func:`replay_programs`), the isolation they ran in, this machine's CPU
     and its load average (1, 5 and 15 minutes, from ``os.getloadavg``) when the line is written (a program stopped
     at the wall-time limit on a busy machine may have finished on a quiet one), and the code version that replayed
-    them (``code``: :func:`graftbench.util.provenance.code_version`)."""
+    them (``code``: :func:`graftbench.util.provenance.code_version`, read when the replay started; ``None`` reads
+    it now)."""
     return {"schema": LOG_SCHEMA, "manifest": str(path), "manifest_sha256": manifest.get("manifest_sha256"),
             "programs": len(replayed), "ran": ran, "same_verdict": sum(r.same_verdict for r in replayed),
             "same_stopped": sum(r.stopped == r.recorded_stopped for r in replayed),
             "differences": [asdict(r) for r in replayed if not r.same],
             "starved": [asdict(r) for r in replayed if r.starved_s is not None],
             "isolation": isolation().description, "replayed_on": isa.describe_cpu(isa.environment()),
-            "code": code_version(),
+            "code": code if code is not None else code_version(),
             "load_average": [round(value, 2) for value in os.getloadavg()], "cpus": os.cpu_count(),
             "replayed_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
@@ -145,7 +147,9 @@ def replay_manifests(manifests: Iterable[tuple[str | Path, dict, int | str]], lo
     :func:`graftbench.api.replay_programs` loads and checks them all before any program runs) in turn (:func:`replay_programs`, one run
     per distinct program and limits), append each one's :func:`log_record` to ``log`` (JSON lines) as soon as it is
     done, hand it to ``on_record`` (when given) at once, and return the records. Raises as :func:`replay_programs`
-    does, and ``OSError`` when ``log`` cannot be appended to (tried before any program runs)."""
+    does, and ``OSError`` when ``log`` cannot be appended to (tried before any program runs). Every record names
+    the code version read before the first program runs (:func:`log_record`'s ``code``)."""
+    code = code_version()  # at the start: the checkout may move while the programs run
     if log is not None:
         with open(log, "a", encoding="utf-8"):
             pass
@@ -153,7 +157,8 @@ def replay_manifests(manifests: Iterable[tuple[str | Path, dict, int | str]], lo
     records = []
     for path, manifest, version in manifests:
         before = len(runs)
-        record = log_record(path, manifest, replay_programs(manifest, version, runs, str(path)), len(runs) - before)
+        record = log_record(path, manifest, replay_programs(manifest, version, runs, str(path)), len(runs) - before,
+                            code)
         records.append(record)
         if log is not None:
             with open(log, "a", encoding="utf-8") as handle:

@@ -17,6 +17,7 @@ from ..util.isa import environment as cpu_environment
 from ..util.isa import same_cpu_kind
 from ..util.provenance import code_version
 from .manifest import environment, load_manifest
+from .runs import UNRECORDED_CODE
 from ..util.strict_json import loads_strict
 
 SCHEMA = "graftbench.exactness/1"
@@ -59,20 +60,40 @@ def exactness_totals(records: list[dict]) -> dict:
 
 
 def build_exactness_manifest(*, config: dict, config_fingerprint: str, problem_set: dict, settings: dict,
-                             records: list[dict]) -> dict:
-    """Assemble and seal (``manifest_sha256``) an exactness manifest."""
+                             records: list[dict], code: dict | None = None,
+                             code_resumed_from: list[dict] | None = None) -> dict:
+    """Assemble and seal (``manifest_sha256``) an exactness manifest; ``code`` is the code version read when the
+    check started (``environment.code``: :func:`graftbench.results.manifest.environment`; ``None`` reads it now) and
+    ``code_resumed_from`` those of the earlier processes whose journalled pair records it reuses
+    (``environment.code_resumed_from``, only when not empty)."""
     body = {
         "schema": SCHEMA,
         "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "config": config,
         "config_fingerprint": config_fingerprint,
-        "environment": environment(),
+        "environment": environment(code, code_resumed_from),
         "problem_set": problem_set,
         "settings": settings,
         "pairs": records,
         "totals": exactness_totals(records),
     }
     return seal_exactness_manifest(body)
+
+
+def reused_code(extended: dict | None, journal: list[dict]) -> list[dict]:
+    """The distinct code versions of the earlier processes whose pair records a check may reuse, in order: those
+    that made the expectation ``extended`` it extends (``--extend``; its ``environment.code``, or
+    :data:`graftbench.results.runs.UNRECORDED_CODE` for one written before the field, then its
+    ``environment.code_resumed_from``), then those of its run folder's journal (``journal``:
+    :attr:`graftbench.results.runs.RunDir.earlier_code`). What becomes the manifest's
+    ``environment.code_resumed_from``."""
+    found: list[dict] = []
+    recorded = (extended or {}).get("environment") or {}
+    made = [recorded.get("code") or UNRECORDED_CODE, *(recorded.get("code_resumed_from") or [])] if extended else []
+    for code in [*made, *journal]:
+        if code not in found:
+            found.append(code)
+    return found
 
 
 def seal_exactness_manifest(manifest: dict) -> dict:
@@ -133,11 +154,12 @@ REPLAY_SCHEMA = "graftbench.replay/1"
 
 def replay_record(expected: dict, *, compared: int, equal: int, first_difference: str | None,
                   pin_differences_found: list[str], replayed_gpu: str | None = None,
-                  across_cpu_kinds: dict | None = None) -> dict:
+                  across_cpu_kinds: dict | None = None, code: dict | None = None) -> dict:
     """One line of a replay log: which expectation (by its ``manifest_sha256``) was replayed where, under which
     pin, and with what outcome. ``recorded_on`` and ``replayed_on`` name the CPUs (model and native capability)
     and, for a run on a GPU, the GPU (``gpu``: the recorded pin's ``accelerator.gpu``, and ``replayed_gpu``);
-    ``code`` the code version that replayed it (:func:`graftbench.util.provenance.code_version`).
+    ``code`` the code version that replayed it (:func:`graftbench.util.provenance.code_version`, read when the
+    replay started; ``None`` reads it now).
     ``across_cpu_kinds`` (``{"recorded_only": [...], "replayed_only": [...]}``, the CPU features that differ; only
     when given): the pairs were compared although the pin differs in ``pin_differences_found``, CPU features alone
     (``check-exact --across-cpu-kinds``, :mod:`graftbench.eval.replay_committed`), so the record verifies no CPU
@@ -154,7 +176,7 @@ def replay_record(expected: dict, *, compared: int, equal: int, first_difference
         "recorded_on": {**{k: recorded[k] for k in ("cpu_model", "cpu_capability_native", "cpu_kernel_flags")
                            if k in recorded}, **({"gpu": recorded_gpu} if recorded_gpu else {})},
         "replayed_on": {**cpu_environment(), **({"gpu": replayed_gpu} if replayed_gpu else {})},
-        "code": code_version(),
+        "code": code if code is not None else code_version(),
         "compared": compared,
         "equal": equal,
         "first_difference": first_difference,

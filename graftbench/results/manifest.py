@@ -121,13 +121,20 @@ def graft_use_note(manifest: dict) -> str | None:
             "Its manifest records it (graft_use.none_grafted)")
 
 
-def environment() -> dict:
+def environment(code: dict | None = None, code_resumed_from: list[dict] | None = None) -> dict:
     """Where the run happened and what ran it: Python, OS, machine, CPU model, native capability and kernel flags
     (:func:`graftbench.util.provenance.machine`; no host or user names) and ``code``, the code version
     (:func:`graftbench.util.provenance.code_version`: graftbench's version, the checkout's commit and whether its
     tracked files differed from it). Sealed with the rest of a manifest; not part of the pin (``config``), so no
-    replay or comparison of runs looks at it. Raises nothing."""
-    return {**machine(), "code": code_version()}
+    replay or comparison of runs looks at it. Raises nothing.
+
+    ``code``: the code version read when the work started (what produced the result); ``None`` reads it now, which
+    is right only when the work and the writing happen together (a checkout can move during a long run).
+    ``code_resumed_from``: for a resumed run, the code versions of the earlier processes whose journal records the
+    result includes (:attr:`graftbench.results.runs.RunDir.earlier_code`), recorded as ``code_resumed_from`` when
+    not empty (a run that was not resumed has no such field)."""
+    return {**machine(), "code": code if code is not None else code_version(),
+            **({"code_resumed_from": list(code_resumed_from)} if code_resumed_from else {})}
 
 
 def canonical_bytes(obj, schema: str = SCHEMA) -> bytes:
@@ -186,12 +193,15 @@ def verifier_floor(manifest: dict) -> list[str]:
 
 def build_manifest(*, run: str, command: str, config: dict, config_fingerprint: str, settings: dict,
                    problem_set: dict, problems: list[dict], samples: list[dict], energy: dict,
-                   store: str | None, extra: dict | None = None) -> dict:
+                   store: str | None, extra: dict | None = None, code: dict | None = None,
+                   code_resumed_from: list[dict] | None = None) -> dict:
     """Assemble a manifest dict and seal it with ``manifest_sha256``.
 
     ``problems`` are ``{"id", "problem_sha256", "key"}`` (and ``family`` when the set gives one); ``samples`` as
     written by :mod:`graftbench.eval.evaluate`. ``metrics`` holds :func:`run_metrics`. ``extra`` adds sections (sealed
-    like the others), e.g. the ``merged_from`` of a merged run.
+    like the others), e.g. the ``merged_from`` of a merged run. ``code``: the code version read when the run
+    started, recorded as ``environment.code``, and ``code_resumed_from`` those of the earlier processes of a resumed
+    run (:func:`environment`; ``code`` ``None`` reads it now).
     """
     artifacts = sorted({s["artifact_id"]: s["artifact_tokens"] for s in samples if s.get("artifact_id")}.items())
     body = {
@@ -201,7 +211,7 @@ def build_manifest(*, run: str, command: str, config: dict, config_fingerprint: 
         "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "config": config,
         "config_fingerprint": config_fingerprint,
-        "environment": environment(),
+        "environment": environment(code, code_resumed_from),
         "settings": settings,
         "problem_set": problem_set,
         "problems": problems,

@@ -12,6 +12,12 @@ holder; the kernel drops the lock when the holder exits or is killed, so a lock 
 blocks. Opening a run also removes the ``.tmp-*`` files that writers killed before their rename left in it
 (``cleaned``).
 
+Each process that opens a run to append to it with its code version (:meth:`RunDir.open`'s ``code``) first adds a
+line to ``appended_by.jsonl``: that code version and how many records the journal held then. Records of a resumed
+run may come from earlier processes at other code versions; :attr:`RunDir.earlier_code` lists them, for the
+manifest's ``environment.code_resumed_from``. ``samples.jsonl`` itself is never changed by this, so a journal
+written before keeps resuming, and an older graftbench ignores the extra file.
+
 The durable-write helpers and the fault-injection hook live in :mod:`graftbench.util.durable`.
 """
 
@@ -33,6 +39,10 @@ from ..util.strict_json import load_strict, loads_strict
 _RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 LOCK_NAME = "run.lock"
 OWNER_NAME = "run.lock.json"  # who holds the lock: pid, host, started
+APPENDERS_NAME = "appended_by.jsonl"  # one line per process that opened the run to append: its code, records before
+# The code version of journal records appended by a process that recorded none (before appended_by.jsonl existed).
+UNRECORDED_CODE = {"version": None, "commit": None, "dirty": None,
+                   "reason": "appended before run folders recorded the code version of each process appending"}
 
 
 class RunError(ValueError):
@@ -80,12 +90,20 @@ class RunDir:
         self.settings_path = self.path / "run.json"
         self.lock_path = self.path / LOCK_NAME
         self.owner_path = self.path / OWNER_NAME
+        self.appenders_path = self.path / APPENDERS_NAME
         self.cleaned: list[Path] = []
+        self.earlier_code: list[dict] = []  # code versions of earlier processes whose records the journal holds
         self._lock: FileLock | None = None
 
-    def open(self, settings: dict) -> list[dict]:
+    def open(self, settings: dict, code: dict | None = None) -> list[dict]:
         """Create the folder or resume it, holding its lock until :meth:`close` (or this process's exit); returns
         the samples already recorded. Removes the temporary files of killed writers first (``cleaned``).
+
+        ``code``: this process's code version (:func:`graftbench.util.provenance.code_version`, read when its work
+        started). When given, the distinct code versions of the earlier processes whose records the journal holds
+        become :attr:`earlier_code` (:data:`UNRECORDED_CODE` for records appended by a process that recorded none),
+        and this process's line is added to ``appended_by.jsonl``. Raises
+        :class:`~graftbench.util.durable.StorageError` when that line cannot be written.
 
         Raises :class:`RunError` if another process holds the run (the message names its pid, host and start
         time) or if the folder holds a run with other settings (model, config, problems, budget): resuming it
@@ -95,7 +113,10 @@ class RunDir:
         self.lock()
         try:
             self.cleaned = clean_temporaries(self.path)
-            return self._resume(settings)
+            samples = self._resume(settings)
+            if code is not None:
+                self.earlier_code = self._add_appender(code, len(samples))
+            return samples
         except BaseException:
             self.close()
             raise
@@ -172,6 +193,23 @@ class RunDir:
             write_atomic(self.settings_path, json.dumps(settings, indent=1, sort_keys=True))
         return self.read_samples(repair=True)
 
+    def _add_appender(self, code: dict, records: int) -> list[dict]:
+        """Add this process's line (``code``, ``records`` already in the journal) to ``appended_by.jsonl`` (a torn
+        last line cut off first) and return the distinct code versions of the earlier processes that appended the
+        journal's first ``records`` records (:func:`contributors`)."""
+        entries = []
+        if self.appenders_path.exists():
+            data = self.appenders_path.read_bytes()
+            complete = data[: data.rfind(b"\n") + 1]
+            if len(complete) != len(data):
+                with open(self.appenders_path, "r+b") as handle:
+                    handle.truncate(len(complete))
+                    os.fsync(handle.fileno())
+            entries = [_appender(line) for line in complete.split(b"\n") if line.strip()]
+        append_json_line(self.appenders_path, {"code": code, "records_before": records},
+                         f"the code version appending to run '{self.name}'")
+        return contributors(entries, records)
+
     def read_samples(self, repair: bool = False) -> list[dict]:
         """Samples recorded so far. With ``repair``, a torn last line is cut off the file."""
         if not self.samples_path.exists():
@@ -200,3 +238,32 @@ class RunDir:
         :class:`~graftbench.util.durable.StorageError` (e.g. disk full) naming the file; the failed write is cut back
         first, so the file stays as it was."""
         append_json_line(self.samples_path, sample, f"sample {sample.get(self.key)!r}", crash="sample")
+
+
+def _appender(line: bytes) -> dict | None:
+    """One line of ``appended_by.jsonl`` as ``{"code": dict, "records_before": int}``, or ``None`` when it is not
+    one (an edited or damaged line: its records count as appended by code that recorded none)."""
+    try:
+        entry = loads_strict(line, source=APPENDERS_NAME)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    ok = (isinstance(entry, dict) and isinstance(entry.get("code"), dict)
+          and isinstance(entry.get("records_before"), int) and not isinstance(entry["records_before"], bool))
+    return entry if ok else None
+
+
+def contributors(entries: list[dict | None], records: int) -> list[dict]:
+    """The distinct code versions (in the order they first appended) of the processes that appended a journal's
+    first ``records`` records, from the ``appended_by.jsonl`` lines ``entries`` (in file order; ``None`` for a line
+    that could not be read): the process of line *i* appended the records from its ``records_before`` up to the next
+    line's (or ``records``). Records that no readable line accounts for count as :data:`UNRECORDED_CODE`: those
+    before the first line (appended before the file existed) and, when a line cannot be read, those from the
+    readable line before it up to the readable line after it. Empty when ``records`` is 0."""
+    found: list[dict] = []
+    start, code = 0, UNRECORDED_CODE  # records from ``start`` on were appended by ``code``
+    for entry in [*entries, {"code": None, "records_before": records}]:
+        end = min(entry["records_before"], records) if entry is not None else start
+        if end > start and code not in found:
+            found.append(code)
+        start, code = max(start, end), (entry["code"] if entry is not None else UNRECORDED_CODE)
+    return found

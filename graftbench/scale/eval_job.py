@@ -194,14 +194,17 @@ def execute(request: EvalRequest, problems: list, hooks: JobHooks):
     ``request``'s decoding ``request.settings`` over ``problems`` with progress. Raises :class:`Refused` (a store, run
     folder, sandbox or strict graft that cannot go on; nothing more is run), :class:`WriteFailed` (a full or
     read-only runs folder: the samples so far are kept) and :class:`Interrupted`; :class:`NotVerified` is the
-    caller's to raise from the result's ``certificate_mismatches`` once it has shown them."""
+    caller's to raise from the result's ``certificate_mismatches`` once it has shown them. The code version is read
+    before the model loads and recorded as the manifest's ``environment.code``."""
     from ..eval.evaluate import StrictFallbackError
     from ..eval.run_identity import samples_recorded, shard_size
     from ..programs.sandbox import SandboxError
     from ..results.runs import RunError
     from ..store.index import StoreError
     from ..util.durable import StorageError
+    from ..util.provenance import code_version
 
+    code = code_version()  # before the model loads: the code that starts the run is what its manifest names
     run_eval = _executor(request, hooks)  # loads the model here, or leaves it to workers
     settings, folder = request.settings, Path(request.runs_dir) / request.run
     if settings.graft and request.cluster is None:  # over Ray: the driver's pre-flight
@@ -211,7 +214,8 @@ def execute(request: EvalRequest, problems: list, hooks: JobHooks):
                             samples_recorded(request.runs_dir, request.run, problems, settings)) as advance:
             return run_eval(problems, request.source, request.run, settings, command=request.command,
                             runs_root=request.runs_dir, store_root=request.store if settings.graft else None,
-                            on_sample=advance, new_store=request.new_store, command_options=request.command_options)
+                            on_sample=advance, new_store=request.new_store, command_options=request.command_options,
+                            code=code)
     except StoreError as exc:
         raise Refused(str(exc) + (" or pass --new-store to start an empty one" if exc.missing else "")) from exc
     except DispatchError as exc:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..results.manifest import build_manifest, load_manifest, verify_manifest, write_manifest
 from ..results.runs import RunDir, RunError
+from ..util.provenance import code_version
 from ..util.seeds import sample_seed
 from ..problems.shards import Shard, parse_shard, shard_of
 
@@ -171,10 +172,11 @@ def ordered_samples(shards: list[ShardRun], problems: list[tuple[int, dict]], se
     return ordered
 
 
-def merged_manifest(shards: list[ShardRun], out_name: str) -> dict:
+def merged_manifest(shards: list[ShardRun], out_name: str, code: dict | None = None) -> dict:
     """The single-process manifest of the shards (sealed), with ``merged_from``: each shard's spec, run,
     manifest SHA-256, environment and, when it records them, the options its command was given
-    (``command_options``). Raises :class:`MergeError` as the checks above do."""
+    (``command_options``); ``code`` is the merging code's version (``environment.code``; ``None`` reads it now).
+    Raises :class:`MergeError` as the checks above do."""
     check_compatible(shards)
     shards = sorted(shards, key=lambda s: s.shard.index)
     first = shards[0].manifest
@@ -190,7 +192,7 @@ def merged_manifest(shards: list[ShardRun], out_name: str) -> dict:
         run=out_name, command=first["command"], config=first["config"], config_fingerprint=first["config_fingerprint"],
         settings=settings, problem_set={"source": source, "sha256": of_sha256, "n": of_n},
         problems=[entry for _, entry in problems], samples=samples, energy=first["energy"], store=first["store"],
-        extra={"merged_from": merged_from})
+        extra={"merged_from": merged_from}, code=code)
 
 
 def merge_runs(sources: list[str | Path], out_name: str, runs_root: str | Path = "runs") -> MergeResult:
@@ -202,8 +204,9 @@ def merge_runs(sources: list[str | Path], out_name: str, runs_root: str | Path =
     :class:`graftbench.results.runs.RunError` when the ``out_name`` folder holds another run's settings or samples (an
     interrupted merge of the same shards resumes).
     """
+    code = code_version()  # before the shards are read: the code that merges them
     shards = [read_shard(source, runs_root) for source in sources]
-    manifest = merged_manifest(shards, out_name)
+    manifest = merged_manifest(shards, out_name, code)
     run = RunDir(runs_root, out_name)
     settings = {"command": manifest["command"], "model": manifest["config"].get("model"),
                 "config_fingerprint": manifest["config_fingerprint"],

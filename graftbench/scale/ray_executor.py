@@ -307,12 +307,13 @@ def run_eval_ray(problems: list[Problem], source: str, run_name: str, settings: 
                  options: ClusterOptions = ClusterOptions(), command: str = "eval", runs_root: str | Path = "runs",
                  store_root: str | Path | None = None, on_sample: Callable | None = None, new_store: bool = False,
                  on_event: Callable[[str], None] | None = None, hooks: DriverHooks = DriverHooks(),
-                 command_options: dict | None = None):
+                 command_options: dict | None = None, code: dict | None = None):
     """:func:`graftbench.eval.eval_run.run_eval` over Ray workers: open (or resume) ``runs/<run_name>`` holding its
     lock, run every problem not yet recorded (of ``settings.shard`` only, when given) on the workers, append each
     sample as it arrives (``on_sample`` is called with each :class:`~graftbench.results.samples.Sample`), write the
     manifest and release the lock; ``on_event`` receives one line per cluster event (started, worker refused or lost);
-    ``command_options`` as :func:`~graftbench.eval.eval_run.run_eval` records them.
+    ``command_options`` and ``code`` (the code version, read here when ``None``) as
+    :func:`~graftbench.eval.eval_run.run_eval` records them.
 
     Returns a :class:`~graftbench.eval.eval_run.RunResult` whose ``dispatch`` is the
     :class:`~graftbench.eval.eval_run.DispatchReport`. For greedy decoding its samples equal a single-process run's
@@ -341,7 +342,9 @@ def run_eval_ray(problems: list[Problem], source: str, run_name: str, settings: 
     from ..eval.eval_run import RunResult
     from ..eval.run_manifest import eval_manifest, options_section
     from ..eval.run_identity import run_record
+    from ..util.provenance import code_version
 
+    code = code if code is not None else code_version()  # at the start: the checkout may move during the run
     event = on_event or (lambda _: None)
     run = RunDir(runs_root, run_name)
     chosen = [p for _, p in select(problems, parse_shard(settings.shard))]
@@ -366,7 +369,7 @@ def run_eval_ray(problems: list[Problem], source: str, run_name: str, settings: 
                         if note not in noted:  # the first pass's notes were printed before the workers started
                             event(f"note: {note}")
                 recorded = run.open(run_record(command, reference["config"], reference["config_fingerprint"],
-                                               problems, settings))
+                                               problems, settings), code)
                 ledger = Ledger([p.id for p in chosen], settings.samples, recorded, options.max_losses)
                 environments = _dispatch(workers, ledger, chosen, run, settings, reference, first, options,
                                          on_sample, event, count)
@@ -380,7 +383,8 @@ def run_eval_ray(problems: list[Problem], source: str, run_name: str, settings: 
             run_name=run_name, command=command, config=reference["config"],
             config_fingerprint=reference["config_fingerprint"], settings=settings, source=source, problems=problems,
             samples=samples, energy=reference["energy"], store_root=store_root if store is not None else None,
-            extra={"executor": executor, **(options_section(command_options) or {})})
+            extra={"executor": executor, **(options_section(command_options) or {})}, code=code,
+            code_resumed_from=run.earlier_code)
         write_manifest(manifest, run.manifest_path)
     return RunResult(run, [Sample.from_json(s) for s in samples], manifest,
                      run.cleaned + (store.cleaned if store is not None else []), dispatch=report)

@@ -4,7 +4,9 @@ commit and whether the tracked files differ from it), the machine, and the date,
 Every benchmark file carries :func:`provenance` under ``provenance`` (:mod:`graftbench.bench.history`); every run
 and exactness manifest records :func:`code_version` as ``environment.code``
 (:func:`graftbench.results.manifest.environment`), inside what its SHA-256 seals. Nothing is cached: each call asks
-git again, so a value is computed once by the writer and passed along. Imports no torch.
+git again. The code version is read once, when a command or library entry point starts its work (a run, a check,
+a replay, a benchmark, a trace), and passed down as a value to what writes the file, so a file written hours later
+names the code that produced it, not the commit the checkout has moved to since. Imports no torch.
 """
 
 from __future__ import annotations
@@ -114,13 +116,14 @@ def machine() -> dict:
             **isa.environment()}
 
 
-def provenance(gpu: str | None = None, source: Path = SOURCE) -> dict:
+def provenance(gpu: str | None = None, source: Path = SOURCE, code: dict | None = None) -> dict:
     """The provenance block of a result file: ``created_utc`` (now, ISO 8601 UTC to the second, ``Z``),
-    ``code`` (:func:`code_version` of ``source``) and ``machine`` (:func:`machine`, with ``gpu``, the GPU's name,
-    when the result was measured on one). Raises nothing."""
+    ``code`` (the code version read when the measurement started, given by its caller; ``None`` reads
+    :func:`code_version` of ``source`` now) and ``machine`` (:func:`machine`, with ``gpu``, the GPU's name, when the
+    result was measured on one). Raises nothing."""
     where = machine() | ({"gpu": gpu} if gpu else {})
-    return {"created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "code": code_version(source),
-            "machine": where}
+    return {"created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "code": code if code is not None else code_version(source), "machine": where}
 
 
 def describe_code(code: dict) -> str:

@@ -23,6 +23,8 @@ from graftbench.results.fingerprint import pin_fingerprint
 from graftbench.results.manifest import build_manifest, verify_manifest, write_manifest
 from graftbench.settings import EvalSettings
 from graftbench.util.hashing import sha256_text
+from graftbench.results.runs import APPENDERS_NAME, UNRECORDED_CODE, contributors
+from graftbench.util import provenance
 from graftbench.util.provenance import code_version
 
 from tests import stand_in_engine
@@ -124,3 +126,112 @@ def test_an_expectation_from_another_commit_replays_equal(stand_in, tmp_path):
     del other["environment"]["code"]  # and one written before the field existed
     expect.write_text(json.dumps(seal_exactness_manifest(other)))
     assert "2 compared, 2 equal" in _invoke("check-exact", "--expect", str(expect), "--runs-dir", str(runs))
+
+
+# ---- the code version is read when the work starts, not when its file is written ----
+
+COMMIT_AT_START, COMMIT_LATER = "a" * 40, "b" * 40
+
+
+def _moving_checkout(monkeypatch, module, function: str) -> dict:
+    """The checkout's HEAD as graftbench/util/provenance.py reads it, moved from :data:`COMMIT_AT_START` to
+    :data:`COMMIT_LATER` once ``module.function`` (a step of the work: a pair measured, a problem run) has run once,
+    as a checkout pulled while a long recording runs. Returns the dict holding the current commit."""
+    head = {"commit": COMMIT_AT_START}
+    monkeypatch.setattr(provenance, "_checkout", lambda source: (head["commit"], False, None))
+    step = getattr(module, function)
+
+    def step_then_move(*args, **kwargs):
+        try:
+            return step(*args, **kwargs)
+        finally:
+            head["commit"] = COMMIT_LATER
+
+    monkeypatch.setattr(module, function, step_then_move)
+    return head
+
+
+def test_check_exact_records_the_code_it_started_with_and_a_resumed_journal_the_code_of_each_process(
+        stand_in, tmp_path, monkeypatch):
+    from graftbench.eval import exactness
+
+    runs, expect = tmp_path / "runs", tmp_path / "expect.json"
+    model = ["--engine", stand_in_engine.NAME, "--model", stand_in_engine.MODEL_PREFIX, "--chunk-size", "16"]
+    head = _moving_checkout(monkeypatch, exactness, "check_pair")
+    _invoke("check-exact", *model, "--samples", "2", "--write-expect", str(expect), "--runs-dir", str(runs))
+    assert head["commit"] == COMMIT_LATER  # the checkout moved while the pairs were measured
+    first = json.loads(expect.read_text())
+    assert first["environment"]["code"]["commit"] == COMMIT_AT_START
+    assert "code_resumed_from" not in first["environment"]  # nothing resumed: the field is absent
+
+    head["commit"] = "c" * 40  # a later process resumes the journal and measures one pair more
+    _invoke("check-exact", *model, "--samples", "3", "--write-expect", str(expect), "--runs-dir", str(runs))
+    resumed = json.loads(expect.read_text())
+    assert resumed["environment"]["code"]["commit"] == "c" * 40
+    assert [c["commit"] for c in resumed["environment"]["code_resumed_from"]] == [COMMIT_AT_START]
+    assert resumed["pairs"][:2] == first["pairs"]  # the journal's records are reused as they were
+    assert verify_exactness_manifest(resumed) == [] and exactness_shape(resumed) == []
+
+    (folder,) = runs.iterdir()  # a journal written before processes recorded their code: unrecorded, said so
+    (folder / APPENDERS_NAME).unlink()
+    _invoke("check-exact", *model, "--samples", "3", "--write-expect", str(expect), "--runs-dir", str(runs))
+    assert json.loads(expect.read_text())["environment"]["code_resumed_from"] == [UNRECORDED_CODE]
+
+
+def test_solve_records_the_code_it_started_with_and_a_resumed_run_the_code_of_each_process(
+        stand_in, tmp_path, monkeypatch):
+    from graftbench.eval import evaluate
+
+    runs = tmp_path / "runs"
+    model = ["--engine", stand_in_engine.NAME, "--model", stand_in_engine.MODEL_PREFIX, "--chunk-size", "16"]
+    solve = ["solve", *model, "--limit", "3", "--max-new-tokens", "2", "--run", "r", "--runs-dir", str(runs)]
+    head = _moving_checkout(monkeypatch, evaluate, "run_problem")
+    _invoke(*solve)
+    run = runs / "r"
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert head["commit"] == COMMIT_LATER and manifest["environment"]["code"]["commit"] == COMMIT_AT_START
+    assert "code_resumed_from" not in manifest["environment"]
+
+    lines = (run / "samples.jsonl").read_text().splitlines(keepends=True)
+    (run / "samples.jsonl").write_text("".join(lines[:2]))  # as if killed after two problems
+    (run / "manifest.json").unlink()
+    head["commit"] = "c" * 40
+    _invoke(*solve)
+    resumed = json.loads((run / "manifest.json").read_text())
+    assert resumed["environment"]["code"]["commit"] == "c" * 40
+    assert [c["commit"] for c in resumed["environment"]["code_resumed_from"]] == [COMMIT_AT_START]
+    assert verify_manifest(run / "manifest.json")[0] == []
+    edited = copy.deepcopy(resumed)
+    edited["environment"]["code_resumed_from"] = []
+    write_manifest(edited, run / "edited.json")
+    assert any("environment.code_resumed_from" in line for line in verify_manifest(run / "edited.json")[0])
+
+
+def test_the_processes_that_appended_a_journal_are_named_by_the_records_each_added():
+    a, b = {"commit": "a"}, {"commit": "b"}
+    assert contributors([], 0) == [] and contributors([], 4) == [UNRECORDED_CODE]
+    assert contributors([{"code": a, "records_before": 0}, {"code": b, "records_before": 3}], 5) == [a, b]
+    # a process that appended nothing (killed before its first record) contributed nothing
+    assert contributors([{"code": a, "records_before": 0}, {"code": b, "records_before": 3}], 3) == [a]
+    # records before the first line came from a process that recorded none; one code listed once
+    assert contributors([{"code": a, "records_before": 2}, {"code": b, "records_before": 3},
+                         {"code": a, "records_before": 4}], 6) == [UNRECORDED_CODE, a, b]
+    # an unreadable line: the records between the readable lines around it are not claimed for any code
+    assert contributors([{"code": a, "records_before": 0}, None, {"code": b, "records_before": 4}], 6) == \
+        [UNRECORDED_CODE, b]
+
+
+def test_the_writers_record_the_code_they_are_given_not_the_code_read_when_writing(monkeypatch, tmp_path):
+    from graftbench.bench.history import write_json_and_markdown
+
+    monkeypatch.setattr(provenance, "_checkout", lambda source: (COMMIT_LATER, False, None))
+    given = {"version": "0.0.1", "commit": COMMIT_AT_START, "dirty": False, "reason": None}
+    expected = json.loads(EXPECTATION.read_text())
+    record = replay_record(expected, compared=1, equal=1, first_difference=None, pin_differences_found=[],
+                           code=given)
+    assert record["code"] == given
+    log = program_replay.log_record("m.json", {"manifest_sha256": "m" * 64}, [], 0, code=given)
+    assert log["code"] == given
+    json_path, _ = write_json_and_markdown({"environment": {}}, "# t\n", tmp_path, "bench-m", code=given)
+    assert json.loads(json_path.read_text())["provenance"]["code"] == given
+    assert provenance.provenance()["code"]["commit"] == COMMIT_LATER  # without a value given: read now
