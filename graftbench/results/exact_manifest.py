@@ -89,7 +89,8 @@ def reused_code(extended: dict | None, journal: list[dict]) -> list[dict]:
     ``environment.code_resumed_from``."""
     found: list[dict] = []
     recorded = (extended or {}).get("environment") or {}
-    made = [recorded.get("code") or UNRECORDED_CODE, *(recorded.get("code_resumed_from") or [])] if extended else []
+    made = [recorded.get("code") or dict(UNRECORDED_CODE), *(recorded.get("code_resumed_from") or [])] \
+        if extended else []
     for code in [*made, *journal]:
         if code not in found:
             found.append(code)

@@ -264,6 +264,6 @@ def contributors(entries: list[dict | None], records: int) -> list[dict]:
     for entry in [*entries, {"code": None, "records_before": records}]:
         end = min(entry["records_before"], records) if entry is not None else start
         if end > start and code not in found:
-            found.append(code)
+            found.append(dict(code))  # a copy: a manifest that holds it never shares UNRECORDED_CODE itself
         start, code = max(start, end), (entry["code"] if entry is not None else UNRECORDED_CODE)
     return found

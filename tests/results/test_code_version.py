@@ -1,6 +1,8 @@
 """Manifests record the code version that wrote them (``environment.code``, graftbench/util/provenance.py), sealed
 with the rest, and replay log lines the code that replayed (``code``); committed manifests written before it still
-verify; a replay of an expectation never compares it.
+verify; a replay of an expectation never compares it. The code version is the one read when the work started, not
+when the file is written, and a resumed run lists the code of the earlier processes that appended to its journal
+(``environment.code_resumed_from``).
 
 No model: run manifests are built from hand-made samples, and the expectation is written and replayed by the
 stand-in engine (tests/stand_in_engine.py) through the command line."""
@@ -17,8 +19,8 @@ from typer.testing import CliRunner
 from graftbench.cli.app import app
 from graftbench.programs import replay as program_replay
 from graftbench.results.anchor import exactness_shape
-from graftbench.results.exact_manifest import (build_exactness_manifest, replay_record, seal_exactness_manifest,
-                                               verify_exactness_manifest)
+from graftbench.results.exact_manifest import (build_exactness_manifest, replay_record, reused_code,
+                                               seal_exactness_manifest, verify_exactness_manifest)
 from graftbench.results.fingerprint import pin_fingerprint
 from graftbench.results.manifest import build_manifest, verify_manifest, write_manifest
 from graftbench.settings import EvalSettings
@@ -235,3 +237,10 @@ def test_the_writers_record_the_code_they_are_given_not_the_code_read_when_writi
     json_path, _ = write_json_and_markdown({"environment": {}}, "# t\n", tmp_path, "bench-m", code=given)
     assert json.loads(json_path.read_text())["provenance"]["code"] == given
     assert provenance.provenance()["code"]["commit"] == COMMIT_LATER  # without a value given: read now
+
+
+def test_an_extension_names_the_code_of_the_expectation_it_extends_then_its_journals():
+    a, b, c = {"commit": "a"}, {"commit": "b"}, {"commit": "c"}
+    assert reused_code(None, [a]) == [a]
+    assert reused_code({"environment": {}}, [a]) == [UNRECORDED_CODE, a]  # an expectation written before `code`
+    assert reused_code({"environment": {"code": b, "code_resumed_from": [a]}}, [a, c]) == [b, a, c]
