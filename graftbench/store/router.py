@@ -36,7 +36,6 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
-from functools import cache
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -55,7 +54,6 @@ BM25_B = 0.75
 _WORD = re.compile(r"\\?[^\W\d_]+")
 
 
-@cache
 def _stop_words() -> frozenset[str]:
     """Lucene's 33 English stop words (``bm25s.stopwords.STOPWORDS_EN``)."""
     from bm25s.stopwords import STOPWORDS_EN
