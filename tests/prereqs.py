@@ -17,7 +17,7 @@ import pytest
 
 REQUIRE_ENV = "GRAFTBENCH_REQUIRE"
 # Every prerequisite a test may name; a name outside this set is a typo in a test and raises.
-NAMES = frozenset({"sandbox", "llama.cpp", "chromium"})
+NAMES = frozenset({"sandbox", "llama.cpp", "chromium", "emulator"})
 
 
 def required() -> frozenset[str]:

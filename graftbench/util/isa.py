@@ -31,6 +31,8 @@ import os
 import sys
 from pathlib import Path
 
+from .cpuid import emulation
+
 ENV_VAR = "GRAFTBENCH_ISA"
 ISAS = ("native", "avx2", "portable")
 CAPS: dict[str, dict[str, str]] = {
@@ -157,24 +159,31 @@ def kernel_flags(flags: set[str] | None = None) -> list[str]:
 def environment() -> dict:
     """What the manifest's environment records about the CPU: model name, native capability and
     :func:`kernel_flags` (none of them pinned: under ``--isa avx2`` two CPUs of different native capability share
-    one pin)."""
-    return {"cpu_model": cpu_model(), "cpu_capability_native": native_capability(), "cpu_kernel_flags": kernel_flags()}
+    one pin), all read from /proc/cpuinfo; and ``emulated`` (:func:`graftbench.util.cpuid.emulation`) only where
+    the CPU this process sees is not that one (a user-mode emulator)."""
+    found = emulation()
+    return {"cpu_model": cpu_model(), "cpu_capability_native": native_capability(), "cpu_kernel_flags": kernel_flags(),
+            **({"emulated": found} if found else {})}
 
 
 def same_cpu_kind(a: dict, b: dict) -> bool:
     """Whether two recorded CPU environments (:func:`environment`) name one kind of CPU: the same model name and
     native capability, and the same kernel flags where both record them (records older than the flags match on
-    the first two). Expectations are known to reproduce only on a kind they were recorded or replayed on."""
-    if not a.get("cpu_model") or (a.get("cpu_model"), a.get("cpu_capability_native")) != \
-            (b.get("cpu_model"), b.get("cpu_capability_native")):
+    the first two). An emulated CPU (``emulated``) is a kind only with the same emulation on the same host.
+    Expectations are known to reproduce only on a kind they were recorded or replayed on."""
+    if not a.get("cpu_model") or (a.get("cpu_model"), a.get("cpu_capability_native"), a.get("emulated")) != \
+            (b.get("cpu_model"), b.get("cpu_capability_native"), b.get("emulated")):
         return False
     return "cpu_kernel_flags" not in a or "cpu_kernel_flags" not in b or a["cpu_kernel_flags"] == b["cpu_kernel_flags"]
 
 
 def describe_cpu(env: dict) -> str:
     """``model (capability; flags)`` for messages, from a recorded CPU environment; ``?`` for what is missing. An
-    environment that names a GPU (``gpu``, a replay record's) reads ``gpu, on a host with model (...)``."""
+    environment that names a GPU (``gpu``, a replay record's) reads ``gpu, on a host with model (...)``; an emulated
+    CPU's (``emulated``) ``seen, emulated on a host with model (...)``."""
     flags = env.get("cpu_kernel_flags")
     extra = "" if flags is None else "; " + (" ".join(flags) or "no kernel flags")
     cpu = f"{env.get('cpu_model') or '?'} ({env.get('cpu_capability_native') or '?'}{extra})"
+    if env.get("emulated"):
+        cpu = f"{env['emulated'].get('seen', '?')}, emulated on a host with {cpu}"
     return f"{env['gpu']}, on a host with {cpu}" if env.get("gpu") else cpu
