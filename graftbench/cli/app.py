@@ -30,9 +30,9 @@ from .invocation import command_options
 from .options import (CLUSTER, EVAL, AddressArg, AllowUncheckedPayloadsArg, AllowUnanchoredArg, AnswerFieldArg,
                       ChunkSizeArg, DeviceArg, DtypeArg, EngineArg, ExampleAsArg, ExecutorArg, FlashAttnArg,
                       GraftFromArg, IdFieldArg, IsaArg, KernelsArg, KvTypeArg, LayoutArg, LimitArg, MaxNewTokensArg,
-                      ModeArg, ModelArg, ProblemFieldArg, ProblemsArg, ProblemTimeoutArg, RunArg, RunsDirArg,
-                      SamplesArg, SeedArg, ShardArg, SolutionFieldArg, StoreArg, TemperatureArg, TokenBudgetArg,
-                      TopPArg, WorkersArg, WorkerThreadsArg)
+                      MinSimilarityArg, ModeArg, ModelArg, ProblemFieldArg, ProblemsArg, ProblemTimeoutArg, RunArg,
+                      RunPrefixArg, RunsDirArg, SamplesArg, SeedArg, ShardArg, SolutionFieldArg, StoreArg,
+                      TemperatureArg, TokenBudgetArg, TopPArg, WorkersArg, WorkerThreadsArg)
 from .errors import map_errors
 from .panels import place_options
 
@@ -204,8 +204,7 @@ def eval_(
     assume_kind: bool = typer.Option(False, "--assume-kind", help="graft artifacts that record no kind of CPU "
                                      "(deposited before graftbench kept writer records) as if this machine had "
                                      "written them"),
-    min_similarity: float = typer.Option(EVAL.min_similarity, "--min-similarity", min=0.0, max=1.0,
-                                         help="confidence gate for non-exact routes (0-1)"),
+    min_similarity: MinSimilarityArg = EVAL.min_similarity,
     layout: LayoutArg = EVAL.layout, graft_from: GraftFromArg = EVAL.graft_from,
     example_as: ExampleAsArg = EVAL.example_as, samples: SamplesArg = EVAL.samples,
     temperature: TemperatureArg = EVAL.temperature, top_p: TopPArg = EVAL.top_p, seed: SeedArg = EVAL.seed,
@@ -446,8 +445,7 @@ def run(
     isa: IsaArg = None, device: DeviceArg = "auto", engine: EngineArg = DEFAULT_ENGINE, kv_type: KvTypeArg = "f16",
     flash_attn: FlashAttnArg = None, runs_dir: RunsDirArg = DEFAULT_RUNS_DIR, store: StoreArg = DEFAULT_STORE,
     n_per_family: int = typer.Option(FLYWHEEL.per_family, "--per-family", min=1, help="built-in problems per family"),
-    max_new_tokens: MaxNewTokensArg = FLYWHEEL.max_new_tokens,
-    prefix: str = typer.Option(FLYWHEEL.prefix, "--prefix", help="run name prefix"),
+    max_new_tokens: MaxNewTokensArg = FLYWHEEL.max_new_tokens, prefix: RunPrefixArg = FLYWHEEL.prefix,
 ) -> None:
     """The whole flywheel on the built-in set: solve, deposit, eval with graft, verify manifests, one table."""
     from ..eval.one_round import flywheel

@@ -18,8 +18,8 @@ from ..settings import (CERTIFIED_KERNELS, DEFAULT_CHUNK_SIZE, DEFAULT_MODEL, Ba
                         ModelOptions)
 from .common import (BENCH, BENCH_OUT, DTYPE_NAMES, apply_isa, console, fail, int_list, load_problem_set, model_label,
                      name_list, open_model, progress_bar)
-from .options import (BenchOutArg, BenchThreadsArg, ChunkSizeArg, DecodeTokensArg, DeviceArg, DtypeArg, IsaArg,
-                      KernelsArg, ModelArg, ProblemsArg, PromptTokensArg, RepeatsArg, SizesArg)
+from .options import (BenchOutArg, ChunkSizeArg, DecodeTokensArg, DeviceArg, DtypeArg, IsaArg, KernelsArg, ModelArg,
+                      ProblemsArg, PromptTokensArg, RepeatsArg, SizesArg, ThreadsArg)
 
 BATCHED = BatchedSettings()
 PROBLEMS = "../shared/data/aime2024.jsonl"  # the problem file every benchmark cuts its text from by default
@@ -60,7 +60,7 @@ def bench(
     cold_load: bool = typer.Option(True, "--cold-load/--no-cold-load", help="also time a cold (de-quantizing) load"),
     peer_python: Optional[Path] = typer.Option(BENCH.peer_python, "--peer-python",
                                                help="a Python with llama-cpp-python for the peer row (make bench-peer-env)"),
-    out: BenchOutArg = BENCH_OUT, threads: BenchThreadsArg = None,
+    out: BenchOutArg = BENCH_OUT, threads: ThreadsArg = None,
     batch_samples: int = typer.Option(BATCHED.samples, "--batch-samples", min=1, max=256, metavar="N",
                                       help="samples decoded as one batch after one graft, against one at a time"),
     batch_tokens: int = typer.Option(BATCHED.tokens, "--batch-tokens", min=2, max=4096, metavar="N",
@@ -143,7 +143,7 @@ def bench_isa(
     model: ModelArg = DEFAULT_MODEL,
     dtypes: str = typer.Option(",".join(DTYPE_NAMES), "--dtypes", help="dtypes to measure, comma-separated"),
     problems: ProblemsArg = PROBLEMS, prompt_tokens: PromptTokensArg = 512, decode_tokens: DecodeTokensArg = 64,
-    threads: BenchThreadsArg = 1, repeats: RepeatsArg = 3, out: BenchOutArg = BENCH_OUT,
+    threads: ThreadsArg = 1, repeats: RepeatsArg = 3, out: BenchOutArg = BENCH_OUT,
 ) -> None:
     """Measure what the within-vendor pin (--isa avx2) costs against native kernels in torch: prefill and decode
     tokens/s per dtype (bench-portable measures the portable pins), each repetition one fresh process per (pin,
@@ -171,7 +171,7 @@ def bench_portable(
                                                help="engine and model of each row (default: llama.cpp:smollm2-135m "
                                                     "torch:smollm2-135m)"),
     problems: ProblemsArg = PROBLEMS, prompt_tokens: PromptTokensArg = 512, decode_tokens: DecodeTokensArg = 32,
-    threads: BenchThreadsArg = 1, repeats: RepeatsArg = 3, out: BenchOutArg = BENCH_OUT,
+    threads: ThreadsArg = 1, repeats: RepeatsArg = 3, out: BenchOutArg = BENCH_OUT,
 ) -> None:
     """Measure what the portable pins cost against native on each engine (torch --isa portable, llama.cpp's portable
     build): prefill and decode tokens/s and, on llama.cpp, a graft plus one token, the pins alternating in fresh
@@ -206,7 +206,7 @@ def bench_llama(
     kv_types: str = typer.Option("f16,f16+fa,q8_0", "--kv-types",
                                  help="KV cache variants for decode after a graft: f16 first, then f16+fa (flash "
                                       "attention on), q8_0, q4_0 (flash attention on)"),
-    threads: BenchThreadsArg = 1, repeats: RepeatsArg = 3,
+    threads: ThreadsArg = 1, repeats: RepeatsArg = 3,
     prefill_tokens: int = typer.Option(512, "--prefill-tokens", min=1, help="tokens in the prefill row"),
     decode_tokens: DecodeTokensArg = 64,
     torch_sizes: Optional[str] = typer.Option(None, "--torch-sizes",

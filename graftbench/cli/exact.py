@@ -18,20 +18,19 @@ from ..settings import CERTIFIED_KERNELS, DEFAULT_CHUNK_SIZE, DEFAULT_MODEL, DEF
 from .common import (apply_isa, console, engine_factory, fail, load_problem_set, model_label, open_model, progress,
                      require_capability)
 from ..scale.eval_job import run_dtype
-from .options import (ChunkSizeArg, DeviceArg, DtypeArg, EngineArg, FlashAttnArg, KernelsArg, KvTypeArg, ModelArg,
-                      ProblemsArg, RunsDirArg)
+from .options import (ChunkSizeArg, DeviceArg, DtypeArg, EngineArg, ExpectArg, FlashAttnArg, IsaArg, KernelsArg,
+                      KvTypeArg, ModelArg, ProblemsArg, RunsDirArg, ThreadsArg)
 
 
 def check_exact(
     model: ModelArg = DEFAULT_MODEL, dtype: DtypeArg = "auto", chunk_size: ChunkSizeArg = DEFAULT_CHUNK_SIZE,
     problems: ProblemsArg = "builtin",
-    isa: Optional[str] = typer.Option(None, "--isa", help="instruction-set pin: native or avx2 (portable); with "
-                                      "--expect the expectation's pin is adopted [default: native]"),
+    isa: IsaArg = None,
     samples: int = typer.Option(50, "--samples", min=1, help="number of (artifact, query) pairs"),
     controls: bool = typer.Option(False, "--controls", help="also run the negative controls"),
     control_pairs: int = typer.Option(10, "--control-pairs", min=0, help="pairs that run the controls (the first N)"),
     write_expect: Optional[Path] = typer.Option(None, "--write-expect", help="write the manifest here as the expectation"),
-    expect: Optional[Path] = typer.Option(None, "--expect", help="replay this expectation instead of measuring"),
+    expect: ExpectArg = None,
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="with --expect: replay only the first N pairs"),
     pairs: Optional[str] = typer.Option(None, "--pairs", help="with --expect: replay pairs START:END only (0-based, "
                                         "END excluded, as a Python slice: 3:20 is the 17 pairs after the first 3; "
@@ -45,7 +44,7 @@ def check_exact(
     extend: Optional[Path] = typer.Option(None, "--extend", help="start from this expectation's pair records "
                                           "(same pin and problem set) and measure only the pairs it lacks"),
     runs_dir: RunsDirArg = DEFAULT_RUNS_DIR,
-    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch intra-op threads (pinned; default: torch's)"),
+    threads: ThreadsArg = None,
     engine: EngineArg = DEFAULT_ENGINE, kv_type: KvTypeArg = "f16", flash_attn: FlashAttnArg = None,
     device: DeviceArg = "auto", kernels: KernelsArg = CERTIFIED_KERNELS,
 ) -> None:

@@ -10,7 +10,7 @@ from ..engine.registry import DEFAULT_ENGINE
 from ..settings import DEFAULT_CHUNK_SIZE, DEFAULT_MODEL, DEFAULT_RUNS_DIR, ModelOptions, RoundsSettings
 from .common import announce_sandbox, console, fail, open_model, stage_progress
 from .options import (EVAL, ChunkSizeArg, DeviceArg, DtypeArg, EngineArg, FlashAttnArg, IsaArg, KvTypeArg, ModeArg,
-                      ModelArg, RunsDirArg)
+                      ModelArg, RunPrefixArg, RunsDirArg)
 
 ROUNDS = RoundsSettings()
 
@@ -31,7 +31,7 @@ def flywheel(
     seed: int = typer.Option(ROUNDS.seed, "--seed", min=0, max=2**31 - 1, help="run seed of every sample"),
     max_new_tokens: int = typer.Option(ROUNDS.max_new_tokens, "--max-new-tokens", min=1,
                                        help="decode budget per sample (tokens)"),
-    prefix: str = typer.Option(ROUNDS.prefix, "--prefix", help="run name prefix: <prefix>-r<round>-<arm>"),
+    prefix: RunPrefixArg = ROUNDS.prefix,
     mode: ModeArg = EVAL.mode,
 ) -> None:
     """The flywheel over rounds: held-out baseline vs graft per round, recurring recall, the library growing from the model's own verified samples."""

@@ -61,8 +61,13 @@ ChunkSizeArg = Annotated[int, typer.Option("--chunk-size", min=1,
                                            help="prefill chunk size in tokens (part of the pinned config)")]
 IsaArg = Annotated[Optional[str], typer.Option("--isa", help=escape(
     "instruction-set pin: native (fastest), avx2 (the same bytes on AVX-512 and AVX2 CPUs of one vendor) or "
-    "portable (avx2 with MKL's COMPATIBLE branch: the candidate across vendors); part of the pinned config "
+    "portable (avx2 with MKL's COMPATIBLE branch: the candidate across vendors); part of the pinned config; "
+    "with --expect (check-exact, trace-pair) the expectation's pin unless given "
     "[default: native, or $GRAFTBENCH_ISA]"))]
+ThreadsArg = Annotated[Optional[int], typer.Option("--threads", min=1, help=(
+    "threads the engine runs on (torch's intra-op threads, llama.cpp's n_threads), part of the pinned config; a "
+    "benchmark sets them in each measuring process, for every engine measured; with no default shown, the "
+    "engine's own count ($OMP_NUM_THREADS where set)"))]
 DeviceArg = Annotated[str, typer.Option("--device", envvar="GRAFTBENCH_DEVICE", callback=_check_device, help=(
     "auto (CUDA when torch sees a GPU, else the CPU), cpu, cuda or cuda:N; on CUDA the CUDA pin is set and "
     "recorded (docs/gpu.md)"))]
@@ -116,9 +121,23 @@ LayoutArg = Annotated[str, typer.Option("--layout", help=(
 GraftFromArg = Annotated[str, typer.Option("--graft-from", help=(
     "nearest (the router's choice), other-family (the control: the nearest deposit of another family, no "
     "similarity gate) or top-ranked (the gate off: the top-ranked deposit of the whole library for every problem)"))]
+MinSimilarityArg = Annotated[float, typer.Option("--min-similarity", min=0.0, max=1.0, help=(
+    "the router's confidence gate for a route that is not exact: the difflib ratio of the top candidate (0-1)"))]
 ExampleAsArg = Annotated[str, typer.Option("--example-as", help=(
     "with --graft: graft (the routed example's KV restored) or prompt (the control: the same example's tokens "
     "prefilled as plain prompt text, then the same query; its first logits equal the graft's)"))]
+
+# ---- an exactness expectation (check-exact, trace-pair) ----
+ExpectArg = Annotated[Optional[Path], typer.Option("--expect", help=(
+    "an expectation (a manifest written by check-exact --write-expect), run under its pin (engine, model, chunk "
+    "size, threads, problem set; torch's dtype and --isa, llama.cpp's build and cache options): check-exact "
+    "replays its pairs instead of measuring (a bare file name: the one recorded for this kind of CPU), trace-pair "
+    "traces one of them"))]
+
+# ---- the flywheel (run, flywheel) ----
+RunPrefixArg = Annotated[str, typer.Option("--prefix", help=(
+    "prefix of the names of the runs written: run's <prefix>-baseline and <prefix>-graft; flywheel's "
+    "<prefix>-r<round>-<arm> and <prefix>-summary.json"))]
 
 # ---- benchmarks (bench, bench-isa, bench-portable, bench-llama, bench-long-context, route-quality); each command
 # gives its own default ----
@@ -128,9 +147,6 @@ DecodeTokensArg = Annotated[int, typer.Option("--decode-tokens", min=2, help=(
     "greedy tokens decoded per measurement (tok/s counts the steps after the first, so at least 2)"))]
 SizesArg = Annotated[str, typer.Option("--sizes", help=(
     "sizes in tokens of the KV states cut from the problems' text and grafted, comma-separated"))]
-BenchThreadsArg = Annotated[Optional[int], typer.Option("--threads", min=1, help=(
-    "threads in each measuring process, for every engine measured (torch's intra-op threads, llama.cpp's "
-    "n_threads); with no default shown, torch's own count"))]
 RepeatsArg = Annotated[int, typer.Option("--repeats", min=1,
                                          help="repetitions of each measurement (medians reported)")]
 BenchOutArg = Annotated[Path, typer.Option("--out", help=(

@@ -8,7 +8,7 @@ from rich.box import SIMPLE_HEAD
 from rich.table import Table
 
 from .common import BENCH_OUT, EVAL, console, fail
-from .options import BenchOutArg
+from .options import BenchOutArg, MinSimilarityArg
 
 
 def route_quality(
@@ -16,8 +16,7 @@ def route_quality(
                                            help="built-in problems of each family planted in the store (the first N)"),
     held_out_per_family: int = typer.Option(10, "--held-out-per-family", min=1, max=200,
                                             help="built-in problems of each family routed against it (the next N)"),
-    min_similarity: float = typer.Option(EVAL.min_similarity, "--min-similarity", min=0.0, max=1.0,
-                                         help="the router's confidence gate: difflib ratio of the top candidate (0-1)"),
+    min_similarity: MinSimilarityArg = EVAL.min_similarity,
     seed: int = typer.Option(0, "--seed", min=0, max=2**31 - 1, help="seed of the built-in problem set"),
     out: BenchOutArg = BENCH_OUT,
 ) -> None:

@@ -4,27 +4,22 @@ and the first op in which two traces (two machines, two pins) differ (:mod:`graf
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
 from ..engine.registry import DEFAULT_ENGINE
 from ..settings import DEFAULT_CHUNK_SIZE, DEFAULT_MODEL, ModelOptions
 from .common import console, fail, load_problem_set, open_model, require_capability
-from .options import ChunkSizeArg, DtypeArg, EngineArg, FlashAttnArg, KvTypeArg, ModelArg
+from .options import ChunkSizeArg, DtypeArg, EngineArg, ExpectArg, FlashAttnArg, IsaArg, KvTypeArg, ModelArg, ThreadsArg
 from ..problems.sources import data_file
 
 
 def trace_pair(
     out: Path = typer.Option(..., "--out", help="write the trace (JSON) to this file"),
-    expect: Optional[Path] = typer.Option(None, "--expect", help="trace a pair of this expectation under its pin "
-                                          "(engine, model, chunk size, threads, problem set; torch's dtype and "
-                                          "--isa, llama.cpp's build and cache options)"),
+    expect: ExpectArg = None,
     pair: int = typer.Option(0, "--pair", min=0, help="the pair's index (0-based, as check-exact numbers them)"),
     model: ModelArg = DEFAULT_MODEL, dtype: DtypeArg = "auto", chunk_size: ChunkSizeArg = DEFAULT_CHUNK_SIZE,
-    isa: Optional[str] = typer.Option(None, "--isa", help="torch's instruction-set pin: native, avx2 or portable; "
-                                      "with --expect the expectation's [default: native]"),
-    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="threads (pinned)"),
+    isa: IsaArg = None, threads: ThreadsArg = None,
     problems: str = typer.Option("../shared/data/aime2024.jsonl", "--problems", "-p",
                                  help="problems with solutions the pairs are built from (without --expect)"),
     engine: EngineArg = DEFAULT_ENGINE, kv_type: KvTypeArg = "f16", flash_attn: FlashAttnArg = None,

@@ -1,7 +1,8 @@
-"""Each CLI option is defined once: an option two commands of one CLI module take is a typed alias in
+"""Each CLI option is defined once: an option two commands take, in one CLI module or in two, is a typed alias in
 ``graftbench/cli/options.py`` (``Annotated[type, typer.Option(...)]``) that both name, never a ``typer.Option(...)``
-written into each command's signature, where the copies drift apart in help text, default or bounds. The rule is
-read from the source (every function in ``graftbench/cli/*.py`` whose parameter defaults are ``typer.Option``
+written into each command's signature, where the copies drift apart in help text, default or bounds. A flag that
+two commands spell alike but that means something else in each is declared, with how the meanings differ. The rule
+is read from the source (every function in ``graftbench/cli/*.py`` whose parameter defaults are ``typer.Option``
 calls), so it holds for a command before it is registered in the app."""
 
 from __future__ import annotations
@@ -17,6 +18,29 @@ MODULES = sorted(p for p in CLI.glob("*.py") if p.name != "options.py")
 # Two options of one name in one module, which mean different things: not one option written twice.
 HOMONYMS = {
     ("bench.py", "--only"): "bench's --only is one of its sections (an enum); bench-llama's takes only 'samples'",
+}
+
+# Flags written inline into commands of two or more modules, which mean different things: each with how they differ.
+HOMONYMS_ACROSS_MODULES = {
+    "--out": "merge: the merged run's name (a folder under --runs-dir); report: the folder its files go into; "
+             "trace-pair: the trace's JSON file; view: the HTML file",
+    "--problems": "verify-manifest: the set a run is anchored to (default: the recorded one); bench-long-context: "
+                  "files, repeatable, the artifacts' text is cut from; trace-pair: the file its pairs are built from; "
+                  "view: the set whose texts the page shows (default: none)",
+    "-p": "the short flag of --problems in the same commands, so as different as --problems",
+    "--store": "verify-manifest: a store payloads are checked against (default: none); bench-long-context: the "
+               "benchmark's own folder, filled to --tokens; flywheel: the store its rounds deposit into, created "
+               "($GRAFTBENCH_ROUNDS_STORE); view: a store only read, for grafted examples' headers",
+    "--log": "check-exact: the replay log (manifests/replays.jsonl) a --expect replay's outcome and both CPUs go to; "
+             "replay-programs: one line per re-run manifest (manifests/program-replays.jsonl)",
+    "--rounds": "flywheel: how many rounds after round 0 (1-50); report: a switch, the runs given are successive "
+                "rounds",
+    "--samples": "check-exact: the (artifact, query) pairs measured (no upper bound); flywheel: samples decoded per "
+                 "problem (1-64)",
+    "--seed": "flywheel: the run seed each sample's seed derives from; report: the bootstrap intervals' seed (no "
+              "upper bound); route-quality: the seed the built-in problem set is drawn with",
+    "--per-family": "run: built-in problems of each family in its one round (at most 117, checked by the command); "
+                    "flywheel: new built-in problems of each family in each round (1-20)",
 }
 
 
@@ -41,6 +65,22 @@ def inline_flags(source: str) -> dict[str, list[str]]:
 def written_twice(source: str) -> dict[str, list[str]]:
     """The flags of :func:`inline_flags` that two or more functions of ``source`` give inline."""
     return {flag: functions for flag, functions in inline_flags(source).items() if len(set(functions)) > 1}
+
+
+def written_in_two_modules(sources: dict[str, str]) -> dict[str, list[str]]:
+    """The flags of :func:`inline_flags` that functions of two or more of ``sources`` (module name to Python text)
+    give inline, mapped to those module names, sorted. Raises :class:`SyntaxError` for a source that does not
+    parse."""
+    found: dict[str, set[str]] = defaultdict(set)
+    for name, source in sources.items():
+        for flag in inline_flags(source):
+            found[flag].add(name)
+    return {flag: sorted(names) for flag, names in found.items() if len(names) > 1}
+
+
+def cli_sources() -> dict[str, str]:
+    """Each CLI module's name (``app.py``) mapped to its Python text, ``options.py`` left out."""
+    return {path.name: path.read_text() for path in MODULES}
 
 
 def test_the_cli_modules_are_found():
@@ -86,3 +126,32 @@ def test_an_alias_shared_by_two_commands_is_not_caught():
     )
     assert written_twice(source) == {}
     assert inline_flags(source) == {"--widths": ["two"]}
+
+
+def test_no_option_is_written_into_commands_of_two_modules():
+    twice = {flag: names for flag, names in written_in_two_modules(cli_sources()).items()
+             if flag not in HOMONYMS_ACROSS_MODULES}
+    assert not twice, ("an option is written into the signatures of commands in two graftbench/cli modules: "
+                       + "; ".join(f"{flag} in {', '.join(names)}" for flag, names in sorted(twice.items()))
+                       + ". Define it once as an alias in graftbench/cli/options.py (each command keeps its "
+                         "default as the parameter's default), or, where the two mean different things, declare it "
+                         "in HOMONYMS_ACROSS_MODULES with how they differ")
+
+
+@pytest.mark.parametrize("flag", sorted(HOMONYMS_ACROSS_MODULES))
+def test_each_declared_homonym_across_modules_is_still_written_in_two(flag):
+    difference = HOMONYMS_ACROSS_MODULES[flag]
+    assert difference.strip() and "\n" not in difference, f"{flag}: say in one line how the meanings differ"
+    assert flag in written_in_two_modules(cli_sources()), \
+        f"{flag} is no longer written inline in two graftbench/cli modules: drop it from HOMONYMS_ACROSS_MODULES"
+
+
+def test_an_option_written_into_two_modules_is_caught():
+    sources = {
+        "one.py": "import typer\ndef a(t: int = typer.Option(1, '--threads', '-t', min=1, help='a')) -> None: ...\n",
+        "two.py": "import typer\ndef b(t: int = typer.Option(2, '--threads', min=1, help='b')) -> None: ...\n",
+        "three.py": ("import typer\nfrom graftbench.cli.options import ThreadsArg\n"
+                     "def c(t: ThreadsArg = None, u: int = typer.Option(0, '-t', help='c')) -> None: ...\n"),
+    }
+    assert written_in_two_modules(sources) == {"--threads": ["one.py", "two.py"], "-t": ["one.py", "three.py"]}
+    assert written_in_two_modules({"one.py": sources["one.py"]}) == {}
