@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..results.manifest import build_manifest, load_manifest, verify_manifest, write_manifest
+from ..results.manifest import build_manifest, graft_use, load_manifest, verify_manifest, write_manifest
 from ..results.runs import RunDir, RunError
 from ..util.provenance import code_version
 from ..util.seeds import sample_seed
@@ -175,7 +175,8 @@ def ordered_samples(shards: list[ShardRun], problems: list[tuple[int, dict]], se
 def merged_manifest(shards: list[ShardRun], out_name: str, code: dict | None = None) -> dict:
     """The single-process manifest of the shards (sealed), with ``merged_from``: each shard's spec, run,
     manifest SHA-256, environment and, when it records them, the options its command was given
-    (``command_options``); ``code`` is the merging code's version (``environment.code``; ``None`` reads it now).
+    (``command_options``), and for a graft run what its samples grafted (``graft_use``, as the one-process run
+    records it); ``code`` is the merging code's version (``environment.code``; ``None`` reads it now).
     Raises :class:`MergeError` as the checks above do."""
     check_compatible(shards)
     shards = sorted(shards, key=lambda s: s.shard.index)
@@ -192,7 +193,8 @@ def merged_manifest(shards: list[ShardRun], out_name: str, code: dict | None = N
         run=out_name, command=first["command"], config=first["config"], config_fingerprint=first["config_fingerprint"],
         settings=settings, problem_set={"source": source, "sha256": of_sha256, "n": of_n},
         problems=[entry for _, entry in problems], samples=samples, energy=first["energy"], store=first["store"],
-        extra={"merged_from": merged_from}, code=code)
+        extra={"merged_from": merged_from, **({"graft_use": graft_use(samples)} if settings.get("graft") else {})},
+        code=code)
 
 
 def merge_runs(sources: list[str | Path], out_name: str, runs_root: str | Path = "runs") -> MergeResult:

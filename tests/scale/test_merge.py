@@ -6,8 +6,9 @@ import shutil
 import pytest
 
 from graftbench.problems.builtin import builtin_problems
-from graftbench.results.manifest import verify_manifest, write_manifest
-from graftbench.scale.merge import MergeError, merge_runs
+from graftbench.problems.shards import parse_shard
+from graftbench.results.manifest import graft_use, verify_manifest, write_manifest
+from graftbench.scale.merge import MergeError, ShardRun, merge_runs, merged_manifest
 from graftbench.results.runs import RunError
 from graftbench.settings import EvalSettings
 from graftbench.eval.eval_run import run_eval
@@ -50,6 +51,18 @@ def test_merged_shards_equal_the_single_process_run(sharded):
     assert verify_manifest(root / "merged" / "manifest.json")[0] == []
     assert [json.loads(line) for line in (root / "merged" / "samples.jsonl").read_text().splitlines()] \
         == merged["samples"]
+
+
+def test_a_merged_graft_run_records_what_it_grafted_as_the_one_process_run_does(sharded):
+    root, _ = sharded
+    shards = [ShardRun(name, root / name / "manifest.json", manifest, parse_shard(manifest["settings"]["shard"]))
+              for name in ("part0", "part1")
+              for manifest in [json.loads((root / name / "manifest.json").read_text())]]
+    assert "graft_use" not in merged_manifest(shards, "merged-baseline")
+    for shard in shards:
+        shard.manifest["settings"]["graft"] = True
+    merged = merged_manifest(shards, "merged-graft")
+    assert merged["graft_use"] == graft_use(merged["samples"]) and merged["graft_use"]["none_grafted"] is True
 
 
 def test_each_shard_ran_only_its_own_problems(sharded):
