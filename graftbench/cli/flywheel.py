@@ -9,8 +9,8 @@ import typer
 from ..engine.registry import DEFAULT_ENGINE
 from ..settings import DEFAULT_CHUNK_SIZE, DEFAULT_MODEL, DEFAULT_RUNS_DIR, ModelOptions, RoundsSettings
 from .common import announce_sandbox, console, fail, open_model, stage_progress
-from .options import (EVAL, ChunkSizeArg, DeviceArg, DtypeArg, EngineArg, FlashAttnArg, IsaArg, KvTypeArg, ModeArg,
-                      ModelArg, RunPrefixArg, RunsDirArg)
+from .options import (EVAL, ChunkSizeArg, DeviceArg, DtypeArg, EngineArg, FlashAttnArg, IsaArg, KvTypeArg,
+                      MaxNewTokensArg, ModeArg, ModelArg, RunPrefixArg, RunsDirArg, SeedArg, TopPArg)
 
 ROUNDS = RoundsSettings()
 
@@ -27,10 +27,8 @@ def flywheel(
     samples: int = typer.Option(ROUNDS.samples, "--samples", min=1, max=64, help="samples per problem (batched)"),
     temperature: float = typer.Option(ROUNDS.temperature, "--temperature", min=0.01, max=10.0,
                                       help="sampling temperature"),
-    top_p: float = typer.Option(ROUNDS.top_p, "--top-p", min=0.01, max=1.0, help="nucleus probability"),
-    seed: int = typer.Option(ROUNDS.seed, "--seed", min=0, max=2**31 - 1, help="run seed of every sample"),
-    max_new_tokens: int = typer.Option(ROUNDS.max_new_tokens, "--max-new-tokens", min=1,
-                                       help="decode budget per sample (tokens)"),
+    top_p: TopPArg = ROUNDS.top_p, seed: SeedArg = ROUNDS.seed,
+    max_new_tokens: MaxNewTokensArg = ROUNDS.max_new_tokens,
     prefix: RunPrefixArg = ROUNDS.prefix,
     mode: ModeArg = EVAL.mode,
 ) -> None:

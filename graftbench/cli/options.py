@@ -100,7 +100,8 @@ ModeArg = Annotated[str, typer.Option("--mode", help=(
     "sandbox; the last line it prints is judged)"))]
 
 # ---- decoding: together (with the graft settings) one EvalSettings ----
-MaxNewTokensArg = Annotated[int, typer.Option("--max-new-tokens", min=1, help="decode budget per problem (tokens)")]
+MaxNewTokensArg = Annotated[int, typer.Option("--max-new-tokens", min=1,
+                                              help="decode budget per problem, for each of its samples (tokens)")]
 TokenBudgetArg = Annotated[Optional[int], typer.Option("--token-budget", min=1,
                                                        help="decode budget for the whole run (tokens)")]
 SamplesArg = Annotated[int, typer.Option("--samples", min=1, max=1024, help=(
