@@ -4,6 +4,7 @@ and the first op in which two traces (two machines, two pins) differ (:mod:`graf
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -55,9 +56,10 @@ def trace_pair(
 def trace_compare(
     first: Path = typer.Argument(..., help="a trace written by trace-pair"),
     second: Path = typer.Argument(..., help="another trace of the same pair (another machine or pin)"),
+    markdown: Optional[Path] = typer.Option(None, "--markdown", help="also write the comparison (markdown) to this file"),
 ) -> None:
     """Compare two traces of one pair: name the first op whose output bytes differ (exit 1), or say every step is equal."""
-    from ..eval.layer_trace import first_difference, read_trace
+    from ..eval.layer_trace import comparison_markdown, first_difference, read_trace
     from ..util.display_text import visible
     from ..util.isa import describe_cpu
 
@@ -69,6 +71,10 @@ def trace_compare(
     if a.get("pair", {}).get("tokens_sha256") != b.get("pair", {}).get("tokens_sha256"):
         fail("the traces are of other pairs (their token ids' SHA-256 differ)")
     found = first_difference(a, b)
+    if markdown is not None:
+        markdown.parent.mkdir(parents=True, exist_ok=True)
+        markdown.write_text(comparison_markdown(a, b))
+        console.print(visible(f"comparison written to {markdown}"), markup=False, highlight=False)
     if found is None:
         console.print(f"equal: all {len(a['steps'])} steps hash the same")
         return

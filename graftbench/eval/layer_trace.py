@@ -121,3 +121,40 @@ def trace_session_pair(session, problems: list, index: int, expected: dict | Non
     return {"schema": SCHEMA, "pin": {**session.config.to_dict(), "fingerprint": session.config.fingerprint},
             "pair": {"id": pair.id, "kind": pair.kind, "tokens_sha256": pair.tokens_sha256},
             "environment": environment(), "provenance": provenance(gpu=gpu, code=code), "steps": steps}
+
+
+CONTEXT_STEPS = 3  # steps shown on each side of the first difference in a comparison
+
+
+def comparison_markdown(a: dict, b: dict, labels: tuple[str, str] = ("first", "second")) -> str:
+    """Markdown of the comparison of the traces ``a`` and ``b`` (:func:`read_trace`'s documents) of one pair: each
+    trace's pin, step count and provenance (machine, an emulated CPU named as such, date, code version), then the outcome (:func:`first_difference`) and, where they differ, a table of the steps around the
+    first difference with both hashes (first 12 hex digits). Every value read from a trace is shown as text
+    (:func:`graftbench.util.display_text.markdown_text`), never markup. Raises nothing for well-formed traces."""
+    from ..util.display_text import markdown_text
+    from ..util.provenance import provenance_line
+
+    found = first_difference(a, b)
+    lines = [f"# Trace comparison: {markdown_text(a.get('pair', {}).get('id', '?'))}", ""]
+    for label, doc in zip(labels, (a, b)):
+        pin = doc.get("pin", {})
+        lines.append(f"- {markdown_text(label)}: {markdown_text(pin.get('model', '?'))} "
+                     f"{markdown_text(pin.get('dtype', '?'))}, "
+                     f"--isa {markdown_text(pin.get('isa', '?'))}, {len(doc['steps'])} steps. "
+                     f"{provenance_line(doc.get('provenance') or {})}")
+    lines.append("")
+    if found is None:
+        return "\n".join(lines + [f"Equal: all {len(a['steps'])} steps hash the same.", ""])
+    lines += [markdown_text(found.detail.capitalize() + "."), ""]
+    if found.index < 0:
+        return "\n".join(lines)
+    lines += [f"| step | op | call | shape | {markdown_text(labels[0])} output | {markdown_text(labels[1])} output "
+              "| inputs equal |", "|---:|---|---:|---|---|---|---|"]
+    start, stop = max(0, found.index - CONTEXT_STEPS), min(len(a["steps"]), found.index + CONTEXT_STEPS + 1)
+    for index in range(start, stop):
+        x, y = a["steps"][index], b["steps"][index]
+        same_inputs = "yes" if x.get("input_sha256", "") == y.get("input_sha256", "") else "no"
+        lines.append(f"| {index} | {markdown_text(x['op'])} | {markdown_text(x.get('call', 0))} | "
+                     f"{markdown_text(x.get('shape'))} | {markdown_text(x['output_sha256'][:12])} | "
+                     f"{markdown_text(y['output_sha256'][:12])} | {same_inputs} |")
+    return "\n".join(lines + [""])

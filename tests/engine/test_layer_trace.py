@@ -77,6 +77,26 @@ def test_trace_compare_names_the_first_differing_op_and_exits_1(tmp_path):
     assert result.exit_code == 1 and "step 4: model.layers.0 (call 0" in result.output
 
 
+def test_the_markdown_comparison_shows_the_steps_around_the_difference_and_each_traces_machine(tmp_path):
+    a, b = _trace(OPS), _trace(OPS)
+    b["steps"][4]["output_sha256"] = "f" * 64
+    b["provenance"] = {"created_utc": "2026-12-05T19:43:12Z", "code": {"version": "0.1.0", "commit": "b" * 40},
+                       "machine": {"cpu_model": "AMD EPYC", "cpu_capability_native": "AVX512", "emulated": {
+                           "seen": "GenuineIntel <b>Haswell</b>", "host": "AuthenticAMD AMD EPYC"}}}
+    page = layer_trace.comparison_markdown(a, b, ("here", "there"))
+    assert "First difference at step 4: model.layers.0 (call 0" in page
+    rows = [line for line in page.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert [row.split(" | ")[0] for row in rows] == ["| 1", "| 2", "| 3", "| 4", "| 5", "| 6", "| 7"]
+    assert rows[3].split(" | ")[4:6] == [f"{4:064x}"[:12], "f" * 12] and rows[2].split(" | ")[4] == rows[2].split(" | ")[5]
+    assert "GenuineIntel &lt;b&gt;Haswell&lt;/b&gt;, emulated on a host with AMD EPYC" in page  # data, not markup
+    assert "Equal: all 8 steps" in layer_trace.comparison_markdown(a, copy.deepcopy(a))
+    layer_trace.write_trace(tmp_path / "a.json", a)
+    layer_trace.write_trace(tmp_path / "b.json", b)
+    result = CliRunner().invoke(app, ["trace-compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"),
+                                      "--markdown", str(tmp_path / "out" / "cmp.md")])
+    assert result.exit_code == 1 and (tmp_path / "out" / "cmp.md").read_text() == layer_trace.comparison_markdown(a, b)
+
+
 @pytest.mark.model
 def test_two_traces_of_a_real_pair_are_equal_and_cover_every_layer_and_its_kv(session, aime2024):
     first = layer_trace.trace_session_pair(session, aime2024, 0)
