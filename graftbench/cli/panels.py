@@ -38,7 +38,7 @@ _GROUPS = {
     DECODING: "--max-new-tokens --token-budget --samples --temperature --top-p --seed --mode",
     GRAFT: "--graft --store --new-store --certify --strict --assume-kind --min-similarity --layout --graft-from "
            "--example-as --from-run --from-manifest --references --recompute --rounds",
-    OUTPUT: "--runs-dir --run --out --name --format --write-expect --log --prefix",
+    OUTPUT: "--runs-dir --run --out --name --format --write-expect --log --prefix --markdown",
     RAY: "--executor --workers --worker-threads --address --problem-timeout",
     CHECKS: "--require-artifacts --allow-unanchored --allow-unchecked-payloads --rescore --controls --control-pairs "
             "--expect --pairs --pair --across-cpu-kinds --extend",
