@@ -174,8 +174,9 @@ def replay_record(expected: dict, *, compared: int, equal: int, first_difference
         "model": expected["config"].get("model"),
         "dtype": expected["config"].get("dtype"),
         "isa": expected["config"].get("isa", "native"),
-        "recorded_on": {**{k: recorded[k] for k in ("cpu_model", "cpu_capability_native", "cpu_kernel_flags")
-                           if k in recorded}, **({"gpu": recorded_gpu} if recorded_gpu else {})},
+        "recorded_on": {**{k: recorded[k] for k in ("cpu_model", "cpu_capability_native", "cpu_kernel_flags",
+                                                    "emulated") if k in recorded},
+                        **({"gpu": recorded_gpu} if recorded_gpu else {})},
         "replayed_on": {**cpu_environment(), **({"gpu": replayed_gpu} if replayed_gpu else {})},
         "code": code if code is not None else code_version(),
         "compared": compared,
