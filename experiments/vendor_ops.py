@@ -1,9 +1,11 @@
 """Which torch op's bytes follow the CPU vendor under a pin: the ops of a smollm2-135m attention layer (shapes of a
 256-token chunk: hidden 576, 9 query heads and 3 KV heads of 64) on fixed random inputs, hashed, under each pin on
-this CPU and on an emulated Intel Haswell (qemu-x86_64 -cpu Haswell, graftbench/util/cpuid.py). Writes
-results/<kind>/traces/vendor-ops.{json,md}; see docs/portable-pin.md ("An emulated Intel CPU").
+this CPU and on CPUs emulated by qemu's user-mode emulator (graftbench/util/cpuid.py): an Intel Haswell, the same
+Haswell answering CPUID with AMD's vendor id, and an AMD EPYC (the controls: the emulator's arithmetic, and the
+vendor id alone). Writes results/<kind>/traces/vendor-ops.{json,md}; see docs/portable-pin.md ("An emulated Intel
+CPU").
 
-    .venv/bin/python experiments/vendor_ops.py <kind>          # all pins, both CPUs (about a minute)
+    .venv/bin/python experiments/vendor_ops.py <kind>          # all pins, all CPUs (about two minutes)
     .venv/bin/python experiments/vendor_ops.py --one <pin>     # one pin in this process: a JSON line
 """
 
@@ -16,7 +18,12 @@ import sys
 from pathlib import Path
 
 PINS = ("avx2", "portable")
-EMULATED_CPU = "Haswell"
+CPUS = {  # column -> the command prefix that runs a process on it
+    "this CPU": [],
+    "emulated Intel Haswell": ["qemu-x86_64", "-cpu", "Haswell"],
+    "emulated Haswell, vendor id AuthenticAMD": ["qemu-x86_64", "-cpu", "Haswell,vendor=AuthenticAMD"],
+    "emulated AMD EPYC": ["qemu-x86_64", "-cpu", "EPYC"],
+}
 
 
 def probe(pin: str) -> dict:
@@ -60,10 +67,10 @@ def run_all(kind: str) -> None:
     started = provenance()
     rows = []
     for pin in PINS:
-        for prefix in ([], ["qemu-x86_64", "-cpu", EMULATED_CPU]):
+        for cpu, prefix in CPUS.items():
             done = subprocess.run([*prefix, sys.executable, __file__, "--one", pin], capture_output=True, text=True,
                                   check=True)
-            rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+            rows.append({"cpu": cpu, **json.loads(done.stdout.strip().splitlines()[-1])})
     out = Path("results") / kind / "traces"
     out.mkdir(parents=True, exist_ok=True)
     (out / "vendor-ops.json").write_text(json.dumps({"provenance": started, "rows": rows}, indent=1) + "\n")
@@ -72,21 +79,22 @@ def run_all(kind: str) -> None:
 
 
 def markdown(started: dict, rows: list[dict]) -> str:
-    """One table per pin: each op's hash on this CPU and on the emulated one, and whether they are equal."""
+    """One table per pin: each op's hash (first 12 hex digits) on each CPU, a hash unlike this CPU's in bold."""
     from graftbench.util.display_text import markdown_text
     from graftbench.util.isa import describe_cpu
     from graftbench.util.provenance import provenance_line
 
-    lines = ["# Which op's bytes follow the CPU vendor", "", provenance_line(started), ""]
+    lines = ["# Which op's bytes follow the CPU vendor", "", provenance_line(started), "", "CPUs:", ""]
+    lines += [f"- {markdown_text(r['cpu'])}: {markdown_text(describe_cpu(r['machine']))}" for r in rows
+              if r["pin"] == PINS[0]]
     for pin in PINS:
-        here, emulated = [r for r in rows if r["pin"] == pin]
-        lines += [f"## `--isa {pin}`", "", f"Columns: {markdown_text(describe_cpu(here['machine']))}; "
-                  f"{markdown_text(describe_cpu(emulated['machine']))}.", "",
-                  "| op | this CPU | emulated Intel | equal |", "|---|---|---|---|"]
-        lines += [f"| {markdown_text(op)} | {digest} | {emulated['ops'][op]} | "
-                  f"{'yes' if digest == emulated['ops'][op] else '**no**'} |" for op, digest in here["ops"].items()]
-        lines.append("")
-    return "\n".join(lines)
+        columns = [r for r in rows if r["pin"] == pin]
+        lines += ["", f"## `--isa {pin}`", "", "| op | " + " | ".join(markdown_text(c["cpu"]) for c in columns) + " |",
+                  "|---|" + "---|" * len(columns)]
+        for op, here in columns[0]["ops"].items():
+            cells = [c["ops"][op] if c["ops"][op] == here else f"**{c['ops'][op]}**" for c in columns]
+            lines.append(f"| {markdown_text(op)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
