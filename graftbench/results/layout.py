@@ -3,10 +3,12 @@ scheme. Imports no torch.
 
 ``manifests/<kind>/`` holds the run manifests and exactness expectations recorded on that kind of machine;
 ``manifests/SHA256SUMS`` (every manifest's SHA-256, paths relative to ``manifests/``), ``manifests/replays.jsonl``
-(the replay log of the expectations) and ``manifests/program-replays.jsonl`` (the program replay log) sit at its
-root. ``results/<kind>/bench/`` holds the benchmark results recorded on that kind (earlier runs under
-``bench/runs/``), ``results/<kind>/reports/`` its report folders. ``<kind>`` names a kind of machine, e.g.
-``amd-epyc-avx512`` or ``intel-xeon-amx`` (docs/manifests.md gives the naming scheme of the files).
+(the replay log of the expectations), ``manifests/emulated-replays.jsonl`` (replays on an emulated CPU) and
+``manifests/program-replays.jsonl`` (the program replay log) sit at its root. ``results/<kind>/bench/`` holds the
+benchmark results recorded on that kind (earlier runs under ``bench/runs/``), ``results/<kind>/reports/`` its report
+folders, ``results/<kind>/traces/`` the trace comparisons and op probes made there (docs/portable-pin.md).
+``<kind>`` names a kind of machine, e.g. ``amd-epyc-avx512`` or ``intel-xeon-amx`` (docs/manifests.md gives the
+naming scheme of the files).
 
 Manifests lay under ``results/<kind>/manifests/`` before: files written then (a report's ``summary.json``, the
 program replay log's older lines) name that path, and are never rewritten; :func:`current_path` finds where such a
@@ -25,6 +27,8 @@ REPORTS = "reports"
 # there, while another kind's folder fills over sessions.
 REFERENCE_KIND = "amd-epyc-avx512"
 REPLAY_LOG = MANIFESTS / "replays.jsonl"
+# Replays on an emulated CPU (graftbench.util.cpuid; `make replay-emulated`): evidence about dispatch, kept apart.
+EMULATED_REPLAY_LOG = MANIFESTS / "emulated-replays.jsonl"
 PROGRAM_REPLAY_LOG = MANIFESTS / "program-replays.jsonl"
 PROGRAM_MANIFESTS = "manifests/*/*program*.json"  # every committed program-mode manifest (a glob below the checkout)
 _EARLIER_MANIFESTS = "manifests"  # the folder name under results/<kind>/ that held a kind's manifests before

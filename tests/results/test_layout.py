@@ -14,6 +14,7 @@ import pytest
 from graftbench.cli.bench import BATCHED, BenchSection, _stem
 from graftbench.results import layout
 from graftbench.results.anchor import INDEX_NAME, read_index
+from graftbench.results.exact_manifest import read_replay_log
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / layout.RESULTS
@@ -29,14 +30,14 @@ MANIFESTS = [p for folder in layout.manifest_folders(ROOT) for p in sorted(folde
 
 
 def test_the_manifests_root_holds_the_index_the_logs_and_one_folder_per_kind_and_results_the_rest():
-    assert {p.name for p in MANIFEST_ROOT.iterdir() if p.is_file()} == {"README.md", "SHA256SUMS", "replays.jsonl",
-                                                                         "program-replays.jsonl"}
+    assert {p.name for p in MANIFEST_ROOT.iterdir() if p.is_file()} == {
+        "README.md", "SHA256SUMS", "replays.jsonl", "emulated-replays.jsonl", "program-replays.jsonl"}
     assert {p.name for p in RESULTS.iterdir() if p.is_file()} == {"README.md"}
     kinds = layout.kinds(ROOT)
     assert set(KINDS) <= set(kinds) and layout.REFERENCE_KIND in KINDS
     assert layout.manifest_folders(ROOT) == [MANIFEST_ROOT / kind for kind in kinds if (MANIFEST_ROOT / kind).is_dir()]
     assert {p.name for p in RESULTS.iterdir() if p.is_dir()} <= set(kinds)
-    assert {p.name for p in RESULTS.glob("*/*")} <= {"bench", "reports"}
+    assert {p.name for p in RESULTS.glob("*/*")} <= {"bench", "reports", "traces"}
     assert all(p.suffix == ".json" for folder in layout.manifest_folders(ROOT) for p in folder.iterdir())
     assert len(MANIFESTS) == len(read_index(MANIFEST_ROOT / INDEX_NAME)) >= 66
 
@@ -151,3 +152,18 @@ def test_verify_manifest_of_an_earlier_path_names_where_the_manifest_lies_now(mo
     missing = CliRunner().invoke(app, ["verify-manifest", "results/amd-epyc-avx512/manifests/none.json"])
     assert missing.exit_code == 2 and missing.output.split() == [
         "error:", "manifest", "'results/amd-epyc-avx512/manifests/none.json'", "does", "not", "exist"]
+
+
+def test_the_replay_logs_keep_replays_on_an_emulated_cpu_apart():
+    """A replay under an emulator (graftbench/util/cpuid.py) is evidence about dispatch, never a replay on a CPU:
+    every line of the emulated log records its emulation and names a committed expectation; no line of the replay
+    log records one."""
+    expectations = {json.loads(p.read_text(encoding="utf-8")).get("manifest_sha256") for p in MANIFESTS
+                    if p.name.startswith("exact-")}
+    emulated = read_replay_log(ROOT / layout.EMULATED_REPLAY_LOG)
+    assert emulated and all(r["replayed_on"].get("emulated", {}).get("seen") for r in emulated)
+    assert {r["expectation_sha256"] for r in emulated} <= expectations
+    assert not [r for r in read_replay_log(ROOT / layout.REPLAY_LOG) if r["replayed_on"].get("emulated")]
+    recorded_emulated = [p.name for p in MANIFESTS
+                         if json.loads(p.read_text(encoding="utf-8")).get("environment", {}).get("emulated")]
+    assert recorded_emulated == []  # a manifest of an emulated CPU belongs to no kind of machine's folder
