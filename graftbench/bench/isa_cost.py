@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from .history import write_json_and_markdown
-from .portable_cost import prompt_ids
+from .portable_cost import emulated_note, prompt_ids
 from .stats import alternating, speed_cell
 
 
@@ -76,7 +76,8 @@ def markdown(result: dict) -> str:
     """The figures as a markdown table."""
     env = result["environment"]
     lines = [f"# Cost of the portable pin: {result['model']}", "",
-             f"CPU: {env['cpu_model']} (native {env['cpu_capability_native']}), {result['threads']} thread(s); "
+             f"CPU: {env['cpu_model']} (native {env['cpu_capability_native']}){emulated_note(env)}, "
+             f"{result['threads']} thread(s); "
              f"prefill of {result['prompt_tokens']} tokens of AIME text, then {result['decode_tokens']} greedy "
              f"tokens; median of {result['repeats']} fresh processes per cell.", "",
              "| dtype | prefill tok/s native | prefill tok/s avx2 | ratio | decode tok/s native | decode tok/s avx2 "

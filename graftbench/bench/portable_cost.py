@@ -114,11 +114,20 @@ def measure(rows: list[tuple[str, str]], problems: str, prompt_tokens: int = 512
             "method": "fresh process per (engine, pin, repeat), pins alternating; medians; ratio = portable / native"}
 
 
+def emulated_note(env: dict) -> str:
+    """``, emulated as <CPU>`` for a run on an emulated CPU (:func:`graftbench.util.cpuid.emulation`), else ``""``."""
+    from ..util.display_text import markdown_text
+
+    seen = (env.get("emulated") or {}).get("seen")
+    return f", emulated as {markdown_text(seen)}" if seen else ""
+
+
 def markdown(result: dict) -> str:
     """The figures as a markdown table."""
     env = result["environment"]
     lines = ["# Cost of the portable pins", "",
-             f"CPU: {env['cpu_model']} (native {env['cpu_capability_native']}), {result['threads']} thread(s); "
+             f"CPU: {env['cpu_model']} (native {env['cpu_capability_native']}){emulated_note(env)}, "
+             f"{result['threads']} thread(s); "
              f"prefill of {result['prompt_tokens']} tokens of AIME text, then {result['decode_tokens']} greedy "
              f"tokens; graft + 1 token on llama.cpp; median of {result['repeats']} fresh processes per cell.", "",
              "| engine | model | prefill tok/s native | portable | ratio | decode tok/s native | portable | ratio "

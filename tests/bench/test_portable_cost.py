@@ -36,6 +36,13 @@ def test_pins_alternate_and_cells_are_medians_with_portable_over_native_ratios(m
     assert "| llama.cpp | smollm2-135m | 100.0 | 50.0 | 0.50× | 10.0 | 5.0 | 0.50× | 1.000 | 2.000 |" in table
 
 
+def test_a_run_on_an_emulated_cpu_says_so_under_the_title():
+    env = {"cpu_model": "AMD EPYC", "cpu_capability_native": "AVX512",
+           "emulated": {"seen": "GenuineIntel <i>Haswell</i>", "host": "AuthenticAMD AMD EPYC"}}
+    assert portable_cost.emulated_note(env) == ", emulated as GenuineIntel &lt;i&gt;Haswell&lt;/i&gt;"
+    assert portable_cost.emulated_note({**env, "emulated": None}) == ""
+
+
 def test_a_row_without_a_graft_figure_says_not_measured(monkeypatch):
     monkeypatch.setattr(portable_cost, "probe_in_subprocess", lambda engine, pin, *a: {
         "pin": pin, "cpu_capability": "AVX2", "prompt_tokens": 8, "prefill_tok_per_s": 4.0, "decode_tok_per_s": 2.0,
