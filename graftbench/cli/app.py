@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.markup import escape
@@ -35,6 +35,9 @@ from .options import (CLUSTER, EVAL, AddressArg, AllowUncheckedPayloadsArg, Allo
                       TemperatureArg, TokenBudgetArg, TopPArg, WorkersArg, WorkerThreadsArg)
 from .errors import map_errors
 from .panels import place_options
+
+if TYPE_CHECKING:
+    from ..programs.sandbox import Sandbox
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Verified-knowledge experiments: solve, deposit KV artifacts, graft them back, verify.")
@@ -153,11 +156,11 @@ def _settings(**values) -> EvalSettings:
         fail(str(exc))
 
 
-def _in_mode(settings: EvalSettings, mode: str) -> EvalSettings:
-    """``settings`` in ``mode``; in program mode the sandbox is probed and described before the model loads. An
-    unknown mode, or no sandbox at all, exits 2."""
-    announce_sandbox(mode)
-    return replace(settings, mode=mode)
+def _in_mode(settings: EvalSettings, mode: str) -> tuple[EvalSettings, Sandbox | None]:
+    """``settings`` in ``mode``, and in program mode the sandbox, opened and described before the model loads
+    (``None`` in another mode). An unknown mode, or no sandbox at all, exits 2."""
+    sandbox = announce_sandbox(mode)
+    return replace(settings, mode=mode), sandbox
 
 
 @app.command()
@@ -179,11 +182,12 @@ def solve(
     options = ModelOptions(engine=engine, model=model, dtype=dtype, chunk_size=chunk_size, isa=isa, device=device,
                            kernels=kernels, kv_type=kv_type, flash_attn=flash_attn)
     refuse_options_not_taken(engine)  # first: a finished run or Ray workers would pass it by
-    settings = _in_mode(_settings(max_new_tokens=max_new_tokens, token_budget=token_budget, samples=samples,
-                                  temperature=temperature, top_p=top_p, seed=seed, shard=shard), mode)
+    settings, sandbox = _in_mode(_settings(max_new_tokens=max_new_tokens, token_budget=token_budget,
+                                           samples=samples, temperature=temperature, top_p=top_p, seed=seed,
+                                           shard=shard), mode)
     cluster = cluster_options(engine, executor, workers, worker_threads, address, problem_timeout)
     request = EvalRequest("solve", options, problems, run or default_run_name("solve", model, problems, False),
-                          runs_dir, settings, cluster=cluster, command_options=command_options())
+                          runs_dir, settings, cluster=cluster, command_options=command_options(), sandbox=sandbox)
     _eval_command(request, limit, (id_field, problem_field, answer_field, solution_field))
 
 
@@ -220,14 +224,15 @@ def eval_(
     refuse_options_not_taken(engine)  # first: a finished run or Ray workers would pass it by
     if certify:
         _refuse_uncertified(kernels, "eval --certify")
-    settings = _in_mode(_settings(max_new_tokens=max_new_tokens, token_budget=token_budget, samples=samples,
-                                  temperature=temperature, top_p=top_p, seed=seed, shard=shard, graft=graft,
-                                  certify=certify, strict=strict, assume_kind=assume_kind,
-                                  min_similarity=min_similarity, layout=layout, graft_from=graft_from,
-                                  example_as=example_as), mode)
+    settings, sandbox = _in_mode(_settings(max_new_tokens=max_new_tokens, token_budget=token_budget,
+                                           samples=samples, temperature=temperature, top_p=top_p, seed=seed,
+                                           shard=shard, graft=graft, certify=certify, strict=strict,
+                                           assume_kind=assume_kind, min_similarity=min_similarity, layout=layout,
+                                           graft_from=graft_from, example_as=example_as), mode)
     cluster = cluster_options(engine, executor, workers, worker_threads, address, problem_timeout)
     request = EvalRequest("eval", options, problems, run or default_run_name("eval", model, problems, graft),
-                          runs_dir, settings, store if graft else None, new_store, cluster, command_options())
+                          runs_dir, settings, store if graft else None, new_store, cluster, command_options(),
+                          sandbox)
     _eval_command(request, limit, (id_field, problem_field, answer_field, solution_field))
 
 
@@ -258,7 +263,7 @@ def deposit(
     from ..programs.sandbox import SandboxError
     from ..store.folder import check_store_target
 
-    announce_sandbox(mode)
+    sandbox = announce_sandbox(mode)
 
     problem_list = shard_problems(load_problem_set(problems, limit, id_field, problem_field, answer_field,
                                                    solution_field), shard)
@@ -281,7 +286,7 @@ def deposit(
     try:
         with progress("deposit", len(items)) as advance:
             report = deposit_job(session, store, problem_list, references=references, items=items, on_item=advance,
-                                 mode=mode, recompute=recompute)
+                                 mode=mode, recompute=recompute, sandbox=sandbox)
     except (RunError, OSError, SandboxError) as exc:  # OSError includes StorageError (disk full) and StoreError
         fail(os_error_text(exc, f"the store {store}"))
     except KeyboardInterrupt:

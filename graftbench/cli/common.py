@@ -12,6 +12,7 @@ import os
 import re
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -19,6 +20,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..util.display_text import console_markup
 from ..settings import DTYPE_NAMES, BenchSettings, EvalSettings, FlywheelSettings, ModelOptions
+
+if TYPE_CHECKING:
+    from ..programs.sandbox import Sandbox
 
 EVAL, BENCH, FLYWHEEL = EvalSettings(), BenchSettings(), FlywheelSettings()
 # The benchmark commands' default --out: a scratch folder git ignores. A result to commit goes to
@@ -72,20 +76,22 @@ def os_error_text(exc: BaseException, what: str | None = None) -> str:
     return error_text(exc, what)
 
 
-def announce_sandbox(mode: str) -> None:
-    """In program mode, check the sandbox before the model loads and print how programs will be contained; exit 2
-    for an unknown mode or, with one line naming what is missing and how to get it, when the sandbox cannot be
-    built (programs never run uncontained)."""
+def announce_sandbox(mode: str) -> Sandbox | None:
+    """In program mode, open the sandbox before the model loads, print how programs will be contained and return it
+    (:class:`graftbench.programs.sandbox.Sandbox`, for the run to pass to what runs programs; ``None`` in another
+    mode). Exit 2 for an unknown mode; raises :class:`graftbench.programs.sandbox.SandboxError`, one line naming
+    what is missing and how to get it, when the sandbox cannot be built (programs never run uncontained)."""
     from ..settings import MODES
 
     if mode not in MODES:
         fail(f"mode {mode!r} is not one of {', '.join(MODES)}")
     if mode != "program":
-        return
-    from ..programs.sandbox import isolation
+        return None
+    from ..programs.sandbox import open_sandbox
 
-    found = isolation()  # SandboxError: what is missing and how to get it
-    console.print(f"program sandbox: [green]{found.description}[/green]", markup=True, highlight=False)
+    sandbox = open_sandbox()  # SandboxError: what is missing and how to get it
+    console.print(f"program sandbox: [green]{sandbox.isolation.description}[/green]", markup=True, highlight=False)
+    return sandbox
 
 
 def quiet_transformers() -> None:

@@ -38,7 +38,7 @@ def flywheel(
     from ..programs.sandbox import SandboxError
     from .tables import rounds_tables
 
-    announce_sandbox(mode)
+    sandbox = announce_sandbox(mode)
     settings = RoundsSettings(rounds=rounds, per_family=per_family, samples=samples, temperature=temperature,
                               top_p=top_p, seed=seed, max_new_tokens=max_new_tokens, prefix=prefix, mode=mode)
     session = open_model(ModelOptions(engine=engine, model=model, dtype=dtype, chunk_size=chunk_size, isa=isa,
@@ -46,7 +46,7 @@ def flywheel(
     try:
         with stage_progress() as (advance, on_stage):
             results = run_rounds(session, settings, runs_root=runs_dir, store_root=store, on_sample=advance,
-                                 on_stage=on_stage, on_item=advance)
+                                 on_stage=on_stage, on_item=advance, sandbox=sandbox)
     except (RunError, OSError, ValueError, SandboxError) as exc:  # OSError includes StorageError and StoreError
         fail(str(exc))
     summary = rounds_summary(results, settings)

@@ -15,7 +15,7 @@ from ..util.hashing import sha256_text
 from ..problems.types import Problem, family, normalize_problem_text, problem_key, problem_text_sha256
 from ..programs.mode import program_verdict, solution_text
 from ..results.samples import Sample
-from ..programs.sandbox import run_program
+from ..programs.sandbox import Sandbox, open_sandbox
 from ..engine.base import EngineSession
 from ..settings import SandboxLimits
 from ..store.folder import Store
@@ -114,9 +114,10 @@ def _deposit_one(session: EngineSession, store: Store, item: DepositItem, report
     return None
 
 
-def _refusal(item: DepositItem, mode: str, limits: SandboxLimits) -> str | None:
+def _refusal(item: DepositItem, mode: str, limits: SandboxLimits, sandbox: Sandbox | None) -> str | None:
     """Why the item is refused (its answer does not verify against the key, or its program cannot be re-run in
-    this mode), or ``None`` when it verifies."""
+    this mode), or ``None`` when it verifies. ``sandbox``: where a program runs (not ``None`` in program mode when
+    the item has a program)."""
     problem = item.problem
     if item.program is None:
         verdict = verify_answer(item.solution, problem.answer)
@@ -124,7 +125,7 @@ def _refusal(item: DepositItem, mode: str, limits: SandboxLimits) -> str | None:
             f"final answer {verdict.extracted!r} does not verify against key {problem.answer!r}"
     if mode != "program":
         return "a program-mode sample: deposit with --mode program to re-run its program in the sandbox"
-    result = run_program(item.program, limits)
+    result = sandbox.run(item.program, limits)
     if program_verdict(result.stdout, result.stopped, problem.answer).correct:
         return None
     what = f"stopped ({result.stopped})" if result.stopped else f"printed {result.answer!r}"
@@ -161,7 +162,8 @@ def stored_artifact(session: EngineSession, store: Store, ids: list[int], meta: 
 
 def deposit_items(session: EngineSession, store: Store, items: list[DepositItem],
             on_item: Callable[[DepositItem], None] | None = None, mode: str = "text",
-            limits: SandboxLimits = SandboxLimits(), recompute: bool = False) -> DepositReport:
+            limits: SandboxLimits = SandboxLimits(), recompute: bool = False,
+            sandbox: Sandbox | None = None) -> DepositReport:
     """Re-verify each item's final answer against its key, then prefill its deposit text with the pinned chunk
     schedule and write the artifact. Unverified or over-long items are refused and listed, never deposited. An
     item whose artifact the store already holds intact (:func:`stored_artifact`) is reported as deposited and
@@ -169,13 +171,16 @@ def deposit_items(session: EngineSession, store: Store, items: list[DepositItem]
     keep the one copy). ``other_pins`` of the report counts the prefilled problems that the store held under
     another pin.
 
-    An item with a ``program`` is re-verified by running it in the sandbox under ``limits`` when ``mode`` is
-    ``program``, and refused otherwise. Raises :class:`graftbench.programs.sandbox.SandboxError` when no sandbox can be
-    started.
+    An item with a ``program`` is re-verified by running it in ``sandbox`` under ``limits`` when ``mode`` is
+    ``program`` (opened here, :func:`graftbench.programs.sandbox.open_sandbox`, when ``None`` and an item has a
+    program), and refused otherwise. Raises :class:`graftbench.programs.sandbox.SandboxError` when no sandbox can
+    be started.
     """
+    if mode == "program" and sandbox is None and any(item.program is not None for item in items):
+        sandbox = open_sandbox()
     report = DepositReport()
     for item in items:
-        refusal = _refusal(item, mode, limits)
+        refusal = _refusal(item, mode, limits, sandbox)
         if refusal is None:
             refusal = _deposit_one(session, store, item, report, recompute)
         if refusal is not None:

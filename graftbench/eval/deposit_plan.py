@@ -11,6 +11,7 @@ from ..problems.types import Problem
 from ..results.runs import RunDir
 from ..results.samples import Sample
 from ..engine.base import EngineSession
+from ..programs.sandbox import Sandbox
 from ..settings import SandboxLimits
 from ..store.open import open_store
 
@@ -78,10 +79,12 @@ def manifest_samples(path: str | Path) -> tuple[str, list[dict]]:
 
 def deposit_job(session: EngineSession, store_root: str | Path, problems: list[Problem], *, references: bool,
                 from_run: RunDir | None = None, on_item=None, items: list[DepositItem] | None = None,
-                mode: str = "text", limits: SandboxLimits = SandboxLimits(), recompute: bool = False) -> DepositReport:
+                mode: str = "text", limits: SandboxLimits = SandboxLimits(), recompute: bool = False,
+                sandbox: Sandbox | None = None) -> DepositReport:
     """Deposit reference solutions (``references``) and/or a solve run's verified samples (or the ``items`` of a
     :func:`deposit_plan` already made) into the store at ``store_root``, created if it does not exist. In
-    ``program`` mode a program-mode sample's program is re-run in the sandbox under ``limits`` to re-verify it; in
+    ``program`` mode a program-mode sample's program is re-run in ``sandbox`` (opened when ``None`` and a program
+    is to run) under ``limits`` to re-verify it; in
     ``text`` mode such a sample is refused. A solution whose artifact the store already holds intact is taken
     without a prefill unless ``recompute`` (:func:`graftbench.eval.deposit.deposit_items`).
 
@@ -91,6 +94,7 @@ def deposit_job(session: EngineSession, store_root: str | Path, problems: list[P
     if items is None:
         items = deposit_plan(problems, references=references, from_run=from_run)
     store = open_store(store_root)
-    report = deposit_items(session, store, items, on_item, mode=mode, limits=limits, recompute=recompute)
+    report = deposit_items(session, store, items, on_item, mode=mode, limits=limits, recompute=recompute,
+                           sandbox=sandbox)
     report.cleaned = store.cleaned
     return report

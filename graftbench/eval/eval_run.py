@@ -14,6 +14,7 @@ from ..problems.types import Problem
 from ..results.runs import RunDir
 from ..results.samples import Sample
 from ..engine.base import EngineSession
+from ..programs.sandbox import Sandbox, open_sandbox
 from ..settings import EvalSettings
 from ..problems.shards import parse_shard, select
 from ..store.folder import Store
@@ -68,7 +69,8 @@ def open_graft_store(store_root: str | Path, new_store: bool = False) -> Store:
 def run_eval(session: EngineSession, problems: list[Problem], source: str, run_name: str, settings: EvalSettings,
              command: str = "eval", runs_root: str | Path = "runs", store_root: str | Path | None = None,
              on_sample: Callable[[Sample], None] | None = None, new_store: bool = False,
-             command_options: dict | None = None, code: dict | None = None) -> RunResult:
+             command_options: dict | None = None, code: dict | None = None,
+             sandbox: Sandbox | None = None) -> RunResult:
     """Open (or resume) ``runs/<run_name>`` holding its lock, evaluate every problem not yet recorded (of
     ``settings.shard`` only, when given), write ``manifest.json``, release the lock.
 
@@ -77,11 +79,16 @@ def run_eval(session: EngineSession, problems: list[Problem], source: str, run_n
     to value), recorded as the manifest's ``command_options`` when not empty. ``code``: the code version the run
     is made by (:func:`graftbench.util.provenance.code_version`, read here when ``None``, before any sample), the
     manifest's ``environment.code`` however long the run takes; a resumed run's manifest also lists the code
-    versions of the earlier processes whose samples it holds (``environment.code_resumed_from``). Raises
+    versions of the earlier processes whose samples it holds (``environment.code_resumed_from``). In program mode
+    each program runs in ``sandbox``, opened here (:func:`graftbench.programs.sandbox.open_sandbox`) when
+    ``None``, before the run folder is touched. Raises
     :class:`graftbench.results.runs.RunError` when the run folder holds a run with other settings or another process
     holds it, and :class:`graftbench.store.folder.StoreError` for a store that does not exist (without ``new_store``)
-    or whose index is missing or damaged.
+    or whose index is missing or damaged, and :class:`graftbench.programs.sandbox.SandboxError` in program mode
+    when the sandbox cannot be built.
     """
+    if settings.mode == "program" and sandbox is None:
+        sandbox = open_sandbox()
     code = code if code is not None else code_version()  # at the start: the checkout may move during the run
     run = RunDir(runs_root, run_name)
     shard_problems = [p for _, p in select(problems, parse_shard(settings.shard))]
@@ -92,7 +99,7 @@ def run_eval(session: EngineSession, problems: list[Problem], source: str, run_n
         run.open(run_record(command, config, session.config.fingerprint, problems, settings), code)
         # NVML reads the GPU the run uses (cuda:N); a session without a torch device gives its pin's device kind
         meter = EnergyMeter(device=getattr(session, "device", session.config.device))
-        samples = evaluate(session, shard_problems, run, settings, store, meter, on_sample)
+        samples = evaluate(session, shard_problems, run, settings, store, meter, on_sample, sandbox)
         manifest = eval_manifest(
             run_name=run_name, command=command, config=config, config_fingerprint=session.config.fingerprint,
             settings=settings, source=source, problems=problems, samples=[s.to_json() for s in samples],

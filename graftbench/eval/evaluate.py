@@ -34,7 +34,7 @@ from ..results.runs import RunDir
 from ..results.samples import Attempt, Sample
 from ..engine.base import EngineSession, SamplingSettings
 from ..util.seeds import sample_seed
-from ..programs.sandbox import run_program
+from ..programs.sandbox import Sandbox
 from ..settings import EvalSettings, SandboxLimits
 from ..store.folder import Store
 from ..store.writers import kind_refusal, this_kind
@@ -143,16 +143,21 @@ def _route(session: EngineSession, store: Store, problem: Problem, settings: Eva
 
 
 def run_problem(session: EngineSession, problem: Problem, settings: EvalSettings, budget: int,
-                store: Store | None, meter: EnergyMeter) -> list[Sample]:
+                store: Store | None, meter: EnergyMeter, sandbox: Sandbox | None = None) -> list[Sample]:
     """Run one problem and return its :class:`~graftbench.results.samples.Sample` list (``settings.samples`` of them).
 
     ``wall_s`` and ``energy_j`` cover routing, restore or prefill, and decode, split evenly over the samples; the
     ``--certify`` recompute is an audit, timed apart in ``certify_s`` and not counted in them. In program mode
-    each sample's program then runs in the sandbox (timed apart in ``program_s``) and its printed line is judged.
+    each sample's program then runs in ``sandbox`` (timed apart in ``program_s``) and its printed line is judged.
 
-    Raises :class:`StrictFallbackError` under ``settings.strict`` when the chosen artifact is refused, and
-    :class:`graftbench.programs.sandbox.SandboxError` when no sandbox can be started (never for what a program does).
+    Raises :class:`StrictFallbackError` under ``settings.strict`` when the chosen artifact is refused,
+    :class:`graftbench.programs.sandbox.SandboxError` when the sandbox cannot be set up for a program (never for
+    what a program does), and ``ValueError`` in program mode without a ``sandbox``
+    (:func:`graftbench.programs.sandbox.open_sandbox`).
     """
+    if settings.mode == "program" and sandbox is None:
+        raise ValueError("program mode runs each program in a sandbox: pass the run's "
+                         "(graftbench.programs.sandbox.open_sandbox())")
     started, energy_start = time.perf_counter(), meter.read()
     route, fallback, attempt = None, None, None
     seeds = sample_seeds(settings, problem.id)
@@ -198,16 +203,16 @@ def run_problem(session: EngineSession, problem: Problem, settings: EvalSettings
     )
     reasoning = session.config.layout.reasoning_pair
     return [_sample(shared, decoded, i, seeds, route, settings, attempt.program, reasoning,
-                    _thinking(session, decoded, attempt.cue, reasoning))
+                    _thinking(session, decoded, attempt.cue, reasoning), sandbox)
             for i, decoded in enumerate(attempt.decoded)]
 
 
-def program_fields(output: str, limits: SandboxLimits) -> dict:
-    """Extract the program from a decoded ``output``, run it in the sandbox under ``limits``, and return the
+def program_fields(output: str, limits: SandboxLimits, sandbox: Sandbox) -> dict:
+    """Extract the program from a decoded ``output``, run it in ``sandbox`` under ``limits``, and return the
     program fields of a :class:`~graftbench.results.samples.Sample`. Raises
-    :class:`graftbench.programs.sandbox.SandboxError` only when no sandbox can be started."""
+    :class:`graftbench.programs.sandbox.SandboxError` only when the sandbox cannot be set up."""
     program = extract_program(output)
-    result = run_program(program, limits)
+    result = sandbox.run(program, limits)
     return dict(program=program, exit_status=result.exit_status, stdout=result.stdout,
                 stdout_sha256=result.stdout_sha256, stderr_tail=result.stderr_tail, program_s=result.run_s,
                 stopped=result.stopped, isolation=result.isolation)
@@ -226,8 +231,8 @@ def _thinking(session: EngineSession, decoded: Decoded, cue: str, reasoning: tup
 
 def _sample(shared: dict, decoded: Decoded, index: int, seeds: list[int] | None, route: Route | None,
             settings: EvalSettings, program: bool = False, reasoning: tuple[str, str] | None = None,
-            thinking: int | None = None) -> Sample:
-    run = program_fields(decoded.text, settings.sandbox) if program else {}
+            thinking: int | None = None, sandbox: Sandbox | None = None) -> Sample:
+    run = program_fields(decoded.text, settings.sandbox, sandbox) if program else {}
     if program:
         verdict = program_verdict(run["stdout"], run["stopped"], shared["key"], settings.verifier_version)
     else:
@@ -255,15 +260,17 @@ def _sample(shared: dict, decoded: Decoded, index: int, seeds: list[int] | None,
 
 
 def evaluate(session: EngineSession, problems: list[Problem], run: RunDir, settings: EvalSettings, store: Store | None,
-             meter: EnergyMeter, on_sample: Callable[[Sample], None] | None = None) -> list[Sample]:
+             meter: EnergyMeter, on_sample: Callable[[Sample], None] | None = None,
+             sandbox: Sandbox | None = None) -> list[Sample]:
     """Run every problem whose samples are not all recorded in ``run``, appending each sample durably; returns all
-    samples in problem and sample order. Stops early when the run's ``token_budget`` (decode tokens) is spent.
+    samples in problem and sample order. Stops early when the run's ``token_budget`` (decode tokens) is spent. In
+    program mode each program runs in ``sandbox`` (:func:`run_problem`).
 
     A problem interrupted between its samples is run again whole (the same seeds and batch draw the same tokens)
     and only its missing samples are appended.
 
     Raises ``ValueError`` when a recorded sample does not have the fields of a
-    :class:`~graftbench.results.samples.Sample`.
+    :class:`~graftbench.results.samples.Sample`, and what :func:`run_problem` raises.
     """
     done = {(s.problem_id, s.sample_index): s for s in map(Sample.from_json, run.read_samples())}
     spent = sum(s.decode_tokens for s in done.values())
@@ -276,7 +283,7 @@ def evaluate(session: EngineSession, problems: list[Problem], run: RunDir, setti
             budget = min(budget, settings.token_budget - spent)
             if budget <= 0:
                 break
-        for sample in run_problem(session, problem, settings, budget, store, meter):
+        for sample in run_problem(session, problem, settings, budget, store, meter, sandbox):
             if (problem.id, sample.sample_index) in done:
                 continue
             run.append(sample.to_json())

@@ -23,6 +23,7 @@ from ..results.metrics import paired_difference
 from ..problems.types import Problem
 from ..results.samples import Sample
 from ..engine.base import EngineSession
+from ..programs.sandbox import Sandbox, open_sandbox
 from ..settings import EvalSettings, RoundsSettings
 from ..store.open import open_store
 from .eval_run import RunResult, run_eval
@@ -92,16 +93,21 @@ def _eval_settings(settings: RoundsSettings, round_: int, graft: bool) -> EvalSe
 def run_rounds(session: EngineSession, settings: RoundsSettings, runs_root: str | Path = "runs",
                store_root: str | Path = "store", on_sample: Callable[[Sample], None] | None = None,
                on_stage: Callable[[str, int], None] | None = None,
-               on_item: Callable[[DepositItem], None] | None = None) -> list[RoundResult]:
+               on_item: Callable[[DepositItem], None] | None = None,
+               sandbox: Sandbox | None = None) -> list[RoundResult]:
     """Run (or resume) the flywheel: round 0 and rounds 1..R as the module docstring says. Returns one
     :class:`RoundResult` per round. The store at ``store_root`` is created if needed and should hold nothing but
     this flywheel's deposits. ``on_stage(name, total)`` announces each stage and how many samples (or deposit
-    items) it will report through ``on_sample`` (``on_item``).
+    items) it will report through ``on_sample`` (``on_item``). In program mode every program of every round runs
+    in ``sandbox``, opened here (:func:`graftbench.programs.sandbox.open_sandbox`) when ``None``.
 
     Raises :class:`graftbench.results.runs.RunError` when a run folder of the flywheel holds other settings (another
-    model or sampling), and the store and storage errors of :func:`graftbench.eval.eval_run.run_eval`. Every run's
+    model or sampling), :class:`graftbench.programs.sandbox.SandboxError` in program mode when the sandbox cannot
+    be built, and the store and storage errors of :func:`graftbench.eval.eval_run.run_eval`. Every run's
     manifest names the code version read when the flywheel started (``environment.code``).
     """
+    if settings.mode == "program" and sandbox is None:
+        sandbox = open_sandbox()
     code = code_version()  # at the start: the rounds may take hours while the checkout moves
     stage = on_stage or (lambda name, total: None)
     n = settings.samples
@@ -112,14 +118,15 @@ def run_rounds(session: EngineSession, settings: RoundsSettings, runs_root: str 
         library_size = len(store.ids())
         stage(f"round {round_}: {'held-out ' if round_ else ''}baseline", len(problems) * n)
         base = run_eval(session, problems, "builtin", f"{name}-baseline", _eval_settings(settings, round_, False),
-                        command="solve", runs_root=runs_root, on_sample=on_sample, code=code)
+                        command="solve", runs_root=runs_root, on_sample=on_sample, code=code,
+                        sandbox=sandbox)
         result = RoundResult(round_, library_size, [p.id for p in problems], base)
         arms = [base]
         if round_ > 0:
             stage(f"round {round_}: held-out graft (library of {library_size})", len(problems) * n)
             result.graft = run_eval(session, problems, "builtin", f"{name}-graft",
                                     _eval_settings(settings, round_, True), runs_root=runs_root,
-                                    store_root=store_root, on_sample=on_sample, code=code)
+                                    store_root=store_root, on_sample=on_sample, code=code, sandbox=sandbox)
             arms.append(result.graft)
             entries = [problem_entry(p) for p in problems]
             result.difference = paired_difference([s.to_json() for s in result.graft.samples],
@@ -129,11 +136,12 @@ def run_rounds(session: EngineSession, settings: RoundsSettings, runs_root: str 
                 stage(f"round {round_}: recurring", len(solved) * n)
                 result.recurring = run_eval(session, solved, "builtin", f"{name}-recurring",
                                             _eval_settings(settings, round_, True), runs_root=runs_root,
-                                            store_root=store_root, on_sample=on_sample, code=code)
+                                            store_root=store_root, on_sample=on_sample, code=code,
+                                            sandbox=sandbox)
         if round_ < settings.rounds:
             items = verified_items(arms, problems, f"flywheel:{name}")
             stage(f"round {round_}: deposit", len(items))
-            result.deposit = deposit_items(session, store, items, on_item, mode=settings.mode)
+            result.deposit = deposit_items(session, store, items, on_item, mode=settings.mode, sandbox=sandbox)
         results.append(result)
     return results
 

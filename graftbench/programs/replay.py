@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .mode import program_verdict, sample_verdict
-from .sandbox import ProgramResult, isolation, run_program
+from .sandbox import ProgramResult, Sandbox, open_sandbox
 from ..settings import SandboxLimits
 from ..util import isa
 from ..util.provenance import code_version
@@ -68,10 +68,10 @@ def starved(result: ProgramResult, limits: SandboxLimits) -> bool:
     return result.stopped == "timeout" and result.cpu_s < STARVED_CPU_SHARE * limits.cpu_s
 
 
-def replay_programs(manifest: dict, verifier_version: int | str, runs: dict | None = None,
+def replay_programs(manifest: dict, verifier_version: int | str, sandbox: Sandbox, runs: dict | None = None,
                     label: str = "the manifest") -> list[Replayed]:
-    """Run every recorded program of ``manifest`` (a loaded manifest's dict, named ``label`` in errors) in the
-    sandbox under the manifest's own sandbox limits, and judge it under ``verifier_version`` (the one it recorded:
+    """Run every recorded program of ``manifest`` (a loaded manifest's dict, named ``label`` in errors) in
+    ``sandbox`` under the manifest's own sandbox limits, and judge it under ``verifier_version`` (the one it recorded:
     :func:`graftbench.results.manifest.recorded_verifier_version`). A program whose run here was :func:`starved` is run
     once more with the wall-time limit raised to :data:`STARVED_WALL_FACTOR` times ``cpu_s`` (the CPU-time and
     every other limit unchanged), and judged on that run (a starved ``timeout`` says nothing of whether the program
@@ -79,7 +79,7 @@ def replay_programs(manifest: dict, verifier_version: int | str, runs: dict | No
     keeps the starved run's wall seconds (``starved_s``). ``runs``, when given, maps (program text, limits) to a
     :class:`ProgramResult` already run, and receives the new ones. Raises ``ValueError`` for a manifest of no
     program (its settings record no ``sandbox`` limits) and :class:`graftbench.programs.sandbox.SandboxError` when
-    the sandbox cannot be built."""
+    the sandbox cannot be set up for a program."""
     recorded_limits = (manifest.get("settings") or {}).get("sandbox")
     if not isinstance(recorded_limits, dict):
         raise ValueError(f"{label}: not a program-mode manifest (its settings record no sandbox limits)")
@@ -97,11 +97,11 @@ def replay_programs(manifest: dict, verifier_version: int | str, runs: dict | No
     for sample in samples:
         if not isinstance(sample.get("program"), str):
             continue
-        result = _run_once(runs, sample["program"], limits)
+        result = _run_once(runs, sample["program"], limits, sandbox)
         starved_s = None
         if starved(result, limits):
             starved_s = result.run_s
-            result = _run_once(runs, sample["program"], patient)
+            result = _run_once(runs, sample["program"], patient, sandbox)
         old = sample_verdict(sample, version)
         new = program_verdict(result.stdout, result.stopped, sample.get("key") or "", version)
         recorded_s = sample.get("program_s")
@@ -113,19 +113,21 @@ def replay_programs(manifest: dict, verifier_version: int | str, runs: dict | No
     return replayed
 
 
-def _run_once(runs: dict, program: str, limits: SandboxLimits) -> ProgramResult:
-    """The run of ``program`` under ``limits``: from ``runs`` when already there, else run now and kept."""
+def _run_once(runs: dict, program: str, limits: SandboxLimits, sandbox: Sandbox) -> ProgramResult:
+    """The run of ``program`` under ``limits``: from ``runs`` when already there, else run now in ``sandbox`` and
+    kept."""
     if (program, limits) not in runs:
-        runs[program, limits] = run_program(program, limits)
+        runs[program, limits] = sandbox.run(program, limits)
     return runs[program, limits]
 
 
-def log_record(path: str | Path, manifest: dict, replayed: list[Replayed], ran: int,
+def log_record(path: str | Path, manifest: dict, replayed: list[Replayed], ran: int, isolation: str,
                code: dict | None = None) -> dict:
     """The log line of one manifest's replay: its path and seal (``manifest`` is its loaded dict), how many programs
     it holds, how many of them were run for it (``ran``; the others reused a run of the same text and limits), how
     many gave the same verdict and the same stop reason, every difference, every program whose first run was starved
-    (judged on a run with more wall time, :func:`replay_programs`), the isolation they ran in, this machine's CPU
+    (judged on a run with more wall time, :func:`replay_programs`), the ``isolation`` they ran in
+    (:attr:`graftbench.programs.sandbox.Isolation.description`), this machine's CPU
     and its load average (1, 5 and 15 minutes, from ``os.getloadavg``) when the line is written (a program stopped
     at the wall-time limit on a busy machine may have finished on a quiet one), and the code version that replayed
     them (``code``: :func:`graftbench.util.provenance.code_version`, read when the replay started; ``None`` reads
@@ -135,7 +137,7 @@ def log_record(path: str | Path, manifest: dict, replayed: list[Replayed], ran: 
             "same_stopped": sum(r.stopped == r.recorded_stopped for r in replayed),
             "differences": [asdict(r) for r in replayed if not r.same],
             "starved": [asdict(r) for r in replayed if r.starved_s is not None],
-            "isolation": isolation().description, "replayed_on": isa.describe_cpu(isa.environment()),
+            "isolation": isolation, "replayed_on": isa.describe_cpu(isa.environment()),
             "code": code if code is not None else code_version(),
             "load_average": [round(value, 2) for value in os.getloadavg()], "cpus": os.cpu_count(),
             "replayed_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -147,18 +149,21 @@ def replay_manifests(manifests: Iterable[tuple[str | Path, dict, int | str]], lo
     :func:`graftbench.api.replay_programs` loads and checks them all before any program runs) in turn (:func:`replay_programs`, one run
     per distinct program and limits), append each one's :func:`log_record` to ``log`` (JSON lines) as soon as it is
     done, hand it to ``on_record`` (when given) at once, and return the records. Raises as :func:`replay_programs`
-    does, and ``OSError`` when ``log`` cannot be appended to (tried before any program runs). Every record names
+    does, :class:`graftbench.programs.sandbox.SandboxError` when the sandbox cannot be built (opened once, after
+    ``log`` is tried), and ``OSError`` when ``log`` cannot be appended to (tried before any program runs). Every
+    record names
     the code version read before the first program runs (:func:`log_record`'s ``code``)."""
     code = code_version()  # at the start: the checkout may move while the programs run
     if log is not None:
         with open(log, "a", encoding="utf-8"):
             pass
+    sandbox = open_sandbox()
     runs: dict = {}
     records = []
     for path, manifest, version in manifests:
         before = len(runs)
-        record = log_record(path, manifest, replay_programs(manifest, version, runs, str(path)), len(runs) - before,
-                            code)
+        replayed = replay_programs(manifest, version, sandbox, runs, str(path))
+        record = log_record(path, manifest, replayed, len(runs) - before, sandbox.isolation.description, code)
         records.append(record)
         if log is not None:
             with open(log, "a", encoding="utf-8") as handle:

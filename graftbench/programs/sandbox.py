@@ -9,8 +9,10 @@ containment) and in a cgroup of its own (:mod:`graftbench.programs.cgroup`: memo
 
 The sandbox fails closed: there is one containment and no weaker level. When the machine cannot build it (no
 bubblewrap, not root, no cgroup hierarchy, no libseccomp, no program environment built for this installation or a
-stale one), :func:`isolation` and :func:`run_program` raise
-:class:`SandboxError` with one line naming what is missing and how to get it, before any program runs.
+stale one), :func:`open_sandbox` raises :class:`SandboxError` with one line naming what is missing and how to get
+it, before any program runs. It returns a :class:`Sandbox` value (the loaded program environment and the isolation):
+a run opens one where it starts and passes it to what runs programs (:meth:`Sandbox.run`); nothing is kept between
+calls in this module.
 
 A failing program (timeout, memory, too much output, a refused fork, a crash, a text over the size limit) is a
 result, never an exception. Why it stopped is derived only from what graftbench observes (its exit status, its own
@@ -19,7 +21,6 @@ wall clock, the output it read, the run's cgroup counters), never from what the 
 
 from __future__ import annotations
 
-import functools
 import os
 import selectors
 import subprocess
@@ -98,59 +99,65 @@ def _cgroups() -> dict[str, str]:
         raise SandboxError(str(exc)) from exc
 
 
-@functools.cache
-def _environment() -> environment.Environment:
-    """This installation's built program environment, loaded once per process. Raises :class:`SandboxError` when
-    it is not built or stale."""
+def _load_environment() -> environment.Environment:
+    """This installation's built program environment. Raises :class:`SandboxError` when it is not built or stale."""
     try:
         return environment.load()
     except environment.ProgramEnvironmentError as exc:
         raise SandboxError(str(exc)) from exc
 
 
-@functools.cache
-def _probe() -> str:
-    """Check the machine and the program environment, and run a tiny program (under :data:`PROBE_LIMITS`): ``""``
-    when it ran as expected, else why not, in one line."""
+@dataclass(frozen=True)
+class Sandbox:
+    """The sandbox of one run, checked (:func:`open_sandbox`): the loaded program ``environment`` programs run in
+    and the ``isolation`` recorded with every result. Made once where a run starts and passed to what runs
+    programs; it holds no process and no open file."""
+
+    environment: environment.Environment
+    isolation: Isolation
+
+    def run(self, source: str, limits: SandboxLimits = DEFAULT_LIMITS) -> ProgramResult:
+        """Run ``source`` (Python) in the sandbox under ``limits`` and return its :class:`ProgramResult`.
+
+        A program that loops, allocates, prints or writes too much, is refused an operation, crashes, or whose
+        text is over ``limits.file_bytes`` gives a result whose ``stopped`` says so; it never raises for that.
+        Raises :class:`SandboxError` when the sandbox cannot be set up for this run (a cgroup or bubblewrap that
+        fails to start); nothing then runs."""
+        return _run(source, limits, self.environment)
+
+
+def open_sandbox() -> Sandbox:
+    """Check the containment programs will run in (the tools, root, the cgroup hierarchies, libseccomp, the program
+    environment, then a tiny program, under :data:`PROBE_LIMITS`, that imports its packages and prints its user
+    id) and return it as a :class:`Sandbox`. Each call probes anew (about a second): open one per run and pass it
+    down. Raises :class:`SandboxError`, naming what is missing and how to get it, when the sandbox cannot be
+    built; no program of the caller's has run then."""
+    why = _probe()
+    if isinstance(why, str):
+        raise SandboxError("program mode needs the sandbox, which cannot be built here: " + " ".join(why.split()))
+    return why
+
+
+def _probe() -> Sandbox | str:
+    """The checked :class:`Sandbox`, or why it cannot be built, in one line."""
     lacking = bwrap.missing()
     if lacking:
         return lacking
     try:
-        _environment()
-        result = _run("import os, sympy, mpmath, numpy\nprint(os.getuid())\n", PROBE_LIMITS)
+        env = _load_environment()
+        result = _run("import os, sympy, mpmath, numpy\nprint(os.getuid())\n", PROBE_LIMITS, env)
     except SandboxError as exc:
         return str(exc)
     if result.stopped is not None or result.answer != str(bwrap.ids()[0]):
         return (f"the sandbox's probe program stopped={result.stopped} exit={result.exit_status} printed "
                 f"{result.answer!r}: {result.stderr_tail[-300:].strip()}")
-    return ""
+    return Sandbox(env, Isolation(LEVEL, bwrap.describe(env)))
 
 
-def isolation() -> Isolation:
-    """The containment programs will run in, checked once per process (the tools, root, the cgroup hierarchies,
-    libseccomp, the program environment, then a tiny program that imports its packages and prints its user id).
-    Raises :class:`SandboxError`, naming what is missing and how to get it, when the sandbox cannot be built."""
-    why = _probe()
-    if why:
-        raise SandboxError("program mode needs the sandbox, which cannot be built here: " + " ".join(why.split()))
-    return Isolation(LEVEL, bwrap.describe(_environment()))
-
-
-def run_program(source: str, limits: SandboxLimits = DEFAULT_LIMITS) -> ProgramResult:
-    """Run ``source`` (Python) in the sandbox under ``limits`` and return its :class:`ProgramResult`.
-
-    A program that loops, allocates, prints or writes too much, is refused an operation, crashes, or whose text is
-    over ``limits.file_bytes`` gives a result whose ``stopped`` says so; it never raises for that. Raises
-    :class:`SandboxError` when the sandbox cannot be built (:func:`isolation`); nothing then runs.
-    """
-    isolation()
-    return _run(source, limits)
-
-
-def _too_large(size: int, limits: SandboxLimits) -> ProgramResult:
+def _too_large(size: int, limits: SandboxLimits, env: environment.Environment) -> ProgramResult:
     note = f"graftbench: the program's text is {size} bytes, over the limit of {limits.file_bytes} bytes; not run"
     return ProgramResult(exit_status=NOT_STARTED, stdout="", stdout_sha256=sha256_text(""), stderr_tail=note,
-                         run_s=0.0, stopped="forbidden", answer=None, isolation=bwrap.describe(_environment()))
+                         run_s=0.0, stopped="forbidden", answer=None, isolation=bwrap.describe(env))
 
 
 @dataclass
@@ -241,7 +248,7 @@ os.execv(sys.argv[end + 1], sys.argv[end + 1:])
 """
 
 
-def _start(run_cgroup: cgroup.RunCgroup, limits: SandboxLimits, data: bytes,
+def _start(run_cgroup: cgroup.RunCgroup, limits: SandboxLimits, env: environment.Environment, data: bytes,
            ready_w: int) -> subprocess.Popen:
     """Start bwrap through :data:`LAUNCHER`, in the run's cgroup and a new session keyring."""
     seccomp_r, seccomp_w = os.pipe()
@@ -252,7 +259,7 @@ def _start(run_cgroup: cgroup.RunCgroup, limits: SandboxLimits, data: bytes,
         program.write(data)
         program.flush()
         program.seek(0)
-        command = bwrap.command(limits, _environment(), seccomp_r, program.fileno(), ready_w)
+        command = bwrap.command(limits, env, seccomp_r, program.fileno(), ready_w)
         launcher = [sys.executable, "-I", "-S", "-c", LAUNCHER, str(bwrap.syscall_number("keyctl")),
                     *run_cgroup.procs_files(), "--"]
         return subprocess.Popen([*launcher, *command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -265,10 +272,10 @@ def _start(run_cgroup: cgroup.RunCgroup, limits: SandboxLimits, data: bytes,
         program.close()
 
 
-def _run(source: str, limits: SandboxLimits) -> ProgramResult:
+def _run(source: str, limits: SandboxLimits, env: environment.Environment) -> ProgramResult:
     data = source.encode("utf-8", errors="replace")
     if len(data) > limits.file_bytes:
-        return _too_large(len(data), limits)
+        return _too_large(len(data), limits, env)
     try:
         run_cgroup = cgroup.RunCgroup(limits, _cgroups())
     except cgroup.CgroupError as exc:
@@ -278,7 +285,7 @@ def _run(source: str, limits: SandboxLimits) -> ProgramResult:
     proc = None
     try:
         try:
-            proc = _start(run_cgroup, limits, data, ready_w)
+            proc = _start(run_cgroup, limits, env, data, ready_w)
         finally:
             os.close(ready_w)
         streams, cut = _pump(proc, ready_r, limits, started + limits.wall_s, run_cgroup)
@@ -305,4 +312,4 @@ def _run(source: str, limits: SandboxLimits) -> ProgramResult:
     return ProgramResult(exit_status=KILLED if cut else status, stdout=stdout, stdout_sha256=sha256_text(stdout),
                          stderr_tail=stderr, run_s=round(run_s, 6), stopped=stopped,
                          answer=answer_line(stdout) if stopped is None else None,
-                         isolation=bwrap.describe(_environment()), cpu_s=round(counters.cpu_s, 6))
+                         isolation=bwrap.describe(env), cpu_s=round(counters.cpu_s, 6))

@@ -73,7 +73,7 @@ class Sample:
     extracted answer equals the example's answer (a copy, whatever the question asked).
 
     Program mode (:mod:`graftbench.programs.mode`): ``program`` is the program extracted from ``output`` and run in
-    the sandbox (:func:`graftbench.programs.sandbox.run_program`); ``exit_status`` its exit code (128 + N when killed by
+    the sandbox (:meth:`graftbench.programs.sandbox.Sandbox.run`); ``exit_status`` its exit code (128 + N when killed by
     signal N, -9 when graftbench killed it, -1 when its text was over the limit and it was not run); ``stdout`` what
     it printed (at most the sandbox's ``output_bytes``, decoded as UTF-8) and ``stdout_sha256`` its hash;
     ``stderr_tail`` the end of its stderr; ``program_s`` the run's wall seconds (not counted in ``wall_s``);

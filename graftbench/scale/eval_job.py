@@ -22,6 +22,7 @@ from typing import Callable
 
 from ..engine.base import RAY
 from ..eval.errors import Interrupted, NotVerified, Refused, WriteFailed, error_text
+from ..programs.sandbox import Sandbox
 from ..settings import CERTIFIED_KERNELS, EvalSettings, ModelOptions
 from .dispatch import EXECUTORS, RAY_EXTRA, ClusterOptions, DispatchError
 
@@ -31,7 +32,9 @@ class EvalRequest:
     """What one ``solve`` or ``eval`` asks for: ``command`` (``solve`` or ``eval``), the ``model`` and how it is
     opened, the problem ``source`` (as ``--problems`` names it), the ``run`` name under ``runs_dir``, the decoding
     and graft ``settings``, the ``store`` to graft from (``None`` for the baseline; ``new_store`` creates an empty
-    one), the Ray ``cluster`` (``None``: this process runs it) and the ``command_options`` the manifest records."""
+    one), the Ray ``cluster`` (``None``: this process runs it), the ``command_options`` the manifest records, and
+    in program mode the ``sandbox`` its programs run in when this process runs it (``None``: the run opens one,
+    :func:`graftbench.programs.sandbox.open_sandbox`; each Ray worker opens its own)."""
 
     command: str
     model: ModelOptions
@@ -43,6 +46,7 @@ class EvalRequest:
     new_store: bool = False
     cluster: ClusterOptions | None = None
     command_options: dict = field(default_factory=dict)
+    sandbox: Sandbox | None = None
 
 
 @dataclass(frozen=True)
@@ -240,7 +244,7 @@ def _executor(request: EvalRequest, hooks: JobHooks):
     if request.cluster is None:
         from ..eval.eval_run import run_eval
 
-        return partial(run_eval, hooks.open_session(options))
+        return partial(run_eval, hooks.open_session(options), sandbox=request.sandbox)
     from .ray_executor import WorkerPin, run_eval_ray, worker_gpus
 
     try:

@@ -168,6 +168,7 @@ class ProblemWorker:
         self.meter = EnergyMeter(device=device)
         self.faults = faults
         self.runs = 0
+        self.sandbox = None  # program mode: this machine's sandbox, opened for the first problem (run)
 
     def describe(self) -> dict:
         """The worker's pin (``config``, ``config_fingerprint``), energy method and environment (Python, OS,
@@ -180,14 +181,19 @@ class ProblemWorker:
 
     def run(self, problem: Problem, budget: int) -> list[dict]:
         """Run ``problem`` with a decode budget of ``budget`` tokens per sample; its samples as JSON, in sample
-        order. Raises what :func:`graftbench.eval.evaluate.run_problem` raises."""
+        order. In program mode the programs run in this machine's sandbox, opened on the first call
+        (:func:`graftbench.programs.sandbox.open_sandbox`). Raises what :func:`graftbench.eval.evaluate.run_problem`
+        raises, and :class:`graftbench.programs.sandbox.SandboxError` when the sandbox cannot be built here."""
         from ..eval.evaluate import run_problem
+        from ..programs.sandbox import open_sandbox
 
         if self.faults.crash_after is not None and self.runs >= self.faults.crash_after:
             os._exit(70)  # the test hook: die as a killed worker does, with a problem in hand
         if self.faults.hang_after is not None and self.runs >= self.faults.hang_after:
             time.sleep(self.faults.hang_s)  # the test hook: hang with a problem in hand (the driver should kill it)
-        samples = run_problem(self.session, problem, self.settings, budget, self.store, self.meter)
+        if self.settings.mode == "program" and self.sandbox is None:
+            self.sandbox = open_sandbox()
+        samples = run_problem(self.session, problem, self.settings, budget, self.store, self.meter, self.sandbox)
         self.runs += 1
         return [sample.to_json() for sample in samples]
 

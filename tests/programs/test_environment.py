@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from graftbench.programs import environment, sandbox
-from tests.prereqs import need
+from graftbench.programs import environment
+from tests.programs import sandbox_here
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -117,8 +117,9 @@ import json, sys
 import graftbench
 from graftbench.programs import sandbox
 programs = json.loads(sys.argv[1])
-results = {name: sandbox.run_program(source) for name, source in programs.items()}
-print(json.dumps({"graftbench": graftbench.__file__, "isolation": sandbox.isolation().description,
+box = sandbox.open_sandbox()
+results = {name: box.run(source) for name, source in programs.items()}
+print(json.dumps({"graftbench": graftbench.__file__, "isolation": box.isolation.description,
                   **{name: [r.stopped, r.answer, r.stderr_tail[-300:]] for name, r in results.items()}}))
 """
 
@@ -132,7 +133,7 @@ def _run(command: list[str], cwd: Path, timeout: int = 600) -> str:
 
 @pytest.mark.slow
 def test_in_a_regular_install_a_program_reaches_neither_graftbench_nor_the_installation(tmp_path):
-    need("sandbox", sandbox._probe())
+    sandbox_here()
     source = tmp_path / "source"
     shutil.copytree(ROOT / "graftbench", source / "graftbench", ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):

@@ -25,8 +25,10 @@ from graftbench.results.samples import PROGRAM_FIELDS, Sample
 from graftbench.settings import EvalSettings, RoundsSettings, SandboxLimits
 from graftbench.store.folder import Store
 from graftbench.eval.eval_run import run_eval
+from graftbench.eval.evaluate import run_problem
 from tests.conftest import REFERENCE_MANIFESTS
 from tests.prereqs import need
+from tests.programs import sandbox_here
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -94,8 +96,7 @@ def _sample(problem_id: str, key: str, program: str | None, limits=SandboxLimits
     output = program + PROGRAM_CLOSE if program is not None else " 42\n"
     fields, verdict = {}, None
     if program is not None:
-        need("sandbox", sandbox._probe())
-        result = sandbox.run_program(program, limits)
+        result = sandbox_here().run(program, limits)
         fields = dict(program=program, exit_status=result.exit_status, stdout=result.stdout,
                       stdout_sha256=result.stdout_sha256, stderr_tail=result.stderr_tail, program_s=result.run_s,
                       stopped=result.stopped, isolation=result.isolation)
@@ -158,7 +159,7 @@ def test_verify_manifest_rechecks_program_verdicts_without_running_them(program_
     def no_programs(*args, **kwargs):
         raise AssertionError("verify-manifest ran a program")
 
-    monkeypatch.setattr(sandbox, "run_program", no_programs)
+    monkeypatch.setattr(sandbox, "_run", no_programs)  # every program run (and the sandbox's probe) goes through it
     mismatches, notes = verify_manifest(path)
     assert mismatches == [] and "4 samples re-verified" in notes[0]
     result = runner.invoke(app, ["verify-manifest", str(path), "--allow-unanchored"])  # a hand-made problem set
@@ -205,9 +206,10 @@ def test_committed_text_manifests_verify_unchanged(name):
 
 
 def test_a_text_mode_deposit_refuses_a_program_sample_and_runs_nothing(monkeypatch):
-    monkeypatch.setattr("graftbench.eval.deposit.run_program", lambda *a, **k: pytest.fail("a program was run"))
     problem = Problem("p-0", "What is 6 times 7?", "42")
     item = item_from_sample(problem, _sample("p-0", "42", "print(6 * 7)\n"), "solve:r")
+    monkeypatch.setattr("graftbench.eval.deposit.open_sandbox", lambda: pytest.fail("the sandbox was opened"))
+    monkeypatch.setattr(sandbox, "_run", lambda *a, **k: pytest.fail("a program was run"))
     assert item == DepositItem(problem, "```python\nprint(6 * 7)\n```", "solve:r", program="print(6 * 7)\n")
     report = deposit_items(None, None, [item], mode="text")
     assert report.refused == [("p-0", "a program-mode sample: deposit with --mode program to re-run its program "
@@ -216,7 +218,7 @@ def test_a_text_mode_deposit_refuses_a_program_sample_and_runs_nothing(monkeypat
 
 
 def test_a_program_mode_deposit_reruns_the_program_and_refuses_a_wrong_one():
-    need("sandbox", sandbox._probe())
+    sandbox_here()  # the deposit opens its own (none is passed)
     problem = Problem("p-0", "What is 6 times 7?", "42")
     wrong = DepositItem(problem, solution_text("print(41)\n"), "solve:r", program="print(41)\n")
     crash = DepositItem(problem, solution_text("print(1/0)\n"), "solve:r", program="print(1/0)\n")
@@ -233,6 +235,12 @@ def test_items_from_a_program_run_carry_their_programs():
         ("a", "print(6 * 7)\n", "```python\nprint(6 * 7)\n```")]
 
 
+def test_program_mode_without_a_sandbox_is_refused_before_anything_decodes():
+    problem = Problem("p-0", "What is 6 times 7?", "42")
+    with pytest.raises(ValueError, match="program mode runs each program in a sandbox"):
+        run_problem(None, problem, EvalSettings(mode="program"), 8, None, None)
+
+
 def test_an_unknown_mode_is_refused_before_the_model_loads():
     for command in (["solve"], ["eval"], ["deposit"], ["flywheel"]):
         result = runner.invoke(app, [*command, "--mode", "python"])
@@ -244,12 +252,11 @@ def test_an_unknown_mode_is_refused_before_the_model_loads():
 
 
 def test_program_mode_solve_end_to_end(session, tmp_path):
-    need("sandbox", sandbox._probe())
+    description = sandbox_here().isolation.description
     problems = builtin_problems(n_per_family=1)[:2]
     settings = EvalSettings(max_new_tokens=48, mode="program")
     result = run_eval(session, problems, "builtin", "prog", settings, command="solve", runs_root=tmp_path)
     assert [s.problem_id for s in result.samples] == [p.id for p in problems]
-    description = sandbox.isolation().description
     for sample in result.samples:
         assert sample.program == extract_program(sample.output)
         assert isinstance(sample.exit_status, int) and isinstance(sample.stdout, str)
@@ -277,12 +284,12 @@ def test_program_mode_solve_end_to_end(session, tmp_path):
 
 
 def test_a_deposited_program_is_grafted_recurring_answers_new_problems_write_programs(session, tmp_path):
-    need("sandbox", sandbox._probe())
+    box = sandbox_here()
     problems = [p for p in builtin_problems(n_per_family=2) if p.family == "mod"]
     first, second = problems
     store = Store(tmp_path / "store")
     item = DepositItem(first, solution_text(f"print({first.answer})\n"), "hand", program=f"print({first.answer})\n")
-    report = deposit_items(session, store, [item], mode="program")
+    report = deposit_items(session, store, [item], mode="program", sandbox=box)
     assert report.refused == [] and len(report.deposited) == 1
     settings = EvalSettings(max_new_tokens=24, graft=True, min_similarity=0.3, mode="program")
     result = run_eval(session, problems, "builtin", "g", settings, runs_root=tmp_path, store_root=tmp_path / "store")

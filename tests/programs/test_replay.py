@@ -12,18 +12,18 @@ import glob
 import json
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from graftbench.programs import replay as program_replay
 from graftbench.programs.replay import LOG_SCHEMA, starved
-from graftbench.programs import sandbox
 from graftbench.programs.sandbox import ProgramResult
 from graftbench.results.layout import PROGRAM_MANIFESTS, current_path
 from graftbench.results.manifest import load_manifest, recorded_verifier_version
 from graftbench.settings import SandboxLimits
 from tests.conftest import REFERENCE_MANIFESTS
-from tests.prereqs import need
+from tests.programs import sandbox_here
 
 ROOT = Path(__file__).resolve().parents[2]
 BASELINE = REFERENCE_MANIFESTS / "transfer-qwen2.5-coder-0.5b-program-baseline.json"
@@ -37,17 +37,21 @@ DECLARED: dict[tuple[str, str], str] = {
     for arm in ("graft", "other-family", "prompt")}
 
 
-def replay_programs(path: Path) -> list:
-    """The replay of the manifest at ``path`` as ``graftbench replay-programs`` runs it: loaded and checked, judged
-    under its recorded verifier version."""
+def replay_programs(path: Path, box) -> list:
+    """The replay of the manifest at ``path`` in ``box`` (a :class:`graftbench.programs.sandbox.Sandbox`, or a
+    stand-in with its ``run``) as ``graftbench replay-programs`` runs it: loaded and checked, judged under its
+    recorded verifier version."""
     manifest = load_manifest(path)
-    return program_replay.replay_programs(manifest, recorded_verifier_version(manifest), label=str(path))
+    return program_replay.replay_programs(manifest, recorded_verifier_version(manifest), box, label=str(path))
+
+
+def _no_program(program, limits):
+    raise AssertionError("a program ran")
 
 
 @pytest.mark.slow
 def test_the_committed_program_baseline_replays_with_the_same_verdicts():
-    need("sandbox", sandbox._probe())
-    replayed = replay_programs(BASELINE)
+    replayed = replay_programs(BASELINE, sandbox_here())
     assert len(replayed) == 60
     assert [r.sample for r in replayed if not r.same_verdict] == []
     assert [r.sample for r in replayed if r.stopped != r.recorded_stopped] == []
@@ -66,7 +70,7 @@ def test_a_run_stopped_by_the_wall_clock_with_cpu_time_left_is_starved():
     assert not starved(_result("7\n", None, 20.0, 4.9), limits) and not starved(_result("", "crashed", 1, 0.1), limits)
 
 
-def test_a_starved_program_recorded_as_finishing_is_judged_on_a_run_with_more_wall_time(monkeypatch):
+def test_a_starved_program_recorded_as_finishing_is_judged_on_a_run_with_more_wall_time():
     """On a busy machine every first run is cut by the wall clock after 4 s of CPU; each program runs again with 12
     times cpu_s of wall time (its other limits unchanged) and is judged on that run."""
     recorded = {s["program"]: s for s in load_manifest(BASELINE)["samples"]}
@@ -78,8 +82,7 @@ def test_a_starved_program_recorded_as_finishing_is_judged_on_a_run_with_more_wa
             return _result("", "timeout", 20.0, 4.0)
         return _result(recorded[program]["stdout"], recorded[program]["stopped"], 30.0, 0.5)
 
-    monkeypatch.setattr(program_replay, "run_program", busy_machine)
-    replayed = replay_programs(BASELINE)
+    replayed = replay_programs(BASELINE, SimpleNamespace(run=busy_machine))
     assert len(replayed) == 60 and all(r.same and r.starved_s == 20.0 for r in replayed)
     assert [r.recorded_stopped for r in replayed].count(None) == 56  # and 4 crashed, as recorded
     assert {(c.wall_s, replace(c, wall_s=20)) for c in calls} == {(20, LIMITS_OF_BASELINE), (120, LIMITS_OF_BASELINE)}
@@ -87,7 +90,7 @@ def test_a_starved_program_recorded_as_finishing_is_judged_on_a_run_with_more_wa
 
 def test_a_text_mode_manifest_is_not_replayed():
     with pytest.raises(ValueError, match="not a program-mode manifest"):
-        replay_programs(REFERENCE_MANIFESTS / "transfer-smollm2-135m-baseline.json")
+        replay_programs(REFERENCE_MANIFESTS / "transfer-smollm2-135m-baseline.json", SimpleNamespace(run=_no_program))
 
 
 def test_every_committed_program_manifest_was_replayed_in_the_program_environment():
@@ -119,10 +122,7 @@ def test_a_damaged_manifest_or_an_unwritable_log_is_refused_before_any_program_r
 
     from graftbench.cli.app import app
 
-    def no_program(program, limits):
-        raise AssertionError("a program ran")
-
-    monkeypatch.setattr(program_replay, "run_program", no_program)
+    monkeypatch.setattr(program_replay, "open_sandbox", lambda: pytest.fail("the sandbox was opened"))
     edited = load_manifest(BASELINE)
     edited["samples"] = edited["samples"][:1]
     (tmp_path / "edited.json").write_text(json.dumps(edited), encoding="utf-8")

@@ -33,15 +33,16 @@ from graftbench.programs.mode import program_verdict
 from graftbench.settings import SandboxLimits
 from tests.conftest import AIME2024
 from tests.prereqs import need
+from tests.programs import opened
 
 LIMITS = SandboxLimits(cpu_s=2, wall_s=6.0, processes=16)
-WHY = sandbox._probe()  # "" where the sandbox is built here, else what is missing
+SANDBOX, WHY = opened()  # the sandbox and "" where it is built here, else None and what is missing
 ROOT = Path(__file__).resolve().parents[2]
 MiB = 1 << 20
 
 
 def run(source: str, limits: SandboxLimits = LIMITS, **kwargs) -> sandbox.ProgramResult:
-    return sandbox.run_program(textwrap.dedent(source), limits, **kwargs)
+    return SANDBOX.run(textwrap.dedent(source), limits, **kwargs)
 
 
 def sandbox_user_processes(owner: int | None = None) -> list[int]:
@@ -94,7 +95,7 @@ def test_a_program_prints_its_answer_and_imports_sympy():
     assert (result.stopped, result.exit_status, result.answer) == (None, 0, "120")
     assert result.stdout == "{2: 3, 3: 2, 5: 1}\n120\n"
     assert result.stdout_sha256 == hashlib.sha256(b"{2: 3, 3: 2, 5: 1}\n120\n").hexdigest()
-    assert result.run_s > 0 and result.isolation == sandbox.isolation().description
+    assert result.run_s > 0 and result.isolation == SANDBOX.isolation.description
 
 
 def test_the_last_printed_line_is_the_answer():
@@ -250,7 +251,7 @@ def test_writing_outside_its_folder_is_refused_and_nothing_is_written(tmp_path):
 
 def test_an_uncaught_write_to_a_read_only_folder_crashes_the_program():
     need("sandbox", WHY)
-    env = sandbox._environment()
+    env = SANDBOX.environment
     result = run(f"open({env.prefix + '/planted'!r}, 'w').write('x')\n")  # the program environment, bound read-only
     assert (result.stopped, result.exit_status) == ("crashed", 1)
     assert "Read-only file system" in result.stderr_tail
@@ -264,7 +265,7 @@ def test_deleting_files_outside_is_refused(tmp_path):
     (keep / "data.txt").write_text("precious")
     venv_config = Path(sys.prefix) / "pyvenv.cfg"
     before = venv_config.read_bytes() if venv_config.exists() else None
-    json_module = sandbox._environment().prefix + "/lib/python{}.{}/json".format(*sys.version_info[:2])
+    json_module = SANDBOX.environment.prefix + "/lib/python{}.{}/json".format(*sys.version_info[:2])
     result = run(f"""
         import os, shutil
         for action in (lambda: shutil.rmtree({str(keep)!r}), lambda: os.remove({str(venv_config)!r}),
@@ -278,7 +279,7 @@ def test_deleting_files_outside_is_refused(tmp_path):
     assert result.stopped is None and result.stdout.count("refused") == 3
     assert result.stdout.splitlines()[-1] == f"refused {errno.EROFS}"  # the program environment: visible, read-only
     assert (keep / "data.txt").read_text() == "precious"
-    assert (sandbox._environment().path / "prefix" / Path(json_module).relative_to(sandbox._environment().prefix)
+    assert (SANDBOX.environment.path / "prefix" / Path(json_module).relative_to(SANDBOX.environment.prefix)
             / "__init__.py").is_file()
     assert (venv_config.read_bytes() if venv_config.exists() else None) == before
 
@@ -361,7 +362,7 @@ def test_the_sandbox_dies_with_graftbench(tmp_path):
     need("sandbox", WHY)
     script = tmp_path / "host.py"
     script.write_text("from graftbench.programs import sandbox\nfrom graftbench.settings import SandboxLimits\n"
-                      "sandbox.run_program('import time\\nprint(1, flush=True)\\ntime.sleep(600)\\n', "
+                      "sandbox.open_sandbox().run('import time\\nprint(1, flush=True)\\ntime.sleep(600)\\n', "
                       "SandboxLimits(wall_s=600))\n")
     # TMPDIR: the killed host cannot remove its sandbox's (empty) mount point; let it fall in tmp_path
     host = subprocess.Popen([sys.executable, str(script)], cwd=Path(__file__).resolve().parents[2],
@@ -386,7 +387,7 @@ def test_limits_must_be_positive():
 
 def test_the_sandbox_is_described():
     need("sandbox", WHY)
-    found = sandbox.isolation()
+    found = SANDBOX.isolation
     assert found.level == "bwrap" and found.description.startswith("bwrap: pid, net")
     assert f"user {bwrap.ids()[0]}:" in found.description and "seccomp" in found.description
 
@@ -592,7 +593,7 @@ def test_the_stop_reason_is_not_taken_from_what_the_program_writes():
 def test_a_program_text_over_the_limit_is_one_failed_sample():
     need("sandbox", WHY)
     text = "x = 1\n" * ((LIMITS.file_bytes // 6) + 1)
-    fields = program_fields(text + "```", LIMITS)
+    fields = program_fields(text + "```", LIMITS, SANDBOX)
     assert (fields["stopped"], fields["exit_status"], fields["stdout"]) == ("forbidden", sandbox.NOT_STARTED, "")
     assert "over the limit" in fields["stderr_tail"]
     assert program_verdict(fields["stdout"], fields["stopped"], "1").correct is False
@@ -607,12 +608,12 @@ def test_a_venv_reached_through_a_symbolic_link_runs_programs(tmp_path):
     link.symlink_to(sys.prefix, target_is_directory=True)
     host = subprocess.run([str(link / "bin" / "python"), "-c",
                            "import sys; from graftbench.programs import sandbox\n"
-                           "r = sandbox.run_program('import sympy, sys\\nprint(sys.prefix)\\n')\n"
+                           "r = sandbox.open_sandbox().run('import sympy, sys\\nprint(sys.prefix)\\n')\n"
                            "print(r.stopped, r.answer)"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert host.returncode == 0, host.stderr[-1000:]
-    assert host.stdout == f"None {sandbox._environment().prefix}\n"
+    assert host.stdout == f"None {SANDBOX.environment.prefix}\n"
 
 
 def etc_names() -> list[str]:
@@ -625,7 +626,7 @@ def test_a_program_sees_only_the_program_environment(tmp_path):
     need("sandbox", WHY)
     problem = tmp_path / "problems.jsonl"
     problem.write_text('{"id": "p1", "problem": "What is 6*7?", "answer": "42"}\n')
-    env = sandbox._environment()
+    env = SANDBOX.environment
     site = Path(sys.prefix) / "lib" / "python{}.{}".format(*sys.version_info[:2]) / "site-packages"
     reads = [str(problem), str(AIME2024), str(ROOT / "graftbench" / "__init__.py"),
              str(Path(sys.prefix) / "pyvenv.cfg"),
@@ -684,17 +685,11 @@ def test_without_a_facility_no_program_runs_and_the_refusal_names_it(monkeypatch
         monkeypatch.setattr(cgroup, "ROOT", str(tmp_path))  # a machine mounting no cgroup hierarchy...
         if lack == "cgroup-v2":
             (tmp_path / "cgroup.controllers").write_text("cpu memory pids\n")  # ...or only the unified one
-    sandbox._probe.cache_clear()
-    sandbox._environment.cache_clear()
-    try:
-        with pytest.raises(sandbox.SandboxError) as refused:
-            sandbox.run_program("print(1)\n", LIMITS)
-        message = str(refused.value)
-        assert named in message and "\n" not in message and message.startswith("program mode needs the sandbox")
-        assert ran == []
-    finally:
-        sandbox._probe.cache_clear()
-        sandbox._environment.cache_clear()
+    with pytest.raises(sandbox.SandboxError) as refused:
+        sandbox.open_sandbox()
+    message = str(refused.value)
+    assert named in message and "\n" not in message and message.startswith("program mode needs the sandbox")
+    assert ran == []
 
 
 def test_program_mode_refuses_to_start_without_the_sandbox(monkeypatch):
@@ -704,10 +699,6 @@ def test_program_mode_refuses_to_start_without_the_sandbox(monkeypatch):
 
     monkeypatch.setattr(bwrap, "tools", lambda: {"bwrap": None, "prlimit": "/usr/bin/prlimit",
                                                          "setpriv": "/usr/bin/setpriv"})
-    sandbox._probe.cache_clear()
-    try:
-        result = CliRunner().invoke(app, ["solve", "--mode", "program"])
-    finally:
-        sandbox._probe.cache_clear()
+    result = CliRunner().invoke(app, ["solve", "--mode", "program"])
     assert result.exit_code == 2
     assert "bwrap is not installed" in result.output and "apt-get install bubblewrap" in result.output

@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import json
 import re
-from types import SimpleNamespace
 
 from typer.testing import CliRunner
 
@@ -101,9 +100,8 @@ def test_a_replay_record_says_which_code_replayed_it():
     assert _is_code_version(record["code"]) and "code" not in record["recorded_on"]
 
 
-def test_a_program_replay_log_line_says_which_code_replayed_it(monkeypatch):
-    monkeypatch.setattr(program_replay, "isolation", lambda: SimpleNamespace(description="no sandbox asked"))
-    record = program_replay.log_record("m.json", {"manifest_sha256": "m" * 64}, [], 0)
+def test_a_program_replay_log_line_says_which_code_replayed_it():
+    record = program_replay.log_record("m.json", {"manifest_sha256": "m" * 64}, [], 0, "no sandbox asked")
     assert _is_code_version(record["code"]) and record["isolation"] == "no sandbox asked"
 
 
@@ -232,7 +230,7 @@ def test_the_writers_record_the_code_they_are_given_not_the_code_read_when_writi
     record = replay_record(expected, compared=1, equal=1, first_difference=None, pin_differences_found=[],
                            code=given)
     assert record["code"] == given
-    log = program_replay.log_record("m.json", {"manifest_sha256": "m" * 64}, [], 0, code=given)
+    log = program_replay.log_record("m.json", {"manifest_sha256": "m" * 64}, [], 0, "no sandbox asked", code=given)
     assert log["code"] == given
     json_path, _ = write_json_and_markdown({"environment": {}}, "# t\n", tmp_path, "bench-m", code=given)
     assert json.loads(json_path.read_text())["provenance"]["code"] == given

@@ -24,12 +24,6 @@ DECLARED = {
         "an item of module-level _verified is set or deleted": "the SHA-256 of a weights file (up to 1.1 GB) is "
             "checked once per process per file identity (device, inode, size, mtime), not at every load",
     },
-    "programs/sandbox.py": {
-        "_environment is cached across calls": "the program environment is read once per process, as the sandbox's "
-                                              "probe that checks it",
-        "_probe is cached across calls": "the sandbox's probe runs a program (about a second): once per process, "
-                                        "before the first program",
-    },
 }
 
 
