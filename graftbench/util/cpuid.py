@@ -81,17 +81,15 @@ def cpuid_identity() -> dict | None:
     can be made executable)."""
     if platform.machine() not in X86_64:
         return None
-    basic = _cpuid_registers([(0, 0), (0x80000000, 0)])
-    if basic is None:
-        return None
-    (max_leaf, ebx, ecx, edx), (max_extended, *_) = basic
-    leaves = [(1, 0), (7 if max_leaf >= 7 else 1, 0)]
-    leaves += [(leaf, 0) for leaf in (0x80000002, 0x80000003, 0x80000004)] if max_extended >= 0x80000004 else []
-    answers = _cpuid_registers(leaves)
+    # One call for every leaf: a leaf past the CPU's highest answers something harmless, ignored below.
+    answers = _cpuid_registers([(0, 0), (0x80000000, 0), (1, 0), (7, 0), (0x80000002, 0), (0x80000003, 0),
+                                (0x80000004, 0)])
     if answers is None:
         return None
-    by_leaf = {1: answers[0], 7: answers[1] if max_leaf >= 7 else (0, 0, 0, 0)}
-    brand = _text(*(word for answer in answers[2:] for word in answer)).strip()
+    (max_leaf, ebx, ecx, edx), (max_extended, *_), leaf_1, leaf_7, *brand_leaves = answers
+    by_leaf = {1: leaf_1, 7: leaf_7 if max_leaf >= 7 else (0, 0, 0, 0)}
+    words = [word for answer in brand_leaves for word in answer] if max_extended >= 0x80000004 else []
+    brand = _text(*words).strip()
     features = [name for name, leaf, register, bit in FEATURES if by_leaf[leaf][register] >> bit & 1]
     return {"vendor": _text(ebx, edx, ecx).strip(), "brand": brand, "features": features}
 

@@ -31,7 +31,7 @@ import os
 import sys
 from pathlib import Path
 
-from .cpuid import emulation
+from .cpuid import emulation, kernel_identity
 
 ENV_VAR = "GRAFTBENCH_ISA"
 ISAS = ("native", "avx2", "portable")
@@ -161,9 +161,14 @@ def environment() -> dict:
     :func:`kernel_flags` (none of them pinned: under ``--isa avx2`` two CPUs of different native capability share
     one pin), all read from /proc/cpuinfo; and ``emulated`` (:func:`graftbench.util.cpuid.emulation`) only where
     the CPU this process sees is not that one (a user-mode emulator)."""
-    found = emulation()
-    return {"cpu_model": cpu_model(), "cpu_capability_native": native_capability(), "cpu_kernel_flags": kernel_flags(),
-            **({"emulated": found} if found else {})}
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text()  # read once for every field below
+    except OSError:
+        cpuinfo = ""
+    flags = cpu_flags(cpuinfo)
+    found = emulation(host=kernel_identity(cpuinfo))
+    return {"cpu_model": cpu_model(cpuinfo), "cpu_capability_native": native_capability(flags),
+            "cpu_kernel_flags": kernel_flags(flags), **({"emulated": found} if found else {})}
 
 
 def same_cpu_kind(a: dict, b: dict) -> bool:
