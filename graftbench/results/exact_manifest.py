@@ -175,7 +175,7 @@ def replay_record(expected: dict, *, compared: int, equal: int, first_difference
         "dtype": expected["config"].get("dtype"),
         "isa": expected["config"].get("isa", "native"),
         "recorded_on": {**{k: recorded[k] for k in ("cpu_model", "cpu_capability_native", "cpu_kernel_flags",
-                                                    "emulated") if k in recorded},
+                                                    "emulated", "emulation_unchecked") if k in recorded},
                         **({"gpu": recorded_gpu} if recorded_gpu else {})},
         "replayed_on": {**cpu_environment(), **({"gpu": replayed_gpu} if replayed_gpu else {})},
         "code": code if code is not None else code_version(),

@@ -34,7 +34,8 @@ FORMAT = "graftbench.writer/1"
 SUFFIX = ".json"
 MAX_RECORD_BYTES = 1 << 20  # a record is a CPU description and a pin: a few kB
 ASSUME_KIND_OPTION = "--assume-kind"
-KIND_FIELDS = ("cpu_model", "cpu_capability_native", "cpu_kernel_flags", "emulated")  # isa.environment's fields
+KIND_FIELDS = ("cpu_model", "cpu_capability_native", "cpu_kernel_flags", "emulated",  # isa.environment's fields
+               "emulation_unchecked")
 
 # Pins (config fingerprints) proven to give the same bytes on every kind of CPU, each with the replay records that
 # prove it. A pin listed here is grafted on any kind; every other pin only on a kind that wrote the artifact. Empty:

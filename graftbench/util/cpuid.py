@@ -11,8 +11,12 @@ CPUID is executed in this process (a child started with exec would run natively,
 a 27-byte x86-64 System V function that saves ``rbx``, which CPUID overwrites and the calling convention keeps
 (py-cpuinfo's in-process code does not, and its own docs run it in a child process for that reason). The page is
 written, then made read-and-execute (never writable and executable at once). The check fails open: where the
-page cannot be made executable or the machine is not x86-64, nothing is claimed, and an emulator that copies the
-host's vendor, brand and features is not noticed.
+page cannot be made executable, or the kernel describes no x86 CPU to compare with, :func:`emulation_fields` says the
+check was not made (``emulation_unchecked``, a kind of its own) rather than claiming a real CPU; an emulator that
+copies the host's vendor, brand and features is not noticed.
+
+This module also holds the one reader of ``/proc/cpuinfo`` (:func:`read_cpuinfo`, :func:`cpuinfo_field`), which
+:mod:`graftbench.util.isa` uses for the CPU's model and flags.
 """
 
 from __future__ import annotations
@@ -94,26 +98,38 @@ def cpuid_identity() -> dict | None:
     return {"vendor": _text(ebx, edx, ecx).strip(), "brand": brand, "features": features}
 
 
+def read_cpuinfo() -> str:
+    """The text of ``/proc/cpuinfo``, ``""`` where it cannot be read (not Linux, or a sandbox that hides it)."""
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+
+
+def _cpuinfo_lines(cpuinfo: str):
+    """``(name, value)`` of each ``name : value`` line, both stripped, in file order."""
+    for line in cpuinfo.splitlines():
+        name, colon, value = line.partition(":")
+        if colon:
+            yield name.strip(), value.strip()
+
+
+def cpuinfo_field(name: str, cpuinfo: str | None = None) -> str:
+    """The value of the first ``name : value`` line of ``cpuinfo`` (``/proc/cpuinfo`` by default): the first
+    processor's; ``""`` where there is none."""
+    cpuinfo = read_cpuinfo() if cpuinfo is None else cpuinfo
+    return next((value for key, value in _cpuinfo_lines(cpuinfo) if key == name), "")
+
+
 def kernel_identity(cpuinfo: str | None = None) -> dict:
     """What ``/proc/cpuinfo`` (or ``cpuinfo``) says: ``vendor`` (the first ``vendor_id``), ``brands`` (every distinct
     ``model name``, sorted: sockets may differ) and ``features`` (which of :data:`FEATURES` the first processor's
     ``flags`` list). Empty values where the file or the lines are missing."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            cpuinfo = ""
-    vendor, brands, flags = "", set(), None
-    for line in cpuinfo.splitlines():
-        name, _, value = (part.strip() for part in line.partition(":"))
-        if name == "vendor_id" and not vendor:
-            vendor = value
-        elif name == "model name":
-            brands.add(value)
-        elif name == "flags" and flags is None:
-            flags = set(value.split())
-    return {"vendor": vendor, "brands": sorted(brands),
-            "features": [name for name, *_ in FEATURES if name in (flags or set())]}
+    cpuinfo = read_cpuinfo() if cpuinfo is None else cpuinfo
+    brands = {value for key, value in _cpuinfo_lines(cpuinfo) if key == "model name"}
+    flags = set(cpuinfo_field("flags", cpuinfo).split())
+    return {"vendor": cpuinfo_field("vendor_id", cpuinfo), "brands": sorted(brands),
+            "features": [name for name, *_ in FEATURES if name in flags]}
 
 
 def _same_brand(a: str, b: str) -> bool:
@@ -140,3 +156,27 @@ def emulation(seen: dict | None = None, host: dict | None = None) -> dict | None
     host_brand = (host.get("brands") or [""])[0]
     return {"seen": f"{seen['vendor']} {seen['brand']}", "seen_features": list(seen.get("features", [])),
             "host": f"{host['vendor']} {host_brand}"}
+
+
+NO_CPUID = "CPUID could not be run in this process (no page could be made executable)"
+NO_X86_KERNEL = "/proc/cpuinfo names no x86 vendor to compare CPUID's answer with"
+
+
+def emulation_fields(cpuinfo: str | None = None, seen: dict | None = None) -> dict:
+    """The CPU environment's fields about emulation (:func:`graftbench.util.isa.environment`), for ``cpuinfo``
+    (``/proc/cpuinfo`` by default) and what CPUID answers (``seen``, :func:`cpuid_identity` by default):
+    ``{"emulated": {...}}`` (:func:`emulation`) where this process sees another CPU than the kernel describes;
+    ``{"emulation_unchecked": why}`` where an x86-64 process could not make the comparison (CPUID could not be run,
+    :data:`NO_CPUID`; or the kernel describes no x86 CPU, :data:`NO_X86_KERNEL`, as for an x86 emulator on another
+    architecture's host), so the environment never claims a real CPU it did not check; ``{}`` where both agree or
+    the process is not x86-64 (no x86 pin runs there)."""
+    if platform.machine() not in X86_64:
+        return {}
+    seen = cpuid_identity() if seen is None else seen
+    if seen is None:
+        return {"emulation_unchecked": NO_CPUID}
+    host = kernel_identity(cpuinfo)
+    if not host["vendor"]:
+        return {"emulation_unchecked": NO_X86_KERNEL}
+    found = emulation(seen, host)
+    return {"emulated": found} if found else {}

@@ -29,9 +29,8 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
-from .cpuid import emulation, kernel_identity
+from .cpuid import cpuinfo_field, emulation_fields, read_cpuinfo
 
 ENV_VAR = "GRAFTBENCH_ISA"
 ISAS = ("native", "avx2", "portable")
@@ -74,23 +73,9 @@ def check_name(isa: str) -> str:
     return isa
 
 
-def _cpuinfo_field(name: str, cpuinfo: str | None) -> str:
-    """The value of the first ``name : value`` line of ``/proc/cpuinfo`` (or of ``cpuinfo``), ``""`` where there
-    is none or the file cannot be read."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return ""
-    for line in cpuinfo.splitlines():
-        if line.startswith(name) and ":" in line:
-            return line.split(":", 1)[1].strip()
-    return ""
-
-
 def cpu_flags(cpuinfo: str | None = None) -> set[str]:
     """The CPU feature flags of the first processor in ``/proc/cpuinfo`` (empty where it cannot be read)."""
-    return set(_cpuinfo_field("flags", cpuinfo).split())
+    return set(cpuinfo_field("flags", cpuinfo).split())
 
 
 def native_capability(flags: set[str] | None = None) -> str:
@@ -107,7 +92,7 @@ def native_capability(flags: set[str] | None = None) -> str:
 
 def cpu_model(cpuinfo: str | None = None) -> str:
     """The CPU's model name from ``/proc/cpuinfo`` (``""`` where it cannot be read)."""
-    return _cpuinfo_field("model name", cpuinfo)
+    return cpuinfo_field("model name", cpuinfo)
 
 
 def supported(isa: str, flags: set[str] | None = None) -> bool:
@@ -159,25 +144,25 @@ def kernel_flags(flags: set[str] | None = None) -> list[str]:
 def environment() -> dict:
     """What the manifest's environment records about the CPU: model name, native capability and
     :func:`kernel_flags` (none of them pinned: under ``--isa avx2`` two CPUs of different native capability share
-    one pin), all read from /proc/cpuinfo; and ``emulated`` (:func:`graftbench.util.cpuid.emulation`) only where
-    the CPU this process sees is not that one (a user-mode emulator)."""
-    try:
-        cpuinfo = Path("/proc/cpuinfo").read_text()  # read once for every field below
-    except OSError:
-        cpuinfo = ""
+    one pin), all read from /proc/cpuinfo; and, from :func:`graftbench.util.cpuid.emulation_fields`, ``emulated``
+    only where the CPU this process sees is not that one (a user-mode emulator) or ``emulation_unchecked`` (why)
+    only where that could not be checked."""
+    cpuinfo = read_cpuinfo()  # read once for every field below
     flags = cpu_flags(cpuinfo)
-    found = emulation(host=kernel_identity(cpuinfo))
     return {"cpu_model": cpu_model(cpuinfo), "cpu_capability_native": native_capability(flags),
-            "cpu_kernel_flags": kernel_flags(flags), **({"emulated": found} if found else {})}
+            "cpu_kernel_flags": kernel_flags(flags), **emulation_fields(cpuinfo)}
+
+
+_KIND_KEYS = ("cpu_model", "cpu_capability_native", "emulated", "emulation_unchecked")  # compared as they are
 
 
 def same_cpu_kind(a: dict, b: dict) -> bool:
     """Whether two recorded CPU environments (:func:`environment`) name one kind of CPU: the same model name and
     native capability, and the same kernel flags where both record them (records older than the flags match on
-    the first two). An emulated CPU (``emulated``) is a kind only with the same emulation on the same host.
+    the first two). An emulated CPU (``emulated``) is a kind only with the same emulation on the same host; a CPU
+    whose emulation could not be checked (``emulation_unchecked``) only with one unchecked for the same reason.
     Expectations are known to reproduce only on a kind they were recorded or replayed on."""
-    if not a.get("cpu_model") or (a.get("cpu_model"), a.get("cpu_capability_native"), a.get("emulated")) != \
-            (b.get("cpu_model"), b.get("cpu_capability_native"), b.get("emulated")):
+    if not a.get("cpu_model") or [a.get(field) for field in _KIND_KEYS] != [b.get(field) for field in _KIND_KEYS]:
         return False
     return "cpu_kernel_flags" not in a or "cpu_kernel_flags" not in b or a["cpu_kernel_flags"] == b["cpu_kernel_flags"]
 
@@ -185,10 +170,13 @@ def same_cpu_kind(a: dict, b: dict) -> bool:
 def describe_cpu(env: dict) -> str:
     """``model (capability; flags)`` for messages, from a recorded CPU environment; ``?`` for what is missing. An
     environment that names a GPU (``gpu``, a replay record's) reads ``gpu, on a host with model (...)``; an emulated
-    CPU's (``emulated``) ``seen, emulated on a host with model (...)``."""
+    CPU's (``emulated``) ``seen, emulated on a host with model (...)``; one not checked for emulation
+    (``emulation_unchecked``) ends ``, emulation not checked: why``."""
     flags = env.get("cpu_kernel_flags")
     extra = "" if flags is None else "; " + (" ".join(flags) or "no kernel flags")
     cpu = f"{env.get('cpu_model') or '?'} ({env.get('cpu_capability_native') or '?'}{extra})"
     if env.get("emulated"):
         cpu = f"{env['emulated'].get('seen', '?')}, emulated on a host with {cpu}"
+    if env.get("emulation_unchecked"):
+        cpu = f"{cpu}, emulation not checked: {env['emulation_unchecked']}"
     return f"{env['gpu']}, on a host with {cpu}" if env.get("gpu") else cpu

@@ -157,13 +157,14 @@ def test_verify_manifest_of_an_earlier_path_names_where_the_manifest_lies_now(mo
 def test_the_replay_logs_keep_replays_on_an_emulated_cpu_apart():
     """A replay under an emulator (graftbench/util/cpuid.py) is evidence about dispatch, never a replay on a CPU:
     every line of the emulated log records its emulation and names a committed expectation; no line of the replay
-    log records one."""
+    log records one, nor a CPU whose emulation could not be checked (``emulation_unchecked``)."""
     expectations = {json.loads(p.read_text(encoding="utf-8")).get("manifest_sha256") for p in MANIFESTS
                     if p.name.startswith("exact-")}
     emulated = read_replay_log(ROOT / layout.EMULATED_REPLAY_LOG)
     assert emulated and all(r["replayed_on"].get("emulated", {}).get("seen") for r in emulated)
     assert {r["expectation_sha256"] for r in emulated} <= expectations
-    assert not [r for r in read_replay_log(ROOT / layout.REPLAY_LOG) if r["replayed_on"].get("emulated")]
-    recorded_emulated = [p.name for p in MANIFESTS
-                         if json.loads(p.read_text(encoding="utf-8")).get("environment", {}).get("emulated")]
+    unproven = ("emulated", "emulation_unchecked")
+    assert not [r for r in read_replay_log(ROOT / layout.REPLAY_LOG) if any(r["replayed_on"].get(k) for k in unproven)]
+    recorded_emulated = [p.name for p in MANIFESTS if any(
+        json.loads(p.read_text(encoding="utf-8")).get("environment", {}).get(k) for k in unproven)]
     assert recorded_emulated == []  # a manifest of an emulated CPU belongs to no kind of machine's folder

@@ -49,6 +49,32 @@ def test_no_claim_where_cpuid_or_the_kernels_vendor_is_missing(monkeypatch):
     assert cpuid.emulation(seen=INTEL, host={"vendor": "", "brands": [], "features": []}) is None
 
 
+def test_a_check_that_could_not_be_made_is_recorded_as_unchecked_not_as_a_real_cpu(monkeypatch):
+    """Where CPUID cannot run (a page cannot be made executable) or the kernel describes no x86 CPU (an x86
+    emulator on another architecture's host), the environment says the check was not made."""
+    monkeypatch.setattr(cpuid.platform, "machine", lambda: "x86_64")
+    amd_text = "vendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC\nflags\t\t: fma avx avx2 avx512f\n"
+    assert cpuid.emulation_fields(amd_text, seen=AMD) == {}
+    assert cpuid.emulation_fields(amd_text, seen=INTEL)["emulated"]["seen"].startswith("GenuineIntel")
+    monkeypatch.setattr(cpuid, "cpuid_identity", lambda: None)
+    assert cpuid.emulation_fields(amd_text) == {"emulation_unchecked": cpuid.NO_CPUID}
+    arm_text = "processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd\nCPU implementer\t: 0x41\n"
+    assert cpuid.emulation_fields(arm_text, seen=INTEL) == {"emulation_unchecked": cpuid.NO_X86_KERNEL}
+    assert cpuid.emulation_fields("", seen=INTEL) == {"emulation_unchecked": cpuid.NO_X86_KERNEL}
+    monkeypatch.setattr(cpuid.platform, "machine", lambda: "aarch64")
+    assert cpuid.emulation_fields(arm_text) == {}  # no x86 pin runs on it: nothing to claim
+
+
+def test_an_unchecked_cpu_is_its_own_kind_and_says_so(monkeypatch):
+    unchecked = {**HOST, "emulation_unchecked": cpuid.NO_CPUID}
+    assert not isa.same_cpu_kind(unchecked, HOST) and not isa.same_cpu_kind(HOST, unchecked)
+    assert isa.same_cpu_kind(unchecked, dict(unchecked))
+    assert isa.describe_cpu(unchecked) == f"AMD EPYC (AVX512; avx512_bf16), emulation not checked: {cpuid.NO_CPUID}"
+    monkeypatch.setattr(cpuid, "cpuid_identity", lambda: None)
+    if platform.machine() in cpuid.X86_64:
+        assert isa.environment()["emulation_unchecked"] == cpuid.NO_CPUID
+
+
 def test_the_kernels_identity_is_read_from_cpuinfo_text():
     text = ("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Processor\n"
             "flags\t\t: fpu avx fma avx2 avx512f avx512bw\n\nprocessor\t: 1\nvendor_id\t: GenuineIntel\n"
@@ -56,6 +82,9 @@ def test_the_kernels_identity_is_read_from_cpuinfo_text():
     assert cpuid.kernel_identity(text) == {"vendor": "GenuineIntel", "brands": ["Intel(R) Xeon(R) Other",
                                            "Intel(R) Xeon(R) Processor"], "features": ["fma", "avx", "avx2", "avx512f"]}
     assert cpuid.kernel_identity("") == {"vendor": "", "brands": [], "features": []}
+    assert cpuid.cpuinfo_field("model name", text) == "Intel(R) Xeon(R) Processor"  # the first processor's
+    assert cpuid.cpuinfo_field("flags", "vmx flags\t: ept\nflags\t\t: fpu avx\n") == "fpu avx"
+    assert cpuid.cpuinfo_field("bugs", text) == ""
 
 
 def test_the_cpuid_function_keeps_the_registers_the_calling_convention_keeps():
@@ -71,7 +100,8 @@ def test_this_machine_answers_cpuid_as_its_kernel_describes_it():
         pytest.skip(f"no CPUID on {platform.machine()}")
     seen = cpuid.cpuid_identity()
     assert seen is not None and seen["vendor"] == cpuid.kernel_identity()["vendor"], seen
-    assert cpuid.emulation() is None and "emulated" not in isa.environment()
+    assert cpuid.emulation() is None and cpuid.emulation_fields() == {}
+    assert "emulated" not in isa.environment() and "emulation_unchecked" not in isa.environment()
 
 
 def test_an_emulated_cpu_is_its_own_kind_and_says_so():
