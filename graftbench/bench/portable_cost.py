@@ -115,11 +115,15 @@ def measure(rows: list[tuple[str, str]], problems: str, prompt_tokens: int = 512
 
 
 def emulated_note(env: dict) -> str:
-    """``, emulated as <CPU>`` for a run on an emulated CPU (:func:`graftbench.util.cpuid.emulation`), else ``""``."""
+    """``, emulated as <CPU>`` for a run on an emulated CPU, ``, emulation not checked (<why>)`` for one where that
+    could not be checked (:func:`graftbench.util.cpuid.emulation_fields`), else ``""``; markdown-escaped."""
     from ..util.display_text import markdown_text
 
     seen = (env.get("emulated") or {}).get("seen")
-    return f", emulated as {markdown_text(seen)}" if seen else ""
+    if seen:
+        return f", emulated as {markdown_text(seen)}"
+    unchecked = env.get("emulation_unchecked")
+    return f", emulation not checked ({markdown_text(unchecked)})" if unchecked else ""
 
 
 def markdown(result: dict) -> str:

@@ -41,6 +41,8 @@ def test_a_run_on_an_emulated_cpu_says_so_under_the_title():
            "emulated": {"seen": "GenuineIntel <i>Haswell</i>", "host": "AuthenticAMD AMD EPYC"}}
     assert portable_cost.emulated_note(env) == ", emulated as GenuineIntel &lt;i&gt;Haswell&lt;/i&gt;"
     assert portable_cost.emulated_note({**env, "emulated": None}) == ""
+    unchecked = {**env, "emulated": None, "emulation_unchecked": "CPUID could not be run <here>"}
+    assert portable_cost.emulated_note(unchecked) == ", emulation not checked (CPUID could not be run &lt;here&gt;)"
 
 
 def test_a_row_without_a_graft_figure_says_not_measured(monkeypatch):
