@@ -103,6 +103,8 @@ llama-engine: $(LLAMA_STAMP)
 # BLAS), so every x86-64 CPU with AVX2 runs the same kernels. It sits in its own folder beside the native build; the
 # engine loads it per process through LLAMA_CPP_LIB_PATH (GRAFTBENCH_LLAMA_BUILD=portable). --no-cache-dir and --no-binary:
 # pip's wheel cache keys a build by version only and would hand one build for the other. 22 minutes on 2 busy cores.
+# Recording the build disassembles its libraries and refuses one that holds AVX-512, AMX, VNNI, BF16, approximate
+# reciprocals or CPUID (graftbench/engine/llama_cpp/instruction_audit.py).
 LLAMA_PORTABLE := .llama-portable
 LLAMA_PORTABLE_CMAKE := -DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_BMI2=ON -DGGML_FMA=ON \
 	-DGGML_F16C=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF \

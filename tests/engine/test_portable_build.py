@@ -19,6 +19,13 @@ from tests.prereqs import need
 CMAKE = "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON  -DGGML_FMA=ON -DGGML_AVX512=OFF -DGGML_BLAS=OFF"
 
 
+@pytest.fixture(autouse=True)
+def no_disassembly_of_stand_in_libraries(monkeypatch):
+    """The stand-in libraries below are not machine code; the instruction audit of a real build is tested in
+    tests/engine/test_instruction_audit.py."""
+    monkeypatch.setattr(pb, "check_instructions", lambda lib_dir: None)
+
+
 def _fake_build(folder, version: str = "0.3.36"):
     """A folder laid out as `make llama-portable` leaves it, with stand-in libraries and package metadata."""
     lib = folder / pb.LIB_SUBDIR

@@ -66,7 +66,7 @@ def libraries_sha256(lib_dir: Path) -> str:
     symlinks resolved): the hex digest of the lines ``<name> <sha256 of its bytes>``, sorted by name.
 
     Raises :class:`LlamaBuildError` when the folder holds no ``libllama.so``."""
-    names = sorted(p.name for p in lib_dir.glob("lib*.so") if LIB_PATTERN.match(p.name)) if lib_dir.is_dir() else []
+    names = [p.name for p in build_libraries(lib_dir)]
     if "libllama.so" not in names:
         raise LlamaBuildError(f"{lib_dir} holds no libllama.so: build the portable llama.cpp with `make llama-portable`")
     lines = [f"{name} {hashlib.sha256((lib_dir / name).resolve().read_bytes()).hexdigest()}\n" for name in names]
@@ -88,11 +88,34 @@ def instruction_sets(cmake_args: str) -> list[str]:
             if value.upper() == "ON" and name not in not_isa]
 
 
+def build_libraries(lib_dir: Path) -> list[Path]:
+    """The shared libraries in ``lib_dir`` that make the build (``libllama.so``, ``libggml*.so``), by name."""
+    return sorted(p for p in lib_dir.glob("lib*.so") if LIB_PATTERN.match(p.name)) if lib_dir.is_dir() else []
+
+
+def check_instructions(lib_dir: Path) -> None:
+    """Disassemble the build's libraries (:mod:`graftbench.engine.llama_cpp.instruction_audit`) and raise
+    :class:`LlamaBuildError` naming each library and class of instruction the portable build must not hold (AVX-512,
+    AMX, VNNI, BF16, approximate reciprocals, CPUID), or when the disassembly cannot be made."""
+    from .instruction_audit import AuditError, audit, findings
+
+    try:
+        found = findings(audit(build_libraries(lib_dir)))
+    except AuditError as exc:
+        raise LlamaBuildError(f"cannot audit the portable build's instructions: {exc}") from exc
+    if found:
+        raise LlamaBuildError(f"the build in {lib_dir} is not portable, its libraries hold {'; '.join(found)}: check "
+                              "the compiler flags (CMAKE_ARGS) and rebuild with `make llama-portable`")
+
+
 def record(folder: Path, cmake_args: str) -> dict:
     """Write ``folder/build.json`` for the build just installed under ``folder/site``: llama-cpp-python's version (from
     the installed package's metadata), ``cmake_args``, :func:`libraries_sha256` and :func:`compiler_of` the CPU
-    backend's library. Returns the record. Raises :class:`LlamaBuildError` when the folder holds no build."""
+    backend's library, once :func:`check_instructions` found none the portable build must not hold. Returns the
+    record. Raises :class:`LlamaBuildError` when the folder holds no build or its instructions are not portable."""
     lib_dir = folder / LIB_SUBDIR
+    libraries_sha256(lib_dir)  # a folder without a build is refused before anything is disassembled
+    check_instructions(lib_dir)
     version = next((d.version for d in metadata.distributions(path=[str(folder / "site")])
                     if d.metadata["Name"] == "llama_cpp_python" or d.metadata["Name"] == "llama-cpp-python"), "")
     cpu_lib = lib_dir / "libggml-cpu.so"
