@@ -240,11 +240,12 @@ record-exact-qwen: models
 	$(MAKE) -B -j2 $(REF_DIR)/exact-qwen2.5-coder-1.5b.json $(REF_DIR)/exact-qwen2.5-coder-1.5b-bf16.json
 # The expectations under the portable pins (docs/portable-pin.md), into manifests/$(CPU)/, smallest first:
 # llama.cpp on the portable build (GRAFTBENCH_LLAMA_BUILD=portable, f16 and q8_0 caches) and torch under --isa portable
-# (MKL's SSE2 branch: hours on 2 cores). Each recording journals its pairs, so a re-run resumes where it stopped, and
-# a torch expectation already written is extended (--extend), never measured again. The qwen model needs `make models`.
+# (MKL's SSE2 branch: hours on 2 cores), float32 and, for smollm2-135m, bfloat16. Each recording journals its pairs,
+# so a re-run resumes where it stopped, and a torch expectation already written is extended (--extend), never
+# measured again. The qwen model needs `make models`.
 PORTABLE_EXPECTATIONS := exact-smollm2-135m-llama-f16-portable exact-smollm2-135m-llama-q8_0-portable \
 	exact-smollm2-135m-portable exact-qwen2.5-coder-0.5b-llama-f16-portable \
-	exact-qwen2.5-coder-0.5b-llama-q8_0-portable exact-gemma3-270m-portable
+	exact-qwen2.5-coder-0.5b-llama-q8_0-portable exact-gemma3-270m-portable exact-smollm2-135m-bf16-portable
 record-exact-portable: $(STAMP) $(LLAMA_PORTABLE)/.installed
 	$(NEED_CPU)
 	mkdir -p $(CPU_DIR)
