@@ -27,14 +27,22 @@ ALLOWED = """
 0000000000001030 <rcpps_named_function>:
 """
 FORBIDDEN = {
-    "AVX-512 registers": ["    2000:\tvaddps %zmm0,%zmm1,%zmm2", "    2006:\tvmovups %ymm16,(%rax)",
-                          "    200c:\tvaddps %ymm1,%ymm2,%ymm3{%k1}", "    2012:\tkmovw  %k2,%eax"],
+    "AVX-512 registers or EVEX operands": [
+        "    2000:\tvaddps %zmm0,%zmm1,%zmm2", "    2006:\tvmovups %ymm16,(%rax)",
+        "    200c:\tvaddps %ymm1,%ymm2,%ymm3{%k1}", "    2012:\tkmovw  %k2,%eax",
+        # EVEX on xmm/ymm 0-15 without a mask: an embedded broadcast, rounding, objdump's {evex} prefix
+        "    2018:\tvaddps (%rax){1to8},%ymm1,%ymm2", "    201e:\tvaddss {rn-sae},%xmm1,%xmm2,%xmm3",
+        "    2024:\tvmaxss {sae},%xmm1,%xmm2,%xmm3", "    202a:\t{evex} vaddps %ymm1,%ymm2,%ymm3"],
     "AMX tiles": ["    3000:\ttileloadd (%rsi,%rdx,1),%tmm0", "    3006:\ttdpbssd %tmm2,%tmm1,%tmm0",
                   "    300c:\tldtilecfg (%rdi)"],
-    "VNNI dot products": ["    4000:\t{vex} vpdpbusd %ymm1,%ymm2,%ymm3", "    4006:\tvpdpwssds %xmm1,%xmm2,%xmm3"],
+    "VNNI dot products": ["    4000:\t{vex} vpdpbusd %ymm1,%ymm2,%ymm3", "    4006:\tvpdpwssds %xmm1,%xmm2,%xmm3",
+                          "    400c:\tvpdpbssd %ymm1,%ymm2,%ymm3", "    4012:\tvpdpbuuds %xmm1,%xmm2,%xmm3",
+                          "    4018:\tvpdpwsud %xmm1,%xmm2,%xmm3"],
     "BF16 instructions": ["    5000:\tvcvtneps2bf16 %ymm1,%xmm2", "    5006:\tvdpbf16ps %ymm1,%ymm2,%ymm3"],
     "approximate reciprocals": ["    6000:\trcpps  %xmm1,%xmm2", "    6004:\tvrsqrtps %ymm1,%ymm2",
-                                "    6008:\tvrcp14ps %ymm1,%ymm2", "    600e:\trsqrtss %xmm1,%xmm2"],
+                                "    6008:\tvrcp14ps %ymm1,%ymm2", "    600e:\trsqrtss %xmm1,%xmm2",
+                                "    6012:\tvrcp14pd %ymm1,%ymm2", "    6018:\tvrsqrt14sd %xmm1,%xmm2,%xmm3",
+                                "    601e:\tvrcpph %xmm1,%xmm2", "    6024:\tvrsqrtsh %xmm1,%xmm2,%xmm3"],
     "CPU identification": ["    7000:\tcpuid", "    7002:\txgetbv"],
 }
 
@@ -63,7 +71,9 @@ def _assembled_library(folder, instruction: str):
 
 
 @pytest.mark.parametrize("instruction, found", [
-    ("vaddps %zmm0, %zmm1, %zmm2", "libggml-cpu.so: 1 AVX-512 registers"),
+    ("vaddps %zmm0, %zmm1, %zmm2", "libggml-cpu.so: 1 AVX-512 registers or EVEX operands"),
+    ("vaddps (%rax){1to8}, %ymm1, %ymm2", "libggml-cpu.so: 1 AVX-512 registers or EVEX operands"),
+    ("vrcp14pd %ymm1, %ymm2", "libggml-cpu.so: 1 approximate reciprocals"),
     ("vrsqrtps %ymm1, %ymm2", "libggml-cpu.so: 1 approximate reciprocals"),
     ("cpuid", "libggml-cpu.so: 1 CPU identification"),
 ])

@@ -6,10 +6,14 @@ maker defines, and no code that asks the CPU who it is and branches. Its CMake o
 the libraries themselves, by disassembling them with binutils' ``objdump`` (AT&T syntax) and counting the
 instructions of each class of :data:`FORBIDDEN`:
 
-- AVX-512 (any ``zmm`` register, an ``xmm``/``ymm`` register numbered 16 to 31, an opmask register ``k0``-``k7``:
-  each needs the EVEX encoding), AMX tile instructions, VNNI dot products (VEX or EVEX), BF16 conversions and dot
-  products: instructions that only some of the fleet's CPUs have;
-- the approximate reciprocals (``rcpps``, ``rsqrtps``, their scalar, VEX and AVX-512 forms): Intel's and AMD's
+- AVX-512 (any ``zmm`` register, an ``xmm``/``ymm`` register numbered 16 to 31, an opmask register ``k0``-``k7``,
+  an embedded broadcast ``{1toN}``, embedded rounding or suppressed exceptions ``{sae}``, objdump's ``{evex}``
+  prefix: each needs the EVEX encoding), AMX tile instructions, VNNI dot products (VEX or EVEX, the INT8 and INT16
+  forms included), BF16 conversions and dot products: instructions that only some of the fleet's CPUs have. An
+  EVEX-only instruction on ``xmm``/``ymm`` 0 to 15 with none of these operands (``vpternlogd``, ``vmovdqu64``,
+  ``vpermt2ps``, AVX512-FP16 arithmetic) is not seen: the text names no encoding;
+- the approximate reciprocals (``rcpps``, ``rsqrtps``, their scalar, VEX and AVX-512 forms, single, double and
+  half precision): Intel's and AMD's
   implementations return other bits for the same input (Intel SDM vol. 2, RCPPS: "relative error ... less than or
   equal to 1.5 * 2^-12"; the bits within that bound are the implementation's), the one arithmetic difference between
   vendors that the IEEE 754 operations (add, multiply, fused multiply-add, divide, square root) do not have;
@@ -31,11 +35,12 @@ from pathlib import Path
 
 # Each class of instruction the portable build must not hold: (name, pattern over one line of objdump's output)
 FORBIDDEN: tuple[tuple[str, re.Pattern], ...] = (
-    ("AVX-512 registers", re.compile(r"%zmm\d|%[xy]mm(1[6-9]|2\d|3[01])\b|%k[0-7]\b")),
+    ("AVX-512 registers or EVEX operands",
+     re.compile(r"%zmm\d|%[xy]mm(1[6-9]|2\d|3[01])\b|%k[0-7]\b|\{1to\d+\}|\{(r[nduz]-)?sae\}|\{evex\}")),
     ("AMX tiles", re.compile(r"\s(ldtilecfg|sttilecfg|tileloadd\w*|tilestored|tilezero|tilerelease|tdp\w+)\s")),
-    ("VNNI dot products", re.compile(r"\s(\{vex\} )?vpdp(bu|ws)sd?s?\s")),
+    ("VNNI dot products", re.compile(r"\s(\{vex\} )?vpdp[bw](ss|su|us|uu)ds?\s")),
     ("BF16 instructions", re.compile(r"\s(vcvtne2?ps2bf16\w*|vdpbf16ps|vcvtneebf162ps|vcvtneobf162ps|vbcstnebf162ps)\s")),
-    ("approximate reciprocals", re.compile(r"\sv?(rcp|rsqrt)(14|28)?[ps]s\s")),
+    ("approximate reciprocals", re.compile(r"\sv?(rcp|rsqrt)(14|28)?[ps][sdh]\s")),
     ("CPU identification", re.compile(r"\s(cpuid|xgetbv)\b")),
 )
 OBJDUMP_TIMEOUT_S = 600  # seconds: the CPU backend's library disassembles in a few seconds
