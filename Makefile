@@ -192,10 +192,12 @@ replay-exact: $(STAMP) $(LLAMA_STAMP)
 # The replay that proves a pin portable (docs/portable-pin.md, "Mixed fleet"): all 50 pairs of every committed
 # portable expectation (manifests/*/exact-*-portable.json; the Qwen ones after `make models`), replayed here as
 # replay-exact does and logged to manifests/replays.jsonl: run it on a CPU of another vendor, commit the log. Hours
-# on 2 cores (the torch ones under MKL's SSE2 branch are the slowest).
+# on 2 cores (the torch ones under MKL's SSE2 branch are the slowest). replay-exact runs as a prerequisite with these
+# values, not in a sub-make: a sub-make would drop `make -o .venv/.installed` and reinstall the venv.
 PORTABLE_COMMITTED = $(sort $(wildcard manifests/*/exact-*-portable.json))
-replay-portable: $(STAMP) $(LLAMA_PORTABLE)/.installed
-	$(MAKE) replay-exact REPLAY_PAIRS=50 EXPECT="$(PORTABLE_COMMITTED)"
+replay-portable: REPLAY_PAIRS = 50
+replay-portable: EXPECT = $(PORTABLE_COMMITTED)
+replay-portable: $(STAMP) $(LLAMA_PORTABLE)/.installed replay-exact
 
 # Replay expectations on an emulated CPU of the other vendor (docs/portable-pin.md, "An emulated Intel CPU"):
 # graftbench under qemu's user-mode emulator (7.2 or later: AVX2, FMA and F16C) as an Intel Haswell, REPLAY_PAIRS

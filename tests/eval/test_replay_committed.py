@@ -299,3 +299,15 @@ def test_every_committed_qwen_certificate_has_a_completed_five_pair_comparison_l
             awaiting.append(path.name)
     assert set(awaiting) <= {f"exact-qwen2.5-coder-{size}-llama-{cache}.json"
                              for size in ("0.5b", "1.5b") for cache in ("f16", "q8_0")}
+
+
+def test_replay_portable_replays_every_committed_portable_expectation_without_reinstalling():
+    """``make replay-portable`` runs replay-exact's loop on all 50 pairs of every committed portable expectation, in
+    this make (not a sub-make, which drops ``-o .venv/.installed`` and would reinstall the venv): a dry run."""
+    done = subprocess.run(["make", "-n", "-o", ".venv/.installed", "-o", ".llama-portable/.installed",
+                           "replay-portable"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert done.returncode == 0, done.stderr
+    portable = sorted(p.relative_to(ROOT).as_posix() for p in ROOT.glob("manifests/*/exact-*-portable.json"))
+    assert portable and "pip install" not in done.stdout and "-m venv" not in done.stdout, done.stdout
+    assert done.stdout.count("graftbench.eval.replay_committed import main") == 1
+    assert done.stdout.rstrip().endswith('50 "" ' + " ".join(portable)), done.stdout
