@@ -176,6 +176,9 @@ def _replay(expect: Path, limit, given: ModelOptions, log: Path | None, first: i
     from ..eval.expectation_pin import adopt_expectation
     from ..results.expectation_kind import replay_target
 
+    if log is not None and (log.is_dir() or not log.parent.is_dir()):  # refused before hours of replay, not after
+        fail(f"--log {log}: {'is a folder' if log.is_dir() else 'its folder does not exist'}; the replay record "
+             "is appended to a file there")
     try:  # expectations are per kind of CPU: a bare file name is this kind's, another kind's is named
         expect, kind_note = replay_target(expect)
     except (FileNotFoundError, ValueError) as exc:

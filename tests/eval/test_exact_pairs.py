@@ -69,3 +69,16 @@ def test_a_bad_pair_range_is_refused_before_any_model_loads(arguments, message):
 def test_a_pair_range_without_an_expectation_is_refused():
     result = CliRunner().invoke(app, ["check-exact", "--model", "no-such-model", "--pairs", "1:2"])
     assert result.exit_code == 2 and "--pairs applies with --expect only" in result.output
+
+
+@pytest.mark.parametrize("where, message", [("missing/replays.jsonl", "its folder does not exist"),
+                                            (".", "is a folder")])
+def test_a_replay_log_that_cannot_be_appended_to_is_refused_before_any_model_loads(tmp_path, where, message):
+    """Not after the replay: a replay of 50 pairs takes hours, and its record would be lost."""
+    from tests.conftest import REFERENCE_MANIFESTS
+
+    log = tmp_path / where
+    result = CliRunner().invoke(app, ["check-exact", "--expect", str(REFERENCE_MANIFESTS / "exact-gemma3-270m.json"),
+                                      "--pairs", "1:", "--log", str(log)])
+    assert result.exit_code == 2 and f"--log {log}: {message}" in " ".join(result.output.split()), result.output
+    assert not (tmp_path / "missing").exists()
