@@ -11,7 +11,7 @@ from pathlib import Path
 from ..engine.base import EngineOpenError, require
 from ..engine.pin_terms import engine_of
 from ..engine.registry import engine_names, get
-from ..results.exact_manifest import load_expectation
+from ..results.exact_manifest import load_sealed_expectation
 from ..settings import ModelOptions
 from ..util import isa as isa_pin
 from .errors import Refused
@@ -43,14 +43,15 @@ def adopt_expectation(expect: Path, given: ModelOptions, *, first_pair: int | No
     (:func:`graftbench.engine.base.require`). Both are checked before the pin is adopted.
 
     Raises:
-        graftbench.results.manifest.ManifestError: ``expect`` is missing or not an exactness manifest (naming it).
+        graftbench.results.manifest.ManifestError: ``expect`` is missing, not an exactness manifest, or changed
+            after it was sealed (naming it).
         graftbench.eval.errors.Refused: the expectation holds no pair at ``first_pair``, its engine is not one this
             graftbench runs, or the engine cannot adopt its pin (naming ``expect`` and why).
         graftbench.engine.base.CapabilityError: the engine lacks a capability of ``needs``.
         graftbench.engine.base.EngineOpenError: the engine's module cannot be imported (a missing extra).
         graftbench.util.isa.IsaError: this CPU or process cannot take the instruction-set pin.
     """
-    expected = load_expectation(expect)
+    expected = load_sealed_expectation(expect)
     pin = expected["config"]
     if first_pair is not None and first_pair >= len(expected["pairs"]):
         raise Refused(f"--pairs starts at pair {first_pair}, but {expect} holds {len(expected['pairs'])} pairs "

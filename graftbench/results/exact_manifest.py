@@ -16,7 +16,7 @@ from ..util.hashing import sha256_json
 from ..util.isa import environment as cpu_environment
 from ..util.isa import same_cpu_kind
 from ..util.provenance import code_version
-from .manifest import environment, load_manifest
+from .manifest import ManifestError, environment, load_manifest
 from .runs import UNRECORDED_CODE
 from ..util.strict_json import loads_strict
 
@@ -145,9 +145,23 @@ def pin_differences(expected: dict, current: dict) -> list[str]:
 
 
 def load_expectation(path) -> dict:
-    """Read an exactness manifest to replay; raises :class:`graftbench.results.manifest.ManifestError` if it is not
-    one."""
+    """Read an exactness manifest (to verify, or to replay through :func:`load_sealed_expectation`); raises
+    :class:`graftbench.results.manifest.ManifestError` if it is not one."""
     return load_manifest(path, schema=SCHEMA)
+
+
+def load_sealed_expectation(path) -> dict:
+    """:func:`load_expectation`, for a replay: also refuses (:class:`graftbench.results.manifest.ManifestError`,
+    naming ``path``) an expectation whose ``manifest_sha256`` is not the SHA-256 of its content, since a replay logs
+    its outcome under that id: a changed copy would otherwise be replayed and logged as the expectation it was copied
+    from. ``verify-manifest`` reads such a file and reports every mismatch instead."""
+    manifest = load_expectation(path)
+    body = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
+    if sha256_json(body) != manifest.get("manifest_sha256"):
+        raise ManifestError(f"{path}: its manifest_sha256 is not the SHA-256 of its content (it was changed after it "
+                            "was sealed): a replay would log it under an id that is not its own; check it with "
+                            "`graftbench verify-manifest`")
+    return manifest
 
 
 REPLAY_SCHEMA = "graftbench.replay/1"

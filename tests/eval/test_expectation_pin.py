@@ -17,6 +17,7 @@ from graftbench.engine.base import ACROSS_CPU_KINDS, CapabilityError
 from graftbench.eval.errors import Refused
 from graftbench.eval.expectation_pin import adopt_expectation
 from graftbench.settings import ModelOptions
+from graftbench.results.manifest import ManifestError
 from graftbench.util import isa
 
 from tests.conftest import REFERENCE_MANIFESTS, ROOT
@@ -78,12 +79,28 @@ def test_a_llama_cpp_expectation_reopens_with_its_cache_options_and_no_isa():
     assert adopted.expected["manifest_sha256"] == json.loads(LLAMA_EXPECTATION.read_text())["manifest_sha256"]
 
 
-def _copy(tmp_path, source, change) -> os.PathLike:
+def _copy(tmp_path, source, change, seal=True) -> os.PathLike:
+    """A copy of the expectation ``source`` changed by ``change`` and sealed again (``seal``: else left with the
+    original's ``manifest_sha256``)."""
+    from graftbench.results.exact_manifest import seal_exactness_manifest
+
     manifest = json.loads(source.read_text())
     change(manifest)
     path = tmp_path / source.name
-    path.write_text(json.dumps(manifest))
+    path.write_text(json.dumps(seal_exactness_manifest(manifest) if seal else manifest))
     return path
+
+
+def test_a_copy_changed_after_it_was_sealed_is_refused_before_anything_is_adopted(tmp_path):
+    """A replay logs its outcome under the expectation's manifest_sha256: a changed copy that still carries the
+    original's would be logged as the original."""
+    def zero_last_pair(manifest):
+        manifest["pairs"][-1]["graft_logits_sha256"] = "0" * 64
+
+    path = _copy(tmp_path, LLAMA_EXPECTATION, zero_last_pair, seal=False)
+    with mock.patch.object(isa, "apply", side_effect=AssertionError("the pin was applied")), \
+            pytest.raises(ManifestError, match=f"{path}: its manifest_sha256 is not the SHA-256 of its content"):
+        adopt_expectation(path, GIVEN)
 
 
 def test_an_engine_this_graftbench_does_not_run_is_refused_naming_the_file(tmp_path):
