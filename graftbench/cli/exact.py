@@ -15,7 +15,7 @@ from ..settings import require_certified_kernels
 from ..engine.base import ACROSS_CPU_KINDS, EXTEND_EXPECTATION, REPLAY_RANGE
 from ..engine.registry import DEFAULT_ENGINE
 from ..settings import CERTIFIED_KERNELS, DEFAULT_CHUNK_SIZE, DEFAULT_MODEL, DEFAULT_RUNS_DIR, ModelOptions
-from .common import (apply_isa, console, engine_factory, fail, load_problem_set, model_label, open_model, progress,
+from .common import (apply_isa, console, engine_factory, fail, load_problem_set, open_model, progress,
                      require_capability)
 from ..scale.eval_job import run_dtype
 from .options import (ChunkSizeArg, DeviceArg, DtypeArg, EngineArg, ExpectArg, FlashAttnArg, IsaArg, KernelsArg,
@@ -176,9 +176,12 @@ def _replay(expect: Path, limit, given: ModelOptions, log: Path | None, first: i
     from ..eval.expectation_pin import adopt_expectation
     from ..results.expectation_kind import replay_target
 
-    if log is not None and (log.is_dir() or not log.parent.is_dir()):  # refused before hours of replay, not after
-        fail(f"--log {log}: {'is a folder' if log.is_dir() else 'its folder does not exist'}; the replay record "
-             "is appended to a file there")
+    from ..results.exact_manifest import replay_log_refusal
+    from ..util.isa import environment
+
+    refusal = replay_log_refusal(log, environment()) if log is not None else None
+    if refusal:  # refused before hours of replay, not after
+        fail(refusal)
     try:  # expectations are per kind of CPU: a bare file name is this kind's, another kind's is named
         expect, kind_note = replay_target(expect)
     except (FileNotFoundError, ValueError) as exc:

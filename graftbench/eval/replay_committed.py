@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..results import layout
-from ..results.exact_manifest import append_replay_log, known_to_reproduce, read_replay_log
+from ..results.exact_manifest import append_replay_log, known_to_reproduce, read_replay_log, replay_log_refusal
 from ..util import isa
 
 EQUAL = "equal"
@@ -365,9 +365,14 @@ def replay_committed(root: Path, limit: int, log: Path, only: list[Path] | None 
     ``--across-cpu-kinds`` (:data:`EQUAL_ACROSS`, :data:`DIFFERS_ACROSS`); the torch ones as ever.
 
     Raises:
-        ValueError: a file of ``only`` is not a committed CPU expectation, or the replay log cannot be read.
+        ValueError: a file of ``only`` is not a committed CPU expectation, the replay log cannot be read, or it may
+            not take this CPU's records (:func:`graftbench.results.exact_manifest.replay_log_refusal`: an emulated
+            CPU, or one not checked for emulation, never logs to the replay log of CPUs).
     """
     root = Path(root)
+    refusal = replay_log_refusal(Path(log), isa.environment())
+    if refusal:
+        raise ValueError(refusal)
     committed = committed_cpu_expectations(root)
     if only:
         chosen = [Path(p) if Path(p).is_absolute() else root / p for p in only]
@@ -414,8 +419,14 @@ def exit_status(outcomes: list[Outcome]) -> int:
 
 
 def main(root: str, limit: int, log: str, only: list[str] | None = None, across_cpu_kinds: bool = False) -> int:
-    """``make replay-exact``: :func:`replay_committed`, then the :func:`summary` line; returns :func:`exit_status`."""
-    outcomes = replay_committed(Path(root), limit, Path(log), [Path(p) for p in only or []] or None,
-                                across_cpu_kinds=across_cpu_kinds)
+    """``make replay-exact``: :func:`replay_committed`, then the :func:`summary` line; returns :func:`exit_status`,
+    or 2 after one ``error:`` line when nothing could be replayed (a file that is not a committed expectation, a
+    replay log that cannot be read or may not take this CPU's records)."""
+    try:
+        outcomes = replay_committed(Path(root), limit, Path(log), [Path(p) for p in only or []] or None,
+                                    across_cpu_kinds=across_cpu_kinds)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(summary(outcomes))
     return exit_status(outcomes)

@@ -201,6 +201,28 @@ def replay_record(expected: dict, *, compared: int, equal: int, first_difference
     }
 
 
+UNPROVEN_CPU_FIELDS = ("emulated", "emulation_unchecked")  # a CPU environment's marks of a CPU no replay proves
+
+
+def replay_log_refusal(log: Path, here: dict) -> str | None:
+    """Why a replay on a CPU of environment ``here`` (:func:`graftbench.util.isa.environment`) may not append its
+    record to ``log``, asked before the replay starts (a replay may take hours; its record is written at the end):
+    ``log`` is a folder or its folder does not exist; or ``log`` is a replay log of CPUs (named as
+    :data:`graftbench.results.layout.REPLAY_LOG`) and ``here`` is an emulated CPU or one whose emulation could not be
+    checked, whose replays prove no pin on any CPU. ``None`` when it may."""
+    from .layout import EMULATED_REPLAY_LOG, REPLAY_LOG
+
+    if log.is_dir() or not log.parent.is_dir():
+        return (f"--log {log}: {'is a folder' if log.is_dir() else 'its folder does not exist'}; the replay record is "
+                "appended to a file there")
+    unproven = [field for field in UNPROVEN_CPU_FIELDS if here.get(field)]
+    if unproven and log.name == REPLAY_LOG.name:
+        return (f"--log {log}: this CPU is {'emulated' if 'emulated' in unproven else 'not checked for emulation'} "
+                f"({unproven[0]}), and a replay here proves no pin on any CPU; log it to {EMULATED_REPLAY_LOG.name} "
+                f"(an emulated CPU) or another file, never to {REPLAY_LOG.name}")
+    return None
+
+
 def append_replay_log(path, record: dict) -> None:
     """Append one replay record as a JSON line to ``path`` (a log, never rewritten; see
     :func:`graftbench.util.durable.append_json_line`)."""

@@ -82,3 +82,27 @@ def test_a_replay_log_that_cannot_be_appended_to_is_refused_before_any_model_loa
                                       "--pairs", "1:", "--log", str(log)])
     assert result.exit_code == 2 and f"--log {log}: {message}" in " ".join(result.output.split()), result.output
     assert not (tmp_path / "missing").exists()
+
+
+def test_a_replay_on_an_emulated_or_unchecked_cpu_is_never_logged_to_the_replay_log(tmp_path, monkeypatch):
+    """The replay log of CPUs (manifests/replays.jsonl) proves pins; a replay under an emulator, or where the
+    emulation check could not be made, proves none: refused before it starts, pointing to the emulated log."""
+    from graftbench.results.exact_manifest import replay_log_refusal
+    from graftbench.util import isa
+    from tests.conftest import REFERENCE_MANIFESTS
+
+    here = {"cpu_model": "AMD EPYC", "cpu_capability_native": "AVX512"}
+    emulated = {**here, "emulated": {"seen": "GenuineIntel Intel Core Processor (Haswell)"}}
+    unchecked = {**here, "emulation_unchecked": "CPUID could not be run in this process"}
+    log = tmp_path / "replays.jsonl"
+    assert replay_log_refusal(log, here) is None
+    assert replay_log_refusal(tmp_path / "emulated-replays.jsonl", emulated) is None
+    assert replay_log_refusal(tmp_path / "mine.jsonl", unchecked) is None
+    assert "this CPU is emulated" in replay_log_refusal(log, emulated)
+    assert "not checked for emulation" in replay_log_refusal(log, unchecked)
+    monkeypatch.setattr(isa, "environment", lambda: emulated)
+    result = CliRunner().invoke(app, ["check-exact", "--expect", str(REFERENCE_MANIFESTS / "exact-gemma3-270m.json"),
+                                      "--pairs", "1:", "--log", str(log)])
+    output = " ".join(result.output.split())
+    assert result.exit_code == 2 and "log it to emulated-replays.jsonl" in output, result.output
+    assert not log.exists()

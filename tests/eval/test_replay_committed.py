@@ -136,6 +136,16 @@ def test_every_expectation_is_tried_each_completed_comparison_logged_and_the_exi
         rc.replay_committed(root, 5, log, only=[root / "manifests/nvidia-h200/exact-random-gemma3-12b-bf16.json"])
 
 
+def test_make_replay_exact_on_an_emulated_cpu_replays_nothing_and_says_where_to_log(tmp_path, monkeypatch, capsys):
+    """An emulated CPU's replays prove no pin: `make replay-exact` (which logs to manifests/replays.jsonl) refuses
+    before the first replay, exit status 2, pointing to the emulated log."""
+    monkeypatch.setattr(rc.isa, "environment", lambda: {"cpu_model": "AMD EPYC", "emulated": {"seen": "Haswell"}})
+    monkeypatch.setattr(rc, "committed_cpu_expectations", lambda root: pytest.fail("an expectation was looked up"))
+    log = tmp_path / "replays.jsonl"
+    assert rc.main(str(ROOT), 5, str(log)) == 2
+    assert "log it to emulated-replays.jsonl" in capsys.readouterr().err and not log.exists()
+
+
 def test_an_expectation_whose_library_or_model_is_not_installed_is_not_run_and_says_why():
     expected = json.loads((REFERENCE_MANIFESTS / "exact-smollm2-135m.json").read_text())
     absent = {**expected, "config": {**expected["config"], "libraries": {"no-such-distribution-here": "1.0"}}}

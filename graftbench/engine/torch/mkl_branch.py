@@ -66,11 +66,14 @@ def parse_verbose(text: str) -> MklBranch | None:
 def probe(isa: str, threads: int = 1, prefix: list[str] | None = None) -> MklBranch:
     """What MKL reports in a fresh process under the pin ``isa`` at ``threads`` threads (``prefix``: a command the
     process runs under, e.g. an emulator, ``["qemu-x86_64", "-cpu", "Haswell"]``). Raises :class:`MklProbeError`
-    when the process fails or MKL reports no matrix product."""
+    when the process fails, runs past :data:`PROBE_TIMEOUT_S` seconds, or MKL reports no matrix product."""
     env = {k: v for k, v in os.environ.items() if k != "GRAFTBENCH_ISA"}
     env["MKL_VERBOSE"] = "1"
-    done = subprocess.run([*(prefix or []), sys.executable, "-c", _PROGRAM, isa, str(threads)], capture_output=True,
-                          text=True, env=env, timeout=PROBE_TIMEOUT_S)
+    try:
+        done = subprocess.run([*(prefix or []), sys.executable, "-c", _PROGRAM, isa, str(threads)],
+                              capture_output=True, text=True, env=env, timeout=PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired as exc:
+        raise MklProbeError(f"the MKL probe under --isa {isa} ran past {PROBE_TIMEOUT_S} s") from exc
     found = parse_verbose(done.stdout + done.stderr)
     if done.returncode != 0 or found is None:
         raise MklProbeError(f"MKL reported no matrix product under --isa {isa} (exit {done.returncode}): "
