@@ -49,7 +49,7 @@ def test_mkl_runs_the_branch_each_pin_intends_on_this_cpu(pin):
         pytest.skip(f"--isa {pin} needs {', '.join(isa.REQUIRED_FLAGS[pin])}; this CPU offers {isa.native_capability()}")
     found = mkl_branch.probe(pin)
     assert found.branch == mkl_branch.intended_branch(pin, _vendor()), found
-    assert found.threads == 1 and not found.dynamic, found
+    assert found.threads == 1 and (pin == "native" or not found.dynamic), found  # native leaves MKL_DYNAMIC alone
 
 
 @pytest.mark.slow
