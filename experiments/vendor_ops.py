@@ -3,7 +3,8 @@
 this CPU and on CPUs emulated by qemu's user-mode emulator (graftbench/util/cpuid.py): an Intel Haswell, the same
 Haswell answering CPUID with AMD's vendor id, and an AMD EPYC (the controls: the emulator's arithmetic, and the
 vendor id alone). Writes results/<kind>/traces/vendor-ops.{json,md}; see docs/portable-pin.md ("An emulated Intel
-CPU").
+CPU"). Beside each table, the branch MKL itself reports running under that pin on each CPU
+(graftbench/engine/torch/mkl_branch.py).
 
     .venv/bin/python experiments/vendor_ops.py <kind>          # all pins, all CPUs (about two minutes)
     .venv/bin/python experiments/vendor_ops.py --one <pin>     # one pin in this process: a JSON line
@@ -62,6 +63,7 @@ def probe(pin: str) -> dict:
 
 
 def run_all(kind: str) -> None:
+    from graftbench.engine.torch import mkl_branch
     from graftbench.util.provenance import provenance
 
     started = provenance()
@@ -70,7 +72,9 @@ def run_all(kind: str) -> None:
         for cpu, prefix in CPUS.items():
             done = subprocess.run([*prefix, sys.executable, __file__, "--one", pin], capture_output=True, text=True,
                                   check=True)
-            rows.append({"cpu": cpu, **json.loads(done.stdout.strip().splitlines()[-1])})
+            branch = mkl_branch.probe(pin, prefix=prefix or None)  # MKL's own word, in a process of its own
+            rows.append({"cpu": cpu, **json.loads(done.stdout.strip().splitlines()[-1]),
+                         "mkl_branch": branch.branch, "mkl_code_path": branch.code_path})
     out = Path("results") / kind / "traces"
     out.mkdir(parents=True, exist_ok=True)
     (out / "vendor-ops.json").write_text(json.dumps({"provenance": started, "rows": rows}, indent=1) + "\n")
@@ -94,6 +98,10 @@ def markdown(started: dict, rows: list[dict]) -> str:
         for op, here in columns[0]["ops"].items():
             cells = [c["ops"][op] if c["ops"][op] == here else f"**{c['ops'][op]}**" for c in columns]
             lines.append(f"| {markdown_text(op)} | " + " | ".join(cells) + " |")
+        if all("mkl_branch" in c for c in columns):
+            cells = [markdown_text(c["mkl_branch"]) if c["mkl_branch"] == columns[0]["mkl_branch"]
+                     else f"**{markdown_text(c['mkl_branch'])}**" for c in columns]
+            lines.append("| MKL's branch, as `MKL_VERBOSE` reports it (CNR) | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
