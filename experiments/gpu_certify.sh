@@ -135,7 +135,8 @@ step energy "$GPU_ENERGY_TIMEOUT" "$GPU_LOGS/energy.log" "${GRAFTBENCH[@]}" benc
 # 4. the committed certificate replayed on more pairs
 if [ -f "$GPU_REPLAY_EXPECT" ]; then
   step "replay $GPU_REPLAY_PAIRS" "$GPU_REPLAY_TIMEOUT" "$GPU_LOGS/replay.log" "${GRAFTBENCH[@]}" check-exact \
-    --expect "$GPU_REPLAY_EXPECT" --pairs "$GPU_REPLAY_PAIRS" --device "$GPU_DEVICE" --log "$GPU_REPLAY_LOG"
+    --expect "$GPU_REPLAY_EXPECT" --pairs "$GPU_REPLAY_PAIRS" --problems "$GPU_PROBLEMS" --device "$GPU_DEVICE" \
+    --log "$GPU_REPLAY_LOG"
 else
   note "replay $GPU_REPLAY_PAIRS" "not run: no $GPU_REPLAY_EXPECT" - 0 "$GPU_REPLAY_TIMEOUT"
 fi

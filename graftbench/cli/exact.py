@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 
 from .exact_runs import open_run, report_manifest
-from .invocation import command_options
+from .invocation import command_options, given_options
 from ..settings import require_certified_kernels
 from ..engine.base import ACROSS_CPU_KINDS, EXTEND_EXPECTATION, REPLAY_RANGE
 from ..engine.registry import DEFAULT_ENGINE
@@ -60,7 +60,8 @@ def check_exact(
                            device=device, kernels=kernels, kv_type=kv_type, flash_attn=flash_attn)
     if expect is not None:
         first, end = _pair_range(pairs, limit)
-        return _replay(expect, end, options, log, first, across_cpu_kinds, code)
+        named = problems if "problems" in given_options() else None  # else the expectation's own, found by name
+        return _replay(expect, end, options, log, first, across_cpu_kinds, code, named)
     if pairs is not None or across_cpu_kinds:
         fail(f"{'--pairs' if pairs is not None else '--across-cpu-kinds'} applies with --expect only")
     factory = engine_factory(engine)
@@ -165,15 +166,16 @@ def _pair_range(pairs: str | None, limit: int | None) -> tuple[int, int | None]:
 
 
 def _replay(expect: Path, limit, given: ModelOptions, log: Path | None, first: int = 0,
-            across_cpu_kinds: bool = False, code: dict | None = None) -> None:
+            across_cpu_kinds: bool = False, code: dict | None = None, problems: str | None = None) -> None:
     """Replay the expectation at ``expect`` on the engine its pin names, under that pin (an engine that takes
     ``--isa`` adopts the recorded one unless ``--isa`` is given; another adopts what its pin fixes, e.g. a llama.cpp
     build), with the device, kernels and llama.cpp cache options of ``given`` where the pin does not fix them;
     ``across_cpu_kinds``: where this machine's pin differs in CPU features alone, compare the pairs anyway
     (:func:`graftbench.eval.replay_committed.adopt_cpu_features`), logged as a comparison on another kind of CPU;
-    ``code``: the code version read when the command started, logged as the record's ``code``. Fails when not
-    comparable or a hash differs."""
-    from ..eval.expectation_pin import adopt_expectation
+    ``code``: the code version read when the command started, logged as the record's ``code``; ``problems``: the
+    problem set the user named (else the recorded one, :func:`graftbench.eval.expectation_pin.expectation_problems`).
+    Fails when not comparable or a hash differs."""
+    from ..eval.expectation_pin import adopt_expectation, expectation_problems
     from ..results.expectation_kind import replay_target
 
     from ..results.exact_manifest import replay_log_refusal
@@ -192,7 +194,7 @@ def _replay(expect: Path, limit, given: ModelOptions, log: Path | None, first: i
              *([(ACROSS_CPU_KINDS, "--across-cpu-kinds")] if across_cpu_kinds else [])]
     adopted = adopt_expectation(expect, given, first_pair=first, needs=needs)  # applies the --isa pin: torch after
     expected, options, recorded = adopted.expected, adopted.options, adopted.recorded
-    problem_list = load_problem_set(expected["problem_set"]["source"], None, "id", "problem", "answer", "solution")
+    problem_list = expectation_problems(expect, expected, problems)
     session = open_model(options, architecture_only=True, pinned=recorded)
     result, record = _replay_pairs(expect, expected, session, problem_list, limit, log, first, across_cpu_kinds,
                                    code)

@@ -11,6 +11,7 @@ import typer
 from ..engine.registry import DEFAULT_ENGINE
 from ..settings import DEFAULT_CHUNK_SIZE, DEFAULT_MODEL, ModelOptions
 from .common import console, fail, load_problem_set, open_model, require_capability
+from .invocation import given_options
 from .options import ChunkSizeArg, DtypeArg, EngineArg, ExpectArg, FlashAttnArg, IsaArg, KvTypeArg, ModelArg, ThreadsArg
 from ..problems.sources import data_file
 
@@ -22,12 +23,13 @@ def trace_pair(
     model: ModelArg = DEFAULT_MODEL, dtype: DtypeArg = "auto", chunk_size: ChunkSizeArg = DEFAULT_CHUNK_SIZE,
     isa: IsaArg = None, threads: ThreadsArg = None,
     problems: str = typer.Option("../shared/data/aime2024.jsonl", "--problems", "-p",
-                                 help="problems with solutions the pairs are built from (without --expect)"),
+                                 help="problems with solutions the pairs are built from (with --expect: the "
+                                 "recorded set is found by name; give this for one recorded from a file of your own)"),
     engine: EngineArg = DEFAULT_ENGINE, kv_type: KvTypeArg = "f16", flash_attn: FlashAttnArg = None,
 ) -> None:
     """Trace one check-exact pair: the SHA-256 of every op's output (a torch module's, a llama.cpp ggml op's), of each layer's K and V after the artifact, and of the query's logits."""
     from ..engine.base import LAYER_TRACE
-    from ..eval.expectation_pin import adopt_expectation
+    from ..eval.expectation_pin import adopt_expectation, expectation_problems
     from ..eval.layer_trace import trace_session_pair, write_trace
     from ..util.provenance import code_version
 
@@ -38,10 +40,13 @@ def trace_pair(
     if expect is not None:  # its pin adopted (the --isa pin applied before torch is imported)
         adopted = adopt_expectation(expect, options)
         expected, options, pinned = adopted.expected, adopted.options, adopted.recorded
-        problems = expected["problem_set"]["source"]
     require_capability(LAYER_TRACE, "trace-pair", options.engine)
-    problems = data_file(problems)  # a ../shared/data/ default is also found beside the checkout: any folder works
-    problem_list = load_problem_set(problems, None, "id", "problem", "answer", "solution")
+    if expected is not None:  # the problems --problems names, else the expectation's own, found by name
+        named = data_file(problems) if "problems" in given_options() else None
+        problem_list = expectation_problems(expect, expected, named)
+    else:
+        problems = data_file(problems)  # a ../shared/data/ default is also found beside the checkout
+        problem_list = load_problem_set(problems, None, "id", "problem", "answer", "solution")
     session = open_model(options, architecture_only=True, pinned=pinned)
     try:
         document = trace_session_pair(session, problem_list, pair, expected, code)

@@ -73,3 +73,30 @@ def adopt_expectation(expect: Path, given: ModelOptions, *, first_pair: int | No
     options = replace(given, engine=name, isa=isa, model=recorded.pop("model"), dtype=recorded.pop("dtype", "auto"),
                       chunk_size=recorded.pop("chunk_size"), threads=recorded.pop("threads", None))
     return AdoptedExpectation(expected, options, recorded)
+
+
+def expectation_problems(expect: Path, expected: dict, named: str | None = None) -> list:
+    """The problems (:class:`graftbench.problems.types.Problem`) to rebuild the pairs of the expectation ``expected``
+    (read from ``expect``) from: the problem set ``named`` when the user named one (``--problems``), loaded as
+    named; else the one it records, found as graftbench finds any recorded set without being told
+    (:func:`graftbench.results.anchor.resolve_recorded`: a generated set, or the recorded file's name under
+    ``../shared/data/`` of the working folder or the checkout). The recorded path is data and never opened, so an
+    expectation cannot point a replay at a file elsewhere. Whether the problems are the recorded ones is checked
+    by their SHA-256 when the replay starts (:func:`graftbench.eval.exactness.not_comparable`).
+
+    Raises:
+        graftbench.eval.errors.Refused: nothing is named and the recorded set is not found (naming ``expect``, the
+            recorded source and ``--problems``).
+        graftbench.problems.types.ProblemSetError: the named set cannot be read.
+    """
+    from ..problems.loading import load_problems
+    from ..results.anchor import resolve_recorded
+
+    if named is not None:
+        return load_problems(named, id_field="id", problem_field="problem", answer_field="answer",
+                             solution_field="solution")
+    found, why = resolve_recorded(expected)
+    if found is None:
+        raise Refused(f"{expect}: cannot find the problems its pairs are built from: {why}; name the problem file "
+                      "with --problems")
+    return list(found.problems)

@@ -165,7 +165,7 @@ def test_the_window_runs_the_steps_in_order_within_nine_minutes(tmp_path):
         in commands[1]
     assert "--model random:gemma3-12b --device cuda --dtype auto --sizes 8192,32768" in commands[2]
     assert "--no-memory-probes" in commands[2] and "--sizes 8192 --decode-tokens 64" in commands[3]
-    assert "--pairs 3:20 --device cuda --log manifests/replays.jsonl" in commands[4]
+    assert "--pairs 3:20 --problems " in commands[4] and "--device cuda --log manifests/replays.jsonl" in commands[4]
     assert "--kernels certified" in commands[5] and "--kernels fast" in commands[6]
 
 

@@ -163,12 +163,13 @@ def test_a_llama_cpp_certificate_replays_in_a_second_process(llama, tmp_path):
     assert verify_exactness_manifest(manifest) == []
     path = tmp_path / "exact-llama.json"
     path.write_text(json.dumps(manifest))
-    done = subprocess.run([sys.executable, "-m", "graftbench.cli.app", "check-exact", "--expect", str(path)],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    done = subprocess.run([sys.executable, "-m", "graftbench.cli.app", "check-exact", "--expect", str(path),
+                           "--problems", source], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "2 compared, 2 equal" in done.stdout
     ranged = subprocess.run([sys.executable, "-m", "graftbench.cli.app", "check-exact", "--expect", str(path),
-                             "--pairs", "1:"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+                             "--problems", source, "--pairs", "1:"], capture_output=True, text=True, timeout=600,
+                            cwd=ROOT)
     assert ranged.returncode == 0, ranged.stdout + ranged.stderr
     assert "1 compared, 1 equal" in ranged.stdout  # a fresh process that computes pair 1 alone
 

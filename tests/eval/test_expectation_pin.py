@@ -128,3 +128,20 @@ def test_a_file_that_is_not_an_expectation_is_refused_naming_it(tmp_path):
 
     with pytest.raises(ManifestError, match="does not exist"):
         adopt_expectation(tmp_path / "none.json", GIVEN)
+
+
+def test_a_replay_finds_the_recorded_problems_by_name_and_never_opens_the_recorded_path(tmp_path):
+    """The recorded problem-set path is data: a replay looks its file name up under ../shared/data/ (or takes the
+    set --problems names); a path elsewhere is never opened, and a set not found is refused naming --problems."""
+    from graftbench.eval.expectation_pin import expectation_problems
+
+    expected = json.loads(TORCH_EXPECTATION.read_text())
+    elsewhere = {**expected, "problem_set": {**expected["problem_set"], "source": "/elsewhere/aime2024.jsonl"}}
+    found = expectation_problems(TORCH_EXPECTATION, elsewhere)
+    assert [p.id for p in found][:2] == [p.id for p in expectation_problems(TORCH_EXPECTATION, expected)][:2]
+    secret = tmp_path / "secret.jsonl"
+    secret.write_text('{"id": "s", "problem": "p", "answer": "1", "solution": "s"}\n')
+    pointed = {**expected, "problem_set": {**expected["problem_set"], "source": str(secret)}}
+    with pytest.raises(Refused, match=r"cannot find the problems .* name the problem file with --problems"):
+        expectation_problems(TORCH_EXPECTATION, pointed)
+    assert [p.id for p in expectation_problems(TORCH_EXPECTATION, pointed, str(secret))] == ["s"]  # named: used
