@@ -28,6 +28,7 @@ _DATA_FOLDER = PurePosixPath("..", "shared", "data")  # recorded sources graftbe
 # exactness manifest still carries its samples) is not what its schema says it is.
 EXACTNESS_FIELDS = frozenset({"schema", "created_utc", "config", "config_fingerprint", "environment",
                               "problem_set", "settings", "pairs", "totals", "manifest_sha256"})
+EXACTNESS_OBJECTS = frozenset({"config", "environment", "problem_set", "settings", "totals"})  # each a JSON object
 PAIR_FIELDS = frozenset({"id", "kind", "equal", "graft_logits_sha256", "fresh_logits_sha256", "artifact_tokens",
                          "tokens_sha256"})
 # What a pair commits its deposit by, per artifact kind (graftbench.store.codec): a KV-tensor artifact
@@ -69,6 +70,8 @@ def exactness_shape(manifest: dict) -> list[str]:
     """What keeps ``manifest`` (declared ``graftbench.exactness/1``) from being one: top-level fields another kind
     of document carries or that are missing, ``pairs`` not a non-empty list of pair records. Empty when it is."""
     problems = _field_problems(manifest, EXACTNESS_FIELDS, EXACTNESS_FIELDS, "graftbench.exactness/1")
+    problems += [f"{name}: not an object" for name in sorted(EXACTNESS_OBJECTS)
+                 if name in manifest and not isinstance(manifest[name], dict)]
     pairs = manifest.get("pairs")
     if not isinstance(pairs, list) or not pairs:
         return problems + ["pairs: not a non-empty list of pair records"]
@@ -158,7 +161,7 @@ def _data_file(name: str, cwd: Path) -> Path | None:
     path = cwd / _DATA_FOLDER / name
     try:
         info = os.lstat(path)
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a name holding a NUL byte, which no file has
         return None
     if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_PROBLEM_FILE_BYTES:
         return None

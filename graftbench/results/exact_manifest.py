@@ -154,13 +154,22 @@ def load_sealed_expectation(path) -> dict:
     """:func:`load_expectation`, for a replay: also refuses (:class:`graftbench.results.manifest.ManifestError`,
     naming ``path``) an expectation whose ``manifest_sha256`` is not the SHA-256 of its content, since a replay logs
     its outcome under that id: a changed copy would otherwise be replayed and logged as the expectation it was copied
-    from. ``verify-manifest`` reads such a file and reports every mismatch instead."""
+    from. ``verify-manifest`` reads such a file and reports every mismatch instead. Also refuses one that is not shaped
+    as an exactness manifest (:func:`graftbench.results.anchor.exactness_shape`: a field missing or of another
+    kind, ``config`` not an object, ``pairs`` not a list of pair records), re-sealed or not, naming ``path`` and what
+    is wrong, before anything reads its pin."""
+    from .anchor import exactness_shape
+
     manifest = load_expectation(path)
     body = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
     if sha256_json(body) != manifest.get("manifest_sha256"):
         raise ManifestError(f"{path}: its manifest_sha256 is not the SHA-256 of its content (it was changed after it "
                             "was sealed): a replay would log it under an id that is not its own; check it with "
                             "`graftbench verify-manifest`")
+    shape = exactness_shape(manifest)
+    if shape:
+        shown = "; ".join(shape[:5]) + (f"; and {len(shape) - 5} more" if len(shape) > 5 else "")
+        raise ManifestError(f"{path}: not an exactness manifest a replay can read: {shown}")
     return manifest
 
 

@@ -145,3 +145,28 @@ def test_a_replay_finds_the_recorded_problems_by_name_and_never_opens_the_record
     with pytest.raises(Refused, match=r"cannot find the problems .* name the problem file with --problems"):
         expectation_problems(TORCH_EXPECTATION, pointed)
     assert [p.id for p in expectation_problems(TORCH_EXPECTATION, pointed, str(secret))] == ["s"]  # named: used
+
+
+@pytest.mark.parametrize("change, wrong", [
+    (lambda m: m.update(config="x"), "config: not an object"),
+    (lambda m: m.update(environment="x"), "environment: not an object"),
+    (lambda m: m.update(pairs=[5] * 50), "pairs: 50 entries"),
+    (lambda m: m.update(pairs="x"), "pairs: not a non-empty list"),
+    (lambda m: m.pop("problem_set"), "problem_set: required"),
+])
+def test_a_resealed_copy_not_shaped_as_an_expectation_is_refused_naming_it_before_its_pin_is_read(tmp_path, change,
+                                                                                                   wrong):
+    """A re-sealed copy passes the seal: its shape is still checked before anything reads its pin (else a crash)."""
+    path = _copy(tmp_path, LLAMA_EXPECTATION, change)
+    with mock.patch.object(isa, "apply", side_effect=AssertionError("the pin was applied")), \
+            pytest.raises(ManifestError, match=f"^{path}: not an exactness manifest a replay can read: .*{wrong}"):
+        adopt_expectation(path, GIVEN)
+
+
+def test_a_recorded_source_holding_a_nul_byte_is_not_found_not_a_crash():
+    from graftbench.eval.expectation_pin import expectation_problems
+
+    expected = json.loads(TORCH_EXPECTATION.read_text())
+    nul = {**expected, "problem_set": {**expected["problem_set"], "source": "aime2024.jsonl\x00x"}}
+    with pytest.raises(Refused, match=r"cannot find the problems .* name the problem file with --problems"):
+        expectation_problems(TORCH_EXPECTATION, nul)
