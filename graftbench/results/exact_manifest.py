@@ -216,16 +216,19 @@ UNPROVEN_CPU_FIELDS = ("emulated", "emulation_unchecked")  # a CPU environment's
 def replay_log_refusal(log: Path, here: dict) -> str | None:
     """Why a replay on a CPU of environment ``here`` (:func:`graftbench.util.isa.environment`) may not append its
     record to ``log``, asked before the replay starts (a replay may take hours; its record is written at the end):
-    ``log`` is a folder or its folder does not exist; or ``log`` is a replay log of CPUs (named as
-    :data:`graftbench.results.layout.REPLAY_LOG`) and ``here`` is an emulated CPU or one whose emulation could not be
-    checked, whose replays prove no pin on any CPU. ``None`` when it may."""
+    ``log`` is a folder or its folder does not exist; ``log`` exists and is not a regular file (a FIFO, whose append
+    would block after the replay, or a device); or ``log`` (or the file a link there leads to) is a replay log of CPUs
+    (named as :data:`graftbench.results.layout.REPLAY_LOG`) and ``here`` is an emulated CPU or one whose emulation
+    could not be checked, whose replays prove no pin on any CPU. ``None`` when it may."""
     from .layout import EMULATED_REPLAY_LOG, REPLAY_LOG
 
     if log.is_dir() or not log.parent.is_dir():
         return (f"--log {log}: {'is a folder' if log.is_dir() else 'its folder does not exist'}; the replay record is "
                 "appended to a file there")
+    if log.exists() and not log.is_file():
+        return f"--log {log}: not a regular file (a FIFO or a device); the replay record is appended to a file"
     unproven = [field for field in UNPROVEN_CPU_FIELDS if here.get(field)]
-    if unproven and log.name == REPLAY_LOG.name:
+    if unproven and REPLAY_LOG.name in (log.name, log.resolve().name):
         return (f"--log {log}: this CPU is {'emulated' if 'emulated' in unproven else 'not checked for emulation'} "
                 f"({unproven[0]}), and a replay here proves no pin on any CPU; log it to {EMULATED_REPLAY_LOG.name} "
                 f"(an emulated CPU) or another file, never to {REPLAY_LOG.name}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from dataclasses import replace
 
 import pytest
@@ -100,6 +101,10 @@ def test_a_replay_on_an_emulated_or_unchecked_cpu_is_never_logged_to_the_replay_
     assert replay_log_refusal(tmp_path / "mine.jsonl", unchecked) is None
     assert "this CPU is emulated" in replay_log_refusal(log, emulated)
     assert "not checked for emulation" in replay_log_refusal(log, unchecked)
+    (tmp_path / "elsewhere.jsonl").symlink_to(log)  # a link to the replay log is the replay log
+    assert "this CPU is emulated" in replay_log_refusal(tmp_path / "elsewhere.jsonl", emulated)
+    os.mkfifo(tmp_path / "fifo.jsonl")  # an append would block once the replay is done, its record lost
+    assert "not a regular file" in replay_log_refusal(tmp_path / "fifo.jsonl", here)
     monkeypatch.setattr(isa, "environment", lambda: emulated)
     result = CliRunner().invoke(app, ["check-exact", "--expect", str(REFERENCE_MANIFESTS / "exact-gemma3-270m.json"),
                                       "--pairs", "1:", "--log", str(log)])
