@@ -98,8 +98,12 @@ def replay_target(expect: Path, root: Path = Path(".")) -> tuple[Path, str | Non
     path = resolve(expect, root, here_env, records)
     if path != expect:
         return path, f"{expect.name}: the expectation recorded for this kind of CPU is {path}"
+    from .anchor import exactness_shape
+
     try:
         expected = json.loads(path.read_text())
     except (OSError, ValueError):
         return path, None  # the replay's own loading names what is wrong with the file
-    return path, advice(path, expected, root, here_env, records) if isinstance(expected, dict) else None
+    if not isinstance(expected, dict) or exactness_shape(expected):
+        return path, None  # as above: not shaped as an expectation (an environment not an object), no advice read
+    return path, advice(path, expected, root, here_env, records)

@@ -170,3 +170,16 @@ def test_a_recorded_source_holding_a_nul_byte_is_not_found_not_a_crash():
     nul = {**expected, "problem_set": {**expected["problem_set"], "source": "aime2024.jsonl\x00x"}}
     with pytest.raises(Refused, match=r"cannot find the problems .* name the problem file with --problems"):
         expectation_problems(TORCH_EXPECTATION, nul)
+
+
+def test_check_exact_refuses_a_resealed_copy_whose_environment_is_not_an_object_naming_it(tmp_path):
+    """The advice printed before a replay reads the recorded environment: a copy not shaped as an expectation gets
+    none, and the replay's loading refuses it (exit 2), never a traceback."""
+    from typer.testing import CliRunner
+
+    from graftbench.cli.app import app
+
+    path = _copy(tmp_path, LLAMA_EXPECTATION, lambda m: m.update(environment="x"))
+    result = CliRunner().invoke(app, ["check-exact", "--expect", str(path), "--pairs", "49:"])
+    output = " ".join(result.output.split())
+    assert result.exit_code == 2 and "environment: not an object" in output, result.output
