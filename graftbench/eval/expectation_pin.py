@@ -46,7 +46,8 @@ def adopt_expectation(expect: Path, given: ModelOptions, *, first_pair: int | No
         graftbench.results.manifest.ManifestError: ``expect`` is missing, not an exactness manifest, or changed
             after it was sealed (naming it).
         graftbench.eval.errors.Refused: the expectation holds no pair at ``first_pair``, its engine is not one this
-            graftbench runs, or the engine cannot adopt its pin (naming ``expect`` and why).
+            graftbench runs, the engine cannot adopt its pin, or its pin lacks a field the engine reopens with
+            (naming ``expect`` and why).
         graftbench.engine.base.CapabilityError: the engine lacks a capability of ``needs``.
         graftbench.engine.base.EngineOpenError: the engine's module cannot be imported (a missing extra).
         graftbench.util.isa.IsaError: this CPU or process cannot take the instruction-set pin.
@@ -69,9 +70,13 @@ def adopt_expectation(expect: Path, given: ModelOptions, *, first_pair: int | No
         factory.adopt_pin(pin)
     except EngineOpenError as exc:
         raise Refused(f"{expect}: {exc}") from exc
-    recorded = factory.replay_options(pin)
-    options = replace(given, engine=name, isa=isa, model=recorded.pop("model"), dtype=recorded.pop("dtype", "auto"),
-                      chunk_size=recorded.pop("chunk_size"), threads=recorded.pop("threads", None))
+    try:
+        recorded = factory.replay_options(pin)
+        model, chunk_size = recorded.pop("model"), recorded.pop("chunk_size")
+    except KeyError as exc:  # a re-sealed copy whose pin lacks a field its engine reopens with
+        raise Refused(f"{expect}: its pin (config) records no {exc.args[0]!r}, which {name} needs to reopen it") from exc
+    options = replace(given, engine=name, isa=isa, model=model, dtype=recorded.pop("dtype", "auto"),
+                      chunk_size=chunk_size, threads=recorded.pop("threads", None))
     return AdoptedExpectation(expected, options, recorded)
 
 

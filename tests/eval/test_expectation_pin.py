@@ -183,3 +183,10 @@ def test_check_exact_refuses_a_resealed_copy_whose_environment_is_not_an_object_
     result = CliRunner().invoke(app, ["check-exact", "--expect", str(path), "--pairs", "49:"])
     output = " ".join(result.output.split())
     assert result.exit_code == 2 and "environment: not an object" in output, result.output
+
+
+@pytest.mark.parametrize("field", ["model", "chunk_size"])
+def test_a_resealed_pin_lacking_a_field_its_engine_reopens_with_is_refused_naming_it(tmp_path, field):
+    path = _copy(tmp_path, LLAMA_EXPECTATION, lambda m: m["config"].pop(field))
+    with mock.patch.dict(os.environ), pytest.raises(Refused, match=f"^{path}: its pin \\(config\\) records no '{field}'"):
+        adopt_expectation(path, GIVEN)
