@@ -131,7 +131,7 @@ def read_local(label: str, path: Path) -> RawTable:
     ``datasets``, CSV columns as strings.
 
     Raises:
-        ProblemSetError: the file is missing, a directory or of an unsupported suffix; invalid UTF-8, invalid
+        ProblemSetError: the file is missing, a directory, not a regular file or of an unsupported suffix; invalid UTF-8, invalid
             JSON, a non-object JSON row, a JSON Lines row repeating a key, a lone-surrogate ``\\u`` escape, a CSV
             row wider than its header or duplicate CSV column names (each with the 1-based line); no rows;
             ``datasets`` cannot read a parquet or CSV file.
@@ -141,6 +141,8 @@ def read_local(label: str, path: Path) -> RawTable:
         raise ProblemSetError(f"{label}: file not found")
     if path.is_dir():
         raise ProblemSetError(f"{label}: is a directory; pass a file ({suffix_list()})")
+    if not path.is_file():  # a FIFO or device would block the read or never end
+        raise ProblemSetError(f"{label}: not a regular file (a FIFO, socket or device); pass a file ({suffix_list()})")
     if suffix not in SUPPORTED_SUFFIXES:
         raise ProblemSetError(
             f"{label}: unsupported file suffix {path.suffix or '(none)'!r}; "

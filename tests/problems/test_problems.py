@@ -495,6 +495,14 @@ def test_directory_refused(tmp_path):
         load_problems(str(tmp_path))
 
 
+def test_a_fifo_is_refused_not_read(tmp_path):
+    """Reading a FIFO would block until a writer comes (or forever)."""
+    fifo = tmp_path / "problems.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(ProblemSetError, match="not a regular file"):
+        load_problems(str(fifo))
+
+
 def test_not_a_file_nor_hub_id():
     with pytest.raises(ProblemSetError, match="not a hub dataset id"):
         load_problems("no such thing")
