@@ -97,8 +97,8 @@ def trace_session_pair(session, problems: list, index: int, expected: dict | Non
     ``expected``: an exactness expectation this pair is of; its pair record's token ids' SHA-256 must be this pair's.
     ``code``: the code version tracing (the provenance's ``code``; read here, before the trace, when ``None``).
     Raises :class:`graftbench.engine.base.CapabilityError` for an engine without a layer trace, ``ValueError`` for an
-    index past the pairs the problems give, or a pair whose tokens are not the
-    expectation's (another problem set or tokenizer)."""
+    index past the pairs the problems give, problems that are not the set ``expected`` records (its SHA-256), or a
+    pair whose tokens are not the expectation's (another tokenizer)."""
     from ..engine.base import LAYER_TRACE, require
     from ..util.isa import environment
     from ..util.provenance import code_version, provenance
@@ -108,6 +108,13 @@ def trace_session_pair(session, problems: list, index: int, expected: dict | Non
     require(session, LAYER_TRACE, "trace-pair")
     if index < 0:
         raise ValueError(f"pair index must be 0 or more, got {index}")
+    if expected is not None:  # before any pair is built: another problem set is named as such
+        from ..problems.types import problem_set_sha256
+
+        recorded = (expected.get("problem_set") or {}).get("sha256")
+        if problem_set_sha256(problems) != recorded:
+            raise ValueError(f"not comparable: the problems are not the set the expectation was recorded on "
+                             f"(problem_set.sha256 {problem_set_sha256(problems)[:12]}, recorded {str(recorded)[:12]})")
     pair = build_pairs(session, problems, index + 1)[index]
     if expected is not None:
         records = expected.get("pairs") or []

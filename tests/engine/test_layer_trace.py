@@ -112,3 +112,12 @@ def test_two_traces_of_a_real_pair_are_equal_and_cover_every_layer_and_its_kv(se
     altered["steps"][where]["output_sha256"] = "0" * 64
     found = layer_trace.first_difference(first, altered)
     assert (found.index, found.op) == (where, f"model.layers.{layers // 2}.self_attn.o_proj")
+
+
+def test_a_trace_against_an_expectation_on_another_problem_set_is_not_comparable(session, aime2024):
+    """Refused before any pair is built or traced, naming both problem-set SHA-256s."""
+    from tests.conftest import REFERENCE_MANIFESTS
+
+    expected = json.loads((REFERENCE_MANIFESTS / "exact-smollm2-135m.json").read_text())
+    with pytest.raises(ValueError, match=r"not comparable: the problems are not the set the expectation was recorded"):
+        layer_trace.trace_session_pair(session, aime2024[1:], 0, expected)
