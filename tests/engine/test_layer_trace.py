@@ -114,6 +114,7 @@ def test_two_traces_of_a_real_pair_are_equal_and_cover_every_layer_and_its_kv(se
     assert (found.index, found.op) == (where, f"model.layers.{layers // 2}.self_attn.o_proj")
 
 
+@pytest.mark.model
 def test_a_trace_against_an_expectation_on_another_problem_set_is_not_comparable(session, aime2024):
     """Refused before any pair is built or traced, naming both problem-set SHA-256s."""
     from tests.conftest import REFERENCE_MANIFESTS
