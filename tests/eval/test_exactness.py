@@ -181,8 +181,9 @@ def test_every_bundled_model_and_dtype_has_a_committed_expectation_under_the_por
     pins = {(m["config"]["model"], m["config"]["dtype"], m["config"].get("isa")): m for m in manifests}
     assert len(pins) == len(manifests)
     every = {(model, dtype, "avx2") for model in BUNDLED_MODELS for dtype in ("float32", "bfloat16")}
-    # --isa portable's float32 expectations are recorded over sessions (make record-exact-portable), each one whole
-    portable = {(model, "float32", "portable") for model in BUNDLED_MODELS}
+    # --isa portable's expectations (make record-exact-portable): float32 of each bundled model, and smollm2-135m in
+    # bfloat16; recorded over sessions, each one whole
+    portable = {(model, "float32", "portable") for model in BUNDLED_MODELS} | {("smollm2-135m", "bfloat16", "portable")}
     if folder == REFERENCE_MANIFESTS:
         assert every <= set(pins) <= every | portable
     else:  # another kind of CPU's folder fills over sessions (hours a recording); each expectation in it is whole

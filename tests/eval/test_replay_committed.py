@@ -5,6 +5,7 @@ No model is loaded: the replays are stand-ins, except one real replay that crash
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -314,8 +315,9 @@ def test_every_committed_qwen_certificate_has_a_completed_five_pair_comparison_l
 def test_replay_portable_replays_every_committed_portable_expectation_without_reinstalling():
     """``make replay-portable`` runs replay-exact's loop on all 50 pairs of every committed portable expectation, in
     this make (not a sub-make, which drops ``-o .venv/.installed`` and would reinstall the venv): a dry run."""
+    alone = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}  # not `make test`'s
     done = subprocess.run(["make", "-n", "-o", ".venv/.installed", "-o", ".llama-portable/.installed",
-                           "replay-portable"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+                           "replay-portable"], capture_output=True, text=True, cwd=ROOT, timeout=60, env=alone)
     assert done.returncode == 0, done.stderr
     portable = sorted(p.relative_to(ROOT).as_posix() for p in ROOT.glob("manifests/*/exact-*-portable.json"))
     assert portable and "pip install" not in done.stdout and "-m venv" not in done.stdout, done.stdout
