@@ -176,9 +176,8 @@ def _replay(expect: Path, limit, given: ModelOptions, log: Path | None, first: i
     problem set the user named (else the recorded one, :func:`graftbench.eval.expectation_pin.expectation_problems`).
     Fails when not comparable or a hash differs."""
     from ..eval.expectation_pin import adopt_expectation, expectation_problems
-    from ..results.expectation_kind import replay_target
-
     from ..results.exact_manifest import replay_log_refusal
+    from ..results.expectation_kind import replay_target
     from ..util.isa import environment
 
     refusal = replay_log_refusal(log, environment()) if log is not None else None

@@ -14,7 +14,8 @@ from ..util.durable import append_json_line
 from ..util.float_sums import recompute, total
 from ..util.hashing import sha256_json
 from ..util.isa import environment as cpu_environment
-from ..util.isa import same_cpu_kind
+from ..util.isa import KIND_FIELDS as CPU_KIND_FIELDS
+from ..util.isa import UNPROVEN_FIELDS, same_cpu_kind
 from ..util.provenance import code_version
 from .manifest import ManifestError, environment, load_manifest
 from .runs import UNRECORDED_CODE
@@ -97,6 +98,12 @@ def reused_code(extended: dict | None, journal: list[dict]) -> list[dict]:
     return found
 
 
+def seal_holds(manifest: dict) -> bool:
+    """Whether ``manifest``'s ``manifest_sha256`` is the SHA-256 of the rest of it (:func:`seal_exactness_manifest`)."""
+    body = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
+    return sha256_json(body) == manifest.get("manifest_sha256")
+
+
 def seal_exactness_manifest(manifest: dict) -> dict:
     """``manifest`` (an exactness manifest's fields; a ``manifest_sha256`` it holds is dropped) sealed again: the
     same fields and ``manifest_sha256``, the SHA-256 of :func:`graftbench.util.hashing.canonical_json` of the rest.
@@ -113,8 +120,7 @@ def verify_exactness_manifest(manifest: dict) -> list[str]:
     totals with (:func:`graftbench.util.float_sums.recompute`: Python's ``sum`` changed in 3.12); a mismatch is
     reported against the recomputation that differs in the fewest totals."""
     mismatches = []
-    body = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
-    if sha256_json(body) != manifest.get("manifest_sha256"):
+    if not seal_holds(manifest):
         mismatches.append("manifest_sha256 does not match the manifest's content")
     for record in manifest.get("pairs", []):
         if record.get("equal") != (record.get("graft_logits_sha256") == record.get("fresh_logits_sha256")):
@@ -161,8 +167,7 @@ def load_sealed_expectation(path) -> dict:
     from .anchor import exactness_shape
 
     manifest = load_expectation(path)
-    body = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
-    if sha256_json(body) != manifest.get("manifest_sha256"):
+    if not seal_holds(manifest):
         raise ManifestError(f"{path}: its manifest_sha256 is not the SHA-256 of its content (it was changed after it "
                             "was sealed): a replay would log it under an id that is not its own; check it with "
                             "`graftbench verify-manifest`")
@@ -197,8 +202,7 @@ def replay_record(expected: dict, *, compared: int, equal: int, first_difference
         "model": expected["config"].get("model"),
         "dtype": expected["config"].get("dtype"),
         "isa": expected["config"].get("isa", "native"),
-        "recorded_on": {**{k: recorded[k] for k in ("cpu_model", "cpu_capability_native", "cpu_kernel_flags",
-                                                    "emulated", "emulation_unchecked") if k in recorded},
+        "recorded_on": {**{k: recorded[k] for k in CPU_KIND_FIELDS if k in recorded},
                         **({"gpu": recorded_gpu} if recorded_gpu else {})},
         "replayed_on": {**cpu_environment(), **({"gpu": replayed_gpu} if replayed_gpu else {})},
         "code": code if code is not None else code_version(),
@@ -208,9 +212,6 @@ def replay_record(expected: dict, *, compared: int, equal: int, first_difference
         "pin_differences": pin_differences_found,
         **({"across_cpu_kinds": across_cpu_kinds} if across_cpu_kinds is not None else {}),
     }
-
-
-UNPROVEN_CPU_FIELDS = ("emulated", "emulation_unchecked")  # a CPU environment's marks of a CPU no replay proves
 
 
 def replay_log_refusal(log: Path, here: dict) -> str | None:
@@ -227,7 +228,7 @@ def replay_log_refusal(log: Path, here: dict) -> str | None:
                 "appended to a file there")
     if log.exists() and not log.is_file():
         return f"--log {log}: not a regular file (a FIFO or a device); the replay record is appended to a file"
-    unproven = [field for field in UNPROVEN_CPU_FIELDS if here.get(field)]
+    unproven = [field for field in UNPROVEN_FIELDS if here.get(field)]
     if unproven and REPLAY_LOG.name in (log.name, log.resolve().name):
         return (f"--log {log}: this CPU is {'emulated' if 'emulated' in unproven else 'not checked for emulation'} "
                 f"({unproven[0]}), and a replay here proves no pin on any CPU; log it to {EMULATED_REPLAY_LOG.name} "

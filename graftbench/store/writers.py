@@ -25,6 +25,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from ..util.hashing import canonical_json, sha256_bytes
+from ..util.isa import KIND_FIELDS as CPU_KIND_FIELDS
 from ..util.isa import describe_cpu, environment, same_cpu_kind
 from ..util.strict_json import loads_strict
 from .ids import is_artifact_id
@@ -34,8 +35,7 @@ FORMAT = "graftbench.writer/1"
 SUFFIX = ".json"
 MAX_RECORD_BYTES = 1 << 20  # a record is a CPU description and a pin: a few kB
 ASSUME_KIND_OPTION = "--assume-kind"
-KIND_FIELDS = ("cpu_model", "cpu_capability_native", "cpu_kernel_flags", "emulated",  # isa.environment's fields
-               "emulation_unchecked")
+KIND_FIELDS = CPU_KIND_FIELDS  # isa.environment's fields
 
 # Pins (config fingerprints) proven to give the same bytes on every kind of CPU, each with the replay records that
 # prove it. A pin listed here is grafted on any kind; every other pin only on a kind that wrote the artifact. Empty:

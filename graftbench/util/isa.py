@@ -153,7 +153,11 @@ def environment() -> dict:
             "cpu_kernel_flags": kernel_flags(flags), **emulation_fields(cpuinfo)}
 
 
-_KIND_KEYS = ("cpu_model", "cpu_capability_native", "emulated", "emulation_unchecked")  # compared as they are
+# What a recorded CPU environment (environment()) says about the kind of CPU, and of those the marks of a CPU that
+# no replay proves anything about (an emulated one, or one whose emulation could not be checked)
+UNPROVEN_FIELDS = ("emulated", "emulation_unchecked")
+KIND_FIELDS = ("cpu_model", "cpu_capability_native", "cpu_kernel_flags", *UNPROVEN_FIELDS)
+_KIND_KEYS = tuple(field for field in KIND_FIELDS if field != "cpu_kernel_flags")  # compared as they are
 
 
 def same_cpu_kind(a: dict, b: dict) -> bool:
