@@ -206,6 +206,9 @@ def _replay(expect: Path, limit, given: ModelOptions, log: Path | None, first: i
     if result.pin_differences:
         fail(f"not comparable: this machine's pin differs from {expect} in {', '.join(differing)}", 1)
     across = "across_cpu_kinds" in record
+    if result.compared:  # a range past the last pair replays the pairs that exist, and says which
+        console.print(f"pairs {first} to {first + result.compared - 1} of the expectation's {len(expected['pairs'])} "
+                      "(0-based)")
     console.print(f"{result.compared} compared, {result.equal} equal"
                   + (" on another kind of CPU (not a replay on the recorded kind)" if across else ""))
     if not result.passed:

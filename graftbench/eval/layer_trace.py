@@ -109,25 +109,32 @@ def trace_session_pair(session, problems: list, index: int, expected: dict | Non
     if index < 0:
         raise ValueError(f"pair index must be 0 or more, got {index}")
     if expected is not None:  # before any pair is built: another problem set is named as such
-        from ..problems.types import problem_set_sha256
-
-        recorded = (expected.get("problem_set") or {}).get("sha256")
-        if problem_set_sha256(problems) != recorded:
-            raise ValueError(f"not comparable: the problems are not the set the expectation was recorded on "
-                             f"(problem_set.sha256 {problem_set_sha256(problems)[:12]}, recorded {str(recorded)[:12]})")
+        _check_recorded_set(expected, problems, index)
     pair = build_pairs(session, problems, index + 1)[index]
-    if expected is not None:
-        records = expected.get("pairs") or []
-        if index >= len(records):
-            raise ValueError(f"the expectation holds {len(records)} pairs; pair {index} is past its last")
-        if records[index].get("tokens_sha256") != pair.tokens_sha256:
-            raise ValueError(f"pair {index}'s token ids are not the expectation's (SHA-256 {pair.tokens_sha256[:12]}, "
-                             f"recorded {str(records[index].get('tokens_sha256'))[:12]}): another problem set?")
+    recorded_tokens = (expected["pairs"][index].get("tokens_sha256") if expected is not None else
+                       pair.tokens_sha256)
+    if recorded_tokens != pair.tokens_sha256:
+        raise ValueError(f"pair {index}'s token ids are not the expectation's (SHA-256 {pair.tokens_sha256[:12]}, "
+                         f"recorded {str(recorded_tokens)[:12]}): another problem set?")
     steps = session.layer_trace(pair.artifact, pair.query)
     gpu = (session.config.accelerator or {}).get("gpu")
     return {"schema": SCHEMA, "pin": {**session.config.to_dict(), "fingerprint": session.config.fingerprint},
             "pair": {"id": pair.id, "kind": pair.kind, "tokens_sha256": pair.tokens_sha256},
             "environment": environment(), "provenance": provenance(gpu=gpu, code=code), "steps": steps}
+
+
+def _check_recorded_set(expected: dict, problems: list, index: int) -> None:
+    """Raise ``ValueError`` when ``problems`` are not the set ``expected`` records (its ``problem_set.sha256``) or
+    the expectation holds no pair ``index`` (0-based)."""
+    from ..problems.types import problem_set_sha256
+
+    recorded, given = (expected.get("problem_set") or {}).get("sha256"), problem_set_sha256(problems)
+    if given != recorded:
+        raise ValueError(f"not comparable: the problems are not the set the expectation was recorded on "
+                         f"(problem_set.sha256 {given[:12]}, recorded {str(recorded)[:12]})")
+    records = expected.get("pairs") or []
+    if index >= len(records):
+        raise ValueError(f"the expectation holds {len(records)} pairs; pair {index} is past its last")
 
 
 CONTEXT_STEPS = 3  # steps shown on each side of the first difference in a comparison

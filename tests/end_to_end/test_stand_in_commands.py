@@ -50,6 +50,8 @@ def test_the_stand_in_engine_runs_solve_deposit_eval_check_exact_and_verify_mani
     for manifest in (runs / "baseline" / "manifest.json", runs / "grafted" / "manifest.json", expect):
         assert "ok " in _invoke("verify-manifest", str(manifest), "--store", str(store))
     assert "3 compared, 3 equal" in _invoke("check-exact", "--expect", str(expect), "--runs-dir", str(runs))
+    past_the_last = _invoke("check-exact", "--expect", str(expect), "--limit", "1000", "--runs-dir", str(runs))
+    assert "pairs 0 to 2 of the expectation's 3 (0-based)" in past_the_last, past_the_last  # says which it replayed
 
 
 def test_a_run_manifests_recorded_options_are_sealed(stand_in, tmp_path):

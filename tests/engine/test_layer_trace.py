@@ -122,3 +122,5 @@ def test_a_trace_against_an_expectation_on_another_problem_set_is_not_comparable
     expected = json.loads((REFERENCE_MANIFESTS / "exact-smollm2-135m.json").read_text())
     with pytest.raises(ValueError, match=r"not comparable: the problems are not the set the expectation was recorded"):
         layer_trace.trace_session_pair(session, aime2024[1:], 0, expected)
+    with pytest.raises(ValueError, match=r"the expectation holds 50 pairs; pair 50 is past its last"):
+        layer_trace.trace_session_pair(session, aime2024, 50, expected)  # the recorded set, a pair past its last
