@@ -1,7 +1,8 @@
 """The conformance suite: the same checks (tests/conformance.py) on every registered engine — torch and llama.cpp
 on smollm2-135m (llama.cpp a named skip where llama-cpp-python is not importable) and the stand-in engine of the
 tests (tests/stand_in_engine.py), registered through the public path — and the stand-in's broken twin, which
-restores a state one position off, failing them."""
+restores a state one position off, failing them. Torch and llama.cpp are each handed the other's artifact of the same
+model and text, besides the stand-in's, and must refuse it."""
 
 from __future__ import annotations
 
@@ -46,21 +47,36 @@ def _llama_missing() -> str | None:
 def engine(request, stand_in_registered):
     """One registered engine's session on its conformance model, with the artifacts foreign to it."""
     name = request.param
-    if name == "torch":
-        session = request.getfixturevalue("session")
+    if name in MODEL_ENGINES:
+        session = _builtin_session(request, name)
     else:
-        if name == "llama.cpp":
-            need("llama.cpp", _llama_missing())
         factory = registry.get(name)
-        options = BUILTIN_OPTIONS.get(name) or getattr(factory, "conformance_options", None)
+        options = getattr(factory, "conformance_options", None)
         assert options is not None, (f"engine {name!r} names no conformance_options (the EngineOptions the suite "
                                      "opens it with): give its factory one")
         session = factory.open(options)
     assert session.engine_name == name
     other = stand_in_engine.ENGINE.open(EngineOptions(model=f"{stand_in_engine.MODEL_PREFIX}@7", chunk_size=16))
-    deposit, _ = conformance._texts(other)
-    foreign = {"the stand-in's artifact of another model": other.build_artifact(deposit, {"problem_id": "other"})}
+    foreign = {"the stand-in's artifact of another model": _artifact_of(other)}
+    if name in MODEL_ENGINES:  # the other built-in engine's artifact of the same model and problem text
+        peer = next(engine for engine in MODEL_ENGINES if engine != name)
+        foreign[f"{peer}'s artifact of {SESSION_MODEL}"] = _artifact_of(_builtin_session(request, peer))
     return session, foreign
+
+
+def _builtin_session(request, name: str):
+    """A session of the built-in engine ``name`` on the conformance model (torch: the loaded ``session``; llama.cpp:
+    a named need where llama-cpp-python is not importable)."""
+    if name == "torch":
+        return request.getfixturevalue("session")
+    need("llama.cpp", _llama_missing())
+    return registry.get(name).open(BUILTIN_OPTIONS[name])
+
+
+def _artifact_of(session) -> bytes:
+    """``session``'s artifact (bytes) of the conformance deposit text."""
+    deposit, _ = conformance._texts(session)
+    return session.build_artifact(deposit, {"problem_id": "other"})
 
 
 def test_the_pin_names_the_model_weights_tokenizer_and_schedule_and_the_engine(engine):
