@@ -57,10 +57,15 @@ def resolve(expect: Path, root: Path, here_env: dict, records: list[dict]) -> Pa
     """The expectation file a replay of ``expect`` reads: ``expect`` itself when it exists or names a folder;
     for a bare file name, the one recorded for this machine's kind (:func:`lookup`).
 
-    Raises ``FileNotFoundError`` for a bare name with no expectation known to reproduce on this kind; the message
-    says that expectations are per kind of CPU, names this CPU and lists the kinds that hold one."""
+    Raises ``FileNotFoundError`` for a bare name with no expectation known to reproduce on this kind (the message
+    says that expectations are per kind of CPU, names this CPU and lists the kinds that hold one), or where ``root``
+    has no ``manifests/`` folder to look it up in (the message says to give a path or run from a checkout)."""
     if expect.exists() or expect.parent != Path("."):
         return expect
+    if not (Path(root) / layout.MANIFESTS).is_dir():
+        raise FileNotFoundError(f"{expect} is not a file, and {Path(root).resolve()} holds no "
+                                f"{layout.MANIFESTS}/ folder to look it up in: give the expectation's path, or run "
+                                "from a graftbench checkout, where a bare name picks this kind of CPU's")
     found = lookup(expect.name, root, here_env, records)
     if found.here is not None:
         return found.here

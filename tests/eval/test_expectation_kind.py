@@ -53,6 +53,14 @@ def test_a_replay_of_another_kinds_expectation_names_this_kinds(tmp_path):
     assert "kinds with one: amd-epyc-avx512, intel-xeon-amx" in ek.advice(amd, expected, root, ARM, [])
 
 
-def test_check_exact_expect_with_an_unknown_bare_name_lists_the_kinds_before_any_model_loads():
+def test_check_exact_expect_with_an_unknown_bare_name_lists_the_kinds_before_any_model_loads(tmp_path, monkeypatch):
+    monkeypatch.chdir(_root(tmp_path))
     result = CliRunner().invoke(app, ["check-exact", "--expect", "exact-no-such-model.json"])
     assert result.exit_code == 2 and "per kind of CPU" in result.output and "kinds with one: none" in result.output
+
+
+def test_a_bare_name_outside_a_checkout_says_there_is_no_manifests_folder_to_look_in(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["check-exact", "--expect", "exact-smollm2-135m.json"])
+    assert result.exit_code == 2, result.output
+    assert "holds no manifests/ folder" in " ".join(result.output.split()), result.output
