@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from graftbench.cli.app import app
 from graftbench.results.exact_manifest import load_expectation, read_replay_log
+from graftbench.results.layout import manifest_folders
 from graftbench.results.manifest import ManifestError, load_manifest, verify_manifest
 from graftbench.results.check import check_manifest
 from graftbench.util.strict_json import StrictJSONError, load_strict, loads_strict
@@ -103,8 +104,12 @@ def test_load_strict_names_the_path_and_passes_os_errors(tmp_path):
 
 
 def test_committed_manifests_still_read():
-    for path in sorted(REFERENCE_MANIFESTS.glob("*.json")):
-        assert load_strict(path) == json.loads(path.read_text(encoding="utf-8")), path.name
+    """Every committed manifest of every kind of machine (not an empty glob: each kind's folder holds some)."""
+    folders = manifest_folders(REFERENCE_MANIFESTS.parents[1])
+    paths = sorted(path for folder in folders for path in folder.glob("*.json"))
+    assert REFERENCE_MANIFESTS in folders and {path.parent for path in paths} == set(folders), folders
+    for path in paths:
+        assert load_strict(path) == json.loads(path.read_text(encoding="utf-8")), path
 
 
 def test_lone_surrogate_in_a_run_manifest_is_refused_not_a_traceback(tmp_path):
