@@ -21,11 +21,12 @@ RESULTS = ROOT / layout.RESULTS
 MANIFEST_ROOT = ROOT / layout.MANIFESTS
 SETS = {"aime2024", "aime2025", "transfer", "flywheel", "exact", "methods"}  # what a manifest's name starts with
 # How a committed file's recorded CPU tells its kind of machine, for the kinds of CPU (the oldest manifest records
-# none; a GPU's folder is named by its device)
+# none: OLDEST_MANIFEST; a GPU's folder is named by its device, which the manifest's accelerator records)
 KINDS = {
     "amd-epyc-avx512": lambda env: env["cpu_model"] == "AMD EPYC" and env["cpu_capability_native"] == "AVX512",
     "intel-xeon-amx": lambda env: "Xeon" in env["cpu_model"] and "amx_bf16" in env["cpu_kernel_flags"],
 }
+OLDEST_MANIFEST = "amd-epyc-avx512/aime2024-smollm2-135m-baseline.json"  # its environment records no CPU model
 MANIFESTS = [p for folder in layout.manifest_folders(ROOT) for p in sorted(folder.glob("*.json"))]
 
 
@@ -45,9 +46,12 @@ def test_the_manifests_root_holds_the_index_the_logs_and_one_folder_per_kind_and
 @pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.relative_to(MANIFEST_ROOT).as_posix())
 def test_each_manifest_lies_under_the_kind_of_cpu_it_records_and_is_named_by_the_scheme(path):
     manifest = json.loads(path.read_text())
-    kind = path.relative_to(MANIFEST_ROOT).parts[0]
-    if kind in KINDS and manifest["environment"].get("cpu_model"):
-        assert KINDS[kind](manifest["environment"])
+    relative = path.relative_to(MANIFEST_ROOT)
+    kind, accelerator = relative.parts[0], manifest["config"].get("accelerator")
+    if accelerator:  # a GPU's folder is named by its device
+        assert kind == accelerator["gpu"].lower().replace(" ", "-"), (kind, accelerator["gpu"])
+    elif manifest["environment"].get("cpu_model") or relative.as_posix() != OLDEST_MANIFEST:
+        assert kind in KINDS and KINDS[kind](manifest["environment"]), (kind, manifest["environment"])
     config, stem = manifest["config"], path.stem
     model = config["model"].replace(":", "-")
     assert stem.split(f"-{model}")[0] in SETS and f"-{model}" in stem
