@@ -126,6 +126,8 @@ def test_the_portable_build_loads_in_its_own_process_and_its_pin_names_it():
         {k: v for k, v in native.items() if k not in ("engine", "isa", "cpu_capability")}
     # built reproducibly: no temporary or checkout path in the libraries whose SHA-256 is the pin's
     checkout = str(Path(__file__).resolve().parents[2]).encode()
-    for library in (pb.default_folder() / pb.LIB_SUBDIR).glob("lib*.so"):
+    libraries = sorted((pb.default_folder() / pb.LIB_SUBDIR).glob("lib*.so"))
+    assert {p.name for p in libraries} >= {"libllama.so", "libggml-cpu.so"}, libraries  # not an empty glob
+    for library in libraries:
         data = library.resolve().read_bytes()
         assert b"/pip-install-" not in data and checkout not in data, library.name
