@@ -8,14 +8,13 @@ the sandbox (root, bubblewrap, cgroup v1) and builds a wheel offline from a copy
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
 import site
-import stat
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -76,17 +75,28 @@ def test_a_build_whose_content_changed_is_refused(fake):
         environment.load()
 
 
-def test_a_library_outside_the_system_folders_refuses_the_build(tmp_path):
-    """The interpreter's libpython, seen as not part of the build (another base), lies in a folder of the host that
-    is no system library folder: the build refuses rather than binding that folder into the sandbox."""
-    interpreter = Path(sys.executable).resolve()
+def _torch_library() -> Path:
+    """torch's ``libtorch.so``, found without importing torch: it loads ``libtorch_cpu.so`` from torch's own ``lib``
+    folder, which is no system library folder wherever the virtual environment lies outside them."""
+    return Path(importlib.util.find_spec("torch").origin).parent / "lib" / "libtorch.so"
+
+
+@pytest.mark.parametrize("subject", ["interpreter", "torch"])
+def test_a_library_outside_the_system_folders_refuses_the_build(tmp_path, subject):
+    """A binary that loads a library from a folder of the host that is no system library folder, the library not
+    part of the build (another base): the build refuses rather than binding that folder into the sandbox. Shown on
+    the interpreter's libpython, and on torch's ``libtorch.so`` (its ``libtorch_cpu.so``), which holds on every
+    machine: an interpreter linked statically with libpython has nothing outside the system folders to load."""
     if shutil.which("ldd", path="/usr/bin:/bin") is None:
         pytest.fail("ldd is not installed (libc-bin): the program environment cannot be built here either")
-    linked = subprocess.run(["ldd", str(interpreter)], capture_output=True, text=True, check=False).stdout
-    if "libpython" not in linked:
-        pytest.skip(f"{interpreter} is linked statically with libpython: nothing outside the system folders to load")
+    binary = Path(sys.executable).resolve() if subject == "interpreter" else _torch_library()
+    linked = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, check=False).stdout
+    if subject == "interpreter" and "libpython" not in linked:
+        pytest.skip(f"{binary} is linked statically with libpython: nothing outside the system folders to load "
+                    "(the torch case shows the refusal)")
+    assert subject == "interpreter" or "libtorch_cpu.so" in linked, linked
     with pytest.raises(environment.ProgramEnvironmentError, match="not a system library folder"):
-        environment._libraries([interpreter], tmp_path / "prefix", tmp_path / "another-base")
+        environment._libraries([binary], tmp_path / "prefix", tmp_path / "another-base")
 
 
 def test_the_real_sources_hold_the_standard_library_and_the_offered_packages_only():
