@@ -130,7 +130,9 @@ def test_the_readmes_llama_cpp_recurring_figures_are_the_manifests():
 
 
 def test_the_readmes_llama_cpp_certificates_are_the_files_it_links():
-    for path in sorted(MANIFESTS.glob("exact-*-llama-*.json")):
+    paths = sorted(MANIFESTS.glob("exact-*-llama-*.json"))
+    assert {"exact-smollm2-135m-llama-f16.json", "exact-gemma3-270m-llama-f16.json"} <= {p.name for p in paths}
+    for path in paths:
         assert f"({LINK}/{path.name})" in README
         totals = json.loads(path.read_text())["totals"]
         assert totals["exact_pairs"] == (44 if path.name.startswith("exact-gemma3") else 50) and totals["pairs"] == 50
