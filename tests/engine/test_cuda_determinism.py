@@ -277,7 +277,8 @@ def test_the_kernels_option_reaches_the_session_and_a_command_without_it_runs_ce
 
     monkeypatch.setattr(session_module, "open_session", stand_in)
     runner = CliRunner()
-    runner.invoke(app, ["bench", "--only", "ttft", "--kernels", "fast", "--problems", str(AIME2024)])  # fast first
+    first = runner.invoke(app, ["bench", "--only", "ttft", "--kernels", "fast", "--problems", str(AIME2024)])
+    assert opened == ["fast"] and "stand-in: no model loaded" in first.output, first.output  # fast first, really
     opened.clear()
     result = runner.invoke(app, [*arguments, "--model", "smollm2-135m", "--device", "cpu"])
     assert "stand-in: no model loaded" in result.output, result.output
