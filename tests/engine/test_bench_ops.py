@@ -55,7 +55,9 @@ def test_the_engines_modules_hold_every_operation_bench_and_faults_call():
     torch_ops, llama_ops, faults = registry.benchmark_ops("torch"), _llama_ops(), registry.fault_ops("torch")
     bench = ROOT / "graftbench" / "bench"
     llama_benches = {"llama_overhead.py", "llama_samples.py", "overhead.py", "portable_cost.py"}
-    for path in bench.glob("*.py"):
+    paths = sorted(bench.glob("*.py"))
+    assert llama_benches <= {p.name for p in paths}, [p.name for p in paths]  # not an empty glob, nor a stale name
+    for path in paths:
         calls = _called_on(str(path.relative_to(ROOT)), "ops")
         holders = [llama_ops] if path.name in llama_benches else [torch_ops]
         if path.name in ("overhead.py", "portable_cost.py"):  # the torch rows beside, the probe of each engine
