@@ -27,7 +27,9 @@ def _row(page: str, relative: str) -> list[str]:
 
 def test_every_committed_manifest_has_one_row_with_its_own_figures():
     page = results_index.render(ROOT)
-    for path in sorted(p for folder in manifest_folders(ROOT) for p in folder.rglob("*.json")):
+    paths = sorted(p for folder in manifest_folders(ROOT) for p in folder.rglob("*.json"))
+    assert paths and page.count("| [`manifests/") == len(paths)  # not an empty glob: one row each, no other row
+    for path in paths:
         relative = path.relative_to(ROOT).as_posix()
         assert page.count(f"| [`{relative}`]") == 1, relative
         manifest = json.loads(path.read_text())
