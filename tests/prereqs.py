@@ -50,3 +50,13 @@ def need(name: str, why_missing: str | None) -> None:
     if name in required():
         pytest.fail(f"{name} required here ({REQUIRE_ENV}) but unavailable: {why_missing}", pytrace=False)
     pytest.skip(f"{name} unavailable: {why_missing}")
+
+
+def llama_missing() -> str | None:
+    """Why the llama.cpp engine cannot run here (llama-cpp-python not importable, with the import error), else
+    ``None``: the argument of ``need("llama.cpp", ...)``."""
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError as exc:
+        return f"llama-cpp-python is not importable ({exc})"
+    return None

@@ -16,12 +16,14 @@ from graftbench.store.llama_state import decode_state, encode_state, parse_state
 from graftbench.store.ids import artifact_id_of
 
 from tests.conftest import AIME2024
+from tests.prereqs import llama_missing, need
 
 runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
 def result(tmp_path_factory):
+    need("llama.cpp", llama_missing())
     from graftbench.bench.overhead import run_engine_bench
     from graftbench.bench.llama_overhead import LlamaBenchSettings
     from graftbench.problems.loading import load_problems

@@ -16,7 +16,7 @@ from graftbench.engine.base import EngineOptions
 
 from tests import conformance, stand_in_engine
 from tests.conftest import ROOT, SESSION_MODEL
-from tests.prereqs import need
+from tests.prereqs import llama_missing, need
 
 STAND_IN = f"{stand_in_engine.__name__}:ENGINE"
 # How the suite opens the built-in engines' model; another engine names its own (its factory's
@@ -33,14 +33,6 @@ def stand_in_registered():
     registry.register(stand_in_engine.NAME, STAND_IN)
     yield registry.get(stand_in_engine.NAME)
     registry.unregister(stand_in_engine.NAME)
-
-
-def _llama_missing() -> str | None:
-    try:
-        import llama_cpp  # noqa: F401
-    except ImportError as exc:
-        return f"llama-cpp-python is not importable ({exc})"
-    return None
 
 
 @pytest.fixture(scope="module", params=ENGINES)
@@ -69,7 +61,7 @@ def _builtin_session(request, name: str):
     a named need where llama-cpp-python is not importable)."""
     if name == "torch":
         return request.getfixturevalue("session")
-    need("llama.cpp", _llama_missing())
+    need("llama.cpp", llama_missing())
     return registry.get(name).open(BUILTIN_OPTIONS[name])
 
 

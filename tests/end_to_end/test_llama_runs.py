@@ -19,6 +19,8 @@ from graftbench.store.folder import Store
 from graftbench.store.ids import artifact_id_of
 from graftbench.store.llama_state import audit_any, decode_state, encode_state
 
+from tests.prereqs import llama_missing, need
+
 HEADER = {"config_fingerprint": "f" * 64, "problem_key": "k", "problem_text": "a problem", "answer": "7"}
 STATE = bytes(range(256)) * 3
 
@@ -177,6 +179,7 @@ def _manifest(runs, name) -> dict:
 @pytest.fixture(scope="module")
 def llama_runs(tmp_path_factory):
     """A solve, a deposit of the references and a certified graft eval of two built-in problems on llama.cpp."""
+    need("llama.cpp", llama_missing())
     root = tmp_path_factory.mktemp("llama-runs")
     runs, store = root / "runs", root / "store"
     common = [*LLAMA, "--limit", "2", "--runs-dir", str(runs)]
@@ -246,6 +249,7 @@ def test_a_torch_run_finds_no_artifact_of_its_pin_in_a_llama_cpp_store(llama_run
 
 @pytest.fixture(scope="module")
 def llama_session():
+    need("llama.cpp", llama_missing())
     from graftbench.engine.llama_cpp.session import open_llama_session
 
     return open_llama_session("smollm2-135m", chunk_size=64, threads=1, n_ctx=1024)

@@ -12,7 +12,6 @@ import json
 import subprocess
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -29,7 +28,7 @@ from graftbench.results.layout import REPLAY_LOG
 from graftbench.util import isa
 
 from tests.conftest import AIME2024, REFERENCE_MANIFESTS, ROOT
-from tests.prereqs import need
+from tests.prereqs import llama_missing, need
 from tests.replay_lanes import BUNDLED_MODELS
 
 CHUNK = 32
@@ -49,6 +48,7 @@ def _short_problems(path, count=4, problem_chars=None):
 @pytest.fixture(scope="module")
 def llama():
     """smollm2-135m on llama.cpp: f16 KV cache, flash attention off, one thread, chunks of ``CHUNK`` tokens."""
+    need("llama.cpp", llama_missing())
     from graftbench.engine.llama_cpp.session import open_llama_session
 
     return open_llama_session("smollm2-135m", chunk_size=CHUNK, threads=1, n_ctx=1024)

@@ -18,6 +18,7 @@ from graftbench.cli.app import app
 from graftbench.eval import layer_trace
 
 from tests.conftest import AIME2024
+from tests.prereqs import llama_missing, need
 
 CHUNK = 8
 
@@ -32,6 +33,7 @@ def _open(kv_type: str = "f16"):
 @pytest.fixture(scope="module")
 def llama():
     """smollm2-135m on llama.cpp: f16 KV cache, flash attention off, one thread, chunks of ``CHUNK`` tokens."""
+    need("llama.cpp", llama_missing())
     return _open()
 
 

@@ -18,6 +18,7 @@ from graftbench.engine.llama_cpp.state_layout import SEQ_STATE_MAGIC, in_streams
 from graftbench.store.codec import ArtifactError
 
 from tests.conftest import AIME2024
+from tests.prereqs import llama_missing, need
 
 CHUNK = 32
 
@@ -80,6 +81,7 @@ def test_a_restore_compares_every_pin_field_but_the_receiving_contexts_size():
 @pytest.fixture(scope="module")
 def llama():
     """smollm2-135m on llama.cpp: f16 KV cache, flash attention off, one thread, chunks of ``CHUNK`` tokens."""
+    need("llama.cpp", llama_missing())
     from graftbench.engine.llama_cpp.session import open_llama_session
 
     return open_llama_session("smollm2-135m", chunk_size=CHUNK, threads=1, n_ctx=512)
