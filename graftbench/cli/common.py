@@ -18,7 +18,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..util.display_text import console_markup
+from ..util.display_text import console_markup, console_text, visible
 from ..settings import DTYPE_NAMES, BenchSettings, EvalSettings, FlywheelSettings, ModelOptions
 
 if TYPE_CHECKING:
@@ -160,11 +160,11 @@ def open_model(options: ModelOptions, *, architecture_only: bool = False, pinned
     try:
         dtype = options.dtype if factory.pinned_dtype else run_dtype(options)
         engine_options = EngineOptions(**{**options.engine_fields(), "dtype": dtype, **(pinned or {})})
-        with console.status(factory.loading_text(engine_options)):
+        with console.status(console_text(factory.loading_text(engine_options))):  # names the model: data
             session = factory.open(engine_options)
     except (ModelError, DeviceError, EngineOpenError, ValueError) as exc:
         fail(str(exc))
-    console.print(session.describe(options.model), markup=False, highlight=False)
+    console.print(visible(session.describe(options.model)), markup=False, highlight=False)
     return session
 
 
@@ -178,19 +178,23 @@ def load_problem_set(source: str, limit, id_field, problem_field, answer_field, 
 
 
 def progress_columns():
+    """The columns of a progress line: the stage (markup: the command's own words), the bar, the count, the time,
+    and the last item's label (:func:`describe`), shown as text, never as markup."""
     return (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TextColumn("{task.fields[last]}"))
+            TextColumn("{task.fields[last]}", markup=False))
 
 
 def describe(sample_or_item) -> str:
-    """The progress line's tail: a sample's own label, a deposit item's problem id, or a given text."""
+    """The progress line's tail: a sample's own label, a deposit item's problem id, or a given text, with its
+    controls made visible (:func:`graftbench.util.display_text.visible`: a problem id is untrusted text, and the
+    column shows it without parsing markup)."""
     from ..results.samples import Sample
 
     if isinstance(sample_or_item, Sample):
-        return sample_or_item.progress_label
+        return visible(sample_or_item.progress_label)
     if isinstance(sample_or_item, str):
-        return sample_or_item
-    return sample_or_item.problem.id
+        return visible(sample_or_item)
+    return visible(sample_or_item.problem.id)
 
 
 @contextmanager

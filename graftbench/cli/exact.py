@@ -17,6 +17,7 @@ from ..engine.registry import DEFAULT_ENGINE
 from ..settings import CERTIFIED_KERNELS, DEFAULT_CHUNK_SIZE, DEFAULT_MODEL, DEFAULT_RUNS_DIR, ModelOptions
 from .common import (apply_isa, console, engine_factory, fail, load_problem_set, open_model, progress,
                      require_capability)
+from ..util.display_text import console_markup, visible
 from ..scale.eval_job import run_dtype
 from .options import (ChunkSizeArg, DeviceArg, DtypeArg, EngineArg, ExpectArg, FlashAttnArg, IsaArg, KernelsArg,
                       KvTypeArg, ModelArg, ProblemsArg, RunsDirArg, ThreadsArg)
@@ -61,7 +62,8 @@ def check_exact(
     if expect is not None:
         first, end = _pair_range(pairs, limit)
         named = problems if "problems" in given_options() else None  # else the expectation's own, found by name
-        return _replay(expect, end, options, log, first, across_cpu_kinds, code, named)
+        named_model = model if "model" in given_options() else None  # else the recorded one, when it is a name
+        return _replay(expect, end, options, log, first, across_cpu_kinds, code, named, named_model)
     if pairs is not None or across_cpu_kinds:
         fail(f"{'--pairs' if pairs is not None else '--across-cpu-kinds'} applies with --expect only")
     factory = engine_factory(engine)
@@ -147,7 +149,7 @@ def _extension(expect: Path, expected: dict, session, problem_list, samples: int
         session, records = extension_base(session, expected, problem_list, samples)
     except ValueError as exc:
         fail(f"{expect}: {exc}")
-    console.print(f"extending {expect}: {len(records)} pair records from it (each reused when its pair's tokens and "
+    console.print(f"extending {console_markup(expect)}: {len(records)} pair records from it (each reused when its pair's tokens and "
                   f"controls match), {samples - len(records)} new pairs")
     return session, records
 
@@ -166,15 +168,17 @@ def _pair_range(pairs: str | None, limit: int | None) -> tuple[int, int | None]:
 
 
 def _replay(expect: Path, limit, given: ModelOptions, log: Path | None, first: int = 0,
-            across_cpu_kinds: bool = False, code: dict | None = None, problems: str | None = None) -> None:
+            across_cpu_kinds: bool = False, code: dict | None = None, problems: str | None = None,
+            named_model: str | None = None) -> None:
     """Replay the expectation at ``expect`` on the engine its pin names, under that pin (an engine that takes
     ``--isa`` adopts the recorded one unless ``--isa`` is given; another adopts what its pin fixes, e.g. a llama.cpp
     build), with the device, kernels and llama.cpp cache options of ``given`` where the pin does not fix them;
     ``across_cpu_kinds``: where this machine's pin differs in CPU features alone, compare the pairs anyway
     (:func:`graftbench.eval.replay_committed.adopt_cpu_features`), logged as a comparison on another kind of CPU;
     ``code``: the code version read when the command started, logged as the record's ``code``; ``problems``: the
-    problem set the user named (else the recorded one, :func:`graftbench.eval.expectation_pin.expectation_problems`).
-    Fails when not comparable or a hash differs."""
+    problem set the user named (else the recorded one, :func:`graftbench.eval.expectation_pin.expectation_problems`);
+    ``named_model``: the model the user named (else the recorded one, when it is a name and not a path or hub id:
+    :func:`graftbench.eval.expectation_pin.adopt_expectation`). Fails when not comparable or a hash differs."""
     from ..eval.expectation_pin import adopt_expectation, expectation_problems
     from ..results.exact_manifest import replay_log_refusal
     from ..results.expectation_kind import replay_target
@@ -188,10 +192,11 @@ def _replay(expect: Path, limit, given: ModelOptions, log: Path | None, first: i
     except (FileNotFoundError, ValueError) as exc:
         fail(str(exc))
     if kind_note:
-        console.print(f"note: {kind_note}", markup=False, highlight=False)
+        console.print(visible(f"note: {kind_note}"), markup=False, highlight=False)
     needs = [*([(REPLAY_RANGE, "--pairs START:END")] if first else []),
              *([(ACROSS_CPU_KINDS, "--across-cpu-kinds")] if across_cpu_kinds else [])]
-    adopted = adopt_expectation(expect, given, first_pair=first, needs=needs)  # applies the --isa pin: torch after
+    adopted = adopt_expectation(expect, given, first_pair=first, needs=needs,  # applies the --isa pin: torch after
+                                named_model=named_model)
     expected, options, recorded = adopted.expected, adopted.options, adopted.recorded
     problem_list = expectation_problems(expect, expected, problems)
     session = open_model(options, architecture_only=True, pinned=recorded)
@@ -200,8 +205,9 @@ def _replay(expect: Path, limit, given: ModelOptions, log: Path | None, first: i
     if "isa" in engine_factory(options.engine).options:
         from ..util.isa import describe_cpu
 
-        console.print(f"recorded on {describe_cpu(record['recorded_on'])}, replayed on "
-                      f"{describe_cpu(record['replayed_on'])} under --isa {session.config.isa}")
+        console.print(visible(f"recorded on {describe_cpu(record['recorded_on'])}, replayed on "  # the file's: data
+                              f"{describe_cpu(record['replayed_on'])} under --isa {session.config.isa}"),
+                      markup=False, highlight=False)
     differing = record["pin_differences"]
     if result.pin_differences:
         fail(f"not comparable: this machine's pin differs from {expect} in {', '.join(differing)}", 1)
@@ -228,10 +234,10 @@ def _replay_pairs(expect: Path, expected: dict, session, problem_list, limit, lo
     adopted = adopt_cpu_features(expected, session.config.to_dict()) if across_cpu_kinds else None
     compared_to, features = adopted or (expected, None)
     if features:
-        console.print(f"--across-cpu-kinds: this {session.engine_name} build differs from the recorded one in CPU "
-                      f"features alone ({describe_features(features)}); the pairs are compared, and the outcome is a "
-                      "comparison on another kind of CPU, not a replay on the recorded kind", markup=False,
-                      highlight=False)
+        console.print(visible(f"--across-cpu-kinds: this {session.engine_name} build differs from the recorded one "
+                              f"in CPU features alone ({describe_features(features)}); the pairs are compared, and "
+                              "the outcome is a comparison on another kind of CPU, not a replay on the recorded "
+                              "kind"), markup=False, highlight=False)
     total = max(0, min(limit or len(expected["pairs"]), len(expected["pairs"])) - first)
     with progress(_label("replay", session), total) as advance:
         try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .common import console, fail, model_label
+from ..util.display_text import visible
 
 
 def open_run(runs_dir: str, model: str, session, problem_list, code: dict):
@@ -40,10 +41,10 @@ def report_manifest(manifest: dict, run, write_expect: Path | None, note: str = 
     for table in exactness_tables(manifest):
         console.print(table)
     for line in controls_without_teeth(manifest):
-        console.print(f"a control claimed to differ did not, {line}: on those pairs this check did not show that "
-                      "it sees that change", markup=False, highlight=False)
+        console.print(visible(f"a control claimed to differ did not, {line}: on those pairs this check did not "
+                              "show that it sees that change"), markup=False, highlight=False)
     if note:
-        console.print(note)
+        console.print(note, markup=False, highlight=False)
     try:
         write_manifest(manifest, run.path / "exactness.json")
         if write_expect:

@@ -133,7 +133,8 @@ ExpectArg = Annotated[Optional[Path], typer.Option("--expect", help=(
     "an expectation (a manifest written by check-exact --write-expect), run under its pin (engine, model, chunk "
     "size, threads, problem set; torch's dtype and --isa, llama.cpp's build and cache options): check-exact "
     "replays its pairs instead of measuring (a bare file name: the one recorded for this kind of CPU), trace-pair "
-    "traces one of them"))]
+    "traces one of them; --model, when given, is opened in place of the recorded model (its weights must be the "
+    "recorded ones), and is needed when the recorded model is a path or hub id, which is never opened"))]
 
 # ---- the flywheel (run, flywheel) ----
 RunPrefixArg = Annotated[str, typer.Option("--prefix", help=(

@@ -31,6 +31,7 @@ def trace_pair(
     from ..engine.base import LAYER_TRACE
     from ..eval.expectation_pin import adopt_expectation, expectation_problems
     from ..eval.layer_trace import trace_session_pair, write_trace
+    from ..util.display_text import visible
     from ..util.provenance import code_version
 
     code = code_version()  # the code that starts the trace is what its provenance names
@@ -38,7 +39,8 @@ def trace_pair(
                            kv_type=kv_type, flash_attn=flash_attn)
     expected, pinned = None, None
     if expect is not None:  # its pin adopted (the --isa pin applied before torch is imported)
-        adopted = adopt_expectation(expect, options)
+        named_model = model if "model" in given_options() else None  # else the recorded one, when it is a name
+        adopted = adopt_expectation(expect, options, named_model=named_model)
         expected, options, pinned = adopted.expected, adopted.options, adopted.recorded
     require_capability(LAYER_TRACE, "trace-pair", options.engine)
     if expected is not None:  # the problems --problems names, else the expectation's own, found by name
@@ -54,8 +56,8 @@ def trace_pair(
         fail(f"{expect or problems}: {exc}")
     write_trace(out, document)
     last = document["steps"][-1]
-    console.print(f"{len(document['steps'])} steps of {document['pair']['id']} written to {out}; query logits "
-                  f"{last['output_sha256'][:16]}", markup=False, highlight=False)
+    console.print(visible(f"{len(document['steps'])} steps of {document['pair']['id']} written to {out}; query "
+                          f"logits {last['output_sha256'][:16]}"), markup=False, highlight=False)  # the id is data
 
 
 def trace_compare(

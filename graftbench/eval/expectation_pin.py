@@ -29,8 +29,20 @@ class AdoptedExpectation:
     recorded: dict
 
 
+def recorded_location(model: object) -> bool:
+    """Whether ``model``, the model an expectation's pin records, names a place rather than a model: a path (a
+    separator, a leading ``~`` or ``.``, a ``.gguf`` file) or a hub id (``owner/name``), or is no name at all (not
+    text, or blank). Such a spec is data: a replay
+    never opens it (it could name any file on this machine or any repository to download), whereas a name the engine
+    resolves itself (an alias such as ``smollm2-135m``, ``random:gemma3-reduced``) is opened as recorded."""
+    if not isinstance(model, str):
+        return True  # no name at all: nothing to open
+    return ("/" in model or "\\" in model or model.startswith(("~", ".")) or model.lower().endswith(".gguf")
+            or not model.strip())
+
+
 def adopt_expectation(expect: Path, given: ModelOptions, *, first_pair: int | None = None,
-                      needs: Sequence[tuple[str, str]] = ()) -> AdoptedExpectation:
+                      needs: Sequence[tuple[str, str]] = (), named_model: str | None = None) -> AdoptedExpectation:
     """Read the expectation at ``expect`` and put this process under its pin, before any model loads: an engine that
     takes ``--isa`` runs under ``given.isa`` when given, else the recorded pin (``native`` when none is recorded),
     applied here (:func:`graftbench.util.isa.apply`) before anything imports torch; then the engine adopts what its
@@ -42,18 +54,26 @@ def adopt_expectation(expect: Path, given: ModelOptions, *, first_pair: int | No
     ``(capability, what)`` pairs the engine must declare, ``what`` naming the command or option that needs it
     (:func:`graftbench.engine.base.require`). Both are checked before the pin is adopted.
 
+    ``named_model``: the model the user named (``--model``), opened in place of the recorded one (the replay then
+    compares its weights' SHA-256 with the pin's, as any pin field); ``None``: the recorded model, unless it names
+    a place (:func:`recorded_location`: a path or a hub id), which is refused, never opened or downloaded.
+
     Raises:
         graftbench.results.manifest.ManifestError: ``expect`` is missing, not an exactness manifest, or changed
             after it was sealed (naming it).
         graftbench.eval.errors.Refused: the expectation holds no pair at ``first_pair``, its engine is not one this
-            graftbench runs, the engine cannot adopt its pin, or its pin lacks a field the engine reopens with
-            (naming ``expect`` and why).
+            graftbench runs, the engine cannot adopt its pin, its pin lacks a field the engine reopens with, or
+            its model is a path or hub id and ``named_model`` is ``None`` (naming ``expect`` and why).
         graftbench.engine.base.CapabilityError: the engine lacks a capability of ``needs``.
         graftbench.engine.base.EngineOpenError: the engine's module cannot be imported (a missing extra).
         graftbench.util.isa.IsaError: this CPU or process cannot take the instruction-set pin.
     """
     expected = load_sealed_expectation(expect)
     pin = expected["config"]
+    if named_model is None and "model" in pin and recorded_location(pin["model"]):
+        raise Refused(f"{expect}: its pin records the model {str(pin['model'])[:200]!r}, a path or hub id (or no "
+                      "name), which a replay never opens or downloads from what a file says; pass --model naming "
+                      "that model here (its weights' SHA-256 must be the recorded one)")
     if first_pair is not None and first_pair >= len(expected["pairs"]):
         raise Refused(f"--pairs starts at pair {first_pair}, but {expect} holds {len(expected['pairs'])} pairs "
                       "(0-based)")
@@ -75,7 +95,7 @@ def adopt_expectation(expect: Path, given: ModelOptions, *, first_pair: int | No
         model, chunk_size = recorded.pop("model"), recorded.pop("chunk_size")
     except KeyError as exc:  # a re-sealed copy whose pin lacks a field its engine reopens with
         raise Refused(f"{expect}: its pin (config) records no {exc.args[0]!r}, which {name} needs to reopen it") from exc
-    options = replace(given, engine=name, isa=isa, model=model, dtype=recorded.pop("dtype", "auto"),
+    options = replace(given, engine=name, isa=isa, model=named_model or model, dtype=recorded.pop("dtype", "auto"),
                       chunk_size=chunk_size, threads=recorded.pop("threads", None))
     return AdoptedExpectation(expected, options, recorded)
 

@@ -190,3 +190,38 @@ def test_a_resealed_pin_lacking_a_field_its_engine_reopens_with_is_refused_namin
     path = _copy(tmp_path, LLAMA_EXPECTATION, lambda m: m["config"].pop(field))
     with mock.patch.dict(os.environ), pytest.raises(Refused, match=f"^{path}: its pin \\(config\\) records no '{field}'"):
         adopt_expectation(path, GIVEN)
+
+
+@pytest.mark.parametrize("recorded", ["attacker/model", "/etc", "../../../../elsewhere", "~", "~/models/x",
+                                      "weights.gguf", "C:\\models\\x", ".", ""])
+def test_a_recorded_model_that_is_a_path_or_hub_id_is_refused_never_opened_or_downloaded(tmp_path, recorded):
+    """The model an expectation's pin records is data, as its problem-set path is: a path (anywhere on this machine)
+    or a hub id (a repository to download) is refused naming the file and --model, before any pin is applied."""
+    path = _copy(tmp_path, TORCH_EXPECTATION, lambda m: m["config"].update(model=recorded))
+    with mock.patch.object(isa, "apply", side_effect=AssertionError("the pin was applied")), \
+            pytest.raises(Refused, match=f"^{path}: its pin records the model .*pass --model naming that model"):
+        adopt_expectation(path, GIVEN)
+
+
+def test_a_model_named_with_model_replaces_the_recorded_one_and_a_recorded_name_is_kept():
+    from graftbench.eval.expectation_pin import recorded_location
+
+    assert not any(map(recorded_location, ["smollm2-135m", "qwen2.5-coder-0.5b", "random:gemma3-reduced",
+                                           "stand-in-tiny@3"]))
+    with mock.patch.object(isa, "apply"):
+        named = adopt_expectation(TORCH_EXPECTATION, GIVEN, named_model="/models/smollm2")
+        kept = adopt_expectation(TORCH_EXPECTATION, GIVEN)
+    assert named.options.model == "/models/smollm2" and kept.options.model == "smollm2-135m"
+
+
+def test_check_exact_refuses_a_recorded_hub_id_without_contacting_the_hub(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from graftbench.cli.app import app
+    from graftbench.util import hub_access
+
+    monkeypatch.setattr(hub_access, "hub_model_refusal", mock.Mock(side_effect=AssertionError("the hub was asked")))
+    path = _copy(tmp_path, TORCH_EXPECTATION, lambda m: m["config"].update(model="attacker/model"))
+    result = CliRunner().invoke(app, ["check-exact", "--expect", str(path), "--runs-dir", str(tmp_path / "runs")])
+    output = " ".join(result.output.split())
+    assert result.exit_code == 2 and "its pin records the model 'attacker/model'" in output, result.output
