@@ -522,7 +522,7 @@ def _notes(report: Report) -> list[str]:
     ]
     for run in report.runs:
         s = run.summary
-        notes += [f"{run.label}: verified, except: {what}." for what in run.unverified]
+        notes += [markdown_text(f"{run.label}: verified, except: {what}.") for what in run.unverified]
         notes += [markdown_text(line) for line in fallback_lines(run)]
         if run.thinking_tokens is not None:
             notes.append(f"{markdown_text(run.label)}: {run.thinking_tokens:,} of its {s['decode_tokens']:,} decode "

@@ -466,3 +466,29 @@ def test_a_file_read_into_a_kept_buffer_grows_it_once_and_a_file_that_changes_si
     link.symlink_to("/dev/zero")
     with pytest.raises(UnsafeFileError):
         read_regular_into(link, bytearray(), max_bytes=100)
+
+
+def test_report_md_notes_of_an_unanchored_run_cannot_be_broken_by_manifest_text(tmp_path):
+    """A run accepted with --allow-unanchored gets a note naming it and why: its name and its recorded problem-set
+    source are manifest text, escaped there as in the tables."""
+    manifest = load_manifest(hostile_run(tmp_path, "h.json", "r\n# Forged heading <img src=x onerror=alert(1)> "
+                                         "[click](javascript:alert(1))"))
+    manifest["problem_set"] = {**manifest["problem_set"], "source": "a</p><script>alert(2)</script>[x](http://e).jsonl"}
+    path = written(reseal(manifest), tmp_path / "m.json")
+    text = markdown(build_report([path], resamples=100, allow_unanchored=True))
+    assert "verified, except: problem set not anchored" in text
+    assert [line for line in text.splitlines() if line.startswith("#")] == [
+        "# graftbench report", "## Runs", "## Per family", "## Notes"]
+    assert "<script>" not in text and "<img" not in text and not re.search(r"(?<!\\)\]\(", text)
+
+
+def test_report_lm_eval_folders_stay_under_lm_eval_and_never_overwrite_each_other(tmp_path):
+    from graftbench.report.write import lm_eval_folder_names
+
+    assert lm_eval_folder_names(["..", ".", "", "a/b", "a_b", "a b", "ok"]) == \
+        ["__", "_", "_-2", "a_b", "a_b-2", "a_b-3", "ok"]
+    paths = [hostile_run(tmp_path, f"{i}.json", "..") for i in range(2)]
+    code, output = cli("report", *paths, "--out", tmp_path / "r", "--format", "lm-eval", "--resamples", "100")
+    assert code == 0, output
+    found = sorted(p.relative_to(tmp_path / "r").parts[:2] for p in (tmp_path / "r").rglob("results_*.json"))
+    assert found == [("lm-eval", ".._2"), ("lm-eval", "__")]  # the second is labelled ..#2
