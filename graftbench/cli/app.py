@@ -298,9 +298,10 @@ def deposit(
         console.print(f"[yellow]refused[/yellow] {console_markup(f'{pid}: {reason}')}")
     console.print(f"{len(report.deposited)} deposited ({len(report.reused)} reused without a prefill), "
                   f"{len(report.refused)} refused")
-    for fingerprint, held in sorted(report.other_pins.items()):
+    for fingerprint, held in sorted(report.other_pins.items(), key=lambda item: str(item[0])):
+        other = console_markup(str(fingerprint)[:12])  # read from the store's index: data, of any SQLite type
         console.print(f"[yellow]note[/yellow]: {held} of the {len(set(report.prefilled_keys))} problems prefilled "
-                      f"were already stored under another pin, config {fingerprint[:12]} (this one is "
+                      f"were already stored under another pin, config {other} (this one is "
                       f"{session.config.fingerprint[:12]}); a deposit reuses only artifacts of its own pin: "
                       "the same weights, dtype, chunk size, thread count, --isa and layout")
 
@@ -480,10 +481,11 @@ def run(
     console.print(f"deposited {len(result.deposit.deposited)}, refused {len(result.deposit.refused)}")
     failed = False
     for name, mismatches in result.manifest_checks.items():
-        console.print(f"verify-manifest {name}: " + ("[green]ok[/green]" if not mismatches else f"[red]{mismatches}[/red]"))
+        console.print(f"verify-manifest {console_markup(name)}: "
+                      + ("[green]ok[/green]" if not mismatches else f"[red]{console_markup(mismatches)}[/red]"))
         failed |= bool(mismatches)
     if result.grafted.certificate_mismatches:
-        console.print(f"[red]certificate mismatches[/red]: {result.grafted.certificate_mismatches}")
+        console.print(f"[red]certificate mismatches[/red]: {console_markup(result.grafted.certificate_mismatches)}")
         failed = True
     if failed:
         raise typer.Exit(1)

@@ -149,8 +149,8 @@ def _extension(expect: Path, expected: dict, session, problem_list, samples: int
         session, records = extension_base(session, expected, problem_list, samples)
     except ValueError as exc:
         fail(f"{expect}: {exc}")
-    console.print(f"extending {console_markup(expect)}: {len(records)} pair records from it (each reused when its pair's tokens and "
-                  f"controls match), {samples - len(records)} new pairs")
+    console.print(f"extending {console_markup(expect)}: {len(records)} pair records from it (each reused when its "
+                  f"pair's tokens and controls match), {samples - len(records)} new pairs")
     return session, records
 
 

@@ -78,3 +78,31 @@ def test_the_loading_status_and_the_loaded_line_show_a_recorded_model_as_written
     rendered.print(*shown)
     _shown_as_written(text_out.getvalue())
     assert "\x1b]8;" not in out.getvalue() and "\x1b[2J" not in out.getvalue()
+
+
+def test_deposits_note_on_other_pins_shows_the_index_text_as_written_whatever_its_type(stand_in, tmp_path):
+    """A store's index may be written by another tool: a config fingerprint holding markup, escape sequences or a
+    BLOB is shown as written in deposit's note (it was drawn as a hyperlink, and a BLOB beside text crashed the sort
+    with a traceback after the deposit)."""
+    import sqlite3
+
+    from typer.testing import CliRunner
+
+    from graftbench.cli.app import app
+    from tests import stand_in_engine
+
+    store = tmp_path / "store"
+    args = ["deposit", "--engine", stand_in_engine.NAME, "--model", stand_in_engine.MODEL_PREFIX, "--chunk-size",
+            "16", "--limit", "1", "--store", str(store)]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    with sqlite3.connect(store / "index.sqlite") as db:
+        columns = [row[1] for row in db.execute("PRAGMA table_info(artifacts)")]
+        row = list(db.execute("SELECT * FROM artifacts").fetchone())
+        for digit, fingerprint in (("e", "[link=a.b]\x1b[2J"), ("d", b"\x00blob")):
+            row[columns.index("id")], row[columns.index("config_fingerprint")] = digit * 64, fingerprint
+            db.execute(f"INSERT INTO artifacts VALUES ({','.join('?' * len(row))})", row)
+    result = CliRunner().invoke(app, [*args, "--recompute"])
+    output = " ".join(result.output.split())
+    assert result.exit_code == 0 and result.exception is None, result.output
+    assert "another pin, config [link=a.b]\\x1b[ (this one" in output and "config b'\\x00blob' (this" in output
+    assert "\x1b" not in result.output
