@@ -18,6 +18,11 @@ run may come from earlier processes at other code versions; :attr:`RunDir.earlie
 manifest's ``environment.code_resumed_from``. ``samples.jsonl`` itself is never changed by this, so a journal
 written before keeps resuming, and an older graftbench ignores the extra file.
 
+A run's files are its own: a ``samples.jsonl``, ``appended_by.jsonl`` or ``run.json`` that is a symlink leaving the
+run's folder, a FIFO or a device is refused (:class:`RunError`) before it is read, cut or appended to
+(:meth:`RunDir.check_own_files`), so a run folder prepared by someone else cannot make a resume truncate or write a
+file elsewhere.
+
 The durable-write helpers and the fault-injection hook live in :mod:`graftbench.util.durable`.
 """
 
@@ -34,6 +39,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from ..util.durable import append_json_line, clean_temporaries, write_atomic
+from ..util.safe_files import UnsafeFileError, regular_file_size
 from ..util.strict_json import load_strict, loads_strict
 
 _RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -106,12 +112,14 @@ class RunDir:
         :class:`~graftbench.util.durable.StorageError` when that line cannot be written.
 
         Raises :class:`RunError` if another process holds the run (the message names its pid, host and start
-        time) or if the folder holds a run with other settings (model, config, problems, budget): resuming it
-        would mix incomparable samples. The lock is released when it raises.
+        time), if the folder holds a run with other settings (model, config, problems, budget): resuming it
+        would mix incomparable samples, or if one of its files is not its own (:meth:`check_own_files`). The lock is
+        released when it raises.
         """
         self.path.mkdir(parents=True, exist_ok=True)
         self.lock()
         try:
+            self.check_own_files()
             self.cleaned = clean_temporaries(self.path)
             samples = self._resume(settings)
             if code is not None:
@@ -120,6 +128,22 @@ class RunDir:
         except BaseException:
             self.close()
             raise
+
+    def check_own_files(self) -> None:
+        """Raise :class:`RunError` naming the run and the file when ``samples.jsonl``, ``appended_by.jsonl`` or
+        ``run.json``, where it exists, is not a regular file inside the run's folder: a symlink that leaves it, a
+        FIFO, a device or a folder. Nothing is read, cut or written before this holds (a resume cuts a torn last
+        line and appends)."""
+        for path in (self.settings_path, self.samples_path, self.appenders_path):
+            if not os.path.lexists(path):
+                continue
+            try:
+                regular_file_size(path, within=self.path, what=f"run '{self.name}':")
+            except OSError as exc:  # UnsafeFileError names the run and the file; another (a dangling link) is named
+                shown = exc.strerror if isinstance(exc, UnsafeFileError) else \
+                    f"run '{self.name}': {path} cannot be read ({exc.strerror or exc})"
+                raise RunError(f"{shown}; a run's files are never followed out of its folder: replace it with the "
+                               "run's own file, or pass another --run") from None
 
     def lock(self) -> None:
         """Take the run's lock without waiting (a second call on the same object does nothing) and write who
@@ -211,9 +235,11 @@ class RunDir:
         return contributors(entries, records)
 
     def read_samples(self, repair: bool = False) -> list[dict]:
-        """Samples recorded so far. With ``repair``, a torn last line is cut off the file."""
+        """Samples recorded so far. With ``repair``, a torn last line is cut off the file. Raises :class:`RunError`
+        when a run file is not the run's own (:meth:`check_own_files`)."""
         if not self.samples_path.exists():
             return []
+        self.check_own_files()
         data = self.samples_path.read_bytes()
         complete = data[: data.rfind(b"\n") + 1]
         if repair and len(complete) != len(data):

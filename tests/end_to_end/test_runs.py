@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -65,6 +66,39 @@ def test_resume_with_other_settings_is_refused(session, problems, tmp_path):
 def test_run_names_that_leave_the_folder_are_refused(tmp_path, name):
     with pytest.raises(RunError):
         RunDir(tmp_path, name)
+
+
+@pytest.mark.parametrize("file", ["samples.jsonl", "appended_by.jsonl", "run.json"])
+@pytest.mark.parametrize("target", ["elsewhere.txt", "missing.txt"])
+def test_a_run_file_linked_out_of_its_folder_is_refused_and_its_target_left_untouched(tmp_path, file, target):
+    """A run folder prepared by someone else: its journal linked to a file elsewhere was cut (a "torn" last line)
+    and appended to on resume, and a link to a missing file would have created it."""
+    outside = tmp_path / target
+    if target == "elsewhere.txt":
+        outside.write_bytes(b"precious\nlast line, no newline")
+    folder = tmp_path / "runs" / "r"
+    folder.mkdir(parents=True)
+    (folder / file).symlink_to(outside)
+    run = RunDir(tmp_path / "runs", "r")
+    with pytest.raises(RunError, match=f"run 'r': .*{file} is refused: it resolves to .*outside"):
+        run.open({"settings": 1})
+    assert (outside.read_bytes() == b"precious\nlast line, no newline") if target == "elsewhere.txt" \
+        else not outside.exists()
+    run.lock()  # the lock was released
+    run.close()
+
+
+def test_a_run_file_linked_inside_its_folder_and_a_fifo_journal(tmp_path):
+    folder = tmp_path / "runs" / "r"
+    folder.mkdir(parents=True)
+    (folder / "kept.jsonl").write_text("")
+    (folder / "samples.jsonl").symlink_to("kept.jsonl")
+    with RunDir(tmp_path / "runs", "r") as run:
+        assert run.open({"settings": 1}) == []  # a link that stays in the folder is the run's own file
+    (folder / "samples.jsonl").unlink()
+    os.mkfifo(folder / "samples.jsonl")
+    with pytest.raises(RunError, match="it is a FIFO"):
+        RunDir(tmp_path / "runs", "r").open({"settings": 1})
 
 
 def test_token_budget_stops_the_run(session, problems, tmp_path):
