@@ -27,6 +27,7 @@ from ..programs.mode import PROGRAM_FIELDS
 from ..results.manifest import ManifestError, recorded_verifier_version
 from ..results.metrics import family_of, summarize
 from ..results.pin_engine import engine_of
+from ..util.safe_files import MAX_JSON_BYTES, read_regular
 from ..util.strict_json import StrictJSONError, loads_strict
 from ..verify.answers import REASONING_VERSION, answer_span
 from ..verify.reasoning import split_reasoning
@@ -120,12 +121,10 @@ def _run_source(path: Path) -> tuple[Path, Path | None]:
 def _unsealed(path: Path, folder: Path) -> ViewRun:
     """A run folder without a manifest: its ``samples.jsonl`` (a torn last line skipped), problems taken from the
     samples. Nothing in it is verified."""
-    try:
-        raw = path.read_bytes()
+    try:  # bounded, and never through a symlink out of the run's folder
+        raw = read_regular(path, max_bytes=MAX_SAMPLES_FILE_BYTES, within=folder, what=SAMPLES_NAME)
     except OSError as exc:
         raise ViewError(f"'{folder}': cannot read {SAMPLES_NAME}: {exc}") from exc
-    if len(raw) > MAX_SAMPLES_FILE_BYTES:
-        raise ViewError(f"'{folder}': {SAMPLES_NAME} is over {MAX_SAMPLES_FILE_BYTES} bytes")
     lines = raw.decode("utf-8", errors="replace").split("\n")
     samples = []
     for number, line in enumerate(lines[:-1] if not raw.endswith(b"\n") else lines, start=1):
@@ -359,9 +358,10 @@ def _safe_version(run: ViewRun) -> int:
     from ..verify.answers import VERIFIER_VERSION, VERIFIER_VERSIONS
 
     run_json = run.source / RUN_SETTINGS_NAME
-    try:
-        settings = loads_strict(run_json.read_text(encoding="utf-8")) if run_json.is_file() else {}
-    except (OSError, StrictJSONError):
+    try:  # bounded, and never through a symlink out of the run's folder
+        settings = loads_strict(read_regular(run_json, max_bytes=MAX_JSON_BYTES, within=run.source,
+                                             what=RUN_SETTINGS_NAME).decode("utf-8")) if run_json.is_file() else {}
+    except (OSError, StrictJSONError, UnicodeDecodeError):
         settings = {}
     version = settings.get("verifier_version") if isinstance(settings, dict) else None
     return version if version in VERIFIER_VERSIONS else VERIFIER_VERSION

@@ -127,6 +127,27 @@ def test_an_unsealed_run_folder_is_read_from_its_samples(tmp_path):
     assert view_data([run])["runs"][0]["metrics"] is None
 
 
+def test_an_unsealed_runs_samples_linked_out_of_its_folder_or_too_large_are_refused_unread(tmp_path, monkeypatch):
+    """The page embeds what samples.jsonl holds: a link out of the run's folder (another run's or any JSON-lines
+    file) is not followed, and a file over the cap is refused from its size, before it is read into memory."""
+    import graftbench.report.view as view
+
+    samples = json.loads(RECURRING.read_text())["samples"][:3]
+    elsewhere = tmp_path / "elsewhere.jsonl"
+    elsewhere.write_text("".join(json.dumps(s) + "\n" for s in samples))
+    folder = tmp_path / "runs" / "linked"
+    folder.mkdir(parents=True)
+    (folder / "samples.jsonl").symlink_to(elsewhere)
+    with pytest.raises(ViewError, match="samples.jsonl .* is refused: it resolves to .*outside"):
+        read_run(folder)
+    (folder / "samples.jsonl").unlink()
+    (folder / "samples.jsonl").write_bytes(elsewhere.read_bytes())
+    monkeypatch.setattr(view, "MAX_SAMPLES_FILE_BYTES", 100)
+    monkeypatch.setattr(Path, "read_bytes", lambda self: pytest.fail(f"{self} read whole"))
+    with pytest.raises(ViewError, match="is refused: it is .* bytes, more than the 100 bytes read at most"):
+        read_run(folder)
+
+
 def test_what_is_not_a_run_is_refused_by_name(tmp_path):
     with pytest.raises(ViewError, match="does not exist"):
         read_run(tmp_path / "nothing")
