@@ -20,7 +20,7 @@ from .problems.loading import load_problems as _load_problems
 from .problems.types import Problem
 from .results.anchor import ProblemSet
 from .results.check import Verification, verify_file
-from .settings import CERTIFIED_KERNELS, DEFAULT_CHUNK_SIZE, DEFAULT_DTYPE, DEFAULT_MODEL, DEFAULT_RUNS_DIR, EvalSettings
+from .settings import CERTIFIED_KERNELS, DEFAULT_CHUNK_SIZE, DEFAULT_MODEL, DEFAULT_RUNS_DIR, EvalSettings
 from .util.allocator import set_allocator_for_grafts
 
 if TYPE_CHECKING:  # annotations only: the eval modules import torch

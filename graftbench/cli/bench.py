@@ -14,9 +14,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ..engine.registry import DEFAULT_ENGINE
 from ..results.layout import dtype_marker
 from ..util.provenance import code_version
-from ..settings import (CERTIFIED_KERNELS, DEFAULT_CHUNK_SIZE, DEFAULT_MODEL, BatchedSettings, BenchSettings,
-                        ModelOptions)
-from .common import (BENCH, BENCH_OUT, DTYPE_NAMES, apply_isa, console, fail, int_list, load_problem_set, model_label,
+from ..settings import (CERTIFIED_KERNELS, DEFAULT_CHUNK_SIZE, DEFAULT_MODEL, DTYPE_NAMES, BatchedSettings,
+                        BenchSettings, ModelOptions)
+from .common import (BENCH, BENCH_OUT, apply_isa, console, fail, int_list, load_problem_set, model_label,
                      name_list, open_model, progress_bar)
 from .options import (BenchOutArg, ChunkSizeArg, DecodeTokensArg, DeviceArg, DtypeArg, IsaArg, KernelsArg, ModelArg,
                       ProblemsArg, PromptTokensArg, RepeatsArg, SizesArg, ThreadsArg)

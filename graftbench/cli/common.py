@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..util.display_text import console_markup, console_text, visible
-from ..settings import DTYPE_NAMES, BenchSettings, EvalSettings, FlywheelSettings, ModelOptions
+from ..settings import BenchSettings, EvalSettings, FlywheelSettings, ModelOptions
 
 if TYPE_CHECKING:
     from ..programs.sandbox import Sandbox

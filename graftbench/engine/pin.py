@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field, fields
 from importlib import metadata
 
 from ..problems.prompts import PromptLayout
-from ..results.fingerprint import UNPINNED_FIELDS, pin_fingerprint
+from ..results.fingerprint import pin_fingerprint
 from ..settings import CERTIFIED_KERNELS, KERNEL_CONFIGS
 
 PINNED_LIBRARIES = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "gguf", "accelerate")

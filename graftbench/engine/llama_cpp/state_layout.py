@@ -162,7 +162,7 @@ def in_streams(state: bytes, n_stream: int, stream: int = 0, seq_id: int | None 
     if not 0 < n_stream <= 64 or not 0 <= stream < n_stream:
         raise ValueError(f"stream {stream} of {n_stream}: llama.cpp's sequence states hold 1 to 64 streams")
     parse_state(state)  # the whole layout, every byte accounted for
-    reader, seq_offsets = _Reader(state), []
+    reader = _Reader(state)
     head = bytearray(state[:8])
     if seq_id is not None:
         struct.pack_into("<i", head, 4, seq_id)
