@@ -233,6 +233,9 @@ def test_the_committed_llama_cpp_certificates_are_50_pairs_with_controls_and_ver
 # version, which vendors one llama.cpp commit): a replay not comparable in these alone is another build's.
 BUILD_FIELDS = frozenset({"cpu_capability", "engine.system_info", "engine.llama_cpp_python",
                           "libraries.llama-cpp-python"})
+# The portable build's own identity: its libraries' SHA-256 and the compiler that built them (the version and CMake
+# options are the same on every machine, from the Makefile)
+PORTABLE_BUILD_FIELDS = frozenset({"engine.build_library_sha256", "engine.build_compiler"})
 
 
 @pytest.mark.model
@@ -246,6 +249,10 @@ def test_a_committed_llama_cpp_certificate_replays_here_or_is_declared_another_b
       alone, ``system_info`` named): nothing was compared, so this is neither a pass nor a failure but a skip that
       names the differing fields and both builds. A certificate is per build (docs/llama-cpp.md), so another build
       is a declared pin difference, not a missing prerequisite (``need`` is for those: the bindings absent).
+    - Not comparable because this machine's portable build is not the recorded one (:data:`PORTABLE_BUILD_FIELDS`
+      alone): built by another compiler, a skip naming both; by the same compiler from the same options yet other
+      bytes, an expected failure naming both hashes (the build did not reproduce on this machine: a finding for
+      docs/portable-pin.md, declared, never a pass).
     - A completed comparison that found a difference: a failure on a kind of CPU the certificate is known to
       reproduce on, an expected failure naming the difference elsewhere.
     - A crash, no record, or a pin that differs in any other field: a failure."""
@@ -262,10 +269,27 @@ def test_a_committed_llama_cpp_certificate_replays_here_or_is_declared_another_b
         pytest.skip(f"{name} not comparable on this llama.cpp build: the pin differs in "
                     f"{', '.join(record['pin_differences'])} (recorded system_info "
                     f"{expected['config']['engine']['system_info']!r}, this build's {system_info()!r})")
+    if outcome.verdict == NOT_COMPARABLE and set(record["pin_differences"]) <= PORTABLE_BUILD_FIELDS:
+        _declare_another_portable_build(name, expected["config"]["engine"], record["pin_differences"], output)
     if outcome.verdict == DIFFERS_UNPROVEN:
         pytest.xfail(outcome.detail)
     assert outcome.verdict == EQUAL, f"{outcome.verdict}: {outcome.detail}\n{output}"
     assert "1 compared, 1 equal" in output
+
+
+def _declare_another_portable_build(name: str, recorded: dict, differing: list[str], output: str) -> None:
+    """Skip (another compiler) or expect to fail (the same compiler and options, other bytes) a replay of the
+    portable certificate ``name`` that this machine's portable build could not compare, naming both builds."""
+    from graftbench.engine.llama_cpp.portable_build import identity
+
+    assert differing and "not comparable" in output, output
+    here = identity()
+    both = (f"recorded {recorded.get('build_compiler')!r}, libraries {str(recorded.get('build_library_sha256'))[:12]}; "
+            f"this machine's {here['compiler']!r}, libraries {here['library_sha256'][:12]}")
+    if "engine.build_compiler" in differing:
+        pytest.skip(f"{name} not comparable: this machine's portable llama.cpp build is another compiler's ({both})")
+    pytest.xfail(f"{name} not comparable: the portable llama.cpp build did not reproduce its libraries on this machine "
+                 f"from the same compiler and options ({both})")
 
 
 @pytest.mark.model
