@@ -73,10 +73,25 @@ class ProgramResult:
 
 
 def answer_line(stdout: str) -> str | None:
-    """The last non-empty line of ``stdout``, stripped, or ``None`` when every line is blank."""
-    for line in reversed(stdout.splitlines()):
-        if line.strip():
-            return line.strip()
+    """The last non-empty line of ``stdout``, stripped, or ``None`` when every line is blank (lines as
+    :func:`answer_line_parts` cuts them)."""
+    parts = answer_line_parts(stdout)
+    return parts[1] if parts else None
+
+
+def answer_line_parts(stdout: str) -> tuple[str, str, str] | None:
+    """``stdout`` cut around the line :func:`answer_line` takes, for a reader to mark it: ``(before, line, after)``
+    with ``line`` that line stripped and ``before + line + after == stdout``; ``None`` when every line is blank.
+    Lines end where ``str.splitlines`` ends them (``\\n``, ``\\r``, ``\\x1c``, U+2028 and the others), so a
+    program printing ``17\\x1c42`` is judged on ``42``, and the mark says so."""
+    end = len(stdout)
+    for line in reversed(stdout.splitlines(keepends=True)):
+        start = end - len(line)
+        stripped = line.strip()
+        if stripped:
+            first = start + len(line) - len(line.lstrip())
+            return stdout[:first], stripped, stdout[first + len(stripped):]
+        end = start
     return None
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ..problems.types import Problem, family, problem_text_sha256
 from ..programs.mode import PROGRAM_FIELDS
+from ..programs.sandbox import answer_line_parts
 from ..results.manifest import ManifestError, recorded_verifier_version
 from ..results.metrics import family_of, summarize
 from ..results.pin_engine import engine_of
@@ -246,7 +247,8 @@ def _verdict(sample: dict) -> str:
 
 def _view_sample(sample: dict, version: int, reasoning: tuple[str, str] | None) -> dict:
     """The fields of one sample the page shows, with where its extracted answer stands in ``output`` (or, in
-    program mode, which stdout line it is)."""
+    program mode, ``stdout_parts``: its stdout cut around the line the verifier judged,
+    :func:`graftbench.programs.sandbox.answer_line_parts`, so the page marks that line and no other)."""
     output = sample.get("output") if isinstance(sample.get("output"), str) else ""
     program = any(name in sample for name in PROGRAM_FIELDS)
     span = None if program else answer_span(output, sample.get("cue") or "", version, reasoning)
@@ -262,6 +264,9 @@ def _view_sample(sample: dict, version: int, reasoning: tuple[str, str] | None) 
                  reasoning_end=len(output) if split.cut else max(split.answer_start - len(cue), 0))
     if program:
         shown.update({name: sample.get(name) for name in PROGRAM_FIELDS})
+        stdout = sample.get("stdout")
+        parts = answer_line_parts(stdout) if isinstance(stdout, str) and shown["extracted"] is not None else None
+        shown["stdout_parts"] = list(parts) if parts else None  # the judged line, cut as the verifier cuts it
     return shown
 
 

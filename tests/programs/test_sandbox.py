@@ -106,6 +106,25 @@ def test_the_last_printed_line_is_the_answer():
     assert not program_verdict(result.stdout, result.stopped, "12").correct
 
 
+@pytest.mark.parametrize("stdout, judged", [("17\x1c42\n", "42"), ("17\r42", "42"), ("17\u202842\n\n", "42"),
+                                            ("1\n  x = 42 \t\n \n", "x = 42")])
+def test_the_view_marks_the_line_the_verifier_judged(stdout, judged):
+    """Lines end where ``str.splitlines`` ends them (``\\r``, ``\\x1c``, U+2028 too), for the verifier and for the
+    view alike: the page once cut stdout at ``\\n`` only and marked ``17\\x1c42`` as "the line the verifier
+    judged" while ``42`` was judged. Now graftbench cuts it (``stdout_parts``) and the page marks that cut."""
+    from graftbench.report.view import _view_sample
+
+    parts = sandbox.answer_line_parts(stdout)
+    assert parts is not None and "".join(parts) == stdout and parts[1] == judged == sandbox.answer_line(stdout)
+    verdict = program_verdict(stdout, None, "42")
+    sample = {"problem_id": "p", "program": "print(42)\n", "stdout": stdout, "stopped": None, "exit_status": 0,
+              "key": "42", "extracted": verdict.extracted, "correct": verdict.correct}
+    shown = _view_sample(sample, 4, None)
+    assert shown["stdout_parts"] == list(parts)
+    assert _view_sample({**sample, "extracted": None}, 4, None)["stdout_parts"] is None  # no answer: nothing marked
+    assert sandbox.answer_line_parts(" \n\r\x1c") is None
+
+
 def test_a_program_that_prints_nothing_has_no_answer_and_is_incorrect():
     need("sandbox", WHY)
     result = run("x = 6 * 7\n")

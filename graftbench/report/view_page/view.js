@@ -281,11 +281,12 @@
     box.appendChild(el("h4", {text: "program"}));
     box.appendChild(el("pre", {text: sample.program || ""}));
     box.appendChild(el("h4", {text: "stdout (exit " + fmt(sample.exit_status) + (sample.stopped ? ", stopped: " + sample.stopped : "") + ")"}));
-    var stdout = sample.stdout || "", pre = el("pre", {cls: "stdout"});
-    var lines = stdout.replace(/\s+$/, "").split("\n"), last = lines.length - 1;
-    if (sample.extracted !== null && sample.extracted !== undefined && last >= 0) {
-      pre.appendChild(document.createTextNode(lines.slice(0, last).join("\n") + (last ? "\n" : "")));
-      pre.appendChild(el("mark", {cls: "extracted", text: lines[last], title: "the line the verifier judged"}));
+    // stdout_parts: stdout cut around the judged line by graftbench (its own line ends, not only "\n")
+    var stdout = sample.stdout || "", pre = el("pre", {cls: "stdout"}), parts = sample.stdout_parts;
+    if (parts && parts.length === 3) {
+      pre.appendChild(document.createTextNode(parts[0]));
+      pre.appendChild(el("mark", {cls: "extracted", text: parts[1], title: "the line the verifier judged"}));
+      pre.appendChild(document.createTextNode(parts[2]));
     } else {
       pre.appendChild(document.createTextNode(stdout));
     }
