@@ -9,8 +9,8 @@ bubblewrap (``bwrap``, run as root) makes new PID, network, IPC, UTS, mount and 
 with graftbench, and loads the seccomp filter before the program starts. Inside, ``prlimit`` sets per-process
 rlimits and ``setpriv`` drops to the ``nobody`` user (a real unprivileged user: no user namespace, so never root
 mapped) with no groups, no capabilities and no new privileges. The filter (built with ``pyseccomp`` on libseccomp)
-refuses the kernel keyrings, io_uring, perf events, bpf, ptrace and cross-process memory access, every mount and
-namespace call, and every socket family but ``AF_UNIX``. Imports no torch.
+refuses the kernel keyrings, io_uring, Linux AIO, perf events, bpf, ptrace and cross-process memory access, every
+mount and namespace call, and every socket family but ``AF_UNIX``. Imports no torch.
 """
 
 from __future__ import annotations
@@ -30,9 +30,11 @@ INSTALL_HINT = {"bwrap": "bubblewrap (`apt-get install bubblewrap`, or `make ins
                 "setpriv": "util-linux (`apt-get install util-linux`)"}
 
 # Refused with EPERM: the kernel keyrings (shared by user and session, not by namespace), io_uring (a second
-# system-call interface), perf events, bpf, ptrace and cross-process memory access, the mount and namespace calls,
-# and kernel-wide administration.
+# system-call interface), Linux AIO (its contexts come from one machine-wide budget, fs.aio-max-nr, that a single
+# io_setup can take whole), perf events, bpf, ptrace and cross-process memory access, the mount and namespace
+# calls, and kernel-wide administration.
 REFUSED = ("keyctl", "add_key", "request_key", "io_uring_setup", "io_uring_enter", "io_uring_register",
+           "io_setup", "io_destroy", "io_submit", "io_cancel", "io_getevents", "io_pgetevents",
            "perf_event_open", "bpf", "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "userfaultfd",
            "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen", "fsconfig", "fsmount",
            "fspick", "mount_setattr", "unshare", "setns", "name_to_handle_at", "open_by_handle_at",

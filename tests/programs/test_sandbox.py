@@ -490,6 +490,27 @@ def test_refused_system_calls_answer_eperm_and_fork_and_threads_still_work():
                                            "mount")] + ["fork 7", "thread"]
 
 
+def test_linux_aio_is_refused_so_the_machines_aio_budget_stays_whole():
+    """Linux AIO contexts come from one machine-wide budget (``fs.aio-max-nr``, 65,536 by default), not per user or
+    namespace: one ``io_setup(65536)`` in a program once took it whole for the run, and every ``io_setup`` on the
+    host failed with EAGAIN meanwhile. The filter refuses the AIO calls."""
+    need("sandbox", WHY)
+    numbers = {name: _syscall_number(name) for name in ("io_setup", "io_submit", "io_getevents")}
+    result = run(f"""
+        import ctypes, os
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        context = ctypes.c_ulong(0)
+        for name, args in [("io_setup", (65536, ctypes.byref(context))), ("io_submit", (0, 0, None)),
+                           ("io_getevents", (0, 0, 0, None, None))]:
+            r = libc.syscall({numbers!r}[name], *args)
+            print(name, r, os.strerror(ctypes.get_errno()))
+    """)
+    assert result.stopped is None, result.stderr_tail
+    assert result.stdout.splitlines() == [f"{name} -1 Operation not permitted"
+                                          for name in ("io_setup", "io_submit", "io_getevents")]
+
+
 def test_vsock_netlink_packet_and_inet_sockets_are_refused():
     need("sandbox", WHY)
     result = run("""
@@ -512,6 +533,77 @@ def test_vsock_netlink_packet_and_inet_sockets_are_refused():
     assert result.stdout.splitlines() == ["40 EAFNOSUPPORT", "16 EAFNOSUPPORT", "17 EAFNOSUPPORT",
                                           f"{int(socket.AF_INET)} EAFNOSUPPORT",
                                           f"{int(socket.AF_INET6)} EAFNOSUPPORT", "unix ok"]
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86-64 machine code")
+def test_system_calls_of_the_other_x86_abis_are_killed():
+    """The filter reads the system call's number for x86-64 only: an x32 call (number | 0x40000000) or an i386 one
+    (``int 0x80``) would reach ``socket(AF_INET)`` past it, so libseccomp's architecture check kills either with
+    SIGSYS (31), while the same call through the x86-64 ``syscall`` instruction answers ``-EAFNOSUPPORT``."""
+    need("sandbox", WHY)
+    result = run("""
+        import ctypes, mmap, os, sys
+        def code(hex_text, restype, argtypes):
+            page = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+            page.write(bytes.fromhex(hex_text))
+            function = ctypes.CFUNCTYPE(restype, *argtypes)(ctypes.addressof(ctypes.c_char.from_buffer(page)))
+            function.page = page
+            return function
+        # rax = nr; rdi, rsi, rdx = the three arguments; syscall; ret
+        native = code("4889f84889f74889d64889ca0f05c3", ctypes.c_long, (ctypes.c_long,) * 4)
+        # push rbx; eax = 359 (i386 socket); ebx = AF_INET; ecx = SOCK_STREAM; edx = 0; int 0x80; pop rbx; ret
+        i386 = code("53b867010000bb02000000b90100000031d2cd805bc3", ctypes.c_int, ())
+        for name, call in [("x86-64", lambda: native(41, 2, 1, 0)), ("x32", lambda: native(41 | 0x40000000, 2, 1, 0)),
+                           ("i386", i386)]:
+            sys.stdout.flush()
+            pid = os.fork()
+            if pid == 0:
+                os._exit(-call())  # only reached when the call returned
+            status = os.waitpid(pid, 0)[1]
+            print(name, "signal" if os.WIFSIGNALED(status) else "returned",
+                  os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
+    """)
+    assert result.stopped is None, result.stderr_tail
+    assert result.stdout.splitlines() == [f"x86-64 returned {errno.EAFNOSUPPORT}", f"x32 signal {signal.SIGSYS}",
+                                          f"i386 signal {signal.SIGSYS}"]
+
+
+def test_unix_socket_buffers_count_against_the_runs_memory():
+    """Data queued in AF_UNIX socket pairs (kernel memory, no process's pages) is charged to the run's memory
+    cgroup: children filling socket buffers past a 64 MiB cap are killed there, and the run is ``memory``. Without
+    the charge every child would queue its share and the program would print more than the cap and exit 0."""
+    need("sandbox", WHY)
+    result = run("""
+        import os, select, socket, sys
+        report_r, report_w = os.pipe()
+        children = []
+        for _ in range(12):  # at most 16 MiB each: 192 MiB in all if the charge were missing, 3 times the cap
+            pid = os.fork()
+            if pid == 0:
+                queued, ends = 0, []
+                while queued < 16 << 20 and len(ends) < 56:  # within 64 open files
+                    ends += socket.socketpair()
+                    for end in ends[-2:]:
+                        end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16 << 20)  # up to wmem_max
+                        end.setblocking(False)
+                        try:
+                            while queued < 16 << 20:
+                                queued += end.send(bytes(65536))
+                        except BlockingIOError:
+                            pass
+                os.write(report_w, b"%d\\n" % queued)
+                os.read(os.pipe()[0], 1)  # hold the buffers until killed
+            children.append(pid)
+        text = b""
+        while text.count(b"\\n") < len(children):
+            if select.select([report_r], [], [], 0.05)[0]:
+                text += os.read(report_r, 4096)
+            for pid in children:
+                if os.waitpid(pid, os.WNOHANG)[0]:
+                    sys.exit("a child died")
+        print("queued MiB", sum(int(n) for n in text.split()) >> 20)
+    """, SandboxLimits(cpu_s=5, wall_s=20.0, memory_bytes=64 * MiB, processes=16))
+    assert result.stopped == "memory", (result.stopped, result.stdout, result.stderr_tail)
 
 
 def test_children_together_are_capped_at_the_runs_memory():
