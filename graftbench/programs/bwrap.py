@@ -142,9 +142,12 @@ def command(limits: SandboxLimits, environment: Environment, seccomp_fd: int, pr
                 binds += ["--perms", "0755", "--dir", parent]
         binds += ["--ro-bind", source, destination]
     cpu = limits.cpu_s
+    # /dev/pts: an empty read-only tmpfs over bwrap's devpts, so no pseudo-terminal can be opened. Every devpts
+    # instance but the host's own draws on one machine-wide budget (kernel.pty.max less kernel.pty.reserve: 3,072 by
+    # default), and one run's processes could otherwise hold about processes x open_files of it (some 2,000).
     return [found["bwrap"], "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup",
             "--new-session", "--die-with-parent", "--as-pid-1", "--clearenv",
-            *binds, *_top_level(), "--proc", "/proc", "--dev", "/dev",
+            *binds, *_top_level(), "--proc", "/proc", "--dev", "/dev", "--size", "4096", "--tmpfs", "/dev/pts",
             "--perms", "1777", "--size", str(limits.disk_bytes), "--tmpfs", "/tmp",
             "--perms", "1777", "--size", str(limits.disk_bytes), "--tmpfs", FOLDER,
             "--perms", "0444", "--file", str(program_fd), f"{FOLDER}/{PROGRAM_NAME}",

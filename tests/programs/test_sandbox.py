@@ -511,6 +511,26 @@ def test_linux_aio_is_refused_so_the_machines_aio_budget_stays_whole():
                                           for name in ("io_setup", "io_submit", "io_getevents")]
 
 
+def test_no_pseudo_terminal_can_be_opened():
+    """Pseudo-terminals of every devpts instance but the host's own come from one machine-wide budget
+    (``kernel.pty.max`` less ``kernel.pty.reserve``); a run holding ``/dev/ptmx`` open in each of its processes once
+    took some 2,000 of its 3,072. ``/dev/pts`` is an empty tmpfs now: ``/dev/ptmx`` leads nowhere."""
+    need("sandbox", WHY)
+    result = run("""
+        import errno, os, pty
+        for opener in (lambda: os.open("/dev/ptmx", os.O_RDWR | os.O_NOCTTY), pty.openpty):
+            try:
+                opener()
+                print("opened")
+            except OSError as exc:
+                print("refused", errno.errorcode.get(exc.errno, exc.errno))
+        print(os.listdir("/dev/pts"), os.access("/dev/pts", os.W_OK))
+    """)
+    assert result.stopped is None, result.stderr_tail
+    lines = result.stdout.splitlines()
+    assert lines[0] == "refused ENOENT" and lines[1].startswith("refused") and lines[2] == "[] False"
+
+
 def test_vsock_netlink_packet_and_inet_sockets_are_refused():
     need("sandbox", WHY)
     result = run("""
