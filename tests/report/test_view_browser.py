@@ -22,6 +22,7 @@ import pytest
 
 from tests.prereqs import need
 from graftbench.problems.loading import load_problems
+from graftbench.programs.sandbox import answer_line
 from graftbench.report.view import read_run, render_page, view_data, write_view
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,6 +47,7 @@ PAYLOADS = (
     "<iframe srcdoc='<script>parent.alert(8)</script>'></iframe><style>body{display:none}</style>",
 )
 HOSTILE = " ".join(PAYLOADS)
+STDOUT = HOSTILE + "\n" + PAYLOADS[0] + "\x1c42\n"  # a program's: its last line, as Python cuts lines, is 42
 
 
 def _why_no_browser() -> str | None:
@@ -163,7 +165,7 @@ def _hostile_runs(tmp_path: Path) -> tuple[list[Path], Path]:
         sample.update(problem_id=f"p{i}-{PAYLOADS[i]}", output=HOSTILE + f"\nFinal answer: {i}\n", cue=PAYLOADS[3],
                       extracted=PAYLOADS[4], artifact_id=PAYLOADS[2], fallback=PAYLOADS[5], example_id=PAYLOADS[0],
                       route=PAYLOADS[1], key=PAYLOADS[4])
-    samples[2].update(program=HOSTILE, stdout=HOSTILE + "\n" + PAYLOADS[0], stderr_tail=HOSTILE, exit_status=0,
+    samples[2].update(program=HOSTILE, stdout=STDOUT, stderr_tail=HOSTILE, exit_status=0,
                       stdout_sha256="0" * 64, program_s=0.1, stopped=None, isolation=PAYLOADS[5])
     folder = tmp_path / "runs" / "hostile"
     folder.mkdir(parents=True)
@@ -204,6 +206,10 @@ def test_hostile_page_runs_no_script(browser, tmp_path):
         if index < 3:
             shown = browser.execute_script("return document.querySelector('#detail pre.problem-text').textContent")
             assert shown == HOSTILE  # the payload is shown as text, exactly
+        if index == 2:  # the stdout line marked is the one the verifier judged, cut where Python cuts lines
+            marked = browser.execute_script(
+                "return document.querySelector('#detail pre.stdout mark.extracted').textContent")
+            assert marked == answer_line(STDOUT) == "42"
     assert browser.execute_script("return window.graftbenchView.csv()").count("'=") == 0
     _assert_no_script_ran(browser)
 
