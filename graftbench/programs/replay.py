@@ -10,7 +10,9 @@ appends one line per manifest to a log (:data:`LOG_SCHEMA`).
 
 The CPU-time, memory and output limits are the manifest's own. So is the wall-time limit, except for a program
 whose run here the wall clock stopped with CPU time left (:func:`starved`: a busy machine gave it less than a CPU):
-it runs once more with a longer wall time, and both runs are logged.
+it runs once more with a longer wall time, and both runs are logged. A manifest whose limits are looser than a
+graftbench run's (:data:`graftbench.programs.sandbox.DEFAULT_LIMITS`, what every run records) is refused: its seal
+is its own hash, so a manifest written by hand verifies with any limits, and would otherwise set the sandbox's.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .mode import program_verdict, sample_verdict
-from .sandbox import ProgramResult, Sandbox, open_sandbox
+from .sandbox import DEFAULT_LIMITS, ProgramResult, Sandbox, open_sandbox
 from ..settings import SandboxLimits
 from ..util import isa
 from ..util.provenance import code_version
@@ -68,6 +70,27 @@ def starved(result: ProgramResult, limits: SandboxLimits) -> bool:
     return result.stopped == "timeout" and result.cpu_s < STARVED_CPU_SHARE * limits.cpu_s
 
 
+def replay_limits(manifest: dict, label: str = "the manifest") -> SandboxLimits:
+    """The sandbox limits ``manifest`` (a loaded manifest's dict, named ``label`` in errors) recorded, which its
+    programs are replayed under. Raises ``ValueError`` for a manifest of no program (its settings record no
+    ``sandbox`` limits), for limits a run does not record, and for limits looser than a graftbench run's
+    (:data:`graftbench.programs.sandbox.DEFAULT_LIMITS`): a manifest's seal is its own hash, so one written by hand
+    verifies with any limits, and they would be the sandbox's."""
+    recorded_limits = (manifest.get("settings") or {}).get("sandbox")
+    if not isinstance(recorded_limits, dict):
+        raise ValueError(f"{label}: not a program-mode manifest (its settings record no sandbox limits)")
+    try:
+        limits = SandboxLimits(**recorded_limits)
+    except TypeError as exc:
+        raise ValueError(f"{label}: its sandbox limits are not the ones a run records: {exc}") from exc
+    looser = [f"{name} {value!r} over {getattr(DEFAULT_LIMITS, name)!r}" for name, value in asdict(limits).items()
+              if value > getattr(DEFAULT_LIMITS, name)]
+    if looser:
+        raise ValueError(f"{label}: its sandbox limits are looser than a graftbench run's ({', '.join(looser)}): "
+                         "programs are replayed only under limits no looser than those")
+    return limits
+
+
 def replay_programs(manifest: dict, verifier_version: int | str, sandbox: Sandbox, runs: dict | None = None,
                     label: str = "the manifest") -> list[Replayed]:
     """Run every recorded program of ``manifest`` (a loaded manifest's dict, named ``label`` in errors) in
@@ -77,19 +100,13 @@ def replay_programs(manifest: dict, verifier_version: int | str, sandbox: Sandbo
     every other limit unchanged), and judged on that run (a starved ``timeout`` says nothing of whether the program
     would have finished within its CPU time, whatever was recorded); its :class:`Replayed`
     keeps the starved run's wall seconds (``starved_s``). ``runs``, when given, maps (program text, limits) to a
-    :class:`ProgramResult` already run, and receives the new ones. Raises ``ValueError`` for a manifest of no
-    program (its settings record no ``sandbox`` limits) and :class:`graftbench.programs.sandbox.SandboxError` when
-    the sandbox cannot be set up for a program."""
-    recorded_limits = (manifest.get("settings") or {}).get("sandbox")
-    if not isinstance(recorded_limits, dict):
-        raise ValueError(f"{label}: not a program-mode manifest (its settings record no sandbox limits)")
+    :class:`ProgramResult` already run, and receives the new ones. Raises ``ValueError`` as :func:`replay_limits`
+    does (nothing runs then) and :class:`graftbench.programs.sandbox.SandboxError` when the sandbox cannot be set up
+    for a program."""
+    limits = replay_limits(manifest, label)
     samples = manifest.get("samples")
     if not isinstance(samples, list) or not all(isinstance(sample, dict) for sample in samples):
         raise ValueError(f"{label}: its samples are not a list of objects")
-    try:
-        limits = SandboxLimits(**recorded_limits)
-    except TypeError as exc:
-        raise ValueError(f"{label}: its sandbox limits are not the ones a run records: {exc}") from exc
     patient = replace(limits, wall_s=max(limits.wall_s, STARVED_WALL_FACTOR * limits.cpu_s))
     version = verifier_version
     runs = {} if runs is None else runs
@@ -149,10 +166,14 @@ def replay_manifests(manifests: Iterable[tuple[str | Path, dict, int | str]], lo
     :func:`graftbench.api.replay_programs` loads and checks them all before any program runs) in turn (:func:`replay_programs`, one run
     per distinct program and limits), append each one's :func:`log_record` to ``log`` (JSON lines) as soon as it is
     done, hand it to ``on_record`` (when given) at once, and return the records. Raises as :func:`replay_programs`
-    does, :class:`graftbench.programs.sandbox.SandboxError` when the sandbox cannot be built (opened once, after
+    does (:func:`replay_limits` for every manifest before any program runs),
+    :class:`graftbench.programs.sandbox.SandboxError` when the sandbox cannot be built (opened once, after
     ``log`` is tried), and ``OSError`` when ``log`` cannot be appended to (tried before any program runs). Every
     record names
     the code version read before the first program runs (:func:`log_record`'s ``code``)."""
+    manifests = list(manifests)
+    for path, manifest, _ in manifests:  # every manifest's limits checked before any program runs
+        replay_limits(manifest, str(path))
     code = code_version()  # at the start: the checkout may move while the programs run
     if log is not None:
         with open(log, "a", encoding="utf-8"):

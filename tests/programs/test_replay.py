@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import glob
 import json
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -91,6 +91,32 @@ def test_a_starved_program_recorded_as_finishing_is_judged_on_a_run_with_more_wa
 def test_a_text_mode_manifest_is_not_replayed():
     with pytest.raises(ValueError, match="not a program-mode manifest"):
         replay_programs(REFERENCE_MANIFESTS / "transfer-smollm2-135m-baseline.json", SimpleNamespace(run=_no_program))
+
+
+@pytest.mark.parametrize("name, value", [("memory_bytes", 1 << 40), ("processes", 100_000), ("wall_s", 1e9),
+                                         ("output_bytes", 1 << 40), ("disk_bytes", 1 << 40), ("cpu_s", 86_400)])
+def test_a_manifest_with_limits_looser_than_a_runs_is_refused_before_any_program_runs(tmp_path, monkeypatch, name,
+                                                                                     value):
+    """A manifest's seal is its own hash: one written by hand, with a program and ``settings.sandbox`` of its
+    choosing, verifies, and replay-programs ran its programs under those limits (a terabyte of memory, 100,000
+    processes, a day of CPU, output read into graftbench's memory without end). Limits looser than a graftbench
+    run's are refused, naming the limit, before the sandbox opens; tighter ones are replayed as recorded."""
+    from graftbench.api import replay_programs as replay
+    from graftbench.programs.sandbox import DEFAULT_LIMITS
+    from graftbench.results.manifest import check_manifest, seal_sha256, sealed_fields
+
+    monkeypatch.setattr(program_replay, "open_sandbox", lambda: pytest.fail("the sandbox was opened"))
+    body = {k: v for k, v in load_manifest(BASELINE).items() if k not in ("manifest_sha256", "sealed_fields")}
+    body["settings"]["sandbox"][name] = value
+    body["sealed_fields"] = sealed_fields(body)
+    forged = {**body, "manifest_sha256": seal_sha256(body, body["schema"])}
+    assert check_manifest(forged)[0] == []  # it verifies
+    path = tmp_path / "forged.json"
+    path.write_text(json.dumps(forged), encoding="utf-8")
+    with pytest.raises(ValueError, match=f"looser than a graftbench run's [(]{name} {value!r} over"):
+        replay([BASELINE, path])  # the committed baseline first: nothing of it runs either
+    tighter = replace(DEFAULT_LIMITS, **{name: type(value)(1)})
+    assert program_replay.replay_limits({"settings": {"sandbox": asdict(tighter)}}) == tighter
 
 
 def test_every_committed_program_manifest_was_replayed_in_the_program_environment():
