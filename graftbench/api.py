@@ -240,8 +240,9 @@ def replay_programs(paths: Iterable[str | Path], *, log: str | Path | None = Non
     opened for appending before any program runs too. Each manifest's record goes to ``on_record`` as soon as it is
     done. Returns the records (one per manifest: programs, same verdicts, same stop reasons, each difference).
     Raises :class:`graftbench.results.manifest.ManifestError` for a missing, unreadable or damaged manifest (naming
-    it and its first mismatch), ``ValueError`` for one of no program, ``OSError`` for a log that cannot be written,
-    and :class:`graftbench.programs.sandbox.SandboxError` when the sandbox cannot be built."""
+    it and its first mismatch), ``ValueError`` for one of no program or of sandbox limits looser than a run's
+    (:func:`graftbench.programs.replay.replay_limits`; no program runs then), ``OSError`` for a log that cannot be
+    written, and :class:`graftbench.programs.sandbox.SandboxError` when the sandbox cannot be built."""
     from .programs.replay import replay_manifests
     from .results.manifest import ManifestError, check_manifest, load_manifest, recorded_verifier_version
 
