@@ -30,8 +30,8 @@ from .normalization import INT_RE, MAX_DIGITS, as_plain_fraction, normalize
 __all__ = ["VERIFIER_VERSION", "VERIFIER_VERSIONS", "Verdict", "check_version", "extract_answer",
            "answers_equivalent", "verify_answer", "answer_span", "REASONING_VERSION"]
 
-VERIFIER_VERSION = 4  # the rules new runs are scored under (see graftbench.verify.normalization.RULES_ADDED)
-VERIFIER_VERSIONS = (1, 2, 3, 4)  # every version whose rules this graftbench still applies
+VERIFIER_VERSION = 5  # the rules new runs are scored under (see graftbench.verify.normalization.RULES_ADDED)
+VERIFIER_VERSIONS = (1, 2, 3, 4, 5)  # every version whose rules this graftbench still applies
 REASONING_VERSION = 4  # from this version on, the answer is read only after the reasoning (verify/reasoning.py)
 
 # Limits that keep every call fast and sympy away from pathological input.

@@ -119,6 +119,11 @@ _LEADING_NUMBER_RE = re.compile(
 _LEADING_NUMBER_V3_RE = re.compile(
     r"^[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?::\d+)*(?:\s*/\s*\d+)?(?:st|nd|rd|th)?(?![\w.:])"
 )
+# Version 5: what follows a leading number that offers another value in its place ("42 or 43", "42, 43", "42; 43",
+# "42 (or possibly 43)", "42 to 44"): the answer is hedged or a list, not one value.
+_HEDGE_RE = re.compile(
+    r"\s*(?:[,;]|\(\s*(?:or|else|maybe|possibly|perhaps)\b|\b(?:or|and|to|else)\b|\\(?:lor|vee)\b)"
+    r"\s*(?:(?:possibly|maybe|perhaps|else|even|also)\s+)?[$*_(\\ ]*[-+]?\d", re.IGNORECASE)
 _LATEX_CMD_RE = re.compile(r"\\[a-zA-Z]+")
 _WORDISH_RE = re.compile(r"[a-zA-Z]{2,}")
 _MATH_CHARS_RE = re.compile(r"^[0-9a-zA-Z\s+\-*/^_(){}\[\].,=!|<>:'%\\]+$")
@@ -204,9 +209,25 @@ def _sentence_value(sentence: str) -> str | None:
     return value if _looks_like_math(value) else None
 
 
+def _hedged(rest: str) -> bool:
+    """Version 5: whether the text after a phrase marker opens with a number (bare or in math delimiters) followed
+    by another value offered in its place (:data:`_HEDGE_RE`: ``42 or 43``, ``$42$ or $43$``, ``42, 43``)."""
+    plain = rest.replace("**", "").replace("__", "").strip()
+    for open_, close in _DELIMITERS:
+        if plain.startswith(open_):
+            end = plain.find(close, len(open_))
+            inner = plain[len(open_):end].strip() if end >= 0 else ""
+            whole = _LEADING_NUMBER_V3_RE.fullmatch(inner) if inner else None
+            return bool(whole) and bool(_HEDGE_RE.match(plain, end + len(close)))
+    number = _LEADING_NUMBER_V3_RE.match(plain)
+    return bool(number) and bool(_HEDGE_RE.match(plain, number.end()))
+
+
 def _phrase_candidate(text: str, m: re.Match[str], version: int) -> str | None:
     """The answer following a phrase marker, or None if what follows is not an answer."""
     rest = _phrase_tail(text, m)
+    if version >= 5 and _hedged(canonical_spelling(rest)):
+        return None  # "42 or 43", "$42$ or $43$", "42, 43": a hedge or a list is not one answer
     if version >= 3:
         ends_open = bool(m.group("tail").strip(" \t*_")) or m.group(0).lower().rstrip(" \t*_").endswith("is")
         rest = _delimited_block(text, m.end(), ends_open) or rest

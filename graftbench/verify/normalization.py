@@ -57,6 +57,14 @@ RULES_ADDED = {
         "inside its reasoning (opened, never closed) has no answer; a layout that names no delimiters reads the "
         "whole output, as version 3 did",
     ),
+    5: (
+        "a hedged or listed answer is not one value: a number after a phrase marker followed by another value in its "
+        "place (`42 or 43`, `42, 43`, `42; 43`, `42 (or possibly 43)`, `42 to 44`, `42 \\lor 43`) gives no answer, "
+        "where version 4 took the first number; a program's answer line is read the same way",
+        "a `\\text{}` (or `\\mbox{}`, `\\mathrm{}`, `\\textrm{}`) block offering another value (`or`, `and`, "
+        "`to`, `possibly`, `maybe`, `perhaps` with a numeral) is not a unit: `\\boxed{42 \\text{ (or 43)}}` gives no "
+        "answer, where version 4 dropped the block and read 42",
+    ),
 }
 
 _UNWRAP_CMD_RE = re.compile(
@@ -142,6 +150,12 @@ def _strip_units(s: str, version: int) -> str:
     return strip_text_blocks(s, with_exponent=True)
 
 
+# Version 5: a \text{}-like block offering another value (``\text{ (or 43)}``, ``\text{ or possibly 43}``) is a
+# hedge, not a unit; a number set in text font (``\text{1001}_{2}``) is not one
+_TEXT_WITH_NUMBER_RE = re.compile(r"\\(?:text|mbox|mathrm|textrm)\s*\{[^{}]*\b(?:or|and|to|possibly|maybe|perhaps)\b"
+                                  r"[^{}]*\d[^{}]*\}", re.IGNORECASE)
+
+
 def _normalize_once(s: str, version: int) -> str | None:
     s = s.strip()
     s = s.replace("\\$", "").replace("$", "")
@@ -162,6 +176,8 @@ def _normalize_once(s: str, version: int) -> str | None:
         s,
     )
     s = _UNWRAP_CMD_RE.sub(lambda m: m.group(1), s)
+    if version >= 5 and _TEXT_WITH_NUMBER_RE.search(s):
+        return None  # a text block offering another value is no unit: "42 \text{ (or 43)}" is not one value
     s = _strip_units(s, version)
     s = re.sub(r"\\[,;:! ]", " ", s)  # remaining LaTeX spacing
     s = re.sub(r"\s+", " ", s).strip()

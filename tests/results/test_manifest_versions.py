@@ -84,14 +84,14 @@ def test_a_new_manifest_is_schema_2_with_the_verifier_version_and_rfc8785_bytes(
     path = _written(manifest, tmp_path)
     raw = path.read_bytes()
     assert manifest["schema"] == SCHEMA == "graftbench.manifest/2"
-    assert manifest["settings"]["verifier_version"] == VERIFIER_VERSION == 4
+    assert manifest["settings"]["verifier_version"] == VERIFIER_VERSION == 5
     assert raw == rfc8785.dumps(manifest) + b"\n"
     assert b'"wall_s":1e-7' in raw  # ECMAScript number form; Python's json writes 1e-07
     body = {k: v for k, v in json.loads(raw).items() if k != "manifest_sha256"}
     assert manifest["manifest_sha256"] == hashlib.sha256(rfc8785.dumps(body)).hexdigest()
     assert manifest["manifest_sha256"] != hashlib.sha256(canonical_json(body).encode()).hexdigest()
     mismatches, notes = verify_manifest(path)
-    assert mismatches == [] and notes[0].startswith("3 samples re-verified under verifier 4")
+    assert mismatches == [] and notes[0].startswith("3 samples re-verified under verifier 5")
 
 
 def test_samples_are_checked_under_the_version_the_manifest_records(tmp_path):
@@ -119,8 +119,8 @@ def test_an_unknown_verifier_version_is_a_mismatch_not_a_crash(tmp_path):
     manifest["settings"]["verifier_version"] = 9
     mismatches = verify_manifest(_written(_reseal(manifest), tmp_path))[0]
     assert mismatches == ["settings.verifier_version: verifier version 9 is not known to this graftbench "
-                          "(it knows 1, 2, 3, 4); no verdict could be re-checked",
-                          "metrics.verifier_version: recorded 4, recomputed 9"]
+                          "(it knows 1, 2, 3, 4, 5); no verdict could be re-checked",
+                          "metrics.verifier_version: recorded 5, recomputed 9"]
 
 
 def test_a_value_rfc8785_cannot_carry_is_a_mismatch(tmp_path):
@@ -142,7 +142,7 @@ def test_committed_schema_1_manifests_verify_under_verifier_1():
 
 def test_rescore_of_the_committed_baseline_names_the_one_changed_extraction():
     report = rescore_manifest(load_manifest(BASELINE))
-    assert (report.recorded_version, report.version, report.samples) == (1, 4, 30)
+    assert (report.recorded_version, report.version, report.samples) == (1, 5, 30)
     assert (report.recorded_correct, report.correct, report.verdicts_changed) == (0, 0, 0)
     assert [(c.problem_id, c.recorded_extracted, c.extracted, c.correct) for c in report.changes] == [
         ("2024-I-2", None, "10", False)]  # "the final answer is $xy = 10$"; the key is 25
@@ -157,11 +157,11 @@ def test_rescore_counts_changed_verdicts():
 def test_cli_rescore_is_a_labelled_report_and_leaves_the_exit_status_to_the_check(tmp_path):
     result = runner.invoke(app, ["verify-manifest", str(BASELINE), "--rescore"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
-    assert "Re-score under verifier 4 (recorded under verifier 1); not part of the check" in result.output
+    assert "Re-score under verifier 5 (recorded under verifier 1); not part of the check" in result.output
     assert "2024-I-2" in result.output and result.output.rstrip().endswith(f"ok {BASELINE}")
     tampered = json.loads(BASELINE.read_text(encoding="utf-8"))
     tampered["samples"][0]["decode_tokens"] += 1
     path = tmp_path / "tampered.json"
     path.write_text(json.dumps(tampered), encoding="utf-8")
     result = runner.invoke(app, ["verify-manifest", str(path), "--rescore"], env={"COLUMNS": "200"})
-    assert result.exit_code == 1 and "Re-score under verifier 4" in result.output
+    assert result.exit_code == 1 and "Re-score under verifier 5" in result.output

@@ -141,7 +141,7 @@ def _thinking_manifest() -> dict:
 
 def test_a_thinking_run_records_verdicts_after_the_reasoning_and_verifies(tmp_path):
     manifest = _thinking_manifest()
-    assert manifest["settings"]["verifier_version"] == VERIFIER_VERSION == 4
+    assert manifest["settings"]["verifier_version"] == VERIFIER_VERSION == 5
     assert [(s["extracted"], s["correct"]) for s in manifest["samples"]] == [("24", True), (None, False),
                                                                             (None, False)]
     assert manifest["totals"]["thinking_tokens"] == 90 and recorded_reasoning(manifest) == THINK

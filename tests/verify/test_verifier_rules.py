@@ -100,14 +100,14 @@ def test_verifier_1_is_unchanged(text, key, extracted, correct):
 
 
 def test_every_version_after_the_first_lists_its_rules():
-    assert VERIFIER_VERSION == max(VERIFIER_VERSIONS) == 4
+    assert VERIFIER_VERSION == max(VERIFIER_VERSIONS) == 5
     assert sorted(RULES_ADDED) == list(VERIFIER_VERSIONS[1:])
     assert len(RULES_ADDED[2]) == 9
 
 
-@pytest.mark.parametrize("version", [0, 5, "2", True, None])
+@pytest.mark.parametrize("version", [0, 6, "2", True, None])
 def test_unknown_version_is_refused_by_name(version):
-    with pytest.raises(ValueError, match=r"verifier version .* is not known to this graftbench \(it knows 1, 2, 3, 4\)"):
+    with pytest.raises(ValueError, match=r"verifier version .* is not known to this graftbench \(it knows 1, 2, 3, 4, 5\)"):
         check_version(version)
     with pytest.raises(ValueError, match="not known"):
         verify_answer(r"\boxed{1}", "1", version=version)
