@@ -224,7 +224,7 @@ def extract_answer(text: str, version: int = VERIFIER_VERSION) -> str | None:
         if not candidates:
             return None
         _, raw = max(candidates, key=lambda pc: pc[0])
-        return normalize(raw, version)
+        return normalize(raw, version) if raw is not None else None  # None: a hedged box (version 5)
     except Exception:
         return None
 

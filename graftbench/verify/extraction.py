@@ -8,6 +8,7 @@ Imports no torch, no sympy. Never raises on any text: the callers catch nothing 
 
 from __future__ import annotations
 
+import math
 import re
 
 from .spelling import canonical_spelling
@@ -89,10 +90,13 @@ def is_placeholder(content: str) -> bool:
     return bool(_PLACEHOLDER_RE.match(squeezed))
 
 
-def box_candidates(text: str, version: int = 1) -> list[tuple[int, str]]:
+def box_candidates(text: str, version: int = 1) -> list[tuple[int, str | None]]:
     """``(position, content)`` of every closed box; under version 2 also brace-less boxes around one character,
-    and no placeholder boxes."""
-    out = []
+    and no placeholder boxes; under version 5 content ``None`` (no answer) for a box holding a number that is
+    followed by another value offered in its place, and for the boxes inside that hedge (``\\boxed{42} or
+    \\boxed{43}``, ``\\boxed{42} (or 43)``)."""
+    out: list[tuple[int, str | None]] = []
+    hedged_until = -1
     for m in _BOX_RE.finditer(text):
         open_idx = m.end() - 1
         close = match_brace(text, open_idx)
@@ -101,6 +105,15 @@ def box_candidates(text: str, version: int = 1) -> list[tuple[int, str]]:
         content = text[open_idx + 1 : close]
         if version >= 2 and is_placeholder(content):
             continue
+        if version >= 5:
+            if m.start() < hedged_until:
+                out.append((m.start(), None))
+                continue
+            reach = _box_hedge_reach(text, content, close + 1)
+            if reach:
+                hedged_until = reach
+                out.append((m.start(), None))
+                continue
         out.append((m.start(), content))
     if version >= 2:
         out += [(m.start(), m.group(1)) for m in _BRACELESS_BOX_RE.finditer(text)]
@@ -120,13 +133,48 @@ _LEADING_NUMBER_V3_RE = re.compile(
     r"^[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?::\d+)*(?:\s*/\s*\d+)?(?:st|nd|rd|th)?(?![\w.:])"
 )
 # Version 5: what follows a leading number that offers another value in its place ("42 or 43", "42, 43", "42; 43",
-# "42 (or possibly 43)", "42 to 44"): the answer is hedged or a list, not one value.
+# "42 (or possibly 43)", "42 to 44"). Group "alt" is a word offering an alternative (or, maybe, ...), which makes any
+# other value a hedge; a list joiner (a comma, "and", "to", a dash) does only when the second value ends the clause
+# (:data:`_LIST_END_RE`), so "42, 1 more than 41" and "3.14 to 2 decimal places" stay one value.
 _HEDGE_RE = re.compile(
-    r"\s*(?:[,;]|\(\s*(?:or|else|maybe|possibly|perhaps)\b|\b(?:or|and|to|else)\b|\\(?:lor|vee)\b)"
-    r"\s*(?:(?:possibly|maybe|perhaps|else|even|also)\s+)?[$*_(\\ ]*[-+]?\d", re.IGNORECASE)
+    r"\s*(?:(?P<alt>(?:[,;\uff0c\uff1b\u3001]\s*|[\u2014\u2013]\s*)?(?:[(\[]\s*)?"
+    r"(?:or|else|maybe|possibly|perhaps|alternatively)\b|\\(?:lor|vee)\b)"
+    r"|(?:[,;\uff0c\uff1b\u3001](?:\s*and\b)?|\b(?:and|to)\b|and/or\b|[\u2014\u2013]))"
+    r"\s*(?:(?:possibly|maybe|perhaps|else|even|also)\s+)?[$*_(\\ ]*(?=[-+\u2212]?\d)", re.IGNORECASE)
+# the second value of a hedge, which may end its sentence ("42 or 43.")
+_NUMBER_RE = re.compile(_LEADING_NUMBER_V3_RE.pattern.lstrip("^").replace("[-+]?", "[-+\u2212]?", 1)
+                        .replace("(?![\\w.:])", "(?![\\w:]|[.:]\\w)"))
+_LIST_END_RE = re.compile(
+    r"(?:\$|\\[)\]]|[*_])*\s*(?:$|[.,;:!?)\]\uff0c\uff1b\u3001\u2014\u2013]|\\(?:lor|vee)\b"
+    r"|\b(?:or|and|respectively|inclusive)\b)", re.IGNORECASE)
+_EMPHASIS_RE = re.compile(r"(?<!\w)[*_]+|[*_]+(?![\w{])")
+# after a second value: the first restated as a percentage ("1/4, or 25%") or in another base ("42, or 101010 in base
+# 2"); and the closing marks to step over before looking for a third value ("$42$ or $42.0$ or $43$")
+_PERCENT_AFTER_RE = re.compile(r"\s*(?:\\?%|percent\b)", re.IGNORECASE)
+_OTHER_BASE_AFTER_RE = re.compile(r"_\{?(?P<sub>\d+)|\s*\(?(?:in\s+)?(?:base[\s_{]*(?P<base>\d+)|(?P<word>binary|octal))\b",
+                                  re.IGNORECASE)
+_CLOSERS_RE = re.compile(r"(?:\$|\\[)\]]|[)\]])*")
 _LATEX_CMD_RE = re.compile(r"\\[a-zA-Z]+")
 _WORDISH_RE = re.compile(r"[a-zA-Z]{2,}")
 _MATH_CHARS_RE = re.compile(r"^[0-9a-zA-Z\s+\-*/^_(){}\[\].,=!|<>:'%\\]+$")
+
+
+_BOX_OR_TEXT_RE = re.compile(r"\\(?:boxed|fbox|framebox|text|mbox|textrm|mathrm)\s*\{([^{}]*)\}")
+_OPENERS_CLOSERS_RE = re.compile(r"\$|\\[()\[\]]|\\q?quad(?![a-zA-Z])|\\[,;:! ]")
+
+
+def _box_hedge_reach(text: str, content: str, after: int) -> int:
+    """Version 5: the end of the rest of the line after a box holding the number ``content`` when that rest
+    offers another value in its place (``\\boxed{42} or \\boxed{43}``, ``\\boxed{42} \\quad (\\text{or } 43)``,
+    :func:`_offered_elsewhere` on the rest with boxes and text blocks unwrapped); 0 when it does not."""
+    number = _LEADING_NUMBER_V3_RE.fullmatch(canonical_spelling(content).strip())
+    if not number:
+        return 0
+    line_end = text.find("\n", after, after + MAX_PHRASE_LINE)
+    end = line_end if line_end >= 0 else min(len(text), after + MAX_PHRASE_LINE)
+    rest = _BOX_OR_TEXT_RE.sub(lambda m: m.group(1), text[after:end])
+    rest = _OPENERS_CLOSERS_RE.sub(" ", canonical_spelling(rest))
+    return end if _offered_elsewhere(_EMPHASIS_RE.sub("", rest), number.group(0), 0) else 0
 
 
 def _delimited(s: str) -> str | None:
@@ -209,18 +257,58 @@ def _sentence_value(sentence: str) -> str | None:
     return value if _looks_like_math(value) else None
 
 
+def _number_value(s: str) -> tuple[int, int] | None:
+    """Version 5: an integer, decimal or ``a/b`` as a reduced ``(numerator, denominator)``; None for anything else
+    (a clock time, an ordinal)."""
+    m = re.fullmatch(r"([-+\u2212]?)(\d+)(?:\.(\d+))?(?:\s*/\s*(\d+))?", s.replace(",", ""))
+    if not m or len(s) > 40:
+        return None
+    num = int(m.group(2) + (m.group(3) or "")) * (-1 if m.group(1) in ("-", "\u2212") else 1)
+    den = 10 ** len(m.group(3) or "") * int(m.group(4) or 1)
+    if den == 0:
+        return None
+    g = math.gcd(num, den)
+    return num // g, den // g
+
+
+def _offered_elsewhere(plain: str, first: str, pos: int) -> bool:
+    """Version 5: whether ``plain`` from ``pos`` (just after the first value ``first``) offers another value in its
+    place; a second spelling of the same value (``3/4 or 0.75``, ``42 (or 42.0)``) is not another value."""
+    while True:
+        joiner = _HEDGE_RE.match(plain, pos)
+        second = _NUMBER_RE.match(plain, joiner.end()) if joiner else None
+        if not second:
+            return False
+        if not joiner.group("alt") and not _LIST_END_RE.match(plain, second.end()):
+            return False  # "42, 1 more than 41": a number in the prose after the answer
+        value, first_value = _number_value(second.group(0)), _number_value(first)
+        base = _OTHER_BASE_AFTER_RE.match(plain, second.end())
+        if base and second.group(0).isdigit() and first_value is not None:
+            radix = int(base.group("sub") or base.group("base") or {"binary": 2, "octal": 8}[base.group("word").lower()])
+            try:
+                value = (int(second.group(0), radix), 1) if 2 <= radix <= 36 else None
+            except ValueError:
+                value = None  # "42, or 43 in base 2": 43 is no base-2 numeral
+        if value is not None and first_value is not None and _PERCENT_AFTER_RE.match(plain, second.end()):
+            first_value = _number_value(f"{first_value[0] * 100}/{first_value[1]}")
+        if value is None or value != first_value:
+            return True
+        pos = _CLOSERS_RE.match(plain, second.end()).end()
+
+
 def _hedged(rest: str) -> bool:
-    """Version 5: whether the text after a phrase marker opens with a number (bare or in math delimiters) followed
-    by another value offered in its place (:data:`_HEDGE_RE`: ``42 or 43``, ``$42$ or $43$``, ``42, 43``)."""
-    plain = rest.replace("**", "").replace("__", "").strip()
+    """Version 5: whether the text after a phrase marker opens with a number (bare, bold, italic or in math
+    delimiters) followed by another value offered in its place (:data:`_HEDGE_RE`: ``42 or 43``, ``$42$ or $43$``,
+    ``42, 43``, ``42, or maybe 43``)."""
+    plain = _EMPHASIS_RE.sub("", rest).strip()
     for open_, close in _DELIMITERS:
         if plain.startswith(open_):
             end = plain.find(close, len(open_))
             inner = plain[len(open_):end].strip() if end >= 0 else ""
             whole = _LEADING_NUMBER_V3_RE.fullmatch(inner) if inner else None
-            return bool(whole) and bool(_HEDGE_RE.match(plain, end + len(close)))
+            return bool(whole) and _offered_elsewhere(plain, inner, end + len(close))
     number = _LEADING_NUMBER_V3_RE.match(plain)
-    return bool(number) and bool(_HEDGE_RE.match(plain, number.end()))
+    return bool(number) and _offered_elsewhere(plain, number.group(0), number.end())
 
 
 def _phrase_candidate(text: str, m: re.Match[str], version: int) -> str | None:

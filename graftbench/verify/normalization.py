@@ -59,8 +59,14 @@ RULES_ADDED = {
     ),
     5: (
         "a hedged or listed answer is not one value: a number after a phrase marker followed by another value in its "
-        "place (`42 or 43`, `42, 43`, `42; 43`, `42 (or possibly 43)`, `42 to 44`, `42 \\lor 43`) gives no answer, "
-        "where version 4 took the first number; a program's answer line is read the same way",
+        "place (`42 or 43`, `42, or maybe 43`, `42 (or possibly 43)`, `42 [or 43]`, `*42* or *43*`; after a comma, "
+        "semicolon, `and`, `to` or a dash only a value that ends the clause: `42, 43`, `42; 43`, `42 to 44`, "
+        "`42 \u2013 43`, but not `42, 1 more than 41`) gives no answer, where version 4 took the first number; the "
+        "same value spelled again (`3/4 or 0.75`, `1/4, or 25%`, `42, or 101010 in base 2`) is one answer; a "
+        "program's answer line is read the same way",
+        "a box holding a number followed on its line by another value offered in its place (`\\boxed{42} or "
+        "\\boxed{43}`, `\\boxed{42} \\quad (\\text{or } 43)`) gives no answer, nor does any box in that hedge, "
+        "where version 4 took the last box",
         "a `\\text{}` (or `\\mbox{}`, `\\mathrm{}`, `\\textrm{}`) block offering another value (`or`, `and`, "
         "`to`, `possibly`, `maybe`, `perhaps` with a numeral) is not a unit: `\\boxed{42 \\text{ (or 43)}}` gives no "
         "answer, where version 4 dropped the block and read 42",
