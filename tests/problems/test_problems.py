@@ -614,7 +614,7 @@ def test_builtin_distinct_within_family_and_sizes():
         assert len(texts) == len(set(texts)) == 40
     assert len({p.id for p in problems}) == len(problems)
     assert builtin_problems(0) == []
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="non-negative int, got -1"):
         builtin_problems(-1)
 
 

@@ -70,7 +70,7 @@ def test_the_verdict_reads_the_last_printed_line(stdout, stopped, key, extracted
 
 
 def test_an_unknown_verifier_version_is_refused():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="verifier version 99 is not known"):
         program_verdict("", "crashed", "1", version=99)
 
 
