@@ -907,5 +907,5 @@ def test_a_recorded_source_never_carries_an_absolute_path_of_this_machine(tmp_pa
     assert recorded_source(str(tmp_path / "work" / "shared" / "data" / "a.jsonl"), work) == \
         "../shared/data/a.jsonl"
     assert recorded_source("/elsewhere/private/b.jsonl", work) == "b.jsonl"  # outside: the file name alone
-    for given in ("builtin", "builtin:2-4", "methods", "data/c.jsonl", "../shared/data/a.jsonl", "org/dataset"):
-        assert recorded_source(given, work) == given
+    for source in ("builtin", "builtin:2-4", "methods", "data/c.jsonl", "../shared/data/a.jsonl", "org/dataset"):
+        assert recorded_source(source, work) == source

@@ -27,7 +27,6 @@ from graftbench.store.folder import Store
 from graftbench.eval.eval_run import run_eval
 from graftbench.eval.evaluate import run_problem
 from tests.conftest import REFERENCE_MANIFESTS
-from tests.prereqs import need
 from tests.programs import sandbox_here
 
 ROOT = Path(__file__).resolve().parents[2]
