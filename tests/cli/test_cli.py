@@ -228,7 +228,7 @@ def test_a_deposit_into_a_store_path_that_is_or_runs_through_a_file_is_refused_b
 def test_an_extension_that_cannot_be_made_is_refused_before_the_model_loads(options, reason, monkeypatch):
     from graftbench.cli import exact
 
-    from tests.conftest import AIME2024, ROOT
+    from tests.conftest import AIME2024
 
     monkeypatch.setattr(exact, "open_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
     expectation = REFERENCE_MANIFESTS / "exact-smollm2-135m.json"

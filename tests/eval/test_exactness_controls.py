@@ -23,8 +23,7 @@ from graftbench.engine.llama_cpp.state_layout import (
     parse_state,
 )
 
-from tests.conftest import AIME2024
-from tests.prereqs import need
+from tests.prereqs import llama_missing, need
 
 
 def _state(positions, layers=2, k_type=GGML_F16, row_bytes=8, v_trans=1, caches=1) -> bytes:
@@ -157,10 +156,7 @@ def _llama_session(kv_type: str, flash_attn: bool):
     llama-cpp-python is not importable."""
     from graftbench.engine.llama_cpp.session import open_llama_session
 
-    try:
-        import llama_cpp  # noqa: F401  (the engine imports it on first use)
-    except ImportError as exc:
-        need("llama.cpp", f"llama-cpp-python is not importable ({exc})")
+    need("llama.cpp", llama_missing())
     return open_llama_session("smollm2-135m", chunk_size=64, threads=1, kv_type=kv_type, flash_attn=flash_attn,
                               n_ctx=1024)
 

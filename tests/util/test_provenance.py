@@ -10,7 +10,6 @@ import tomllib
 from importlib import metadata
 from pathlib import Path
 
-import pytest
 
 from graftbench.results.manifest import environment
 from graftbench.util import provenance
