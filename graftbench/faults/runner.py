@@ -396,7 +396,7 @@ def report(rows: list[Row], seconds: float, console) -> bool:
 def main(argv: list[str] | None = None) -> int:
     """Run every fault against a fresh store in a temporary folder; print (and with ``--out`` write) the report: the
     model's pin (thread count included), the machine, date and code version
-    (as :func:`graftbench.util.provenance.provenance_line` names them, in plain text), the table, and the totals on the last line."""
+    (:func:`graftbench.util.provenance.provenance_text`), the table, and the totals on the last line."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, help="also write the report to this text file")
     parser.add_argument("--model", default="smollm2-135m")
@@ -405,8 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
     from ..engine.registry import DEFAULT_ENGINE, fault_ops
-    from ..util.isa import describe_cpu
-    from ..util.provenance import code_version, describe_code, provenance
+    from ..util.provenance import code_version, provenance, provenance_text
 
     code = code_version()  # at the start: the checkout may move during the run
     started = time.perf_counter()
@@ -419,9 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"model {session.config.model} ({session.config.dtype}, chunk size {session.config.chunk_size}, "
                   f"{session.config.threads} threads, config {session.config.fingerprint[:16]}); seed {args.seed}",
                   markup=False)
-    made = provenance(code=code)  # plain text: this report is a text file, not markdown
-    console.print(f"Measured on {describe_cpu(made['machine'])}, {made['created_utc']}, {describe_code(code)}.",
-                  markup=False)
+    console.print(provenance_text(provenance(code=code)), markup=False)  # plain text: the report is a text file
     ok = report(bench.rows, time.perf_counter() - started, console)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

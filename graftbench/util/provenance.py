@@ -138,9 +138,14 @@ def describe_code(code: dict) -> str:
     return f"{PACKAGE} {version}, commit {commit[:SHORT_COMMIT]}{dirty}"
 
 
-def provenance_line(block: dict) -> str:
-    """One markdown line naming a :func:`provenance` block's machine (:func:`graftbench.util.isa.describe_cpu`),
-    date and code version (:func:`describe_code`), every recorded value shown as text, never markup."""
+def provenance_text(block: dict) -> str:
+    """One plain-text line naming a :func:`provenance` block's machine (:func:`graftbench.util.isa.describe_cpu`),
+    date and code version (:func:`describe_code`), for a text file or a terminal printing without markup."""
     where = isa.describe_cpu(block.get("machine") or {})
     date, code = block.get("created_utc") or "date unknown", describe_code(block.get("code") or {})
-    return markdown_text(f"Measured on {where}, {date}, {code}.")
+    return f"Measured on {where}, {date}, {code}."
+
+
+def provenance_line(block: dict) -> str:
+    """:func:`provenance_text` as one markdown line, every recorded value shown as text, never markup."""
+    return markdown_text(provenance_text(block))
