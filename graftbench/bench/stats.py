@@ -73,7 +73,11 @@ class PeakRSS:
     """Peak resident memory of a block, over what was resident when it began, in bytes.
 
     Resets the kernel's high-water mark (``echo 5 > /proc/self/clear_refs``, proc(5)) at entry and reads
-    ``VmHWM`` at exit, so a transient peak inside the block counts. Raises ``OSError`` off Linux.
+    ``VmHWM`` at exit, so a transient peak inside the block counts. Since Linux 6.2 both ``VmRSS`` and ``VmHWM``
+    come from per-CPU batched counters (``percpu_counter_read_positive`` in ``mm/``), read approximately: a block
+    that frees what it allocated can read a high-water mark some pages below the resident set read at its start.
+    The peak of a block is at least what was resident when it began, so ``increase`` is never below 0 (bytes).
+    Raises ``OSError`` off Linux.
     """
 
     def __enter__(self) -> "PeakRSS":
@@ -84,4 +88,4 @@ class PeakRSS:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.increase = _status_kib("VmHWM") * 1024 - self.start
+        self.increase = max(0, _status_kib("VmHWM") * 1024 - self.start)

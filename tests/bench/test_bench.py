@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from graftbench.util import isa
-from graftbench.bench import long_context
+from graftbench.bench import long_context, stats
 from graftbench.settings import BatchedSettings
 from graftbench.bench.peer import measure_peer, peer_options
 from graftbench.bench.report import peer_lines, ttft_table
@@ -231,6 +231,20 @@ def test_summary_and_peak_rss():
     with PeakRSS() as peak:
         pass
     assert peak.increase < 60 << 20
+
+
+def test_a_high_water_mark_read_below_the_starting_resident_set_is_no_increase(monkeypatch):
+    # The kernel's counters are approximate: VmHWM can read a few pages under the VmRSS read at entry.
+    readings = {"VmRSS": 1000, "VmHWM": 969}
+    monkeypatch.setattr(stats, "_status_kib", lambda field: readings[field])
+    monkeypatch.setattr(stats, "_CLEAR_REFS", type("Sink", (), {"write_text": lambda self, text: None})())
+    with stats.PeakRSS() as peak:
+        pass
+    assert (peak.start, peak.increase) == (1000 * 1024, 0)
+    readings["VmHWM"] = 1500
+    with stats.PeakRSS() as peak:
+        pass
+    assert peak.increase == 500 * 1024
 
 
 def test_a_ttft_row_with_unequal_logits_says_which_side_moved():
