@@ -15,12 +15,12 @@ from pathlib import Path
 
 from ..util.display_text import markdown_text
 from ..util.durable import blocking_file
-from ..results.manifest import NO_STORE, ManifestError, load_manifest, recorded_verifier_version
+from ..results.manifest import (NO_STORE, RUN_MANIFEST_NAME, ManifestError, load_manifest, recorded_verifier_version,
+                                run_folder_manifest)
 from ..results.metrics import RESAMPLES, family_costs, family_of, paired_difference, run_checks, summarize
 from .prompt_arm import prompt_arm_rows
 
 DEFAULT_REPORTS_DIR = "reports"
-MANIFEST_NAME = "manifest.json"
 _PLAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -128,15 +128,26 @@ class Report:
         return sorted((r for r in self.runs if r.round is not None), key=lambda r: (r.round, r.label))
 
 
+def folder_manifest(folder: Path) -> Path:
+    """:func:`graftbench.results.manifest.run_folder_manifest` with its refusal raised as :class:`ReportError`."""
+    try:
+        return run_folder_manifest(folder)
+    except ManifestError as exc:
+        raise ReportError(str(exc)) from None
+
+
 def manifest_path(path: str | Path) -> Path:
     """The run manifest a report argument names: ``PATH/manifest.json`` for a run folder, else ``PATH`` itself.
     Raises :class:`ReportError` naming ``path`` when it is neither a run folder holding a manifest nor a file (a
-    FIFO or a device is named as not a regular file; it is never opened)."""
+    FIFO or a device is named as not a regular file; it is never opened), or when the folder's manifest is a
+    symlink out of it (:func:`graftbench.results.manifest.run_folder_manifest`)."""
     path = Path(path)
     if path.is_dir():
-        if (path / MANIFEST_NAME).is_file():
-            return path / MANIFEST_NAME
-        raise ReportError(f"'{path}' is neither a run folder nor a run manifest: the folder holds no {MANIFEST_NAME}")
+        held = folder_manifest(path)
+        if held.is_file():
+            return held
+        raise ReportError(f"'{path}' is neither a run folder nor a run manifest: the folder holds no "
+                          f"{RUN_MANIFEST_NAME}")
     if path.is_file():
         return path
     if path.exists():

@@ -32,7 +32,8 @@ from ..util.safe_files import MAX_JSON_BYTES, read_regular
 from ..util.strict_json import StrictJSONError, loads_strict
 from ..verify.answers import REASONING_VERSION, answer_span
 from ..verify.reasoning import split_reasoning
-from .compare import MANIFEST_NAME, ReportError, load_run_manifest
+from ..results.manifest import RUN_MANIFEST_NAME
+from .compare import ReportError, folder_manifest, load_run_manifest
 
 SAMPLES_NAME = "samples.jsonl"
 RUN_SETTINGS_NAME = "run.json"
@@ -105,13 +106,18 @@ def render_page(data: dict) -> str:
 
 def _run_source(path: Path) -> tuple[Path, Path | None]:
     """``(manifest path or None, run folder or None)`` for an argument: a manifest file, or a run folder with
-    ``manifest.json`` or only ``samples.jsonl``. Raises :class:`ViewError` naming ``path`` otherwise."""
+    ``manifest.json`` or only ``samples.jsonl``. Raises :class:`ViewError` naming ``path`` otherwise, and when the
+    folder's ``manifest.json`` is a symlink out of it."""
     if path.is_dir():
-        if (path / MANIFEST_NAME).is_file():
-            return path / MANIFEST_NAME, None
+        try:
+            held = folder_manifest(path)
+        except ReportError as exc:
+            raise ViewError(str(exc)) from None
+        if held.is_file():
+            return held, None
         if (path / SAMPLES_NAME).is_file():
             return path / SAMPLES_NAME, path
-        raise ViewError(f"'{path}' is neither a run folder nor a run manifest: the folder holds no {MANIFEST_NAME} "
+        raise ViewError(f"'{path}' is neither a run folder nor a run manifest: the folder holds no {RUN_MANIFEST_NAME} "
                         f"and no {SAMPLES_NAME}")
     if path.is_file():
         return path, None
@@ -142,7 +148,7 @@ def _unsealed(path: Path, folder: Path) -> ViewRun:
         problems.setdefault(sample["problem_id"], {"id": sample["problem_id"], "key": sample.get("key"),
                                                    "problem_sha256": sample.get("problem_sha256")})
     return ViewRun(folder.name, folder, None, samples, list(problems.values()), "unsealed",
-                   notes=[f"no {MANIFEST_NAME}: the run is not sealed, so nothing in it was verified"])
+                   notes=[f"no {RUN_MANIFEST_NAME}: the run is not sealed, so nothing in it was verified"])
 
 
 def read_run(path: str | Path) -> ViewRun:

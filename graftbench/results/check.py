@@ -13,7 +13,7 @@ from pathlib import Path
 from .exact_manifest import SCHEMA as EXACTNESS_SCHEMA
 from .exact_manifest import load_expectation, verify_exactness_manifest
 from .layout import moved_manifest
-from .manifest import ManifestError, ManifestRefused, check_body, load_manifest
+from .manifest import ManifestError, ManifestRefused, check_body, load_manifest, run_folder_manifest
 from .anchor import ProblemSet, anchor_manifest, exactness_shape, index_mismatch, run_shape
 from ..util.strict_json import StrictJSONError, load_strict
 
@@ -24,7 +24,6 @@ EXIT_MISMATCH = 1  # a check failed, or the document is not what its schema says
 EXIT_ERROR = 2  # not a manifest at all, a --store or --problems that cannot be read
 EXIT_UNANCHORED = 3  # no problem set could be checked against it (unless --allow-unanchored)
 EXIT_UNCHECKED_PAYLOADS = 4  # artifact payloads it lists were not checked (unless --allow-unchecked-payloads)
-RUN_MANIFEST_NAME = "manifest.json"  # a run folder's sealed manifest (graftbench.results.runs.RunDir)
 
 
 @dataclass(frozen=True)
@@ -61,10 +60,12 @@ class Verification:
 
 
 def manifest_file(path: str | Path) -> Path:
-    """The manifest ``path`` names: a run folder's :data:`RUN_MANIFEST_NAME` when ``path`` is a folder, else
-    ``path`` itself (read by :func:`graftbench.results.manifest.load_manifest`, which names what is wrong)."""
+    """The manifest ``path`` names: a run folder's ``manifest.json`` when ``path`` is a folder
+    (:func:`graftbench.results.manifest.run_folder_manifest`, which raises ``ManifestError`` for a symlink out of
+    the folder), else ``path`` itself (read by :func:`graftbench.results.manifest.load_manifest`, which names what
+    is wrong)."""
     path = Path(path)
-    return path / RUN_MANIFEST_NAME if path.is_dir() else path
+    return run_folder_manifest(path) if path.is_dir() else path
 
 
 def _schema_of(path: Path) -> str | None:

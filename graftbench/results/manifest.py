@@ -35,7 +35,7 @@ from ..util.float_sums import recompute, total
 from ..util.hashing import canonical_json, jcs_json, sha256_bytes, sha256_text
 from ..util.provenance import code_version, machine
 from ..programs.mode import PROGRAM_FIELDS, extract_program, sample_verdict
-from ..util.safe_files import MAX_ARTIFACT_BYTES, UnsafeFileError, sha256_regular
+from ..util.safe_files import MAX_ARTIFACT_BYTES, UnsafeFileError, check_within, sha256_regular
 from ..programs.sandbox import STOPPED
 from ..util.strict_json import StrictJSONError, load_strict
 from ..verify.answers import check_version
@@ -45,6 +45,7 @@ SCHEMA = "graftbench.manifest/2"  # RFC 8785 (JCS) bytes; the verifier version i
 SCHEMAS = (SCHEMA_V1, SCHEMA)
 MIN_VERIFIER = 2  # the lowest verifier version a graftbench.manifest/2 manifest may record
 DIGEST_CHARS = 16
+RUN_MANIFEST_NAME = "manifest.json"  # a run folder's sealed manifest (graftbench.results.runs.RunDir)
 NO_STORE = "no store given with --store"  # why payloads were not checked when no store was given
 _ENTRY_SECTIONS = {"problems": ("problem", "id"), "samples": ("sample", "problem_id")}
 _UNSEALED = ("manifest_sha256", "sealed_fields")
@@ -282,6 +283,21 @@ def write_manifest(manifest: dict, path: str | Path) -> None:
     from ..util.durable import write_file_atomic
 
     write_file_atomic(Path(path), canonical_bytes(manifest, manifest.get("schema", SCHEMA)) + b"\n")
+
+
+def run_folder_manifest(folder: str | Path) -> Path:
+    """``folder/manifest.json``, the sealed manifest of the run folder ``folder`` (it may not exist). Raises
+    :class:`ManifestError` naming the folder when that name is a symlink whose target lies outside the folder: a
+    run folder's files are never followed out of it (:meth:`graftbench.results.runs.RunDir.check_own_files` holds
+    the same for its journals). A manifest named by its own path, not through a folder, is the caller's choice."""
+    held = Path(folder) / RUN_MANIFEST_NAME
+    if os.path.islink(held):
+        try:
+            check_within(held, folder, f"run folder '{folder}':")
+        except UnsafeFileError as exc:
+            raise ManifestError(f"{exc.strerror}; a run's files are never followed out of its folder: name the "
+                                "manifest by its own path if it is meant") from None
+    return held
 
 
 def load_manifest(path: str | Path, schema: str | tuple[str, ...] = SCHEMAS) -> dict:

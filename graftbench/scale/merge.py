@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..results.manifest import build_manifest, graft_use, load_manifest, verify_manifest, write_manifest
+from ..results.manifest import (ManifestError, build_manifest, graft_use, load_manifest, run_folder_manifest,
+                                verify_manifest, write_manifest)
 from ..results.runs import RunDir, RunError
 from ..util.provenance import code_version
 from ..util.seeds import sample_seed
@@ -49,9 +50,16 @@ class MergeResult:
 
 def manifest_path(source: str | Path, runs_root: str | Path) -> Path:
     """A shard given as a manifest file, a run folder, or a run name under ``runs_root``: its ``manifest.json``.
-    Raises :class:`MergeError` when there is none."""
+    Raises :class:`MergeError` when there is none, or when a folder's manifest is a symlink out of it
+    (:func:`graftbench.results.manifest.run_folder_manifest`)."""
     path = Path(source)
-    for candidate in (path, path / "manifest.json", Path(runs_root) / str(source) / "manifest.json"):
+    if path.is_file():
+        return path
+    for folder in (path, Path(runs_root) / str(source)):
+        try:
+            candidate = run_folder_manifest(folder)
+        except ManifestError as exc:
+            raise MergeError(f"shard '{source}': {exc}") from None
         if candidate.is_file():
             return candidate
     raise MergeError(f"shard '{source}': no manifest.json (is it a finished run under {runs_root}/?)")

@@ -46,7 +46,9 @@ def _kind(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
-def _check_within(path: Path, within: str | Path | None, what: str) -> None:
+def check_within(path: str | Path, within: str | Path | None, what: str) -> None:
+    """Raise :class:`UnsafeFileError` naming ``what`` and ``path`` when the real location of ``path`` (every
+    symlink followed) is not inside the real ``within`` folder; nothing when ``within`` is ``None``."""
     if within is None:
         return
     real, root = os.path.realpath(path), os.path.realpath(within)
@@ -72,7 +74,7 @@ def regular_file_size(path: str | Path, *, max_bytes: int | None = None, within:
     checks it, without opening it. Raises ``FileNotFoundError``, ``IsADirectoryError`` or
     :class:`UnsafeFileError` (naming ``what`` and the path)."""
     path = Path(path)
-    _check_within(path, within, what)
+    check_within(path, within, what)
     status = os.stat(path)
     _check_stat(path, status, max_bytes, what)
     return status.st_size

@@ -492,3 +492,27 @@ def test_report_lm_eval_folders_stay_under_lm_eval_and_never_overwrite_each_othe
     assert code == 0, output
     found = sorted(p.relative_to(tmp_path / "r").parts[:2] for p in (tmp_path / "r").rglob("results_*.json"))
     assert found == [("lm-eval", ".._2"), ("lm-eval", "__")]  # the second is labelled ..#2
+
+
+def test_a_run_folders_manifest_symlinked_out_of_it_is_refused_by_every_reader(tmp_path):
+    from graftbench.scale.merge import MergeError, manifest_path as shard_manifest
+
+    outside = written(load_manifest(BASELINE), tmp_path / "elsewhere.json")
+    folder = tmp_path / "runs" / "borrowed"
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").symlink_to(outside)
+    for command in (["verify-manifest", folder], ["report", folder, "--out", tmp_path / "r", "--resamples", "100"],
+                    ["view", folder, "--out", tmp_path / "v.html"]):
+        code, output = cli(*command)
+        assert code == 2, (command, output)
+        assert "outside" in one_line_naming(output, "never followed out of its folder")
+    assert not (tmp_path / "r").exists() and not (tmp_path / "v.html").exists()
+    with pytest.raises(MergeError, match="never followed out of its folder"):
+        shard_manifest(folder, tmp_path / "runs")
+    # named by its own path, the same file is the caller's choice; a link that stays inside the folder is followed
+    assert cli("verify-manifest", outside)[0] == 0
+    inside = tmp_path / "runs" / "inside"
+    inside.mkdir()
+    written(load_manifest(BASELINE), inside / "sealed.json")
+    (inside / "manifest.json").symlink_to("sealed.json")
+    assert cli("verify-manifest", inside)[0] == 0
