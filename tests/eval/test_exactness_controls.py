@@ -9,6 +9,7 @@ recorded on another CPU is expected.
 from __future__ import annotations
 
 import json
+import re
 import struct
 
 import numpy as np
@@ -58,10 +59,16 @@ def test_the_state_layout_is_read_to_its_last_byte_and_finds_each_layers_key_row
     assert [(r.cache, r.layer) for r in two] == [(0, 0), (0, 1), (1, 0), (1, 1)]
 
 
-@pytest.mark.parametrize("damage", [lambda s: s[:-1], lambda s: s + b"\0", lambda s: s + b"\0" * 4,
-                                    lambda s: s[:20], lambda s: b"", lambda s: b"\0" + s[1:]])
-def test_a_state_that_does_not_follow_the_layout_to_its_end_is_refused(damage):
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize("damage, message", [
+    (lambda s: s[:-1], r"a block of 24 bytes at byte 180 runs past the state's 203 bytes"),
+    (lambda s: s + b"\0", r"the state ends at byte 205 inside a field at byte 204"),
+    (lambda s: s + b"\0" * 4, r"cache 1 of the state has 0 streams; this reads 1 to 64"),
+    (lambda s: s[:20], r"the state ends at byte 20 inside a field at byte 20"),
+    (lambda s: b"", r"the state ends at byte 0 inside a field at byte 0"),
+    (lambda s: b"\0" + s[1:], r"the state starts with 0xaf143c00, not llama.cpp's sequence state magic 0xaf143cd8"),
+], ids=["last-byte-cut", "one-byte-more", "an-empty-cache-more", "cut-in-a-cell", "empty", "magic"])
+def test_a_state_that_does_not_follow_the_layout_to_its_end_is_refused_naming_where(damage, message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         parse_state(damage(_state([0, 1, 2])))
 
 
