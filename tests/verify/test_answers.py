@@ -179,6 +179,14 @@ def test_answers_equivalent(a, b, expected):
 # --------------------------------------------------------------------------------------
 # Robustness and speed
 # --------------------------------------------------------------------------------------
+# "Fast" is CPU time of this thread (time.thread_time), not wall time: these bounds catch runaway work (backtracking,
+# sympy on a huge expression), which a wall clock on a loaded 2-core CI machine cannot tell from waiting for a core.
+# The lazy sympy import is done before any clock starts (the first call that needs sympy pays for it).
+
+
+@pytest.fixture
+def sympy_imported():
+    verify_answer(r"\boxed{\sqrt{16}}", "4")
 
 
 @pytest.mark.parametrize(
@@ -196,12 +204,12 @@ def test_answers_equivalent(a, b, expected):
         "\x00\ufffd\\boxed{\U0001f600}",
     ],
 )
-def test_pathological_inputs_do_not_raise_and_are_fast(text):
-    start = time.perf_counter()
+def test_pathological_inputs_do_not_raise_and_are_fast(text, sympy_imported):
+    start = time.thread_time()
     v = verify_answer(text, "4")
     assert isinstance(v, Verdict)
     assert v.correct is False
-    assert time.perf_counter() - start < 2.0
+    assert time.thread_time() - start < 2.0
 
 
 def test_non_string_inputs_do_not_raise():
@@ -210,22 +218,21 @@ def test_non_string_inputs_do_not_raise():
     assert extract_answer(None) is None  # type: ignore[arg-type]
 
 
-def test_ten_thousand_char_response_is_fast():
+def test_ten_thousand_char_response_is_fast(sympy_imported):
     chunk = r"We have $x^2 + 3x = \frac{9}{4}$ so the answer is \boxed{17} or maybe not. "
     text = (chunk * (10_000 // len(chunk) + 1))[:10_000] + r" Finally $\boxed{4\sqrt{2}}$."
-    verify_answer(text, "4")  # warm the lazy sympy import
-    start = time.perf_counter()
+    start = time.thread_time()
     for _ in range(5):
         v = verify_answer(text, "4")
-    assert (time.perf_counter() - start) / 5 < 0.5
+    assert (time.thread_time() - start) / 5 < 0.5
     assert v == Verdict(r"4\sqrt{2}", False)
 
 
-def test_box_spam_is_fast():
+def test_box_spam_is_fast(sympy_imported):
     text = r"\boxed{" * 2000
-    start = time.perf_counter()
+    start = time.thread_time()
     assert verify_answer(text, "4") == Verdict(None, False)
-    assert time.perf_counter() - start < 1.0
+    assert time.thread_time() - start < 1.0
 
 
 def test_works_off_the_main_thread():
