@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 from graftbench.results import layout
 
@@ -29,7 +29,11 @@ AIME2024 = SHARED_DATA / "aime2024.jsonl"
 AIME2025 = SHARED_DATA / "aime2025.jsonl"
 SESSION_MODEL = "smollm2-135m"
 
-settings.register_profile("hermetic", database=None)  # no .hypothesis/ folder in the checkout
+# No .hypothesis/ folder in the checkout, and no wall-clock limits: Hypothesis' default 200 ms deadline per example and
+# its too_slow health check (data generation over a second) fail a test when a loaded machine stalls it (a 2-core CI
+# runner with two workers and the background replays; a first sympy import inside an example). Nothing the property
+# tests check is a time. A test's own ``suppress_health_check`` list replaces this one: it names too_slow as well.
+settings.register_profile("hermetic", database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("hermetic")
 
 # One temporary home per test run. Under pytest-xdist (``make test`` runs two workers) the controller makes it and

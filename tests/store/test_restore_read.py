@@ -49,7 +49,8 @@ def test_index_records_the_xxh3_of_the_file(stored):
     assert read_safetensors(store.path(artifact_id), "sha256").digest == artifact_id
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                 HealthCheck.too_slow])
 @given(bit=st.integers(0, len(VALID) * 8 - 1), integrity=st.sampled_from(["xxh3_128", "sha256"]))
 def test_any_flipped_bit_is_refused_as_a_hash_failure(stored, bit, integrity):
     store, artifact_id = stored
