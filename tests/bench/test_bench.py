@@ -64,8 +64,14 @@ def test_smoke_ttft_rows_record_what_they_measured(smoke):
         assert row["artifact_bytes"] > row["tokens"] * SMOLLM2_BYTES_PER_TOKEN
         assert row["artifact_bytes"] < row["tokens"] * SMOLLM2_BYTES_PER_TOKEN + 64 * 1024
         graft = row["graft"]["query_1/xxh3_128"]
-        parts = sum(graft[k]["median"] for k in ("read_s", "integrity_s", "parse_s", "checks_s", "rebuild_s", "query_s"))
-        assert graft["total_s"]["median"] == pytest.approx(parts, rel=0.5)
+        # each repetition's total_s is the sum of its parts (graft_once), so over the repetitions the parts' fastest
+        # add up to no more than the fastest total, and their slowest to no less than the slowest total (1e-12 s:
+        # float rounding); medians do not add up, and comparing them was a comparison of separate timings
+        parts = ["read_s", "integrity_s", "parse_s", "checks_s", "rebuild_s", "query_s"] + (
+            ["copy_s"] if "copy_s" in graft else [])  # copy_s: on a GPU
+        assert all(graft[k]["n"] == graft["total_s"]["n"] for k in parts)
+        assert sum(graft[k]["min"] for k in parts) <= graft["total_s"]["min"] + 1e-12
+        assert graft["total_s"]["max"] <= sum(graft[k]["max"] for k in parts) + 1e-12
         assert row["ttft_ratio"]["query_1"] == pytest.approx(
             row["prefill"]["ttft_query_1_s"]["median"] / graft["total_s"]["median"])
         assert row["graft_memory"]["rss_at_rest_bytes"] > 100e6  # a loaded model
@@ -81,7 +87,12 @@ def test_smoke_restore_store_scale_decode_and_peer(smoke):
     assert restore["bit_flips"]["caught"] == restore["bit_flips"]["tried"] == 8
     assert set(restore["seconds"]) == {"raw_read", "raw_read_fresh_memory", "read_xxh3_128", "read_sha256",
                                        "restore_xxh3_128"}
-    assert restore["hash_in_memory_gb_per_s"]["xxh3_128"] > restore["hash_in_memory_gb_per_s"]["sha256"]
+    # which hash is faster is the benchmark's finding, not the test's: two separate timings on a busy machine
+    assert sorted(restore["hash_in_memory_gb_per_s"]) == ["sha256", "xxh3_128"]
+    assert all(speed > 0 for speed in restore["hash_in_memory_gb_per_s"].values())
+    for figure in restore["seconds"].values():  # GB/s from the median seconds of the same repetitions
+        assert 0 < figure["min"] <= figure["median"] <= figure["max"]
+        assert figure["gb_per_s"] == pytest.approx(restore["artifact_bytes"] / figure["median"] / 1e9)
     assert [row["artifacts"] for row in result["store_scale"]] == [10, 100]
     for row in result["store_scale"]:
         assert row["routed_as_expected"] == {"exact": 50, "similar": 50, "none": 50}
