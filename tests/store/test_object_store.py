@@ -313,6 +313,11 @@ def test_a_depositor_killed_mid_upload_leaves_no_object(s3, tmp_path):
         proc.wait(60)
     finally:
         proxy.close()  # the server sees the upload's connection end early
+    # the server's thread records the PUT once it has parsed the headers, which a loaded machine may delay past the
+    # cut; then a second for it to answer, which it must not
+    deadline = time.monotonic() + 60
+    while not s3.server.requests.puts(s3.key, artifact_id_of(data)) and time.monotonic() < deadline:
+        time.sleep(0.05)
     time.sleep(1.0)
     assert s3.server.requests.puts(s3.key, artifact_id_of(data)) == [None]  # it reached the server, never answered
     assert objects(s3) == []  # nothing partial is visible
