@@ -111,10 +111,14 @@ def test_a_step_killed_by_its_timeout_leaves_the_earlier_steps_intact(tmp_path):
 
 
 def test_the_window_budget_cuts_the_steps_past_it_and_says_so(tmp_path):
-    result = _window(tmp_path, GPU_BUDGET="4", GPU_MIN_STEP="3", GPU_FAKE_SLEEP_CHECK="2")
+    """An 8 s window, 6 s at least per step, a 3 s first step. bash's SECONDS counts whole-second ticks, so the first
+    step starts with 6 to 8 s left (the set-up takes under 2 s) and is cut to that (from 150 s), which leaves it
+    3 s or more beyond its sleep for the fake Python to start on a loaded machine; after it at most 5 s are left,
+    under the 6 s a step needs, so no later step starts."""
+    result = _window(tmp_path, GPU_BUDGET="8", GPU_MIN_STEP="6", GPU_FAKE_SLEEP_CHECK="3")
     assert result.returncode == 0, result.stderr
     rows = _steps(_members(tmp_path / "window.tar.gz"))
-    assert rows[0][:2] == ["certificate random:qwen2.5-7b", "done"] and rows[0][4] in ("3", "4")  # 150 s cut
+    assert rows[0][:2] == ["certificate random:qwen2.5-7b", "done"] and rows[0][4] in ("6", "7", "8")  # 150 s cut
     assert all(row[1].startswith("not run: ") and row[1].endswith(" s of the window left") for row in rows[1:])
     assert len(rows) == 7
 
