@@ -198,7 +198,9 @@ def test_a_solve_killed_with_sigkill_loses_at_most_the_problem_in_flight(session
     """Two samples recorded, then a solve process resumes and is killed: mid-write of its first sample
     (``sample-torn``) or as soon as it has recorded one more (``random``). Resuming records each problem once
     and keeps every line recorded before byte-identical."""
-    path = write_problem_set(tmp_path / "set.jsonl", [tiny_problem(i) for i in range(5)])
+    # 12 problems: in the random mode this process polls for the third line and kills the solve; the nine problems
+    # after it (not two) keep the solve running while a loaded machine delays the poll, so it is killed, not done
+    path = write_problem_set(tmp_path / "set.jsonl", [tiny_problem(i) for i in range(12)])
     problems = load_problems(str(path))
     solve = kill_a_resumed_solve(session, path, tmp_path / "runs", "killed", mode, recorded=2)
     assert solve.interrupted  # the first run stopped after two samples
@@ -311,14 +313,16 @@ def test_a_damaged_index_is_a_clear_error_and_reindex_restores_every_route(sessi
 
 
 def test_a_second_process_resuming_a_run_is_refused_naming_the_holder(session, tmp_path):
-    path = write_problem_set(tmp_path / "set.jsonl", [tiny_problem(i) for i in range(4)])
+    # 12 problems: the solve process holds the run while it solves them, the window in which this process's resume
+    # must find it held; with 4 a loaded machine could let the solve finish first
+    path = write_problem_set(tmp_path / "set.jsonl", [tiny_problem(i) for i in range(12)])
     seen = resume_while_another_runs(session, path, tmp_path / "runs", "shared")
     assert isinstance(seen.error, RunError)
     assert str(seen.error).startswith(f"run 'shared' is in use by pid {seen.holder_pid} on ")
     assert str(seen.error).endswith("; wait for it or stop it")
     after = lines_of(seen.after)
     assert after[: len(lines_of(seen.at_kill))] == lines_of(seen.at_kill)
-    assert [json.loads(line)["problem_id"] for line in after] == [f"tiny-{i}" for i in range(4)]
+    assert [json.loads(line)["problem_id"] for line in after] == [f"tiny-{i}" for i in range(12)]
     assert not seen.run.owner_path.exists()  # released at the end of the resume
 
 
