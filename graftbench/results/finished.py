@@ -51,9 +51,11 @@ def finished_run(runs_root: str | Path, run_name: str, request: Request, problem
     against ``store`` (else the store it records); ``None`` when it is not (no manifest, samples missing or more
     recorded than the manifest holds, or other settings: the command then runs, resumes or refuses as before).
     A finished run whose manifest does not verify comes back with its ``mismatches``. Raises nothing for a folder
-    it cannot read: that is left to the run's own checks."""
+    it cannot read, nor for one whose files are not its own (a ``manifest.json`` symlinked out of it is never
+    read): that is left to the run's own checks (:meth:`graftbench.results.runs.RunDir.open` refuses it)."""
     run = RunDir(runs_root, run_name)
     try:
+        run.check_own_files()  # a manifest.json symlinked out of the folder is never read (the run then refuses it)
         manifest = load_manifest(run.manifest_path)
         recorded = load_strict(run.settings_path)
         samples = run.read_samples()

@@ -35,7 +35,7 @@ from ..util.float_sums import recompute, total
 from ..util.hashing import canonical_json, jcs_json, sha256_bytes, sha256_text
 from ..util.provenance import code_version, machine
 from ..programs.mode import PROGRAM_FIELDS, extract_program, sample_verdict
-from ..util.safe_files import MAX_ARTIFACT_BYTES, UnsafeFileError, check_within, sha256_regular
+from ..util.safe_files import MAX_ARTIFACT_BYTES, UnsafeFileError, check_within, regular_file_size, sha256_regular
 from ..programs.sandbox import STOPPED
 from ..util.strict_json import StrictJSONError, load_strict
 from ..verify.answers import check_version
@@ -287,16 +287,28 @@ def write_manifest(manifest: dict, path: str | Path) -> None:
 
 def run_folder_manifest(folder: str | Path) -> Path:
     """``folder/manifest.json``, the sealed manifest of the run folder ``folder`` (it may not exist). Raises
-    :class:`ManifestError` naming the folder when that name is a symlink whose target lies outside the folder: a
-    run folder's files are never followed out of it (:meth:`graftbench.results.runs.RunDir.check_own_files` holds
-    the same for its journals). A manifest named by its own path, not through a folder, is the caller's choice."""
+    :class:`ManifestError` naming the folder and the file when that name exists but is not a regular file inside
+    the folder: a symlink whose target lies outside it (a run folder's files are never followed out of it;
+    :meth:`graftbench.results.runs.RunDir.check_own_files` holds the same for its other files), a symlink to
+    nothing, a folder, a FIFO or a device (none is opened). A manifest named by its own path, not through a
+    folder, is the caller's choice."""
     held = Path(folder) / RUN_MANIFEST_NAME
-    if os.path.islink(held):
-        try:
-            check_within(held, folder, f"run folder '{folder}':")
-        except UnsafeFileError as exc:
-            raise ManifestError(f"{exc.strerror}; a run's files are never followed out of its folder: name the "
-                                "manifest by its own path if it is meant") from None
+    if not os.path.lexists(held):
+        return held
+    where = f"run folder '{folder}':"
+    try:
+        check_within(held, folder, where)
+    except UnsafeFileError as exc:
+        raise ManifestError(f"{exc.strerror}; a run's files are never followed out of its folder: name the "
+                            "manifest by its own path if it is meant") from None
+    try:
+        regular_file_size(held, what=where)
+    except FileNotFoundError:
+        raise ManifestError(f"{where} {held} is a symlink to {os.readlink(held)}, which does not exist") from None
+    except OSError as exc:  # a folder, a FIFO, a device (UnsafeFileError names it), or unreadable
+        shown = exc.strerror if isinstance(exc, (UnsafeFileError, IsADirectoryError)) else \
+            f"{where} {held} cannot be read ({exc.strerror or exc})"
+        raise ManifestError(str(shown)) from None
     return held
 
 

@@ -130,11 +130,11 @@ class RunDir:
             raise
 
     def check_own_files(self) -> None:
-        """Raise :class:`RunError` naming the run and the file when ``samples.jsonl``, ``appended_by.jsonl`` or
-        ``run.json``, where it exists, is not a regular file inside the run's folder: a symlink that leaves it, a
-        FIFO, a device or a folder. Nothing is read, cut or written before this holds (a resume cuts a torn last
-        line and appends)."""
-        for path in (self.settings_path, self.samples_path, self.appenders_path):
+        """Raise :class:`RunError` naming the run and the file when ``samples.jsonl``, ``appended_by.jsonl``,
+        ``run.json`` or ``manifest.json``, where it exists, is not a regular file inside the run's folder: a symlink
+        that leaves it, a FIFO, a device or a folder. Nothing is read, cut or written before this holds (a resume
+        cuts a torn last line and appends; a finished run is recognised from its manifest)."""
+        for path in (self.settings_path, self.samples_path, self.appenders_path, self.manifest_path):
             if not os.path.lexists(path):
                 continue
             try:

@@ -516,3 +516,49 @@ def test_a_run_folders_manifest_symlinked_out_of_it_is_refused_by_every_reader(t
     written(load_manifest(BASELINE), inside / "sealed.json")
     (inside / "manifest.json").symlink_to("sealed.json")
     assert cli("verify-manifest", inside)[0] == 0
+
+
+def test_a_run_name_whose_manifest_is_symlinked_out_is_never_taken_for_a_finished_run(tmp_path, monkeypatch):
+    """``solve``/``eval`` recognise a finished run from its folder's manifest before any model loads: a
+    ``manifest.json`` symlinked out of the folder is not read (the run is not finished), and resuming it is refused
+    in one line naming the run and the file, as a ``samples.jsonl`` linked out is."""
+    from graftbench.results import finished
+    from graftbench.results.runs import RunDir, RunError
+    from graftbench.settings import EvalSettings
+
+    outside = written(load_manifest(BASELINE), tmp_path / "elsewhere.json")
+    folder = tmp_path / "runs" / "borrowed"
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").symlink_to(outside)
+    (folder / "run.json").write_text("{}")
+    monkeypatch.setattr(finished, "_matches", lambda *args: True)  # whatever the outside manifest records
+    monkeypatch.setattr(finished, "_complete", lambda *args: True)
+    request = finished.Request("solve", "smollm2-135m", "float32", 256, "native", EvalSettings())
+    assert finished.finished_run(tmp_path / "runs", "borrowed", request, []) is None
+    with pytest.raises(RunError, match="never followed out of its folder") as refused:
+        RunDir(tmp_path / "runs", "borrowed").open({"command": "solve"})
+    assert "manifest.json" in str(refused.value) and "outside" in str(refused.value)
+    assert outside.read_bytes() == written(load_manifest(BASELINE), tmp_path / "again.json").read_bytes()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "dangling"])
+def test_a_run_folders_manifest_that_is_no_regular_file_is_named_as_such_not_taken_for_an_unsealed_run(tmp_path,
+                                                                                                       kind):
+    """``view`` showed such a folder's ``samples.jsonl`` as an unsealed run ("no manifest.json") and ``report`` said
+    the folder holds none; each reader now names the file and what it is, opening nothing."""
+    from graftbench.scale.merge import MergeError, manifest_path as shard_manifest
+
+    folder = tmp_path / "runs" / "odd"
+    folder.mkdir(parents=True)
+    held = folder / "manifest.json"
+    {"fifo": os.mkfifo, "folder": os.mkdir, "dangling": lambda p: p.symlink_to("sealed.json")}[kind](held)
+    (folder / "samples.jsonl").write_text(json.dumps({"problem_id": "p"}) + "\n")
+    said = {"fifo": "it is a FIFO", "folder": "is a directory", "dangling": "which does not exist"}[kind]
+    for command in (["verify-manifest", folder], ["report", folder, "--out", tmp_path / "r", "--resamples", "100"],
+                    ["view", folder, "--out", tmp_path / "v.html"]):
+        code, output = cli(*command, release=[held] if kind == "fifo" else [])
+        assert code == 2, (command, output)
+        assert said in one_line_naming(output, "manifest.json"), (command, output)
+    assert not (tmp_path / "r").exists() and not (tmp_path / "v.html").exists()
+    with pytest.raises(MergeError, match=said):
+        shard_manifest("odd", tmp_path / "runs")

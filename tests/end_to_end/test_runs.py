@@ -68,7 +68,7 @@ def test_run_names_that_leave_the_folder_are_refused(tmp_path, name):
         RunDir(tmp_path, name)
 
 
-@pytest.mark.parametrize("file", ["samples.jsonl", "appended_by.jsonl", "run.json"])
+@pytest.mark.parametrize("file", ["samples.jsonl", "appended_by.jsonl", "run.json", "manifest.json"])
 @pytest.mark.parametrize("target", ["elsewhere.txt", "missing.txt"])
 def test_a_run_file_linked_out_of_its_folder_is_refused_and_its_target_left_untouched(tmp_path, file, target):
     """A run folder prepared by someone else: its journal linked to a file elsewhere was cut (a "torn" last line)
