@@ -128,14 +128,6 @@ class Report:
         return sorted((r for r in self.runs if r.round is not None), key=lambda r: (r.round, r.label))
 
 
-def folder_manifest(folder: Path) -> Path:
-    """:func:`graftbench.results.manifest.run_folder_manifest` with its refusal raised as :class:`ReportError`."""
-    try:
-        return run_folder_manifest(folder)
-    except ManifestError as exc:
-        raise ReportError(str(exc)) from None
-
-
 def manifest_path(path: str | Path) -> Path:
     """The run manifest a report argument names: ``PATH/manifest.json`` for a run folder, else ``PATH`` itself.
     Raises :class:`ReportError` naming ``path`` when it is neither a run folder holding a manifest nor a file (a
@@ -143,7 +135,10 @@ def manifest_path(path: str | Path) -> Path:
     symlink out of it (:func:`graftbench.results.manifest.run_folder_manifest`)."""
     path = Path(path)
     if path.is_dir():
-        held = folder_manifest(path)
+        try:
+            held = run_folder_manifest(path)
+        except ManifestError as exc:
+            raise ReportError(str(exc)) from None
         if held.is_file():
             return held
         raise ReportError(f"'{path}' is neither a run folder nor a run manifest: the folder holds no "

@@ -25,15 +25,14 @@ from pathlib import Path
 from ..problems.types import Problem, family, problem_text_sha256
 from ..programs.mode import PROGRAM_FIELDS
 from ..programs.sandbox import answer_line_parts
-from ..results.manifest import ManifestError, recorded_verifier_version
+from ..results.manifest import RUN_MANIFEST_NAME, ManifestError, recorded_verifier_version, run_folder_manifest
 from ..results.metrics import family_of, summarize
 from ..results.pin_engine import engine_of
 from ..util.safe_files import MAX_JSON_BYTES, read_regular
 from ..util.strict_json import StrictJSONError, loads_strict
 from ..verify.answers import REASONING_VERSION, answer_span
 from ..verify.reasoning import split_reasoning
-from ..results.manifest import RUN_MANIFEST_NAME
-from .compare import ReportError, folder_manifest, load_run_manifest
+from .compare import ReportError, load_run_manifest
 
 SAMPLES_NAME = "samples.jsonl"
 RUN_SETTINGS_NAME = "run.json"
@@ -110,15 +109,15 @@ def _run_source(path: Path) -> tuple[Path, Path | None]:
     folder's ``manifest.json`` is a symlink out of it."""
     if path.is_dir():
         try:
-            held = folder_manifest(path)
-        except ReportError as exc:
+            held = run_folder_manifest(path)
+        except ManifestError as exc:
             raise ViewError(str(exc)) from None
         if held.is_file():
             return held, None
         if (path / SAMPLES_NAME).is_file():
             return path / SAMPLES_NAME, path
-        raise ViewError(f"'{path}' is neither a run folder nor a run manifest: the folder holds no {RUN_MANIFEST_NAME} "
-                        f"and no {SAMPLES_NAME}")
+        raise ViewError(f"'{path}' is neither a run folder nor a run manifest: the folder holds no "
+                        f"{RUN_MANIFEST_NAME} and no {SAMPLES_NAME}")
     if path.is_file():
         return path, None
     raise ViewError(f"'{path}' is neither a run folder nor a run manifest: "
